@@ -1,0 +1,42 @@
+// The content hash that names a cache entry: XXH3-128 over a canonical serialization of
+// everything that determines the compiled binary, and nothing machine-specific.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace astrai::detail {
+
+// Bump when the serialization below or the meaning of any field changes.
+inline constexpr std::uint32_t kCacheKeySchemaVersion = 1;
+
+struct CacheKeyInputs {
+  std::string variant_name;  // readable spec, e.g. "paged_decode.bf16.hd128.ps16.g4.sm_90a"
+  std::string instantiation;  // the template name expression NVRTC instantiates
+  // Every kernel_src file the program includes: (file name, exact bytes). Order-independent:
+  // the key sorts them by name.
+  std::vector<std::pair<std::string, std::string>> sources;
+  std::vector<std::string> options;  // normalized NVRTC options (order kept: order matters)
+  std::string arch;                  // target with suffix: "sm_90a", "sm_89", "compute_90"
+  int nvrtc_major = 0;
+  int nvrtc_minor = 0;
+};
+
+struct CacheKey {
+  std::uint64_t high = 0;
+  std::uint64_t low = 0;
+  std::string hex() const;  // 32 lowercase hex digits, high first
+  bool operator==(const CacheKey& other) const { return high == other.high && low == other.low; }
+  bool operator!=(const CacheKey& other) const { return !(*this == other); }
+};
+
+// Canonical byte serialization that the key hashes (exposed for tests and debugging).
+std::string serialize_cache_key_inputs(const CacheKeyInputs& inputs);
+CacheKey compute_cache_key(const CacheKeyInputs& inputs);
+
+// XXH3-64 of a payload, used as the entry checksum.
+std::uint64_t payload_checksum(const void* data, std::size_t size);
+
+}  // namespace astrai::detail

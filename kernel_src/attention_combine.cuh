@@ -1,0 +1,68 @@
+// Split-KV support: how a finished row is written, and the log-sum-exp merge of the splits.
+#pragma once
+
+#include "astrai_common.cuh"
+
+namespace astrai {
+
+// Writes element `col` of one finished (normalized) row. With one split the result goes
+// straight to `out`; otherwise to the split workspace with its log-sum-exp (natural log,
+// -inf for a split that saw no token, so the merge gives it zero weight).
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void store_row_element(const SplitWorkspace& workspace, void* out,
+                                                  long long out_stride_batch,
+                                                  long long out_stride_head, int batch,
+                                                  int n_heads, int split, int batch_index,
+                                                  int head, int col, float value, float lse) {
+  if (workspace.num_splits > 1) {
+    const long long row =
+        (static_cast<long long>(split) * batch + batch_index) * n_heads + head;
+    workspace.partial_out[row * kHeadDim + col] = value;
+    if (col == 0) workspace.partial_lse[row] = lse;
+  } else {
+    T* dst = static_cast<T*>(out) + batch_index * out_stride_batch + head * out_stride_head;
+    dst[col] = from_float<T>(value);
+  }
+}
+
+// One CTA per (batch, head) row: out = sum_s w_s * partial_s with w_s = exp(lse_s - lse).
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(128) split_combine_kernel(const CombineParams p) {
+  __shared__ float weights[kMaxSplits];
+  __shared__ float inverse_total;
+  const int row = blockIdx.x;
+  const int batch_index = row / p.n_heads;
+  const int head = row % p.n_heads;
+  const int num_splits = p.workspace.num_splits;
+  const long long rows_per_split = static_cast<long long>(p.batch) * p.n_heads;
+
+  if (threadIdx.x < 32) {
+    float max_lse = negative_infinity();
+    for (int s = threadIdx.x; s < num_splits; s += 32)
+      max_lse = fmaxf(max_lse, p.workspace.partial_lse[s * rows_per_split + row]);
+    max_lse = warp_all_max(max_lse);
+    float total = 0.f;
+    for (int s = threadIdx.x; s < num_splits; s += 32) {
+      const float lse = p.workspace.partial_lse[s * rows_per_split + row];
+      // Empty splits carry -inf and weigh nothing; an all-empty row outputs zeros.
+      const float w = (max_lse == negative_infinity()) ? 0.f : __expf(lse - max_lse);
+      weights[s] = w;
+      total += w;
+    }
+    total = warp_all_sum(total);
+    if (threadIdx.x == 0) inverse_total = total > 0.f ? 1.f / total : 0.f;
+  }
+  __syncthreads();
+
+  T* dst = static_cast<T*>(p.out) + batch_index * p.out_stride_batch + head * p.out_stride_head;
+  for (int col = threadIdx.x; col < kHeadDim; col += blockDim.x) {
+    float acc = 0.f;
+    for (int s = 0; s < num_splits; ++s) {
+      const float w = weights[s];
+      if (w != 0.f) acc += w * p.workspace.partial_out[(s * rows_per_split + row) * kHeadDim + col];
+    }
+    dst[col] = from_float<T>(acc * inverse_total);
+  }
+}
+
+}  // namespace astrai

@@ -1,0 +1,407 @@
+// Paged decode attention: one query token per sequence against a paged KV cache.
+//
+// Grid: (num_splits, n_kv_heads * head_tiles, batch); 128 threads. A CTA owns one KV head of
+// one sequence over one split of its tokens, and up to 16 query heads of that KV head's GQA
+// group (the M rows of the MMA tile), so K and V are read from memory once per group.
+// Tensor-core path: K/V blocks of 64 tokens stream through shared memory with cp.async
+// (double buffered); warp w takes tokens [16w, 16w+16) of each block, keeps its own online
+// softmax state, and the four warps merge at the end. CUDA-core path (ASTRAI_NO_MMA): warp w
+// owns query heads w, w+4, ... and walks every token with warp-wide dot products.
+#pragma once
+
+#include "astrai_common.cuh"
+#include "attention_combine.cuh"
+#include "mma_utils.cuh"
+
+namespace astrai {
+
+template <typename T, int kHeadDim, int kPageSize>
+struct PagedDecodeTiles {
+  static constexpr int kRowStride = kHeadDim + 8;  // elements; see paged_decode_smem_bytes
+  static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per K/V row
+  static constexpr int kStageElems = kDecodeBlockTokens * kRowStride;
+  static constexpr int kPageShift = Log2<kPageSize>::value;
+  static_assert(kHeadDim % 16 == 0 && kHeadDim >= 32 && kHeadDim <= 256, "head_dim");
+  static_assert((kPageSize & (kPageSize - 1)) == 0, "page_size must be a power of two");
+};
+
+template <typename T, int kHeadDim>
+__device__ void write_empty_rows(const PagedDecodeParams& p, int split, int batch_index,
+                                 int first_head, int rows) {
+  for (int e = threadIdx.x; e < rows * kHeadDim; e += blockDim.x) {
+    store_row_element<T, kHeadDim>(p.workspace, p.out, p.out_stride_batch, p.out_stride_head,
+                                   p.batch, p.n_heads, split, batch_index,
+                                   first_head + e / kHeadDim, e % kHeadDim, 0.f,
+                                   negative_infinity());
+  }
+}
+
+#ifndef ASTRAI_NO_MMA
+
+template <typename T, int kHeadDim, int kPageSize>
+__device__ __forceinline__ void load_kv_block_async(const PagedDecodeParams& p, T* smem_k, T* smem_v,
+                                                    const int* table_row, int block_start,
+                                                    int end, int kv_head) {
+  using Tiles = PagedDecodeTiles<T, kHeadDim, kPageSize>;
+  const T* k_base = static_cast<const T*>(p.k_cache);
+  const T* v_base = static_cast<const T*>(p.v_cache);
+#pragma unroll
+  for (int i = 0; i < kDecodeBlockTokens * Tiles::kChunksPerRow / kDecodeThreads; ++i) {
+    const int chunk = threadIdx.x + i * kDecodeThreads;
+    const int row = chunk / Tiles::kChunksPerRow;
+    const int col = (chunk % Tiles::kChunksPerRow) * 8;
+    const int token = block_start + row;
+    long long k_off = 0;
+    long long v_off = 0;
+    bool valid = false;
+    if (token < end) {
+      // Page ids outside the pool read as zeros instead of faulting.
+      const int page = __ldg(table_row + (token >> Tiles::kPageShift));
+      if (static_cast<unsigned>(page) < static_cast<unsigned>(p.num_pages)) {
+        const int slot = token & (kPageSize - 1);
+        k_off = page * p.k_stride_page + slot * p.k_stride_token + kv_head * p.k_stride_head;
+        v_off = page * p.v_stride_page + slot * p.v_stride_token + kv_head * p.v_stride_head;
+        valid = true;
+      }
+    }
+    const int bytes = valid ? 16 : 0;
+    cp_async_16(shared_address(smem_k + row * Tiles::kRowStride + col), k_base + k_off + col,
+                bytes);
+    cp_async_16(shared_address(smem_v + row * Tiles::kRowStride + col), v_base + v_off + col,
+                bytes);
+  }
+}
+
+template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
+__device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem_raw) {
+  using Tiles = PagedDecodeTiles<T, kHeadDim, kPageSize>;
+  constexpr int kHeadTiles = CeilDiv<kGroup, kDecodeHeadsPerTile>::value;
+  constexpr int kRowStride = Tiles::kRowStride;
+  constexpr int kNTiles = kHeadDim / 8;  // n8 tiles of the output accumulator
+
+  T* smem_q = reinterpret_cast<T*>(smem_raw);
+  T* smem_k = smem_q + kDecodeHeadsPerTile * kRowStride;
+  T* smem_v = smem_k + kDecodeStages * Tiles::kStageElems;
+
+  const int split = blockIdx.x;
+  const int kv_head = blockIdx.y / kHeadTiles;
+  const int head_tile = blockIdx.y % kHeadTiles;
+  const int batch_index = blockIdx.z;
+  const int rows = min(kDecodeHeadsPerTile, kGroup - head_tile * kDecodeHeadsPerTile);
+  const int first_head = kv_head * kGroup + head_tile * kDecodeHeadsPerTile;
+  const int capacity = p.max_pages_per_seq * kPageSize;
+  const int seq_len = min(max(p.seq_lens[batch_index], 0), capacity);
+  const int split_begin = split * p.tokens_per_split;
+  const int split_end = min(seq_len, split_begin + p.tokens_per_split);
+  if (split_begin >= split_end) {
+    write_empty_rows<T, kHeadDim>(p, split, batch_index, first_head, rows);
+    return;
+  }
+  const int* table_row = p.page_table + batch_index * p.page_table_stride;
+
+  // Q tile: 16 rows (query heads), rows past the group zero-filled.
+  {
+    const T* q = static_cast<const T*>(p.q) + batch_index * p.q_stride_batch;
+    for (int chunk = threadIdx.x; chunk < kDecodeHeadsPerTile * Tiles::kChunksPerRow;
+         chunk += kDecodeThreads) {
+      const int row = chunk / Tiles::kChunksPerRow;
+      const int col = (chunk % Tiles::kChunksPerRow) * 8;
+      uint4 value = make_uint4(0, 0, 0, 0);
+      if (row < rows)
+        value = *reinterpret_cast<const uint4*>(q + (first_head + row) * p.q_stride_head + col);
+      *reinterpret_cast<uint4*>(smem_q + row * kRowStride + col) = value;
+    }
+  }
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int quad_row = lane >> 2;  // accumulator row g (and g + 8)
+  const int quad_col = lane & 3;   // accumulator column pair 2t, 2t + 1
+
+  float o[kNTiles][4];
+#pragma unroll
+  for (int n = 0; n < kNTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float row_max[2] = {negative_infinity(), negative_infinity()};
+  float row_sum[2] = {0.f, 0.f};
+
+  // Per-lane ldmatrix addresses (see the fragment layouts of mma.m16n8k16).
+  const unsigned q_address =
+      shared_address(smem_q + (lane & 15) * kRowStride + (lane >> 4) * 8);
+  const int k_lane_offset = (warp * 16 + (lane >> 4) * 8 + (lane & 7)) * kRowStride + ((lane >> 3) & 1) * 8;
+  const int v_lane_offset = (warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * kRowStride + (lane >> 4) * 8;
+
+  const int num_blocks = (split_end - split_begin + kDecodeBlockTokens - 1) / kDecodeBlockTokens;
+  load_kv_block_async<T, kHeadDim, kPageSize>(p, smem_k, smem_v, table_row, split_begin, split_end,
+                                              kv_head);
+  cp_async_commit();
+
+  for (int block = 0; block < num_blocks; ++block) {
+    const int stage = block & 1;
+    const int block_start = split_begin + block * kDecodeBlockTokens;
+    if (block + 1 < num_blocks) {
+      load_kv_block_async<T, kHeadDim, kPageSize>(
+          p, smem_k + (stage ^ 1) * Tiles::kStageElems, smem_v + (stage ^ 1) * Tiles::kStageElems,
+          table_row, block_start + kDecodeBlockTokens, split_end, kv_head);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+
+    const int warp_first_token = block_start + warp * 16;
+    if (warp_first_token < split_end) {
+      const unsigned k_address = shared_address(smem_k + stage * Tiles::kStageElems + k_lane_offset);
+      const unsigned v_address = shared_address(smem_v + stage * Tiles::kStageElems + v_lane_offset);
+
+      // S = Q K^T for this warp's 16 tokens.
+      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+        unsigned a[4];
+        unsigned b[4];
+        ldmatrix_x4(a, q_address + kk * 32);
+        ldmatrix_x4(b, k_address + kk * 32);
+        Mma<T>::run(s[0], a, b[0], b[1]);
+        Mma<T>::run(s[1], a, b[2], b[3]);
+      }
+
+      // Scale, mask the tail, and update the running max and sum (rows g and g + 8).
+      float tile_max[2] = {negative_infinity(), negative_infinity()};
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int token = warp_first_token + j * 8 + quad_col * 2 + (e & 1);
+          s[j][e] = token < split_end ? s[j][e] * p.scale_log2 : negative_infinity();
+          tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s[j][e]);
+        }
+      }
+      float correction[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+        const float new_max = fmaxf(row_max[r], tile_max[r]);
+        // The warp's first token is valid, so new_max is finite.
+        correction[r] = exp2f(row_max[r] - new_max);
+        row_max[r] = new_max;
+        row_sum[r] *= correction[r];
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[j][e] = exp2f(s[j][e] - row_max[e >> 1]);
+          row_sum[e >> 1] += s[j][e];
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n) {
+        o[n][0] *= correction[0];
+        o[n][1] *= correction[0];
+        o[n][2] *= correction[1];
+        o[n][3] *= correction[1];
+      }
+
+      // O += P V: the S accumulators are already laid out as the A fragment of a k16 MMA.
+      const unsigned pa[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
+                              pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
+#pragma unroll
+      for (int dd = 0; dd < kHeadDim / 16; ++dd) {
+        unsigned b[4];
+        ldmatrix_x4_trans(b, v_address + dd * 32);
+        Mma<T>::run(o[2 * dd], pa, b[0], b[1]);
+        Mma<T>::run(o[2 * dd + 1], pa, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // the stage is refilled by the next iteration's prefetch
+  }
+
+  // Merge the four warps' states through shared memory (the K/V stages are free now).
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+  }
+  float* merge_o = reinterpret_cast<float*>(smem_k);  // [4][16][kHeadDim]
+  float* merge_max = merge_o + 4 * kDecodeHeadsPerTile * kHeadDim;  // [4][16]
+  float* merge_sum = merge_max + 4 * kDecodeHeadsPerTile;          // [4][16]
+  {
+    float* mine = merge_o + warp * kDecodeHeadsPerTile * kHeadDim;
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n) {
+      const int col = n * 8 + quad_col * 2;
+      mine[quad_row * kHeadDim + col] = o[n][0];
+      mine[quad_row * kHeadDim + col + 1] = o[n][1];
+      mine[(quad_row + 8) * kHeadDim + col] = o[n][2];
+      mine[(quad_row + 8) * kHeadDim + col + 1] = o[n][3];
+    }
+    if (quad_col == 0) {
+      merge_max[warp * kDecodeHeadsPerTile + quad_row] = row_max[0];
+      merge_max[warp * kDecodeHeadsPerTile + quad_row + 8] = row_max[1];
+      merge_sum[warp * kDecodeHeadsPerTile + quad_row] = row_sum[0];
+      merge_sum[warp * kDecodeHeadsPerTile + quad_row + 8] = row_sum[1];
+    }
+  }
+  __syncthreads();
+
+  for (int e = threadIdx.x; e < rows * kHeadDim; e += kDecodeThreads) {
+    const int row = e / kHeadDim;
+    const int col = e % kHeadDim;
+    float max_all = negative_infinity();
+#pragma unroll
+    for (int w = 0; w < 4; ++w) max_all = fmaxf(max_all, merge_max[w * kDecodeHeadsPerTile + row]);
+    float total = 0.f;
+    float value = 0.f;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const float m = merge_max[w * kDecodeHeadsPerTile + row];
+      const float weight = (m == negative_infinity()) ? 0.f : exp2f(m - max_all);
+      total += weight * merge_sum[w * kDecodeHeadsPerTile + row];
+      value += weight * merge_o[(w * kDecodeHeadsPerTile + row) * kHeadDim + col];
+    }
+    const float lse = (max_all + __log2f(total)) * kLn2;
+    store_row_element<T, kHeadDim>(p.workspace, p.out, p.out_stride_batch, p.out_stride_head,
+                                   p.batch, p.n_heads, split, batch_index, first_head + row, col,
+                                   value / total, lse);
+  }
+}
+
+#else  // ASTRAI_NO_MMA
+
+template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
+__device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned char* smem_raw) {
+  using Tiles = PagedDecodeTiles<T, kHeadDim, kPageSize>;
+  constexpr int kHeadTiles = CeilDiv<kGroup, kDecodeHeadsPerTile>::value;
+  constexpr int kRowStride = Tiles::kRowStride;
+  constexpr int kPerLane = CeilDiv<kHeadDim, 32>::value;  // elements of a row per lane
+  constexpr int kHeadsPerWarp = kDecodeHeadsPerTile / 4;
+
+  T* smem_k = reinterpret_cast<T*>(smem_raw);
+  T* smem_v = smem_k + Tiles::kStageElems;
+
+  const int split = blockIdx.x;
+  const int kv_head = blockIdx.y / kHeadTiles;
+  const int head_tile = blockIdx.y % kHeadTiles;
+  const int batch_index = blockIdx.z;
+  const int rows = min(kDecodeHeadsPerTile, kGroup - head_tile * kDecodeHeadsPerTile);
+  const int first_head = kv_head * kGroup + head_tile * kDecodeHeadsPerTile;
+  const int capacity = p.max_pages_per_seq * kPageSize;
+  const int seq_len = min(max(p.seq_lens[batch_index], 0), capacity);
+  const int split_begin = split * p.tokens_per_split;
+  const int split_end = min(seq_len, split_begin + p.tokens_per_split);
+  if (split_begin >= split_end) {
+    write_empty_rows<T, kHeadDim>(p, split, batch_index, first_head, rows);
+    return;
+  }
+  const int* table_row = p.page_table + batch_index * p.page_table_stride;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+
+  float q[kHeadsPerWarp][kPerLane];
+  float acc[kHeadsPerWarp][kPerLane];
+  float row_max[kHeadsPerWarp];
+  float row_sum[kHeadsPerWarp];
+  const T* q_base = static_cast<const T*>(p.q) + batch_index * p.q_stride_batch;
+#pragma unroll
+  for (int i = 0; i < kHeadsPerWarp; ++i) {
+    const int local = warp + 4 * i;
+    row_max[i] = negative_infinity();
+    row_sum[i] = 0.f;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int d = lane + 32 * k;
+      acc[i][k] = 0.f;
+      q[i][k] = (local < rows && d < kHeadDim)
+                    ? to_float(q_base[(first_head + local) * p.q_stride_head + d]) * p.scale_log2
+                    : 0.f;
+    }
+  }
+
+  const T* k_base = static_cast<const T*>(p.k_cache);
+  const T* v_base = static_cast<const T*>(p.v_cache);
+  for (int block_start = split_begin; block_start < split_end; block_start += kDecodeBlockTokens) {
+    for (int chunk = threadIdx.x; chunk < kDecodeBlockTokens * Tiles::kChunksPerRow;
+         chunk += kDecodeThreads) {
+      const int row = chunk / Tiles::kChunksPerRow;
+      const int col = (chunk % Tiles::kChunksPerRow) * 8;
+      const int token = block_start + row;
+      uint4 k_value = make_uint4(0, 0, 0, 0);
+      uint4 v_value = make_uint4(0, 0, 0, 0);
+      if (token < split_end) {
+        const int page = __ldg(table_row + (token >> Tiles::kPageShift));
+        if (static_cast<unsigned>(page) < static_cast<unsigned>(p.num_pages)) {
+          const int slot = token & (kPageSize - 1);
+          k_value = *reinterpret_cast<const uint4*>(k_base + page * p.k_stride_page +
+                                                    slot * p.k_stride_token +
+                                                    kv_head * p.k_stride_head + col);
+          v_value = *reinterpret_cast<const uint4*>(v_base + page * p.v_stride_page +
+                                                    slot * p.v_stride_token +
+                                                    kv_head * p.v_stride_head + col);
+        }
+      }
+      *reinterpret_cast<uint4*>(smem_k + row * kRowStride + col) = k_value;
+      *reinterpret_cast<uint4*>(smem_v + row * kRowStride + col) = v_value;
+    }
+    __syncthreads();
+
+    const int block_tokens = min(kDecodeBlockTokens, split_end - block_start);
+    for (int t = 0; t < block_tokens; ++t) {
+      float k_row[kPerLane];
+      float v_row[kPerLane];
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) {
+        const int d = lane + 32 * k;
+        k_row[k] = d < kHeadDim ? to_float(smem_k[t * kRowStride + d]) : 0.f;
+        v_row[k] = d < kHeadDim ? to_float(smem_v[t * kRowStride + d]) : 0.f;
+      }
+#pragma unroll
+      for (int i = 0; i < kHeadsPerWarp; ++i) {
+        if (warp + 4 * i >= rows) continue;  // warp-uniform
+        float dot = 0.f;
+#pragma unroll
+        for (int k = 0; k < kPerLane; ++k) dot += q[i][k] * k_row[k];
+        const float score = warp_all_sum(dot);
+        const float new_max = fmaxf(row_max[i], score);
+        const float correction = exp2f(row_max[i] - new_max);
+        const float weight = exp2f(score - new_max);
+        row_max[i] = new_max;
+        row_sum[i] = row_sum[i] * correction + weight;
+#pragma unroll
+        for (int k = 0; k < kPerLane; ++k) acc[i][k] = acc[i][k] * correction + weight * v_row[k];
+      }
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int i = 0; i < kHeadsPerWarp; ++i) {
+    const int local = warp + 4 * i;
+    if (local >= rows) continue;
+    const float lse = (row_max[i] + __log2f(row_sum[i])) * kLn2;
+    const float inverse = 1.f / row_sum[i];
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int d = lane + 32 * k;
+      if (d < kHeadDim)
+        store_row_element<T, kHeadDim>(p.workspace, p.out, p.out_stride_batch, p.out_stride_head,
+                                       p.batch, p.n_heads, split, batch_index, first_head + local,
+                                       d, acc[i][k] * inverse, lse);
+    }
+  }
+}
+
+#endif  // ASTRAI_NO_MMA
+
+template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
+__global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const PagedDecodeParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+#ifndef ASTRAI_NO_MMA
+  paged_decode_mma<T, kHeadDim, kPageSize, kGroup, kFlags>(p, smem_raw);
+#else
+  paged_decode_cuda_cores<T, kHeadDim, kPageSize, kGroup, kFlags>(p, smem_raw);
+#endif
+}
+
+}  // namespace astrai

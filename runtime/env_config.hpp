@@ -1,0 +1,50 @@
+// The ASTRAI_JIT_* environment, read once when the runtime starts.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cache/disk_cache.hpp"
+#include "runtime/logging.hpp"
+
+namespace astrai::detail {
+
+struct EnvConfig {
+  std::filesystem::path cache_dir;     // ASTRAI_JIT_CACHE_DIR, else $XDG_CACHE_HOME/astrai-jit, else ~/.cache/astrai-jit
+  CacheMode cache_mode = CacheMode::read_write;  // ASTRAI_JIT_CACHE = rw | ro | off
+  bool force_compile = false;          // ASTRAI_JIT_FORCE_COMPILE = 0|1|true|false|yes|no|on|off
+  bool strict = false;                 // ASTRAI_JIT_STRICT (bool)
+  std::filesystem::path record_file;   // ASTRAI_JIT_RECORD=<file>; empty = off
+  std::uint64_t max_cache_bytes = 0;   // ASTRAI_JIT_MAX_CACHE_SIZE: bytes with optional K/M/G/T (powers of 1024) suffix, "KiB"/"MiB"/"GiB"/"TiB" or "KB"/"MB"/"GB" accepted; 0 = unlimited
+  LogLevel log_level = LogLevel::warn; // ASTRAI_JIT_LOG = off | error | warn | info | debug
+  std::string arch_override;           // ASTRAI_JIT_ARCH, normalized: "sm_89", "sm_90a", "sm_100a" (accepts "89", "8.9", "sm89", "sm_89", "90a", "compute_90a" is rejected)
+  bool no_mma = false;                 // ASTRAI_JIT_NO_MMA (bool)
+  std::filesystem::path dump_dir;      // ASTRAI_JIT_DUMP=<dir>; empty = off
+  // Every ASTRAI_JIT_* variable that was set, as (name, value), sorted by name (for `info`).
+  std::vector<std::pair<std::string, std::string>> variables_set;
+  // ASTRAI_JIT_* names that are not known (typos); the runtime warns once about each.
+  std::vector<std::string> unknown_variables;
+};
+
+// Names of all recognized variables, sorted.
+const std::vector<std::string>& known_env_variables();
+
+// Parses the given environment (entries "NAME=value", like `environ`). Throws
+// astrai::ConfigError for a bad value; the message names the variable, its value and what is
+// allowed, e.g. "ASTRAI_JIT_CACHE=rx is not valid (allowed: rw, ro, off)".
+EnvConfig parse_env_config(const std::vector<std::string>& environment);
+// Same, over the process environment.
+EnvConfig load_env_config_from_process();
+
+// Normalizes an arch string ("89", "8.9", "sm89", "sm_89", "sm_90a", "90a") to "sm_89"/"sm_90a".
+// Returns nullopt when it is not an arch (letters, out-of-range numbers: major 3..15, minor 0..9).
+std::optional<std::string> normalize_arch(const std::string& text);
+
+// Parses a size like "10G", "512MiB", "1048576"; nullopt on error.
+std::optional<std::uint64_t> parse_byte_size(const std::string& text);
+
+}  // namespace astrai::detail

@@ -1,0 +1,272 @@
+#include "runtime/jit_engine.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "astrai/error.hpp"
+#include "runtime/kernel_sources.hpp"
+#include "runtime/logging.hpp"
+#include "runtime/nvrtc_compiler.hpp"
+
+namespace astrai::detail {
+
+namespace {
+
+void append_u32(std::vector<char>* out, std::uint32_t value) {
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xffu));
+}
+
+bool read_u32(const std::vector<char>& in, std::size_t* offset, std::uint32_t* value) {
+  if (in.size() - *offset < 4 || *offset > in.size()) return false;
+  std::uint32_t result = 0;
+  for (int i = 0; i < 4; ++i)
+    result |= static_cast<std::uint32_t>(static_cast<unsigned char>(in[*offset + i])) << (8 * i);
+  *offset += 4;
+  *value = result;
+  return true;
+}
+
+double milliseconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+std::vector<char> encode_variant_payload(const std::vector<std::string>& symbols,
+                                         const std::vector<char>& binary) {
+  std::vector<char> out;
+  append_u32(&out, static_cast<std::uint32_t>(symbols.size()));
+  for (const auto& symbol : symbols) {
+    append_u32(&out, static_cast<std::uint32_t>(symbol.size()));
+    out.insert(out.end(), symbol.begin(), symbol.end());
+  }
+  out.insert(out.end(), binary.begin(), binary.end());
+  return out;
+}
+
+bool decode_variant_payload(const std::vector<char>& payload, std::vector<std::string>* symbols,
+                            std::vector<char>* binary) {
+  std::size_t offset = 0;
+  std::uint32_t count = 0;
+  if (!read_u32(payload, &offset, &count) || count > 64) return false;
+  symbols->clear();
+  for (std::uint32_t i = 0; i < count; ++i) {
+    std::uint32_t length = 0;
+    if (!read_u32(payload, &offset, &length) || length > 4096 || payload.size() - offset < length)
+      return false;
+    symbols->emplace_back(payload.data() + offset, length);
+    offset += length;
+  }
+  if (offset >= payload.size()) return false;  // a variant always has a binary
+  binary->assign(payload.begin() + static_cast<std::ptrdiff_t>(offset), payload.end());
+  return true;
+}
+
+JitEngine::JitEngine(EnvConfig config)
+    : config_(std::move(config)),
+      cache_(config_.cache_dir, config_.cache_mode, config_.max_cache_bytes) {}
+
+CacheKey JitEngine::key_for(const KernelSpec& spec) const {
+  CacheKeyInputs inputs;
+  inputs.variant_name = spec.name();
+  const auto instantiations = spec.instantiations();
+  for (const auto& expression : instantiations) inputs.instantiation += expression + ";";
+  inputs.sources = kernel_source_closure(spec.main_file());
+  inputs.options = spec.compile_options();
+  inputs.arch = spec.arch;
+  const NvrtcVersion version = nvrtc_version();
+  inputs.nvrtc_major = version.major;
+  inputs.nvrtc_minor = version.minor;
+  return compute_cache_key(inputs);
+}
+
+std::string JitEngine::target_for_device(int major, int minor) const {
+  if (!config_.arch_override.empty()) return config_.arch_override;
+  const int number = major * 10 + minor;
+  const std::vector<int> supported = nvrtc_supported_archs();
+  const bool known = std::find(supported.begin(), supported.end(), number) != supported.end();
+  if (!known && !supported.empty() && number > supported.back()) {
+    const std::string target = fmt::format("compute_{}", supported.back());
+    log_once(LogLevel::warn, "ptx-fallback-" + std::to_string(number),
+             "NVRTC {} does not know sm_{}; compiling PTX for {} and letting the driver finish it",
+             nvrtc_version().text(), number, target);
+    return target;
+  }
+  // Arch-specific targets (wgmma, setmaxnreg, ...) exist from Hopper on.
+  return number >= 90 ? fmt::format("sm_{}a", number) : fmt::format("sm_{}", number);
+}
+
+std::shared_ptr<const CompiledVariant> JitEngine::get(const KernelSpec& spec, VariantSource* source) {
+  const std::string name = spec.name();
+  std::promise<std::shared_ptr<const CompiledVariant>> promise;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = variants_.find(name);
+    if (it != variants_.end()) {
+      auto future = it->second;
+      counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
+      if (source) *source = VariantSource::memory;
+      return future.get();  // waits for an in-flight compile of the same variant
+    }
+    variants_.emplace(name, promise.get_future().share());
+  }
+  record(spec);
+  try {
+    auto result = produce(spec, source);
+    promise.set_value(result);
+    return result;
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+    // Forget the failure so that a later call can try again.
+    std::lock_guard<std::mutex> lock(mutex_);
+    variants_.erase(name);
+    throw;
+  }
+}
+
+std::shared_ptr<const CompiledVariant> JitEngine::from_entry(const KernelSpec& spec,
+                                                             const CacheKey& key,
+                                                             const CacheEntryData& entry) {
+  auto variant = std::make_shared<CompiledVariant>();
+  variant->spec = spec;
+  variant->key = key;
+  variant->kind = entry.kind;
+  if (!decode_variant_payload(entry.payload, &variant->symbols, &variant->binary) ||
+      variant->symbols.size() != spec.instantiations().size())
+    return nullptr;
+  return variant;
+}
+
+std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec,
+                                                          VariantSource* source) {
+  spec.validate();
+  const std::string name = spec.name();
+  const CacheKey key = key_for(spec);
+
+  auto try_disk = [&]() -> std::shared_ptr<const CompiledVariant> {
+    if (config_.force_compile) return nullptr;
+    auto entry = cache_.load(key, name);
+    if (!entry) return nullptr;
+    auto variant = from_entry(spec, key, *entry);
+    if (!variant) {
+      log_once(LogLevel::warn, "bad-payload-" + key.hex(),
+               "cache entry for {} has a malformed payload; recompiling", name);
+      return nullptr;
+    }
+    counters_.disk_hits.fetch_add(1, std::memory_order_relaxed);
+    if (source) *source = VariantSource::disk;
+    log(LogLevel::debug, "loaded {} from the cache ({})", name, key.hex());
+    return variant;
+  };
+
+  if (auto hit = try_disk()) return hit;
+  if (config_.strict) {
+    const bool paged = spec.kind == KernelKind::paged_decode;
+    throw CacheMissError(fmt::format(
+        "{} is not in the cache at {} and ASTRAI_JIT_STRICT forbids compiling at run time; "
+        "provide it with: astrai-jit warm --arch {} --kernels {} --dtypes {} --head-dims {}{}{}{}",
+        name, cache_.root().string(), spec.arch, kernel_kind_name(spec.kind),
+        dtype_name(spec.dtype), spec.head_dim,
+        paged ? fmt::format(" --page-sizes {}", spec.page_size) : std::string(),
+        paged ? fmt::format(" --group-sizes {}", spec.group_size) : std::string(),
+        spec.force_no_mma ? " --no-mma" : ""));
+  }
+
+  // Another process may be compiling the same key: wait for it (bounded), then look again.
+  std::unique_ptr<FileLock> lock;
+  if (cache_.usable_for_write()) {
+    lock = cache_.lock_key(key, kLockWait);
+    if (lock) {
+      if (auto hit = try_disk()) return hit;
+    }
+  }
+
+  CompileRequest request;
+  request.variant_name = name;
+  request.main_file = spec.main_file();
+  request.headers = kernel_source_closure(spec.main_file());
+  request.name_expressions = spec.instantiations();
+  request.options = spec.compile_options();
+  request.emit_ptx_only = spec.arch.rfind("compute_", 0) == 0;
+  log(LogLevel::debug, "compiling {} ({})", name, key.hex());
+  const auto start = std::chrono::steady_clock::now();
+  CompileResult compiled;
+  try {
+    compiled = nvrtc_compile(request, !config_.dump_dir.empty());
+  } catch (const CompileError& error) {
+    if (!config_.dump_dir.empty()) dump(spec, "", request.headers, "", error.log());
+    throw;
+  }
+  const double elapsed = milliseconds_since(start);
+  counters_.compiles.fetch_add(1, std::memory_order_relaxed);
+  log(LogLevel::info, "compiled {} in {:.0f} ms", name, elapsed);
+  if (!config_.dump_dir.empty()) dump(spec, compiled.source, request.headers, compiled.ptx, compiled.log);
+
+  auto variant = std::make_shared<CompiledVariant>();
+  variant->spec = spec;
+  variant->key = key;
+  variant->kind = compiled.kind;
+  variant->binary = std::move(compiled.binary);
+  variant->symbols = std::move(compiled.lowered_names);
+
+  if (cache_.usable_for_write()) {
+    CacheEntryData entry;
+    entry.kind = variant->kind;
+    entry.variant_name = name;
+    entry.nvrtc_version = nvrtc_version().text();
+    entry.payload = encode_variant_payload(variant->symbols, variant->binary);
+    cache_.store(key, entry);
+  }
+  if (source) *source = VariantSource::compiled;
+  return variant;
+}
+
+void JitEngine::record(const KernelSpec& spec) {
+  if (config_.record_file.empty()) return;
+  const std::string name = spec.name();
+  std::lock_guard<std::mutex> lock(record_mutex_);
+  if (!recorded_.insert(name).second) return;
+  // One O_APPEND write per line: lines from concurrent processes never interleave.
+  const int fd = ::open(config_.record_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    log_once(LogLevel::warn, "record-open", "ASTRAI_JIT_RECORD: cannot open {}: {}",
+             config_.record_file.string(), std::strerror(errno));
+    return;
+  }
+  const std::string line = name + "\n";
+  if (::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+    log_once(LogLevel::warn, "record-write", "ASTRAI_JIT_RECORD: cannot write {}: {}",
+             config_.record_file.string(), std::strerror(errno));
+  ::close(fd);
+}
+
+void JitEngine::dump(const KernelSpec& spec, const std::string& source,
+                     const std::vector<std::pair<std::string, std::string>>& headers,
+                     const std::string& ptx, const std::string& log_text) {
+  std::error_code ec;
+  std::filesystem::create_directories(config_.dump_dir, ec);
+  const std::string base = (config_.dump_dir / spec.name()).string();
+  auto write = [&](const std::string& path, const std::string& text) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out) log_once(LogLevel::warn, "dump-" + path, "ASTRAI_JIT_DUMP: cannot write {}", path);
+  };
+  std::string full_source = source;
+  for (const auto& [header_name, text] : headers)
+    full_source += fmt::format("\n// ---- {} ----\n{}", header_name, text);
+  write(base + ".cu", full_source);
+  if (!ptx.empty()) write(base + ".ptx", ptx);
+  write(base + ".log", fmt::format("options:{}\n{}\n", [&] {
+          std::string joined;
+          for (const auto& option : spec.compile_options()) joined += " " + option;
+          return joined;
+        }(), log_text));
+}
+
+}  // namespace astrai::detail

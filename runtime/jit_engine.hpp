@@ -1,0 +1,85 @@
+// Turns a KernelSpec into a compiled binary: memory, then disk cache, then NVRTC. Needs no GPU
+// (the CLI's `warm` uses it directly). One compile per key: threads share a compile through a
+// per-key future, processes through the cache's per-key lock file.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "cache/disk_cache.hpp"
+#include "runtime/env_config.hpp"
+#include "runtime/kernel_spec.hpp"
+
+namespace astrai::detail {
+
+struct CompiledVariant {
+  KernelSpec spec;
+  CacheKey key;
+  BinaryKind kind = BinaryKind::cubin;
+  std::vector<char> binary;
+  std::vector<std::string> symbols;  // lowered kernel names, in KernelSpec::instantiations() order
+};
+
+enum class VariantSource { memory, disk, compiled };
+
+struct JitCounters {
+  std::atomic<std::uint64_t> compiles{0};
+  std::atomic<std::uint64_t> disk_hits{0};
+  std::atomic<std::uint64_t> memory_hits{0};
+};
+
+// A cache entry's payload: the kernel symbols followed by the binary (so a cached cubin can be
+// loaded without asking NVRTC for the lowered names again).
+std::vector<char> encode_variant_payload(const std::vector<std::string>& symbols,
+                                         const std::vector<char>& binary);
+bool decode_variant_payload(const std::vector<char>& payload, std::vector<std::string>* symbols,
+                            std::vector<char>* binary);
+
+class JitEngine {
+ public:
+  explicit JitEngine(EnvConfig config);
+
+  // The compiled variant for `spec` (spec.arch must be set). Throws CompileError, or
+  // CacheMissError under ASTRAI_JIT_STRICT.
+  std::shared_ptr<const CompiledVariant> get(const KernelSpec& spec, VariantSource* source = nullptr);
+
+  CacheKey key_for(const KernelSpec& spec) const;
+  // The compile target for a device of compute capability major.minor: "sm_90a" on Hopper and
+  // other arch-specific targets, "sm_XY" elsewhere, "compute_XY" (PTX) for an arch newer than
+  // NVRTC knows. ASTRAI_JIT_ARCH overrides.
+  std::string target_for_device(int major, int minor) const;
+
+  const EnvConfig& config() const { return config_; }
+  DiskCache& cache() { return cache_; }
+  const JitCounters& counters() const { return counters_; }
+
+  // How long a process waits for another's compile of the same key before compiling itself.
+  static constexpr std::chrono::milliseconds kLockWait{60000};
+
+ private:
+  std::shared_ptr<const CompiledVariant> produce(const KernelSpec& spec, VariantSource* source);
+  std::shared_ptr<const CompiledVariant> from_entry(const KernelSpec& spec, const CacheKey& key,
+                                                    const CacheEntryData& entry);
+  void record(const KernelSpec& spec);
+  void dump(const KernelSpec& spec, const std::string& source,
+            const std::vector<std::pair<std::string, std::string>>& headers, const std::string& ptx,
+            const std::string& log);
+
+  EnvConfig config_;
+  DiskCache cache_;
+  JitCounters counters_;
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_future<std::shared_ptr<const CompiledVariant>>> variants_;
+  std::mutex record_mutex_;
+  std::unordered_set<std::string> recorded_;
+};
+
+}  // namespace astrai::detail

@@ -1,0 +1,47 @@
+// A compiled variant: which kernel, with which compile-time constants, for which target.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "astrai/runtime.hpp"
+
+namespace astrai::detail {
+
+enum class KernelKind { paged_decode, rotary_emb };
+
+const char* kernel_kind_name(KernelKind kind);
+// Names accepted by `warm --kernels` and manifests.
+const std::vector<std::string>& kernel_kind_names();
+bool parse_kernel_kind(const std::string& text, KernelKind* kind);
+
+struct KernelSpec {
+  KernelKind kind = KernelKind::paged_decode;
+  DType dtype = DType::bf16;
+  int head_dim = 0;
+  int page_size = 0;        // paged kernels only
+  int group_size = 0;       // attention kernels: query heads per KV head
+  std::uint32_t flags = 0;  // kernel-specific feature bits (0 for now)
+  bool force_no_mma = false;  // ASTRAI_JIT_NO_MMA on an arch that has tensor cores
+  std::string arch;         // compile target with suffix: "sm_90a", "sm_89", "compute_120"
+
+  // Readable, unique, stable: "paged_decode.bf16.hd128.ps16.g4.sm_90a" (".nomma" when forced).
+  std::string name() const;
+  // Inverse of name(); throws astrai::InvalidArgument naming the text when it is malformed.
+  static KernelSpec parse(const std::string& name);
+
+  std::string main_file() const;                   // the kernel_src header holding the kernel
+  std::vector<std::string> instantiations() const;  // name expressions NVRTC instantiates
+  std::vector<std::string> compile_options() const;  // normalized NVRTC options
+  bool uses_mma() const;                           // tensor-core path compiled in
+  // Throws InvalidArgument when a field is outside what the kernel supports.
+  void validate() const;
+
+  bool operator==(const KernelSpec& other) const { return name() == other.name(); }
+};
+
+// Arch number of a target string: "sm_90a" -> 90, "compute_89" -> 89; 0 if malformed.
+int arch_number(const std::string& arch);
+
+}  // namespace astrai::detail

@@ -1,0 +1,38 @@
+#include "runtime/launch_heuristics.hpp"
+
+#include <algorithm>
+
+#include "kernel_src/kernel_params.h"
+
+namespace astrai::detail {
+
+DecodeSplitPlan plan_decode_splits(int batch, int n_kv_heads, int head_tiles, long long capacity,
+                                   int num_sms) {
+  DecodeSplitPlan plan;
+  const long long blocks = std::max<long long>(1, (capacity + kDecodeBlockTokens - 1) / kDecodeBlockTokens);
+  const long long base_ctas = std::max<long long>(1, 1LL * batch * n_kv_heads * head_tiles);
+  const long long target_ctas = 2LL * std::max(num_sms, 1);
+  long long splits = (target_ctas + base_ctas - 1) / base_ctas;
+  splits = std::clamp<long long>(splits, 1, std::min<long long>(blocks, kMaxSplits));
+  const long long blocks_per_split = (blocks + splits - 1) / splits;
+  plan.tokens_per_split = static_cast<int>(blocks_per_split * kDecodeBlockTokens);
+  plan.num_splits = static_cast<int>((blocks + blocks_per_split - 1) / blocks_per_split);
+  return plan;
+}
+
+std::size_t decode_workspace_bytes(const DecodeSplitPlan& plan, int batch, int n_heads,
+                                   int head_dim) {
+  if (plan.num_splits <= 1) return 0;
+  const std::size_t rows = static_cast<std::size_t>(plan.num_splits) * batch * n_heads;
+  const std::size_t out_bytes = rows * head_dim * sizeof(float);
+  const std::size_t lse_bytes = rows * sizeof(float);
+  return ((out_bytes + 255) / 256) * 256 + lse_bytes;
+}
+
+int rotary_grid_size(long long vectors, int num_sms) {
+  const long long needed = (vectors + 255) / 256;
+  const long long cap = 8LL * std::max(num_sms, 1);
+  return static_cast<int>(std::max<long long>(1, std::min(needed, cap)));
+}
+
+}  // namespace astrai::detail

@@ -1,0 +1,170 @@
+#include "runtime/validation.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "kernel_src/kernel_params.h"
+
+namespace astrai::detail {
+
+namespace {
+
+// Largest page-table capacity whose split plan stays in 32-bit token arithmetic: a plan rounds
+// the capacity up to whole blocks and may add up to kMaxSplits - 1 blocks of slack, and the
+// kernel computes split_begin + tokens_per_split in int.
+constexpr long long kMaxTableTokens =
+    (std::numeric_limits<int>::max() / kDecodeBlockTokens - (kMaxSplits - 1)) * 1LL * kDecodeBlockTokens;
+
+bool is_power_of_two(long long value) { return value > 0 && (value & (value - 1)) == 0; }
+
+[[noreturn]] void fail(const char* call, const std::string& message) {
+  throw InvalidArgument(fmt::format("{}: {}", call, message));
+}
+
+void require_dtype(const char* call, DType dtype) {
+  if (dtype != DType::bf16 && dtype != DType::fp16)
+    fail(call, fmt::format("dtype {} is not valid (allowed: bf16, fp16)", static_cast<int>(dtype)));
+}
+
+void require_pointer(const char* call, const char* name, const void* pointer, std::size_t alignment) {
+  if (pointer == nullptr) fail(call, fmt::format("{} is null (a device pointer is required)", name));
+  if (reinterpret_cast<std::uintptr_t>(pointer) % alignment != 0)
+    fail(call, fmt::format("{} = {} is not {}-byte aligned", name, pointer, alignment));
+}
+
+// Rows are read as 16-byte vectors, so every stride must keep rows 16-byte aligned.
+void require_stride(const char* call, const char* name, std::int64_t stride, std::int64_t minimum,
+                    bool check_minimum) {
+  if (stride <= 0) fail(call, fmt::format("{} {} is not valid (allowed: > 0, or 0 for contiguous)", name, stride));
+  if (stride % 8 != 0)
+    fail(call, fmt::format("{} {} is not a multiple of 8 elements (rows must stay 16-byte aligned)",
+                           name, stride));
+  if (check_minimum && stride < minimum)
+    fail(call, fmt::format("{} {} makes rows overlap (allowed: >= {})", name, stride, minimum));
+}
+
+void require_positive(const char* call, const char* name, long long value) {
+  if (value < 1) fail(call, fmt::format("{} {} is not valid (allowed: >= 1)", name, value));
+}
+
+}  // namespace
+
+PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& input) {
+  constexpr const char* kCall = "paged_decode";
+  PagedDecodeArgs a = input;
+  require_dtype(kCall, a.dtype);
+  if (a.batch < 0) fail(kCall, fmt::format("batch {} is not valid (allowed: >= 0)", a.batch));
+  require_positive(kCall, "n_heads", a.n_heads);
+  require_positive(kCall, "n_kv_heads", a.n_kv_heads);
+  if (a.n_heads % a.n_kv_heads != 0)
+    fail(kCall, fmt::format("n_heads {} is not a multiple of n_kv_heads {} (GQA needs n_heads % "
+                            "n_kv_heads == 0)", a.n_heads, a.n_kv_heads));
+  if (a.n_heads / a.n_kv_heads > 128)
+    fail(kCall, fmt::format("GQA group size {} (n_heads {} / n_kv_heads {}) is not supported "
+                            "(allowed: 1..128)", a.n_heads / a.n_kv_heads, a.n_heads, a.n_kv_heads));
+  if (a.head_dim % 16 != 0)
+    fail(kCall, fmt::format("head_dim {} is not a multiple of 16 (allowed: 32..256, step 16)", a.head_dim));
+  if (a.head_dim < 32 || a.head_dim > 256)
+    fail(kCall, fmt::format("head_dim {} is out of range (allowed: 32..256, step 16)", a.head_dim));
+  if (!is_power_of_two(a.page_size) || a.page_size > 256)
+    fail(kCall, fmt::format("page_size {} is not supported (allowed: a power of two in 1..256)", a.page_size));
+  require_positive(kCall, "num_pages", a.num_pages);
+  require_positive(kCall, "max_pages_per_seq", a.max_pages_per_seq);
+  if (1LL * a.max_pages_per_seq * a.page_size > kMaxTableTokens)
+    fail(kCall, fmt::format("max_pages_per_seq {} x page_size {} = {} tokens exceeds the limit of {} "
+                            "tokens", a.max_pages_per_seq, a.page_size,
+                            1LL * a.max_pages_per_seq * a.page_size, kMaxTableTokens));
+  if (!std::isfinite(a.scale))
+    fail(kCall, fmt::format("scale {} is not finite (allowed: > 0, or <= 0 for 1/sqrt(head_dim))", a.scale));
+  if (a.scale <= 0.f) a.scale = 1.f / std::sqrt(static_cast<float>(a.head_dim));
+
+  const std::int64_t d = a.head_dim;
+  if (a.q_stride_head == 0) a.q_stride_head = d;
+  if (a.q_stride_batch == 0) a.q_stride_batch = a.n_heads * a.q_stride_head;
+  if (a.out_stride_head == 0) a.out_stride_head = d;
+  if (a.out_stride_batch == 0) a.out_stride_batch = a.n_heads * a.out_stride_head;
+  if (a.k_stride_head == 0) a.k_stride_head = d;
+  if (a.k_stride_token == 0) a.k_stride_token = a.n_kv_heads * a.k_stride_head;
+  if (a.k_stride_page == 0) a.k_stride_page = a.page_size * a.k_stride_token;
+  if (a.v_stride_head == 0) a.v_stride_head = d;
+  if (a.v_stride_token == 0) a.v_stride_token = a.n_kv_heads * a.v_stride_head;
+  if (a.v_stride_page == 0) a.v_stride_page = a.page_size * a.v_stride_token;
+  if (a.page_table_stride == 0) a.page_table_stride = a.max_pages_per_seq;
+
+  require_stride(kCall, "q_stride_head", a.q_stride_head, d, a.n_heads > 1);
+  require_stride(kCall, "q_stride_batch", a.q_stride_batch, 1, false);
+  require_stride(kCall, "k_stride_head", a.k_stride_head, d, a.n_kv_heads > 1);
+  require_stride(kCall, "k_stride_token", a.k_stride_token, 1, false);
+  require_stride(kCall, "k_stride_page", a.k_stride_page, 1, false);
+  require_stride(kCall, "v_stride_head", a.v_stride_head, d, a.n_kv_heads > 1);
+  require_stride(kCall, "v_stride_token", a.v_stride_token, 1, false);
+  require_stride(kCall, "v_stride_page", a.v_stride_page, 1, false);
+  // Outputs must not overlap, or blocks would race on them.
+  require_stride(kCall, "out_stride_head", a.out_stride_head, d, a.n_heads > 1);
+  require_stride(kCall, "out_stride_batch", a.out_stride_batch,
+                 (a.n_heads - 1) * a.out_stride_head + d, a.batch > 1);
+  if (a.page_table_stride < a.max_pages_per_seq)
+    fail(kCall, fmt::format("page_table_stride {} is smaller than max_pages_per_seq {}",
+                            a.page_table_stride, a.max_pages_per_seq));
+
+  if (a.batch > 0) {
+    require_pointer(kCall, "q", a.q, 16);
+    require_pointer(kCall, "k_cache", a.k_cache, 16);
+    require_pointer(kCall, "v_cache", a.v_cache, 16);
+    require_pointer(kCall, "out", a.out, 16);
+    require_pointer(kCall, "page_table", a.page_table, 4);
+    require_pointer(kCall, "seq_lens", a.seq_lens, 4);
+  }
+  // The documented contract (astrai/runtime.hpp) is 16-byte alignment; the kernels read and
+  // write the workspace as floats.
+  if (a.workspace != nullptr && reinterpret_cast<std::uintptr_t>(a.workspace) % 16 != 0)
+    fail(kCall, fmt::format("workspace = {} is not 16-byte aligned", a.workspace));
+  return a;
+}
+
+RotaryArgs resolve_rotary_args(const RotaryArgs& input) {
+  constexpr const char* kCall = "rotary_emb";
+  RotaryArgs a = input;
+  require_dtype(kCall, a.dtype);
+  if (a.batch < 0) fail(kCall, fmt::format("batch {} is not valid (allowed: >= 0)", a.batch));
+  if (a.seq_len < 0) fail(kCall, fmt::format("seq_len {} is not valid (allowed: >= 0)", a.seq_len));
+  require_positive(kCall, "n_heads", a.n_heads);
+  if (a.head_dim % 8 != 0 || a.head_dim < 8 || a.head_dim > 512)
+    fail(kCall, fmt::format("head_dim {} is not supported (allowed: 8..512, step 8)", a.head_dim));
+  const std::int64_t d = a.head_dim;
+  if (a.x_stride_head == 0) a.x_stride_head = d;
+  if (a.x_stride_seq == 0) a.x_stride_seq = a.n_heads * a.x_stride_head;
+  if (a.x_stride_batch == 0) a.x_stride_batch = static_cast<std::int64_t>(a.seq_len) * a.x_stride_seq;
+  if (a.out_stride_head == 0) a.out_stride_head = d;
+  if (a.out_stride_seq == 0) a.out_stride_seq = a.n_heads * a.out_stride_head;
+  if (a.out_stride_batch == 0) a.out_stride_batch = static_cast<std::int64_t>(a.seq_len) * a.out_stride_seq;
+  if (a.freqs_stride_seq == 0) a.freqs_stride_seq = d;
+  if (a.freqs_stride_batch == -1) a.freqs_stride_batch = static_cast<std::int64_t>(a.seq_len) * a.freqs_stride_seq;
+  if (a.x_stride_batch == 0) a.x_stride_batch = 8;  // seq_len 0: nothing is read
+  if (a.out_stride_batch == 0) a.out_stride_batch = 8;
+
+  require_stride(kCall, "x_stride_head", a.x_stride_head, d, a.n_heads > 1);
+  require_stride(kCall, "x_stride_seq", a.x_stride_seq, 1, false);
+  require_stride(kCall, "x_stride_batch", a.x_stride_batch, 1, false);
+  require_stride(kCall, "out_stride_head", a.out_stride_head, d, a.n_heads > 1);
+  require_stride(kCall, "out_stride_seq", a.out_stride_seq, (a.n_heads - 1) * a.out_stride_head + d,
+                 a.seq_len > 1);
+  require_stride(kCall, "out_stride_batch", a.out_stride_batch, 1, false);
+  if (a.freqs_stride_seq < d || a.freqs_stride_seq % 4 != 0)
+    fail(kCall, fmt::format("freqs_stride_seq {} is not valid (allowed: a multiple of 4 floats, "
+                            ">= head_dim {})", a.freqs_stride_seq, d));
+  if (a.freqs_stride_batch < 0 || a.freqs_stride_batch % 4 != 0)
+    fail(kCall, fmt::format("freqs_stride_batch {} is not valid (allowed: 0 to share, -1 for "
+                            "contiguous, or a non-negative multiple of 4 floats)", a.freqs_stride_batch));
+  if (1LL * a.batch * a.seq_len > 0) {
+    require_pointer(kCall, "x", a.x, 16);
+    require_pointer(kCall, "out", a.out, 16);
+    require_pointer(kCall, "freqs", a.freqs, 16);
+  }
+  return a;
+}
+
+}  // namespace astrai::detail

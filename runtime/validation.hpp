@@ -1,0 +1,13 @@
+// Argument checks for every public call, run before anything is launched. Pure CPU code.
+#pragma once
+
+#include "astrai/runtime.hpp"
+
+namespace astrai::detail {
+
+// Returns a copy with default strides filled in and scale resolved; throws InvalidArgument
+// naming the argument, its value and the allowed set.
+PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& args);
+RotaryArgs resolve_rotary_args(const RotaryArgs& args);
+
+}  // namespace astrai::detail

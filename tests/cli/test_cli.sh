@@ -1,0 +1,333 @@
+#!/usr/bin/env bash
+# End-to-end checks of the astrai-jit command-line tool.
+#
+#   ASTRAI_CLI_BIN=build/tools/astrai-jit bash tests/cli/test_cli.sh
+#
+# Runs without a GPU or driver. Uses a fresh cache directory and compiles only a few small
+# variants (a couple of seconds of NVRTC time). Stops at the first failed check.
+set -euo pipefail
+
+BIN=${ASTRAI_CLI_BIN:-}
+if [[ -z "$BIN" || ! -x "$BIN" ]]; then
+  echo "FAIL: set ASTRAI_CLI_BIN to the astrai-jit binary (got '${BIN}')" >&2
+  exit 1
+fi
+
+# Only the variables set below may influence the tool.
+while IFS= read -r name; do
+  unset "$name"
+done < <(compgen -e | grep '^ASTRAI_JIT_' || true)
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/astrai-cli-test.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+export ASTRAI_JIT_CACHE_DIR="$WORK/cache"
+OUT="$WORK/stdout"
+ERR="$WORK/stderr"
+RC=0
+START=$SECONDS
+
+PAGED=paged_decode.bf16.hd128.ps16.g4.sm_89
+ROTARY=rotary_emb.bf16.hd64.sm_89
+
+check() { echo "check: $*"; }
+
+fail() {
+  echo "FAIL: $*" >&2
+  echo "----- stdout of the last command -----" >&2
+  cat "$OUT" >&2 || true
+  echo "----- stderr of the last command -----" >&2
+  cat "$ERR" >&2 || true
+  exit 1
+}
+
+# Runs the tool, keeping stdout, stderr and the exit code; never stops the script.
+run() {
+  set +e
+  "$BIN" "$@" >"$OUT" 2>"$ERR"
+  RC=$?
+  set -e
+}
+
+expect_rc() {
+  [[ "$RC" -eq "$1" ]] || fail "expected exit code $1, got $RC"
+}
+
+expect_out() {
+  grep -qE -- "$1" "$OUT" || fail "stdout does not match /$1/"
+}
+
+expect_err() {
+  grep -qE -- "$1" "$ERR" || fail "stderr does not match /$1/"
+}
+
+expect_no_out() {
+  if grep -qE -- "$1" "$OUT"; then fail "stdout unexpectedly matches /$1/"; fi
+}
+
+expect_count() {  # expect_count PATTERN N: stdout lines matching PATTERN
+  local n
+  n=$(grep -cE -- "$1" "$OUT" || true)
+  [[ "$n" -eq "$2" ]] || fail "expected $2 stdout lines matching /$1/, got $n"
+}
+
+# --------------------------------------------------------------------------------------------
+check "--help of the tool exits 0 and names the verbs and exit codes"
+run --help
+expect_rc 0
+for word in warm cache info "Exit codes"; do expect_out "$word"; done
+
+check "warm --help names every warm flag"
+run warm --help
+expect_rc 0
+for flag in --arch --kernels --dtypes --head-dims --page-sizes --group-sizes --manifest --jobs \
+            --no-mma --dry-run --cache-dir; do
+  expect_out "$flag"
+done
+
+check "cache --help names the cache verbs"
+run cache --help
+expect_rc 0
+for verb in list stats verify prune clear; do expect_out "$verb"; done
+
+for verb in list stats verify prune clear; do
+  check "cache $verb --help exits 0 and names --cache-dir"
+  run cache "$verb" --help
+  expect_rc 0
+  expect_out --cache-dir
+done
+check "cache verify --help names --no-repair; cache prune --help names --max-size"
+run cache verify --help
+expect_out --no-repair
+run cache prune --help
+expect_out --max-size
+
+check "info --help exits 0"
+run info --help
+expect_rc 0
+expect_out "info"
+
+# --------------------------------------------------------------------------------------------
+check "warm --dry-run with no shape selection lists the documented 6 default variants"
+run warm --arch sm_80 --dry-run
+expect_rc 0
+expect_out "^warm: 6 variants"
+for name in paged_decode.bf16.hd64.ps1.g6.sm_80 paged_decode.bf16.hd64.ps16.g6.sm_80 \
+            paged_decode.bf16.hd128.ps1.g4.sm_80 paged_decode.bf16.hd128.ps16.g4.sm_80 \
+            rotary_emb.bf16.hd64.sm_80 rotary_emb.bf16.hd128.sm_80; do
+  expect_out "^${name//./\\.}( |$)"
+done
+expect_count '^(paged_decode|rotary_emb)\.' 6
+[[ ! -d "$ASTRAI_JIT_CACHE_DIR/v1" ]] || [[ -z "$(find "$ASTRAI_JIT_CACHE_DIR/v1" -name '*.cubin')" ]] \
+  || fail "--dry-run wrote cache entries"
+
+check "warm --dry-run takes the cross product of given lists and dedupes"
+run warm --dry-run --arch sm_89 --kernels paged_decode,rotary_emb --head-dims 64,128,64 \
+    --group-sizes 4 --page-sizes 1,16
+expect_rc 0
+expect_out "^warm: 6 variants"   # paged: 2 head dims x 1 group x 2 page sizes; rotary: 2
+expect_count '^paged_decode\.' 4
+expect_count '^rotary_emb\.' 2
+
+check "warm --dry-run accepts repeated flags, arch spellings and --no-mma"
+run warm --dry-run --arch sm_80 --arch 8.9 --kernels rotary_emb --head-dims 64 --no-mma
+expect_rc 0
+expect_out "^warm: 2 variants"
+expect_out '^rotary_emb\.bf16\.hd64\.nomma\.sm_80'
+expect_out '^rotary_emb\.bf16\.hd64\.nomma\.sm_89'
+
+check "warm --dry-run --arch auto (the default) resolves to a target"
+run warm --dry-run --kernels rotary_emb --head-dims 64
+expect_rc 0
+expect_out '^rotary_emb\.bf16\.hd64\.(sm|compute)_[0-9]+a?'
+
+# --------------------------------------------------------------------------------------------
+check "warm of one paged_decode variant fills an empty cache (and ASTRAI_JIT_RECORD records it)"
+set +e
+ASTRAI_JIT_RECORD="$WORK/recorded.txt" "$BIN" warm --arch sm_89 --kernels paged_decode \
+    --head-dims 128 --group-sizes 4 --page-sizes 16 --jobs 2 >"$OUT" 2>"$ERR"
+RC=$?
+set -e
+expect_rc 0
+expect_out "^\[1/1\] ${PAGED//./\\.} [0-9]+\.[0-9]+ s$"
+expect_out "^warm: 1 variants, 1 compiled, 0 already cached, 0 failed, [1-9][0-9]* bytes, "
+grep -qx "$PAGED" "$WORK/recorded.txt" || fail "ASTRAI_JIT_RECORD file does not list $PAGED"
+
+check "a second warm of the same variant compiles nothing"
+run warm --arch sm_89 --kernels paged_decode --head-dims 128 --group-sizes 4 --page-sizes 16 \
+    --jobs 2
+expect_rc 0
+expect_out "^\[1/1\] ${PAGED//./\\.} cached$"
+expect_out "^warm: 1 variants, 0 compiled, 1 already cached, 0 failed, 0 bytes, "
+
+check "warm --dry-run marks the cached variant"
+run warm --dry-run --arch sm_89 --kernels paged_decode --head-dims 128 --group-sizes 4 \
+    --page-sizes 16
+expect_rc 0
+expect_out "^${PAGED//./\\.} cached$"
+
+# --------------------------------------------------------------------------------------------
+check "warm --manifest warms exactly the listed variants"
+{
+  echo "# variants recorded by ASTRAI_JIT_RECORD, plus one more"
+  cat "$WORK/recorded.txt"
+  echo ""
+  echo "$ROTARY   # trailing comment"
+} >"$WORK/manifest.txt"
+run warm --manifest "$WORK/manifest.txt" --jobs 2
+expect_rc 0
+expect_out "^warm: 2 variants, 1 compiled, 1 already cached, 0 failed, "
+expect_count '^\[[0-9]+/2\] ' 2
+expect_out "^\[[12]/2\] ${ROTARY//./\\.} [0-9]+\.[0-9]+ s$"
+expect_out "^\[[12]/2\] ${PAGED//./\\.} cached$"
+
+check "a malformed manifest line exits 2 naming file:line"
+printf '%s\n# fine so far\npaged_decode.bf16.hd128.sm_89\n' "$ROTARY" >"$WORK/bad_manifest.txt"
+run warm --manifest "$WORK/bad_manifest.txt"
+expect_rc 2
+expect_err "bad_manifest\.txt:3: "
+expect_no_out '^\['
+
+# --------------------------------------------------------------------------------------------
+check "cache list shows both entries and a total"
+run cache list
+expect_rc 0
+expect_count '[0-9a-f]{32}  (paged_decode|rotary_emb)\.' 2
+expect_out "[0-9a-f]{32}  ${PAGED//./\\.}$"
+expect_out "[0-9a-f]{32}  ${ROTARY//./\\.}$"
+expect_out '[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z'
+expect_out '^total: 2 entries'
+
+check "cache stats counts them"
+run cache stats
+expect_rc 0
+expect_out "^directory: ${ASTRAI_JIT_CACHE_DIR}$"
+expect_out '^mode: rw$'
+expect_out '^entries: 2$'
+expect_out '^total bytes: [1-9][0-9]* '
+expect_out '^cap: unlimited$'
+
+check "cache verify passes on an intact cache"
+run cache verify
+expect_rc 0
+expect_out '2 entries checked, 0 damaged'
+
+# Keep a copy for the --cache-dir and clear checks below.
+cp -a "$ASTRAI_JIT_CACHE_DIR" "$WORK/copy"
+
+check "cache verify --no-repair reports a damaged entry and keeps it"
+entry=$(find "$ASTRAI_JIT_CACHE_DIR/v1" -name "*.${PAGED}.cubin" -type f)
+[[ -n "$entry" && -f "$entry" ]] || fail "no cache entry file for $PAGED"
+size=$(wc -c <"$entry")
+printf '\xde\xad\xbe\xef\xde\xad\xbe\xef' | dd of="$entry" bs=1 seek=$((size / 2)) conv=notrunc status=none
+run cache verify --no-repair
+expect_rc 1
+expect_out "damaged: [0-9a-f]{32} ${PAGED//./\\.}"
+[[ -f "$entry" ]] || fail "--no-repair removed the damaged entry"
+
+check "cache verify exits 1 on the damaged entry and removes it"
+run cache verify
+expect_rc 1
+expect_out "damaged: [0-9a-f]{32} ${PAGED//./\\.}"
+expect_out '2 entries checked, 1 damaged'
+[[ ! -e "$entry" ]] || fail "verify did not remove the damaged entry $entry"
+
+check "the next cache verify passes"
+run cache verify
+expect_rc 0
+expect_out '1 entries checked, 0 damaged'
+
+check "cache prune without a size (no --max-size, no ASTRAI_JIT_MAX_CACHE_SIZE) exits 2"
+run cache prune
+expect_rc 2
+expect_err 'max-size|ASTRAI_JIT_MAX_CACHE_SIZE'
+
+check "cache prune --max-size bogus exits 2"
+run cache prune --max-size 12 parsecs
+expect_rc 2
+run cache prune --max-size 12parsecs
+expect_rc 2
+expect_err '12parsecs'
+
+check "cache prune --max-size 1 empties the cache"
+run cache prune --max-size 1
+expect_rc 0
+expect_out '^prune: freed [1-9][0-9]* bytes'
+run cache stats
+expect_out '^entries: 0$'
+
+check "cache stats --cache-dir reads another directory"
+run cache stats --cache-dir "$WORK/copy"
+expect_rc 0
+expect_out "^directory: $WORK/copy$"
+expect_out '^entries: 2$'
+
+check "cache clear --cache-dir removes everything there"
+run cache clear --cache-dir "$WORK/copy"
+expect_rc 0
+expect_out '^clear: removed 2 entries'
+run cache list --cache-dir "$WORK/copy"
+expect_rc 0
+expect_out '^total: 0 entries'
+[[ -z "$(find "$WORK/copy" -type f)" ]] || fail "cache clear left files behind"
+
+# --------------------------------------------------------------------------------------------
+check "warm --arch sm_xx exits 2 naming the value"
+run warm --arch sm_xx
+expect_rc 2
+expect_err 'sm_xx'
+
+check "warm --head-dims 72 for paged_decode exits 2 naming 72"
+run warm --head-dims 72 --arch sm_89 --kernels paged_decode
+expect_rc 2
+expect_err '72'
+expect_no_out '^\['
+
+check "warm --kernels bogus and --jobs 0 exit 2"
+run warm --kernels bogus --arch sm_89
+expect_rc 2
+expect_err 'bogus'
+run warm --jobs 0 --arch sm_89
+expect_rc 2
+
+check "an unknown verb exits 2"
+run frobnicate
+expect_rc 2
+expect_err 'frobnicate'
+run cache frobnicate
+expect_rc 2
+expect_err 'frobnicate'
+
+check "an unknown flag exits 2"
+run warm --no-such-flag
+expect_rc 2
+
+check "ASTRAI_JIT_CACHE=bogus info exits 2 naming the value"
+set +e
+ASTRAI_JIT_CACHE=bogus "$BIN" info >"$OUT" 2>"$ERR"
+RC=$?
+set -e
+expect_rc 2
+expect_err 'ASTRAI_JIT_CACHE=bogus'
+
+# --------------------------------------------------------------------------------------------
+check "info exits 0, shows NVRTC, the driver state, the cache and the variables set"
+set +e
+ASTRAI_JIT_MAX_CACHE_SIZE=1G ASTRAI_JIT_TYPO=1 "$BIN" info >"$OUT" 2>"$ERR"
+RC=$?
+set -e
+expect_rc 0
+expect_out '^NVRTC: [0-9]+\.[0-9]+$'
+expect_out 'supported archs: .*sm_[0-9]+'
+if grep -q '^driver: not available' "$OUT"; then
+  expect_out '^devices: none \(no CUDA driver or GPU available'
+else
+  expect_out '^driver: CUDA [0-9]+\.[0-9]+'
+  expect_out '^  device 0: '
+fi
+expect_out "^  directory: ${ASTRAI_JIT_CACHE_DIR}$"
+expect_out '^  cap: 1\.0 GiB'
+expect_out '^  ASTRAI_JIT_MAX_CACHE_SIZE=1G$'
+expect_out '^  ASTRAI_JIT_TYPO=1 +\(unknown'
+expect_err 'unknown environment variable ASTRAI_JIT_TYPO'
+
+echo "PASS: all astrai-jit CLI checks ($((SECONDS - START)) s)"

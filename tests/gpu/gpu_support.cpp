@@ -1,0 +1,140 @@
+#include "tests/gpu/gpu_support.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <mutex>
+
+#include <fmt/format.h>
+
+namespace astrai::gpu_test {
+
+using detail::check_cu;
+using detail::driver;
+
+DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+  check_cu(driver().cuMemAlloc(&pointer_, bytes), "cuMemAlloc", -1);
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (pointer_) driver().cuMemFree(pointer_);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : pointer_(other.pointer_), bytes_(other.bytes_) {
+  other.pointer_ = 0;
+  other.bytes_ = 0;
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    if (pointer_) driver().cuMemFree(pointer_);
+    pointer_ = other.pointer_;
+    bytes_ = other.bytes_;
+    other.pointer_ = 0;
+    other.bytes_ = 0;
+  }
+  return *this;
+}
+
+void DeviceBuffer::upload(const void* host, std::size_t bytes, std::size_t offset) {
+  check_cu(driver().cuMemcpyHtoD(pointer_ + offset, host, bytes), "cuMemcpyHtoD", -1);
+}
+
+void DeviceBuffer::download(void* host, std::size_t bytes, std::size_t offset) const {
+  check_cu(driver().cuMemcpyDtoH(host, pointer_ + offset, bytes), "cuMemcpyDtoH", -1);
+}
+
+void DeviceBuffer::fill_byte(unsigned char value) {
+  check_cu(driver().cuMemsetD8(pointer_, value, bytes_), "cuMemsetD8", -1);
+}
+
+void synchronize() { check_cu(driver().cuCtxSynchronize(), "cuCtxSynchronize", -1); }
+
+std::uint16_t float_to_bits(float value, DType dtype) {
+  if (dtype == DType::bf16) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &value, 4);
+    if (std::isnan(value)) return 0x7fc0;
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return static_cast<std::uint16_t>(bits >> 16);
+  }
+  const _Float16 half = static_cast<_Float16>(value);
+  std::uint16_t bits;
+  std::memcpy(&bits, &half, 2);
+  return bits;
+}
+
+float bits_to_float(std::uint16_t bits, DType dtype) {
+  if (dtype == DType::bf16) {
+    const std::uint32_t wide = static_cast<std::uint32_t>(bits) << 16;
+    float value;
+    std::memcpy(&value, &wide, 4);
+    return value;
+  }
+  _Float16 half;
+  std::memcpy(&half, &bits, 2);
+  return static_cast<float>(half);
+}
+
+std::vector<std::uint16_t> random_elements(std::size_t count, DType dtype, std::mt19937& rng) {
+  std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+  std::vector<std::uint16_t> values(count);
+  for (auto& value : values) value = float_to_bits(uniform(rng), dtype);
+  return values;
+}
+
+void accumulate(Comparison* c, double got, double want, double atol, double rtol,
+                const std::string& where) {
+  ++c->checked;
+  const double error = std::fabs(got - want);
+  const bool ok = std::isfinite(got) && error <= atol + rtol * std::fabs(want);
+  if (!ok) {
+    if (c->failures == 0)
+      c->first_failure = fmt::format("{}: got {} want {} (|err| {:.3g})", where, got, want, error);
+    ++c->failures;
+  }
+  if (!std::isfinite(got)) {
+    c->max_abs_error = INFINITY;
+    return;
+  }
+  c->max_abs_error = std::max(c->max_abs_error, error);
+  c->max_rel_error = std::max(c->max_rel_error, error / std::max(std::fabs(want), 1e-3));
+  c->sum_sq_error += error * error;
+  c->sum_sq_reference += want * want;
+}
+
+void finish(Comparison* c) {
+  c->norm_rel_error = c->sum_sq_reference > 0 ? std::sqrt(c->sum_sq_error / c->sum_sq_reference)
+                                              : std::sqrt(c->sum_sq_error);
+}
+
+namespace {
+std::mutex worst_mutex;
+std::map<std::string, Comparison> worst;
+}  // namespace
+
+void note_worst(const std::string& kernel, DType dtype, const Comparison& comparison) {
+  std::lock_guard<std::mutex> lock(worst_mutex);
+  auto& entry = worst[fmt::format("{} {}", kernel, dtype_name(dtype))];
+  entry.checked += comparison.checked;
+  entry.failures += comparison.failures;
+  entry.max_abs_error = std::max(entry.max_abs_error, comparison.max_abs_error);
+  entry.norm_rel_error = std::max(entry.norm_rel_error, comparison.norm_rel_error);
+}
+
+void print_worst() {
+  std::lock_guard<std::mutex> lock(worst_mutex);
+  std::printf("worst errors per kernel and dtype (%s path):\n",
+              mma_forced_off() ? "CUDA-core, ASTRAI_JIT_NO_MMA" : "tensor-core");
+  for (const auto& [name, c] : worst)
+    std::printf("  %-20s elements %zu failures %zu max|err| %.3g max norm-rel %.3g\n", name.c_str(),
+                c.checked, c.failures, c.max_abs_error, c.norm_rel_error);
+}
+
+bool mma_forced_off() {
+  const char* value = std::getenv("ASTRAI_JIT_NO_MMA");
+  return value && (std::string(value) == "1" || std::string(value) == "true");
+}
+
+}  // namespace astrai::gpu_test

@@ -1,0 +1,161 @@
+// rotary_emb against a float64 CPU reference, in place and out of place, 3D and 4D, strided.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "tests/gpu/gpu_support.hpp"
+
+namespace astrai::gpu_test {
+namespace {
+
+struct RotaryCase {
+  DType dtype = DType::bf16;
+  int batch = 1;
+  int seq_len = 1;
+  int n_heads = 1;
+  int head_dim = 128;
+  bool in_place = false;
+  bool strided = false;       // padded head and seq strides on x and out
+  bool shared_freqs = false;  // one [seq, D/2, 2] table for every batch entry
+  unsigned seed = 1;
+  std::string describe() const {
+    return fmt::format("rotary_emb dtype={} batch={} seq={} heads={} hd={} in_place={} strided={} "
+                       "shared_freqs={} seed={}", dtype_name(dtype), batch, seq_len, n_heads,
+                       head_dim, in_place, strided, shared_freqs, seed);
+  }
+};
+
+void check_rotary(const RotaryCase& c) {
+  std::mt19937 rng(c.seed);
+  const int d = c.head_dim;
+  const std::int64_t head_stride = d + (c.strided ? 8 : 0);
+  const std::int64_t seq_stride = c.n_heads * head_stride + (c.strided ? 16 : 0);
+  const std::int64_t batch_stride = c.seq_len * seq_stride;
+  const std::size_t elems = std::max<std::int64_t>(8, c.batch * batch_stride);
+  std::vector<std::uint16_t> x = random_elements(elems, c.dtype, rng);
+  const int freq_batches = c.shared_freqs ? 1 : c.batch;
+  std::vector<float> freqs(std::max<std::size_t>(4, static_cast<std::size_t>(freq_batches) * c.seq_len * d));
+  std::uniform_real_distribution<double> angle(-100.0, 100.0);
+  for (std::size_t i = 0; i + 1 < freqs.size(); i += 2) {
+    const double a = angle(rng);
+    freqs[i] = static_cast<float>(std::cos(a));
+    freqs[i + 1] = static_cast<float>(std::sin(a));
+  }
+  DeviceBuffer d_x = DeviceBuffer::from(x);
+  DeviceBuffer d_out(elems * 2);
+  d_out.fill_byte(0xff);
+  DeviceBuffer d_freqs = DeviceBuffer::from(freqs);
+
+  RotaryArgs args;
+  args.dtype = c.dtype;
+  args.batch = c.batch;
+  args.seq_len = c.seq_len;
+  args.n_heads = c.n_heads;
+  args.head_dim = d;
+  args.x = d_x.get();
+  args.x_stride_batch = batch_stride;
+  args.x_stride_seq = seq_stride;
+  args.x_stride_head = head_stride;
+  args.out = c.in_place ? d_x.get() : d_out.get();
+  args.out_stride_batch = batch_stride;
+  args.out_stride_seq = seq_stride;
+  args.out_stride_head = head_stride;
+  args.freqs = static_cast<const float*>(d_freqs.get());
+  args.freqs_stride_batch = c.shared_freqs ? 0 : -1;
+  Runtime::get().rotary_emb(args);
+  synchronize();
+  const auto out = (c.in_place ? d_x : d_out).to_host<std::uint16_t>(elems);
+
+  Comparison comparison;
+  for (int b = 0; b < c.batch; ++b)
+    for (int s = 0; s < c.seq_len; ++s)
+      for (int h = 0; h < c.n_heads; ++h)
+        for (int i = 0; i < d; i += 2) {
+          const std::int64_t at = b * batch_stride + s * seq_stride + h * head_stride + i;
+          const std::size_t f = (static_cast<std::size_t>(c.shared_freqs ? 0 : b) * c.seq_len + s) * d + i;
+          const double x0 = bits_to_float(x[at], c.dtype);
+          const double x1 = bits_to_float(x[at + 1], c.dtype);
+          const double cs = freqs[f];
+          const double sn = freqs[f + 1];
+          const std::string where = fmt::format("b={} s={} h={} i={}", b, s, h, i);
+          accumulate(&comparison, bits_to_float(out[at], c.dtype), x0 * cs - x1 * sn, 1e-2, 1e-2, where);
+          accumulate(&comparison, bits_to_float(out[at + 1], c.dtype), x0 * sn + x1 * cs, 1e-2, 1e-2, where);
+        }
+  if (c.strided && !c.in_place) {
+    for (int b = 0; b < c.batch; ++b)
+      for (int s = 0; s < c.seq_len; ++s)
+        for (int h = 0; h < c.n_heads; ++h)
+          for (int i = d; i < head_stride; ++i)
+            if (out[b * batch_stride + s * seq_stride + h * head_stride + i] != 0xffff) {
+              ++comparison.failures;
+              comparison.first_failure = "padding between rows was written";
+            }
+  }
+  finish(&comparison);
+  note_worst("rotary_emb", c.dtype, comparison);
+  INFO(c.describe());
+  MESSAGE(fmt::format("{} -> max|err| {:.3g}", c.describe(), comparison.max_abs_error));
+  CHECK_MESSAGE(comparison.failures == 0, comparison.first_failure);
+}
+
+}  // namespace
+
+TEST_SUITE("rotary_emb") {
+
+TEST_CASE("rotary_emb over [tokens, heads, D] matches the reference") {
+  std::mt19937 rng(3);
+  for (int head_dim : {64, 128, 256, 80, 96}) {
+    for (bool in_place : {false, true}) {
+      RotaryCase c;
+      c.head_dim = head_dim;
+      c.seq_len = 1 + rng() % 300;
+      c.n_heads = 1 + rng() % 8;
+      c.in_place = in_place;
+      c.seed = rng();
+      check_rotary(c);
+    }
+  }
+}
+
+TEST_CASE("rotary_emb over [batch, seq, heads, D], strided and with a shared table") {
+  std::mt19937 rng(4);
+  for (DType dtype : {DType::bf16, DType::fp16}) {
+    for (bool strided : {false, true}) {
+      for (bool shared : {false, true}) {
+        RotaryCase c;
+        c.dtype = dtype;
+        c.batch = 3;
+        c.seq_len = 1 + rng() % 100;
+        c.n_heads = 4;
+        c.strided = strided;
+        c.shared_freqs = shared;
+        c.seed = rng();
+        check_rotary(c);
+      }
+    }
+  }
+}
+
+TEST_CASE("rotary_emb with zero tokens launches nothing and one token works") {
+  RotaryCase empty;
+  empty.seq_len = 0;
+  check_rotary(empty);
+  RotaryCase one;
+  one.seq_len = 1;
+  one.n_heads = 1;
+  one.head_dim = 8;
+  check_rotary(one);
+}
+
+TEST_CASE("rotary_emb on many tokens covers every element (grid-stride)") {
+  RotaryCase c;
+  c.seq_len = 20000;
+  c.n_heads = 8;
+  c.head_dim = 128;
+  check_rotary(c);
+}
+
+}  // TEST_SUITE
+}  // namespace astrai::gpu_test

@@ -1,0 +1,228 @@
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "astrai/error.hpp"
+#include "runtime/kernel_sources.hpp"
+#include "runtime/kernel_spec.hpp"
+#include "runtime/nvrtc_compiler.hpp"
+
+using astrai::DType;
+using astrai::detail::BinaryKind;
+using astrai::detail::CompileRequest;
+using astrai::detail::CompileResult;
+using astrai::detail::kernel_source_closure;
+using astrai::detail::KernelKind;
+using astrai::detail::KernelSpec;
+using astrai::detail::nvrtc_compile;
+
+namespace {
+
+KernelSpec paged(DType dtype, int head_dim, int page_size, int group, const std::string& arch,
+                 bool no_mma = false) {
+  KernelSpec spec;
+  spec.kind = KernelKind::paged_decode;
+  spec.dtype = dtype;
+  spec.head_dim = head_dim;
+  spec.page_size = page_size;
+  spec.group_size = group;
+  spec.arch = arch;
+  spec.force_no_mma = no_mma;
+  return spec;
+}
+
+KernelSpec rotary(DType dtype, int head_dim, const std::string& arch) {
+  KernelSpec spec;
+  spec.kind = KernelKind::rotary_emb;
+  spec.dtype = dtype;
+  spec.head_dim = head_dim;
+  spec.arch = arch;
+  return spec;
+}
+
+// The request the JIT engine builds for a spec.
+CompileRequest request_for(const KernelSpec& spec) {
+  CompileRequest request;
+  request.variant_name = spec.name();
+  request.main_file = spec.main_file();
+  request.headers = kernel_source_closure(spec.main_file());
+  request.name_expressions = spec.instantiations();
+  request.options = spec.compile_options();
+  request.emit_ptx_only = spec.arch.rfind("compute_", 0) == 0;
+  return request;
+}
+
+bool contains(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+bool binary_contains(const std::vector<char>& binary, const std::string& needle) {
+  return std::search(binary.begin(), binary.end(), needle.begin(), needle.end()) != binary.end();
+}
+
+bool is_elf(const std::vector<char>& binary) {
+  return binary.size() > 64 && binary[0] == '\x7f' && binary[1] == 'E' && binary[2] == 'L' &&
+         binary[3] == 'F';
+}
+
+// Compiles `spec` and checks what every successful compile must give.
+CompileResult compile_and_check(const KernelSpec& spec) {
+  const CompileRequest request = request_for(spec);
+  CompileResult result = nvrtc_compile(request, true);
+  CHECK(result.kind == BinaryKind::cubin);
+  CHECK(is_elf(result.binary));
+  REQUIRE(result.lowered_names.size() == request.name_expressions.size());
+  for (const auto& lowered : result.lowered_names) {
+    CAPTURE(lowered);
+    CHECK(lowered.rfind("_Z", 0) == 0);  // a mangled C++ name
+    CHECK(contains(result.ptx, ".entry " + lowered));
+    CHECK(binary_contains(result.binary, lowered));
+  }
+  CHECK(contains(result.ptx, ".target " + spec.arch));
+  CHECK(contains(result.source, "#include \"" + spec.main_file() + "\""));
+  return result;
+}
+
+void check_tensor_core_ptx(const std::string& ptx) {
+  CHECK(contains(ptx, "mma.sync.aligned.m16n8k16"));
+  CHECK(contains(ptx, "ldmatrix"));
+  CHECK(contains(ptx, "cp.async"));
+}
+
+void check_cuda_core_ptx(const std::string& ptx) {
+  CHECK_FALSE(contains(ptx, "mma.sync"));
+  CHECK_FALSE(contains(ptx, "ldmatrix"));
+  CHECK_FALSE(contains(ptx, "cp.async"));
+}
+
+const std::vector<std::string> kArchs = {"sm_75", "sm_80", "sm_86", "sm_89", "sm_90a"};
+
+}  // namespace
+
+TEST_SUITE("kernel_compile") {
+
+TEST_CASE("NVRTC knows every arch the sweep compiles for") {
+  const auto archs = astrai::detail::nvrtc_supported_archs();
+  REQUIRE_FALSE(archs.empty());
+  CHECK(std::is_sorted(archs.begin(), archs.end()));
+  for (int arch : {75, 80, 86, 89, 90}) {
+    CAPTURE(arch);
+    CHECK(std::find(archs.begin(), archs.end(), arch) != archs.end());
+  }
+  const auto version = astrai::detail::nvrtc_version();
+  CHECK(version.major >= 12);
+  CHECK(version.text() == std::to_string(version.major) + "." + std::to_string(version.minor));
+}
+
+TEST_CASE("paged decode compiles for every arch with tensor cores from sm_80 on") {
+  for (const auto& arch : kArchs) {
+    for (const KernelSpec& spec : {paged(DType::bf16, 128, 16, 4, arch),
+                                   paged(DType::fp16, 64, 1, 6, arch)}) {
+      CAPTURE(spec.name());
+      const CompileResult result = compile_and_check(spec);
+      if (arch == "sm_75") check_cuda_core_ptx(result.ptx);
+      else check_tensor_core_ptx(result.ptx);
+    }
+  }
+}
+
+TEST_CASE("a forced CUDA-core variant on sm_90a uses no tensor-core instructions") {
+  const KernelSpec spec = paged(DType::bf16, 128, 16, 4, "sm_90a", true);
+  REQUIRE_FALSE(spec.uses_mma());
+  const CompileResult result = compile_and_check(spec);
+  check_cuda_core_ptx(result.ptx);
+}
+
+TEST_CASE("paged decode compiles across head dims, page sizes, groups and dtypes") {
+  // Tensor-core path on one arch, and the CUDA-core path on sm_75 for the odd shapes.
+  const std::vector<KernelSpec> specs = {
+      paged(DType::bf16, 32, 1, 1, "sm_86"),    paged(DType::fp16, 32, 16, 20, "sm_86"),
+      paged(DType::fp16, 80, 16, 6, "sm_86"),   paged(DType::bf16, 80, 1, 20, "sm_86"),
+      paged(DType::bf16, 256, 1, 6, "sm_86"),   paged(DType::fp16, 256, 16, 1, "sm_86"),
+      paged(DType::fp16, 80, 1, 20, "sm_75"),   paged(DType::bf16, 256, 16, 6, "sm_75"),
+      paged(DType::bf16, 32, 16, 20, "sm_75"),
+  };
+  for (const auto& spec : specs) {
+    CAPTURE(spec.name());
+    const CompileResult result = compile_and_check(spec);
+    if (spec.uses_mma()) check_tensor_core_ptx(result.ptx);
+    else check_cuda_core_ptx(result.ptx);
+  }
+}
+
+TEST_CASE("rotary embedding compiles for every arch, both dtypes and two head dims") {
+  for (std::size_t i = 0; i < kArchs.size(); ++i) {
+    // Alternate dtypes and head dims over the archs so every combination appears.
+    const DType dtype = i % 2 == 0 ? DType::bf16 : DType::fp16;
+    for (int head_dim : {64, 128}) {
+      const DType other = dtype == DType::bf16 ? DType::fp16 : DType::bf16;
+      const KernelSpec spec = rotary(head_dim == 64 ? dtype : other, head_dim, kArchs[i]);
+      CAPTURE(spec.name());
+      const CompileResult result = compile_and_check(spec);
+      CHECK_FALSE(contains(result.ptx, "mma.sync"));
+    }
+  }
+}
+
+TEST_CASE("a compute target yields PTX text instead of a cubin") {
+  const KernelSpec spec = rotary(DType::bf16, 64, "compute_90");
+  const CompileRequest request = request_for(spec);
+  REQUIRE(request.emit_ptx_only);
+  const CompileResult result = nvrtc_compile(request, false);
+  CHECK(result.kind == BinaryKind::ptx);
+  REQUIRE_FALSE(result.binary.empty());
+  CHECK(result.binary.back() == '\0');  // the driver takes it as a C string
+  const std::string text(result.binary.data());
+  CHECK(contains(text, ".target sm_90"));  // PTX names the virtual arch by its sm_ number
+  REQUIRE(result.lowered_names.size() == 1);
+  CHECK(contains(text, ".entry " + result.lowered_names[0]));
+  CHECK_FALSE(is_elf(result.binary));
+}
+
+TEST_CASE("a compile without the PTX request returns no PTX text") {
+  const CompileResult result = nvrtc_compile(request_for(rotary(DType::fp16, 64, "sm_80")), false);
+  CHECK(result.ptx.empty());
+  CHECK(is_elf(result.binary));
+}
+
+TEST_CASE("a name expression for a missing template fails with a CompileError carrying the log") {
+  CompileRequest request = request_for(rotary(DType::bf16, 64, "sm_80"));
+  request.variant_name = "broken.variant.sm_80";
+  request.name_expressions = {"astrai::no_such_kernel<astrai::bf16_t, 64>"};
+  bool thrown = false;
+  try {
+    nvrtc_compile(request, true);
+  } catch (const astrai::CompileError& error) {
+    thrown = true;
+    CHECK(error.variant() == "broken.variant.sm_80");
+    CHECK(error.options() == "--std=c++17 --gpu-architecture=sm_80 --device-as-default-execution-space");
+    CHECK_FALSE(error.log().empty());
+    CHECK(contains(error.log(), "no_such_kernel"));
+    const std::string message = error.what();
+    CHECK(contains(message, "broken.variant.sm_80"));
+    CHECK(contains(message, "--gpu-architecture=sm_80"));
+    CHECK(contains(message, error.log()));
+  }
+  CHECK(thrown);
+}
+
+TEST_CASE("a syntax error in a header is reported as a CompileError derived from astrai::Error") {
+  CompileRequest request;
+  request.variant_name = "syntax.sm_86";
+  request.main_file = "bad.cuh";
+  request.headers = {{"bad.cuh", "namespace astrai { this is not C++; }\n"}};
+  request.options = {"--std=c++17", "--gpu-architecture=sm_86"};
+  CHECK_THROWS_AS(nvrtc_compile(request, false), astrai::Error);
+  try {
+    nvrtc_compile(request, false);
+    FAIL("the compile should have failed");
+  } catch (const astrai::CompileError& error) {
+    CHECK(error.variant() == "syntax.sm_86");
+    CHECK(error.options() == "--std=c++17 --gpu-architecture=sm_86");
+    CHECK(contains(error.log(), "bad.cuh"));
+  }
+}
+
+}  // TEST_SUITE

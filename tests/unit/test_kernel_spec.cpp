@@ -1,0 +1,438 @@
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "astrai/error.hpp"
+#include "runtime/kernel_sources.hpp"
+#include "runtime/kernel_spec.hpp"
+
+using astrai::DType;
+using astrai::detail::arch_number;
+using astrai::detail::kernel_source;
+using astrai::detail::kernel_source_closure;
+using astrai::detail::KernelKind;
+using astrai::detail::KernelSpec;
+
+namespace {
+
+KernelSpec paged(DType dtype, int head_dim, int page_size, int group, const std::string& arch,
+                 bool no_mma = false) {
+  KernelSpec spec;
+  spec.kind = KernelKind::paged_decode;
+  spec.dtype = dtype;
+  spec.head_dim = head_dim;
+  spec.page_size = page_size;
+  spec.group_size = group;
+  spec.arch = arch;
+  spec.force_no_mma = no_mma;
+  return spec;
+}
+
+KernelSpec rotary(DType dtype, int head_dim, const std::string& arch, bool no_mma = false) {
+  KernelSpec spec;
+  spec.kind = KernelKind::rotary_emb;
+  spec.dtype = dtype;
+  spec.head_dim = head_dim;
+  spec.arch = arch;
+  spec.force_no_mma = no_mma;
+  return spec;
+}
+
+bool same_fields(const KernelSpec& a, const KernelSpec& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.head_dim == b.head_dim &&
+         a.page_size == b.page_size && a.group_size == b.group_size && a.flags == b.flags &&
+         a.force_no_mma == b.force_no_mma && a.arch == b.arch;
+}
+
+std::size_t count_of(const std::vector<std::string>& items, const std::string& value) {
+  return static_cast<std::size_t>(std::count(items.begin(), items.end(), value));
+}
+
+// The message of the InvalidArgument that validate() throws, or "" when it accepts the spec.
+std::string validate_message(const KernelSpec& spec) {
+  try {
+    spec.validate();
+  } catch (const astrai::InvalidArgument& error) {
+    return error.what();
+  }
+  return "";
+}
+
+// Quoted include targets of one source text, found line by line without regular expressions.
+std::vector<std::string> quoted_includes(const std::string& text) {
+  std::vector<std::string> found;
+  std::size_t begin = 0;
+  while (begin < text.size()) {
+    std::size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(begin, end - begin);
+    begin = end + 1;
+    const std::size_t first = line.find_first_not_of(" \t");
+    if (first == std::string::npos || line[first] != '#') continue;
+    std::size_t pos = line.find_first_not_of(" \t", first + 1);
+    if (pos == std::string::npos || line.compare(pos, 7, "include") != 0) continue;
+    pos = line.find_first_not_of(" \t", pos + 7);
+    if (pos == std::string::npos || line[pos] != '"') continue;
+    const std::size_t close = line.find('"', pos + 1);
+    if (close != std::string::npos) found.push_back(line.substr(pos + 1, close - pos - 1));
+  }
+  return found;
+}
+
+std::set<std::string> transitive_includes(const std::string& main_file) {
+  std::set<std::string> seen;
+  std::vector<std::string> todo = {main_file};
+  while (!todo.empty()) {
+    const std::string name = todo.back();
+    todo.pop_back();
+    if (!seen.insert(name).second) continue;
+    for (const auto& child : quoted_includes(std::string(kernel_source(name)))) todo.push_back(child);
+  }
+  return seen;
+}
+
+}  // namespace
+
+TEST_SUITE("kernel_spec") {
+
+TEST_CASE("variant names follow the pinned dotted format") {
+  CHECK(paged(DType::bf16, 128, 16, 4, "sm_90a").name() == "paged_decode.bf16.hd128.ps16.g4.sm_90a");
+  CHECK(paged(DType::fp16, 64, 1, 1, "sm_80").name() == "paged_decode.fp16.hd64.ps1.g1.sm_80");
+  CHECK(paged(DType::bf16, 256, 256, 128, "sm_75").name() ==
+        "paged_decode.bf16.hd256.ps256.g128.sm_75");
+  CHECK(rotary(DType::fp16, 64, "sm_89").name() == "rotary_emb.fp16.hd64.sm_89");
+  CHECK(rotary(DType::bf16, 512, "compute_90").name() == "rotary_emb.bf16.hd512.compute_90");
+}
+
+TEST_CASE("a forced CUDA-core variant carries the nomma field before the arch") {
+  CHECK(paged(DType::bf16, 128, 16, 4, "sm_90a", true).name() ==
+        "paged_decode.bf16.hd128.ps16.g4.nomma.sm_90a");
+  CHECK(rotary(DType::fp16, 64, "sm_89", true).name() == "rotary_emb.fp16.hd64.nomma.sm_89");
+  CHECK(paged(DType::bf16, 128, 16, 4, "sm_90a", true).name() !=
+        paged(DType::bf16, 128, 16, 4, "sm_90a", false).name());
+}
+
+TEST_CASE("non-zero flags appear as a hex field in the name") {
+  KernelSpec spec = paged(DType::bf16, 128, 16, 4, "sm_90a");
+  spec.flags = 0x1a;
+  CHECK(spec.name() == "paged_decode.bf16.hd128.ps16.g4.f1a.sm_90a");
+  spec.force_no_mma = true;
+  CHECK(spec.name() == "paged_decode.bf16.hd128.ps16.g4.f1a.nomma.sm_90a");
+}
+
+TEST_CASE("parse inverts name for many valid specs") {
+  std::vector<KernelSpec> specs;
+  for (DType dtype : {DType::bf16, DType::fp16}) {
+    for (const char* arch : {"sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120",
+                             "compute_90"}) {
+      for (bool no_mma : {false, true}) {
+        for (int head_dim : {32, 48, 64, 80, 128, 256})
+          for (int page_size : {1, 2, 16, 256})
+            for (int group : {1, 6, 20, 128})
+              specs.push_back(paged(dtype, head_dim, page_size, group, arch, no_mma));
+        for (int head_dim : {8, 24, 64, 128, 512}) specs.push_back(rotary(dtype, head_dim, arch, no_mma));
+      }
+    }
+  }
+  REQUIRE(specs.size() > 1000);
+  std::set<std::string> names;
+  for (const auto& spec : specs) {
+    const std::string name = spec.name();
+    CAPTURE(name);
+    const KernelSpec parsed = KernelSpec::parse(name);
+    CHECK(same_fields(parsed, spec));
+    CHECK(parsed.name() == name);
+    CHECK(parsed == spec);
+    names.insert(name);
+  }
+  CHECK(names.size() == specs.size());  // names are unique
+}
+
+TEST_CASE("parse rejects malformed names with a message that quotes the text") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "too few fields"},
+      {"paged_decode", "too few fields"},
+      {"paged_decode.bf16.hd128", "too few fields"},
+      {"paged_decode.bf16.hd128.ps16.sm_90a", "too few fields"},
+      {"attention.bf16.hd128.ps16.g4.sm_90a", "unknown kernel 'attention'"},
+      {"Paged_decode.bf16.hd128.ps16.g4.sm_90a", "unknown kernel 'Paged_decode'"},
+      {"paged_decode.f32.hd128.ps16.g4.sm_90a", "unknown dtype 'f32'"},
+      {"rotary_emb.BF16.hd64.sm_89", "unknown dtype 'BF16'"},
+      {"paged_decode.bf16.h128.ps16.g4.sm_90a", "bad head dim field 'h128'"},
+      {"paged_decode.bf16.hd.ps16.g4.sm_90a", "bad head dim field 'hd'"},
+      {"paged_decode.bf16.hd12x.ps16.g4.sm_90a", "bad head dim field 'hd12x'"},
+      {"paged_decode.bf16.hd-64.ps16.g4.sm_90a", "bad head dim field 'hd-64'"},
+      {"rotary_emb.bf16.hd1234567.sm_89", "bad head dim field 'hd1234567'"},
+      {"paged_decode.bf16.hd128.p16.g4.sm_90a", "bad page size field 'p16'"},
+      {"paged_decode.bf16.hd128.ps.g4.sm_90a", "bad page size field 'ps'"},
+      {"paged_decode.bf16.hd128.ps16.group4.sm_90a", "bad group field 'group4'"},
+      {"paged_decode.bf16.hd128.ps16.g.sm_90a", "bad group field 'g'"},
+      {"rotary_emb.bf16.hd64.fzz.sm_89", "bad flags field 'fzz'"},
+      {"rotary_emb.bf16.hd64.extra.sm_89", "unexpected field 'extra'"},
+      {"rotary_emb.bf16.hd64.ps16.g4.sm_89", "unexpected field 'ps16'"},
+      {"paged_decode.bf16.hd128.ps16.g4.nomma.nomma.sm_90a", "unexpected field 'nomma'"},
+      {"paged_decode.bf16.hd128.ps16.g4..sm_90a", "unexpected field ''"},
+      {"paged_decode.bf16.hd128.ps16.g4.sm_90a.sm_90a", "unexpected field 'sm_90a'"},
+  };
+  for (const auto& [text, why] : cases) {
+    CAPTURE(text);
+    const std::string expected = "variant name '" + text + "' is malformed: " + why;
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(text), doctest::Contains(expected.c_str()),
+                         astrai::InvalidArgument);
+    // The message also shows what a good name looks like.
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(text),
+                         doctest::Contains("paged_decode.bf16.hd128.ps16.g4.sm_90a"),
+                         astrai::InvalidArgument);
+  }
+}
+
+TEST_CASE("parse accepts only the canonical spelling of a name") {
+  // Each of these would parse to a valid spec whose name() is a different string; accepting
+  // them would give one variant several names.
+  for (const std::string text : {"paged_decode.bf16.hd128.ps16.g4.sm_90a.",
+                                 "rotary_emb.fp16.hd64.sm_89.",
+                                 "paged_decode.bf16.hd0128.ps16.g4.sm_90a",
+                                 "paged_decode.bf16.hd128.ps016.g4.sm_90a",
+                                 "paged_decode.bf16.hd128.ps16.g04.sm_90a",
+                                 "rotary_emb.fp16.hd64.f0.sm_89"}) {
+    CAPTURE(text);
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(text), doctest::Contains(("'" + text + "'").c_str()),
+                         astrai::InvalidArgument);
+  }
+}
+
+TEST_CASE("parse rejects names whose fields are well formed but unsupported") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"paged_decode.bf16.hd72.ps16.g4.sm_90a", "head_dim 72 is not supported"},
+      {"paged_decode.bf16.hd128.ps3.g4.sm_90a", "page_size 3 is not supported"},
+      {"paged_decode.bf16.hd128.ps16.g0.sm_90a", "group size 0 is not supported"},
+      {"paged_decode.bf16.hd128.ps16.g4.sm_70", "arch 'sm_70' is not supported"},
+      {"rotary_emb.bf16.hd64.sm_89x", "arch 'sm_89x' is not supported"},
+      {"rotary_emb.bf16.hd12.sm_89", "head_dim 12 is not supported"},
+      {"rotary_emb.bf16.hd64.f2.sm_89", "flags 0x2 are not supported"},
+  };
+  for (const auto& [text, why] : cases) {
+    CAPTURE(text);
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(text), doctest::Contains(text.c_str()),
+                         astrai::InvalidArgument);
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(text), doctest::Contains(why.c_str()),
+                         astrai::InvalidArgument);
+  }
+}
+
+TEST_CASE("validate accepts the supported ranges of every field") {
+  for (int head_dim = 32; head_dim <= 256; head_dim += 16)
+    CHECK(validate_message(paged(DType::bf16, head_dim, 16, 4, "sm_80")) == "");
+  for (int page_size = 1; page_size <= 256; page_size *= 2)
+    CHECK(validate_message(paged(DType::fp16, 64, page_size, 1, "sm_89")) == "");
+  for (int group : {1, 2, 7, 64, 128})
+    CHECK(validate_message(paged(DType::bf16, 128, 16, group, "sm_90a")) == "");
+  for (int head_dim = 8; head_dim <= 512; head_dim += 8)
+    CHECK(validate_message(rotary(DType::bf16, head_dim, "sm_75")) == "");
+  for (const char* arch : {"sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a",
+                           "sm_120f", "compute_75", "compute_120"})
+    CHECK(validate_message(rotary(DType::fp16, 64, arch)) == "");
+}
+
+TEST_CASE("validate rejects unsupported paged decode fields and names the value") {
+  struct Case {
+    KernelSpec spec;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {paged(DType::bf16, 72, 16, 4, "sm_90a"),
+       "paged_decode.bf16.hd72.ps16.g4.sm_90a: head_dim 72 is not supported (allowed: 32..256, step 16)"},
+      {paged(DType::bf16, 16, 16, 4, "sm_90a"),
+       "paged_decode.bf16.hd16.ps16.g4.sm_90a: head_dim 16 is not supported (allowed: 32..256, step 16)"},
+      {paged(DType::bf16, 272, 16, 4, "sm_90a"),
+       "paged_decode.bf16.hd272.ps16.g4.sm_90a: head_dim 272 is not supported (allowed: 32..256, step 16)"},
+      {paged(DType::fp16, 0, 16, 4, "sm_80"), "head_dim 0 is not supported"},
+      {paged(DType::fp16, 128, 3, 4, "sm_80"),
+       "paged_decode.fp16.hd128.ps3.g4.sm_80: page_size 3 is not supported (allowed: a power of two in 1..256)"},
+      {paged(DType::fp16, 128, 512, 4, "sm_80"),
+       "paged_decode.fp16.hd128.ps512.g4.sm_80: page_size 512 is not supported (allowed: a power of two in 1..256)"},
+      {paged(DType::fp16, 128, 0, 4, "sm_80"), "page_size 0 is not supported"},
+      {paged(DType::fp16, 128, -16, 4, "sm_80"), "page_size -16 is not supported"},
+      {paged(DType::bf16, 128, 16, 0, "sm_89"),
+       "paged_decode.bf16.hd128.ps16.g0.sm_89: group size 0 is not supported (allowed: 1..128)"},
+      {paged(DType::bf16, 128, 16, 129, "sm_89"), "group size 129 is not supported (allowed: 1..128)"},
+      {paged(DType::bf16, 128, 16, 4, "sm_70"),
+       "paged_decode.bf16.hd128.ps16.g4.sm_70: arch 'sm_70' is not supported (allowed: sm_75 or newer"},
+      {paged(DType::bf16, 128, 16, 4, ""), "arch '' is not supported"},
+      {paged(DType::bf16, 128, 16, 4, "gfx90a"), "arch 'gfx90a' is not supported"},
+      {paged(DType::bf16, 128, 16, 4, "compute_61"), "arch 'compute_61' is not supported"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.spec.name());
+    CHECK_THROWS_WITH_AS(c.spec.validate(), doctest::Contains(c.expected.c_str()),
+                         astrai::InvalidArgument);
+  }
+}
+
+TEST_CASE("validate rejects unsupported rotary fields and any flags") {
+  CHECK(validate_message(rotary(DType::bf16, 4, "sm_80")) ==
+        "rotary_emb.bf16.hd4.sm_80: head_dim 4 is not supported (allowed: 8..512, step 8)");
+  CHECK(validate_message(rotary(DType::bf16, 12, "sm_80")).find("head_dim 12 is not supported") !=
+        std::string::npos);
+  CHECK(validate_message(rotary(DType::bf16, 520, "sm_80")).find("head_dim 520 is not supported") !=
+        std::string::npos);
+  CHECK(validate_message(rotary(DType::bf16, 64, "sm_61")).find("arch 'sm_61' is not supported") !=
+        std::string::npos);
+
+  KernelSpec with_page = rotary(DType::fp16, 64, "sm_80");
+  with_page.page_size = 16;
+  CHECK(validate_message(with_page) ==
+        "rotary_emb.fp16.hd64.sm_80: rotary_emb takes no page size or group");
+  KernelSpec with_group = rotary(DType::fp16, 64, "sm_80");
+  with_group.group_size = 4;
+  CHECK(validate_message(with_group).find("takes no page size or group") != std::string::npos);
+
+  KernelSpec flagged = paged(DType::bf16, 128, 16, 4, "sm_90a");
+  flagged.flags = 0x10;
+  CHECK(validate_message(flagged) ==
+        "paged_decode.bf16.hd128.ps16.g4.f10.sm_90a: flags 0x10 are not supported (allowed: 0)");
+}
+
+TEST_CASE("instantiations name the kernel templates with the spec's constants") {
+  CHECK(paged(DType::bf16, 128, 16, 4, "sm_90a").instantiations() ==
+        std::vector<std::string>{"astrai::paged_decode_kernel<astrai::bf16_t, 128, 16, 4, 0>",
+                                 "astrai::split_combine_kernel<astrai::bf16_t, 128>"});
+  CHECK(paged(DType::fp16, 64, 1, 20, "sm_75").instantiations() ==
+        std::vector<std::string>{"astrai::paged_decode_kernel<astrai::fp16_t, 64, 1, 20, 0>",
+                                 "astrai::split_combine_kernel<astrai::fp16_t, 64>"});
+  CHECK(rotary(DType::fp16, 64, "sm_89").instantiations() ==
+        std::vector<std::string>{"astrai::rotary_emb_kernel<astrai::fp16_t, 64>"});
+  CHECK(rotary(DType::bf16, 512, "sm_80").instantiations() ==
+        std::vector<std::string>{"astrai::rotary_emb_kernel<astrai::bf16_t, 512>"});
+  // The arch and the MMA switch are compile options, not template arguments.
+  CHECK(paged(DType::bf16, 128, 16, 4, "sm_80", true).instantiations() ==
+        paged(DType::bf16, 128, 16, 4, "sm_90a").instantiations());
+}
+
+TEST_CASE("main_file points at the header that holds the kernel") {
+  CHECK(paged(DType::bf16, 128, 16, 4, "sm_90a").main_file() == "paged_decode.cuh");
+  CHECK(rotary(DType::bf16, 128, "sm_90a").main_file() == "rotary_emb.cuh");
+}
+
+TEST_CASE("compile options define ASTRAI_NO_MMA exactly when tensor cores are not used") {
+  struct Case {
+    std::string arch;
+    bool force;
+    bool expect_no_mma;
+  };
+  const std::vector<Case> cases = {
+      {"sm_75", false, true},      {"sm_75", true, true},       {"compute_75", false, true},
+      {"sm_80", false, false},     {"sm_80", true, true},       {"sm_86", false, false},
+      {"sm_89", false, false},     {"sm_89", true, true},       {"sm_90a", false, false},
+      {"sm_90a", true, true},      {"sm_100a", false, false},   {"sm_120", false, false},
+      {"compute_90", false, false}, {"compute_90", true, true},
+  };
+  for (const auto& c : cases) {
+    for (const KernelSpec& spec : {paged(DType::bf16, 128, 16, 4, c.arch, c.force),
+                                   rotary(DType::fp16, 64, c.arch, c.force)}) {
+      CAPTURE(spec.name());
+      const auto options = spec.compile_options();
+      CHECK(count_of(options, "-DASTRAI_NO_MMA") == (c.expect_no_mma ? 1u : 0u));
+      CHECK(spec.uses_mma() == !c.expect_no_mma);
+      CHECK(count_of(options, "--gpu-architecture=" + c.arch) == 1);
+      CHECK(count_of(options, "--std=c++17") == 1);
+      for (const auto& option : options)
+        CHECK((option.rfind("--gpu-architecture=", 0) != 0 || option == "--gpu-architecture=" + c.arch));
+    }
+  }
+}
+
+TEST_CASE("compile options are the same for equal specs and differ across archs") {
+  CHECK(paged(DType::bf16, 128, 16, 4, "sm_89").compile_options() ==
+        paged(DType::fp16, 64, 1, 1, "sm_89").compile_options());
+  CHECK(paged(DType::bf16, 128, 16, 4, "sm_89").compile_options() !=
+        paged(DType::bf16, 128, 16, 4, "sm_86").compile_options());
+}
+
+TEST_CASE("arch_number reads the number out of sm and compute targets") {
+  CHECK(arch_number("sm_90a") == 90);
+  CHECK(arch_number("sm_90") == 90);
+  CHECK(arch_number("compute_89") == 89);
+  CHECK(arch_number("sm_75") == 75);
+  CHECK(arch_number("sm_100a") == 100);
+  CHECK(arch_number("sm_120f") == 120);
+  CHECK(arch_number("compute_120a") == 120);
+}
+
+TEST_CASE("arch_number returns 0 for anything that is not a target") {
+  for (const char* text : {"", "sm_", "sm_9", "sm_1000", "sm_8x", "sm_90aa", "sm_90b", "90",
+                           "sm90", "SM_90", "compute_", "gfx90a", "sm_-80", "sm_ 80"}) {
+    CAPTURE(text);
+    CHECK(arch_number(text) == 0);
+  }
+}
+
+TEST_CASE("kernel kind names parse back to their kinds") {
+  CHECK(std::string(astrai::detail::kernel_kind_name(KernelKind::paged_decode)) == "paged_decode");
+  CHECK(std::string(astrai::detail::kernel_kind_name(KernelKind::rotary_emb)) == "rotary_emb");
+  const auto& names = astrai::detail::kernel_kind_names();
+  REQUIRE(names.size() == 2);
+  for (const auto& name : names) {
+    KernelKind kind = KernelKind::rotary_emb;
+    REQUIRE(astrai::detail::parse_kernel_kind(name, &kind));
+    CHECK(std::string(astrai::detail::kernel_kind_name(kind)) == name);
+  }
+  KernelKind untouched = KernelKind::rotary_emb;
+  CHECK_FALSE(astrai::detail::parse_kernel_kind("rotary", &untouched));
+  CHECK_FALSE(astrai::detail::parse_kernel_kind("", &untouched));
+  CHECK(untouched == KernelKind::rotary_emb);
+}
+
+TEST_CASE("the paged decode closure holds exactly its transitive includes") {
+  const auto closure = kernel_source_closure("paged_decode.cuh");
+  std::set<std::string> names;
+  for (const auto& [name, text] : closure) {
+    CAPTURE(name);
+    CHECK(text == std::string(kernel_source(name)));  // exact bytes
+    CHECK_FALSE(text.empty());
+    names.insert(name);
+  }
+  CHECK(names.size() == closure.size());  // no duplicates
+  for (const char* expected : {"paged_decode.cuh", "kernel_params.h", "astrai_common.cuh",
+                               "mma_utils.cuh", "attention_combine.cuh"}) {
+    CAPTURE(expected);
+    CHECK(names.count(expected) == 1);
+  }
+  CHECK(names.count("rotary_emb.cuh") == 0);
+  CHECK(names == transitive_includes("paged_decode.cuh"));
+  // Sorted by name.
+  for (std::size_t i = 1; i < closure.size(); ++i) CHECK(closure[i - 1].first < closure[i].first);
+}
+
+TEST_CASE("the rotary closure holds its includes and none of the attention headers") {
+  const auto closure = kernel_source_closure("rotary_emb.cuh");
+  std::set<std::string> names;
+  for (const auto& entry : closure) names.insert(entry.first);
+  CHECK(names.count("rotary_emb.cuh") == 1);
+  CHECK(names.count("astrai_common.cuh") == 1);
+  CHECK(names.count("kernel_params.h") == 1);
+  CHECK(names.count("paged_decode.cuh") == 0);
+  CHECK(names.count("mma_utils.cuh") == 0);
+  CHECK(names.count("attention_combine.cuh") == 0);
+  CHECK(names == transitive_includes("rotary_emb.cuh"));
+}
+
+TEST_CASE("every embedded kernel source has a distinct name and is reachable by name") {
+  const auto& sources = astrai::detail::embedded_kernel_sources();
+  REQUIRE(sources.size() >= 6);
+  std::set<std::string> names;
+  for (const auto& source : sources) {
+    CAPTURE(source.name);
+    CHECK(names.insert(source.name).second);
+    CHECK(kernel_source(source.name) == source.text);
+    CHECK_FALSE(source.text.empty());
+  }
+  CHECK_THROWS_AS(kernel_source("no_such_file.cuh"), astrai::Error);
+  CHECK_THROWS_WITH(kernel_source("no_such_file.cuh"), doctest::Contains("no_such_file.cuh"));
+  CHECK_THROWS_AS(kernel_source_closure("no_such_file.cuh"), astrai::Error);
+}
+
+}  // TEST_SUITE

@@ -1,0 +1,249 @@
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "astrai/runtime.hpp"
+#include "kernel_src/kernel_params.h"
+#include "runtime/launch_heuristics.hpp"
+#include "runtime/validation.hpp"
+
+using astrai::detail::decode_workspace_bytes;
+using astrai::detail::DecodeSplitPlan;
+using astrai::detail::plan_decode_splits;
+using astrai::detail::rotary_grid_size;
+
+namespace {
+
+bool same_plan(const DecodeSplitPlan& a, const DecodeSplitPlan& b) {
+  return a.num_splits == b.num_splits && a.tokens_per_split == b.tokens_per_split;
+}
+
+long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
+
+// The largest page-table capacity (max_pages_per_seq x page_size) that validation accepts.
+constexpr long long kMaxCapacity = 2147467264LL;  // 2^31 - 2^14
+
+astrai::PagedDecodeArgs paged_args(int batch, int page_size, int max_pages_per_seq) {
+  astrai::PagedDecodeArgs args;
+  args.batch = batch;
+  args.n_heads = 8;
+  args.n_kv_heads = 1;
+  args.head_dim = 128;
+  args.page_size = page_size;
+  args.num_pages = 1;
+  args.max_pages_per_seq = max_pages_per_seq;
+  args.q = reinterpret_cast<const void*>(0x10000);
+  args.k_cache = reinterpret_cast<const void*>(0x20000);
+  args.v_cache = reinterpret_cast<const void*>(0x30000);
+  args.page_table = reinterpret_cast<const std::int32_t*>(0x40000);
+  args.seq_lens = reinterpret_cast<const std::int32_t*>(0x50000);
+  args.out = reinterpret_cast<void*>(0x60000);
+  return args;
+}
+
+}  // namespace
+
+TEST_SUITE("launch_heuristics") {
+
+TEST_CASE("split plans cover the table capacity in whole token blocks without empty splits") {
+  int plans = 0;
+  for (int batch : {1, 2, 3, 8, 32, 128, 512})
+    for (int kv_heads : {1, 2, 8, 32})
+      for (int head_tiles : {1, 2, 8})
+        for (long long capacity : {1LL, 15LL, 64LL, 65LL, 1000LL, 4096LL, 32768LL, 131072LL,
+                                   1LL << 21, kMaxCapacity})
+          for (int sms : {1, 46, 108, 132}) {
+            const DecodeSplitPlan plan = plan_decode_splits(batch, kv_heads, head_tiles, capacity, sms);
+            CAPTURE(batch);
+            CAPTURE(kv_heads);
+            CAPTURE(head_tiles);
+            CAPTURE(capacity);
+            CAPTURE(sms);
+            CAPTURE(plan.num_splits);
+            CAPTURE(plan.tokens_per_split);
+            ++plans;
+            REQUIRE(plan.num_splits >= 1);
+            REQUIRE(plan.num_splits <= astrai::kMaxSplits);
+            REQUIRE(plan.tokens_per_split > 0);
+            REQUIRE(plan.tokens_per_split % astrai::kDecodeBlockTokens == 0);
+            REQUIRE(1LL * plan.num_splits * plan.tokens_per_split >= capacity);
+            // The last split starts inside the table: no split is empty.
+            REQUIRE(1LL * (plan.num_splits - 1) * plan.tokens_per_split < capacity);
+            // The kernel computes split_begin + tokens_per_split in int.
+            REQUIRE(1LL * plan.num_splits * plan.tokens_per_split <= std::numeric_limits<int>::max());
+            // Never more splits than the GPU needs to be filled about twice.
+            const long long base = 1LL * batch * kv_heads * head_tiles;
+            REQUIRE(plan.num_splits <= std::max(1LL, ceil_div(2LL * sms, base)));
+          }
+  CHECK(plans == 7 * 4 * 3 * 10 * 4);
+}
+
+TEST_CASE("the largest table validation accepts plans within 32-bit token arithmetic") {
+  astrai::PagedDecodeArgs largest = paged_args(1, 1, static_cast<int>(kMaxCapacity));
+  REQUIRE_NOTHROW(astrai::detail::resolve_paged_decode_args(largest));
+  astrai::PagedDecodeArgs too_large = paged_args(1, 1, static_cast<int>(kMaxCapacity + 1));
+  REQUIRE_THROWS_AS(astrai::detail::resolve_paged_decode_args(too_large), astrai::InvalidArgument);
+
+  // Worst cases: one split (no slack but the rounding) and every split count up to kMaxSplits.
+  for (int sms = 1; sms <= 200; ++sms) {
+    for (long long capacity : {kMaxCapacity, kMaxCapacity - 1, kMaxCapacity - 64 * 255 + 1}) {
+      const DecodeSplitPlan plan = plan_decode_splits(1, 1, 1, capacity, sms);
+      CAPTURE(sms);
+      CAPTURE(capacity);
+      REQUIRE(plan.tokens_per_split > 0);
+      REQUIRE(1LL * plan.num_splits * plan.tokens_per_split >= capacity);
+      REQUIRE(1LL * plan.num_splits * plan.tokens_per_split <= std::numeric_limits<int>::max());
+    }
+  }
+  const DecodeSplitPlan unsplit = plan_decode_splits(1024, 8, 1, kMaxCapacity, 132);
+  CHECK(unsplit.num_splits == 1);
+  CHECK(unsplit.tokens_per_split == kMaxCapacity);
+}
+
+TEST_CASE("a long table with few CTAs is split to fill the GPU at least once") {
+  for (int sms : {46, 108, 132})
+    for (int batch : {1, 2, 4})
+      for (int kv_heads : {1, 2, 8}) {
+        const long long base = 1LL * batch * kv_heads;
+        const long long wanted = ceil_div(2LL * sms, base);
+        const long long capacity = 1LL << 20;  // many more blocks than splits
+        const DecodeSplitPlan plan = plan_decode_splits(batch, kv_heads, 1, capacity, sms);
+        CAPTURE(sms);
+        CAPTURE(batch);
+        CAPTURE(kv_heads);
+        CHECK(plan.num_splits > 1);
+        CHECK(plan.num_splits * base >= sms);
+        CHECK(plan.num_splits <= std::min<long long>(wanted, astrai::kMaxSplits));
+      }
+}
+
+TEST_CASE("split plans are pinned for a few typical shapes") {
+  // One sequence, one KV head, 132 SMs, 2^20 tokens: 264 wanted, capped at kMaxSplits.
+  DecodeSplitPlan plan = plan_decode_splits(1, 1, 1, 1 << 20, 132);
+  CHECK(plan.num_splits == 256);
+  CHECK(plan.tokens_per_split == 4096);
+  // 8 CTAs want 33 splits of 64 blocks: 2 blocks each, so 32 splits.
+  plan = plan_decode_splits(1, 8, 1, 4096, 132);
+  CHECK(plan.num_splits == 32);
+  CHECK(plan.tokens_per_split == 128);
+  // A table of one block cannot be split.
+  plan = plan_decode_splits(1, 1, 1, 64, 132);
+  CHECK(plan.num_splits == 1);
+  CHECK(plan.tokens_per_split == 64);
+  // An empty table still gets one block.
+  plan = plan_decode_splits(1, 1, 1, 0, 132);
+  CHECK(plan.num_splits == 1);
+  CHECK(plan.tokens_per_split == 64);
+}
+
+TEST_CASE("a batch that fills the GPU on its own runs unsplit") {
+  for (int sms : {1, 46, 132}) {
+    for (int head_tiles : {1, 2}) {
+      // batch x kv_heads x head_tiles >= 2 x SMs.
+      const int batch = 2 * sms;
+      const DecodeSplitPlan plan = plan_decode_splits(batch, 1, head_tiles, 1LL << 20, sms);
+      CAPTURE(sms);
+      CHECK(plan.num_splits == 1);
+      CHECK(plan.tokens_per_split >= (1 << 20));
+      CHECK(decode_workspace_bytes(plan, batch, 8, 128) == 0);
+    }
+  }
+  CHECK(plan_decode_splits(256, 8, 1, 32768, 132).num_splits == 1);
+  CHECK(plan_decode_splits(1, 1, 1, 32768, 132).num_splits > 1);
+}
+
+TEST_CASE("the plan depends on the table capacity only, never on the current lengths") {
+  // The same inputs always give the same plan.
+  const DecodeSplitPlan first = plan_decode_splits(2, 4, 1, 8192, 108);
+  for (int i = 0; i < 10; ++i) {
+    plan_decode_splits(1 + i, 1, 1, 64LL * (i + 1), 46);  // unrelated calls in between
+    CHECK(same_plan(plan_decode_splits(2, 4, 1, 8192, 108), first));
+  }
+  // Capacities inside the same 64-token block plan alike.
+  CHECK(same_plan(plan_decode_splits(1, 2, 1, 1000, 132), plan_decode_splits(1, 2, 1, 1024, 132)));
+  CHECK(same_plan(plan_decode_splits(1, 2, 1, 961, 132), plan_decode_splits(1, 2, 1, 1024, 132)));
+  // One more token is one more block, which this shape spends on one more split.
+  CHECK_FALSE(same_plan(plan_decode_splits(1, 2, 1, 1025, 132), plan_decode_splits(1, 2, 1, 1024, 132)));
+
+  // Through the public API: the workspace size follows page_size x max_pages_per_seq, whatever
+  // split of that product and whatever the sequence lengths are (they live on the device).
+  const std::size_t reference = astrai::paged_decode_workspace_bytes(paged_args(2, 16, 256), 132);
+  CHECK(reference > 0);
+  CHECK(astrai::paged_decode_workspace_bytes(paged_args(2, 1, 4096), 132) == reference);
+  CHECK(astrai::paged_decode_workspace_bytes(paged_args(2, 256, 16), 132) == reference);
+  astrai::PagedDecodeArgs other_lengths = paged_args(2, 16, 256);
+  other_lengths.seq_lens = reinterpret_cast<const std::int32_t*>(0x90000);
+  other_lengths.num_pages = 4096;
+  CHECK(astrai::paged_decode_workspace_bytes(other_lengths, 132) == reference);
+  const DecodeSplitPlan plan = plan_decode_splits(2, 1, 1, 4096, 132);
+  CHECK(reference == decode_workspace_bytes(plan, 2, 8, 128));
+  // A larger table does change the plan.
+  CHECK(astrai::paged_decode_workspace_bytes(paged_args(2, 16, 8), 132) != reference);
+}
+
+TEST_CASE("workspace is zero when unsplit and follows the documented formula otherwise") {
+  DecodeSplitPlan unsplit;
+  unsplit.num_splits = 1;
+  unsplit.tokens_per_split = 4096;
+  CHECK(decode_workspace_bytes(unsplit, 64, 32, 128) == 0);
+
+  DecodeSplitPlan four;
+  four.num_splits = 4;
+  four.tokens_per_split = 128;
+  // rows = 4 x 2 x 8 = 64; outputs 64 x 128 floats = 32768 bytes (already a multiple of 256);
+  // LSEs 64 floats.
+  CHECK(decode_workspace_bytes(four, 2, 8, 128) == 32768 + 256);
+
+  DecodeSplitPlan three;
+  three.num_splits = 3;
+  three.tokens_per_split = 64;
+  // rows = 9; outputs 9 x 32 x 4 = 1152 bytes, padded to 1280 so the LSEs start aligned; 36 bytes of LSEs.
+  CHECK(decode_workspace_bytes(three, 1, 3, 32) == 1280 + 36);
+
+  for (int splits : {2, 5, 17, 256})
+    for (int batch : {1, 3, 64})
+      for (int heads : {1, 7, 32})
+        for (int head_dim : {32, 80, 256}) {
+          DecodeSplitPlan plan;
+          plan.num_splits = splits;
+          plan.tokens_per_split = 64;
+          const std::size_t rows = static_cast<std::size_t>(splits) * batch * heads;
+          const std::size_t out_bytes = rows * head_dim * 4;
+          const std::size_t padded = (out_bytes + 255) / 256 * 256;
+          CAPTURE(splits);
+          CAPTURE(batch);
+          CAPTURE(heads);
+          CAPTURE(head_dim);
+          CHECK(decode_workspace_bytes(plan, batch, heads, head_dim) == padded + rows * 4);
+          CHECK(padded % 256 == 0);
+          CHECK(padded - out_bytes < 256);
+        }
+}
+
+TEST_CASE("the rotary grid covers the vectors up to a cap of a few waves") {
+  CHECK(rotary_grid_size(0, 132) == 1);
+  CHECK(rotary_grid_size(1, 132) == 1);
+  CHECK(rotary_grid_size(256, 132) == 1);
+  CHECK(rotary_grid_size(257, 132) == 2);
+  CHECK(rotary_grid_size(256LL * 100, 132) == 100);
+  CHECK(rotary_grid_size(1LL << 40, 132) == 8 * 132);
+  CHECK(rotary_grid_size(1LL << 40, 0) == 8);  // an unknown SM count still gives a grid
+  CHECK(rotary_grid_size(1LL << 40, -5) == 8);
+  for (long long vectors : {1LL, 255LL, 1000LL, 65536LL, 270336LL, 1LL << 30})
+    for (int sms : {1, 46, 132}) {
+      const int grid = rotary_grid_size(vectors, sms);
+      CAPTURE(vectors);
+      CAPTURE(sms);
+      CHECK(grid >= 1);
+      CHECK(grid <= 8 * sms);
+      if (grid < 8 * sms) {
+        CHECK(256LL * grid >= vectors);        // one thread per vector
+        CHECK(256LL * (grid - 1) < vectors);   // no idle CTA
+      }
+    }
+}
+
+}  // TEST_SUITE

@@ -253,8 +253,9 @@ bool check_entry_file(const CacheEntryInfo& info, bool* missing, std::string* wh
   *missing = false;
   const int fd = open_retry(info.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
-    *missing = errno == ENOENT;
-    *why = "cannot open: " + errno_text(errno);
+    const int error = errno;
+    *missing = error == ENOENT;
+    *why = "cannot open: " + errno_text(error);
     return false;
   }
   std::vector<char> bytes;
@@ -536,7 +537,9 @@ int publish_file(const fs::path& path, const std::vector<char>& bytes, std::stri
   };
   if (int error = write_all(fd, bytes.data(), bytes.size()); error != 0)
     return abandon(error, "cannot write");
-  if (::fsync(fd) != 0) return abandon(errno, "cannot fsync");
+  // File systems that cannot sync at all (EINVAL and friends) still get the atomic rename.
+  if (::fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP && errno != ENOSYS)
+    return abandon(errno, "cannot fsync");
   const int close_result = ::close(fd);
   fd = -1;
   if (close_result != 0 && errno != EINTR) return abandon(errno, "cannot close");

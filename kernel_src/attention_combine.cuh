@@ -11,9 +11,10 @@ namespace astrai {
 template <typename T, int kHeadDim>
 __device__ __forceinline__ void store_row_element(const SplitWorkspace& workspace, void* out,
                                                   long long out_stride_batch,
-                                                  long long out_stride_head, int batch,
-                                                  int n_heads, int split, int batch_index,
-                                                  int head, int col, float value, float lse) {
+                                                  long long out_stride_head, float* final_lse,
+                                                  int batch, int n_heads, int split,
+                                                  int batch_index, int head, int col, float value,
+                                                  float lse) {
   if (workspace.num_splits > 1) {
     const long long row =
         (static_cast<long long>(split) * batch + batch_index) * n_heads + head;
@@ -22,6 +23,7 @@ __device__ __forceinline__ void store_row_element(const SplitWorkspace& workspac
   } else {
     T* dst = static_cast<T*>(out) + batch_index * out_stride_batch + head * out_stride_head;
     dst[col] = from_float<T>(value);
+    if (final_lse != nullptr && col == 0) final_lse[batch_index * n_heads + head] = lse;
   }
 }
 
@@ -50,7 +52,10 @@ __global__ void __launch_bounds__(128) split_combine_kernel(const CombineParams 
       total += w;
     }
     total = warp_all_sum(total);
-    if (threadIdx.x == 0) inverse_total = total > 0.f ? 1.f / total : 0.f;
+    if (threadIdx.x == 0) {
+      inverse_total = total > 0.f ? 1.f / total : 0.f;
+      if (p.lse) p.lse[row] = total > 0.f ? max_lse + __logf(total) : negative_infinity();
+    }
   }
   __syncthreads();
 

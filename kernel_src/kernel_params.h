@@ -17,8 +17,10 @@ struct PagedDecodeParams {
   const void* q;                 // [batch, n_heads, head_dim]
   long long q_stride_batch;
   long long q_stride_head;
-  const void* k_cache;           // [num_pages, page_size, n_kv_heads, head_dim]
-  const void* v_cache;           // same shape as k_cache
+  // Paged: [num_pages, page_size, n_kv_heads, head_dim]. Contiguous decode (page size 0):
+  // [batch, kv_len, n_kv_heads, head_dim] with the batch stride in *_stride_page.
+  const void* k_cache;
+  const void* v_cache;
   long long k_stride_page;
   long long k_stride_token;
   long long k_stride_head;
@@ -27,7 +29,20 @@ struct PagedDecodeParams {
   long long v_stride_head;
   const int* page_table;         // [table_rows, max_pages_per_seq] logical -> physical page
   long long page_table_stride;   // elements between rows
-  const int* seq_lens;           // [batch], the current token included
+  const int* req_indices;        // [batch] row of page_table per request; null: row b
+  int page_table_rows;           // rows outside [0, page_table_rows) make the request empty
+  const int* seq_lens;           // [batch], the current token included; null: kv_capacity
+  int kv_capacity;               // tokens a sequence can hold (table width x page size, or
+                                 // the contiguous kv length); seq_lens are clamped to it
+  const bool* mask;              // optional [batch, mask_stride_batch], true = keep
+  long long mask_stride_batch;
+  const void* new_k;             // optional fused append: [batch, n_kv_heads, head_dim]
+  const void* new_v;
+  long long new_k_stride_batch;
+  long long new_k_stride_head;
+  long long new_v_stride_batch;
+  long long new_v_stride_head;
+  float* lse;                    // optional [batch, n_heads] natural-log LSE
   void* out;                     // [batch, n_heads, head_dim]
   long long out_stride_batch;
   long long out_stride_head;
@@ -55,6 +70,7 @@ constexpr int paged_decode_smem_bytes(int head_dim) {
 
 struct CombineParams {
   SplitWorkspace workspace;
+  float* lse;                    // optional [batch, n_heads]
   void* out;                     // [batch, n_heads, head_dim]
   long long out_stride_batch;
   long long out_stride_head;
@@ -78,5 +94,74 @@ struct RotaryParams {
   int seq_len;
   int n_heads;
 };
+
+// Prefill attention, contiguous KV (kPageSize 0) or paged KV with a ragged batch of queries.
+// Query row i of request b reads q + b * q_stride_batch + (q_start_b + i) * q_stride_seq, where
+// q_start_b is 0 for the contiguous form and qo_indptr[b] for the paged one (whose
+// q_stride_batch is 0); out, the mask and lse follow the same row numbering.
+struct PrefillParams {
+  const void* q;                 // [batch, q_len, n_heads, head_dim] or [total_q, n_heads, head_dim]
+  long long q_stride_batch;
+  long long q_stride_seq;
+  long long q_stride_head;
+  // Contiguous: [batch, kv_len, n_kv_heads, head_dim], batch stride in *_stride_batch.
+  // Paged: [num_pages, page_size, n_kv_heads, head_dim], page stride in *_stride_page.
+  const void* k;
+  const void* v;
+  long long k_stride_batch;
+  long long k_stride_page;
+  long long k_stride_seq;
+  long long k_stride_head;
+  long long v_stride_batch;
+  long long v_stride_page;
+  long long v_stride_seq;
+  long long v_stride_head;
+  void* out;                     // like q
+  long long out_stride_batch;
+  long long out_stride_seq;
+  long long out_stride_head;
+  // Optional bool mask (nonzero = keep): row i of request b over kv positions starts at
+  // mask + b * mask_stride_batch + (q_start_b + i) * mask_stride_q; a stride of 0 broadcasts.
+  const unsigned char* mask;
+  long long mask_stride_batch;
+  long long mask_stride_q;
+  float* lse;                    // optional natural-log LSE, [rows, n_heads], -inf for empty rows
+  const int* qo_indptr;          // paged: [batch + 1] query rows per request
+  const int* seq_lens;           // paged: [batch] KV length, clamped to the table capacity
+  const int* page_table;         // paged: [batch, page_table_stride] logical -> physical page
+  long long page_table_stride;
+  int batch;
+  int q_len;                     // contiguous: rows per request
+  int kv_len;                    // contiguous: KV length of every request
+  int n_heads;
+  int n_kv_heads;
+  int total_q;                   // paged: rows of q; indptr values outside [0, total_q] read as empty
+  int num_pages;                 // paged: page ids outside [0, num_pages) read as zeros
+  int max_pages_per_seq;
+  // Contiguous: -1 non-causal, else the absolute position of the first query row. Paged: -1
+  // non-causal, 0 causal (the last query row of a request sits at its last KV position).
+  int causal_offset;
+  float scale_log2;              // softmax scale * log2(e)
+};
+
+// Tiling shared by the host launcher and the prefill kernel.
+constexpr int kPrefillThreads = 128;    // 4 warps
+constexpr int kPrefillBlockQ = 64;      // query rows per CTA (16 per warp on tensor cores)
+constexpr int kPrefillStages = 2;
+// KV tokens per pipeline stage: smaller for wide heads so two stages fit 99 KB (sm_86/sm_89).
+constexpr int prefill_block_kv(int head_dim) { return head_dim <= 128 ? 64 : 32; }
+// Tensor-core path: the Q tile plus double-buffered K and V tiles, each row padded by 16 bytes
+// so that ldmatrix reads of 8 rows hit 8 different bank groups.
+constexpr int prefill_smem_bytes(int head_dim) {
+  return (kPrefillBlockQ + 2 * kPrefillStages * prefill_block_kv(head_dim)) * (head_dim + 8) * 2;
+}
+// CUDA-core path (ASTRAI_NO_MMA): 32 query rows per pass (8 per warp) against single-buffered
+// K and V tiles of 32 tokens (one token per lane).
+constexpr int kPrefillCoreRowsPerWarp = 8;
+constexpr int kPrefillCoreRows = 4 * kPrefillCoreRowsPerWarp;
+constexpr int kPrefillCoreBlockKv = 32;
+constexpr int prefill_core_smem_bytes(int head_dim) {
+  return (kPrefillCoreRows + 2 * kPrefillCoreBlockKv) * (head_dim + 8) * 2;
+}
 
 }  // namespace astrai

@@ -7,6 +7,8 @@
 // (double buffered); warp w takes tokens [16w, 16w+16) of each block, keeps its own online
 // softmax state, and the four warps merge at the end. CUDA-core path (ASTRAI_NO_MMA): warp w
 // owns query heads w, w+4, ... and walks every token with warp-wide dot products.
+// kPageSize 0 instantiates the contiguous-KV decode: token t of sequence b at
+// b * stride_page + t * stride_token.
 #pragma once
 
 #include "astrai_common.cuh"
@@ -20,17 +22,99 @@ struct PagedDecodeTiles {
   static constexpr int kRowStride = kHeadDim + 8;  // elements; see paged_decode_smem_bytes
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per K/V row
   static constexpr int kStageElems = kDecodeBlockTokens * kRowStride;
-  static constexpr int kPageShift = Log2<kPageSize>::value;
+  static constexpr int kPageShift = Log2<(kPageSize > 0 ? kPageSize : 1)>::value;
   static_assert(kHeadDim % 16 == 0 && kHeadDim >= 32 && kHeadDim <= 256, "head_dim");
   static_assert((kPageSize & (kPageSize - 1)) == 0, "page_size must be a power of two");
 };
+
+// What one CTA needs to know about its sequence.
+struct DecodeSequence {
+  const int* table_row;  // paged only
+  int length;            // tokens to attend to
+  int append_token;      // position whose K/V come from new_k/new_v (-1: none)
+};
+
+template <int kPageSize>
+__device__ __forceinline__ DecodeSequence decode_sequence(const PagedDecodeParams& p, int batch_index) {
+  DecodeSequence seq;
+  seq.table_row = nullptr;
+  seq.length = 0;
+  seq.append_token = -1;
+  if (kPageSize > 0) {
+    const int row = p.req_indices ? p.req_indices[batch_index] : batch_index;
+    if (row < 0 || row >= p.page_table_rows) return seq;  // bad row: empty, never out of bounds
+    seq.table_row = p.page_table + row * p.page_table_stride;
+  }
+  const int length = p.seq_lens ? p.seq_lens[batch_index] : p.kv_capacity;
+  seq.length = min(max(length, 0), p.kv_capacity);
+  if (p.new_k != nullptr && seq.length > 0) seq.append_token = seq.length - 1;
+  return seq;
+}
+
+// Start of token `token`'s K and V rows for one KV head; false when its page id is out of range
+// (the row then reads as zeros).
+template <typename T, int kPageSize>
+__device__ __forceinline__ bool kv_rows(const PagedDecodeParams& p, const DecodeSequence& seq,
+                                        int batch_index, int kv_head, int token, const T** k_row,
+                                        const T** v_row) {
+  if (token == seq.append_token) {
+    *k_row = static_cast<const T*>(p.new_k) + batch_index * p.new_k_stride_batch +
+             kv_head * p.new_k_stride_head;
+    *v_row = static_cast<const T*>(p.new_v) + batch_index * p.new_v_stride_batch +
+             kv_head * p.new_v_stride_head;
+    return true;
+  }
+  long long k_offset;
+  long long v_offset;
+  if (kPageSize == 0) {
+    k_offset = batch_index * p.k_stride_page + token * p.k_stride_token;
+    v_offset = batch_index * p.v_stride_page + token * p.v_stride_token;
+  } else {
+    const int page = __ldg(seq.table_row + (token >> PagedDecodeTiles<T, 32, kPageSize>::kPageShift));
+    if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) return false;
+    const int slot = token & (kPageSize - 1);
+    k_offset = page * p.k_stride_page + slot * p.k_stride_token;
+    v_offset = page * p.v_stride_page + slot * p.v_stride_token;
+  }
+  *k_row = static_cast<const T*>(p.k_cache) + k_offset + kv_head * p.k_stride_head;
+  *v_row = static_cast<const T*>(p.v_cache) + v_offset + kv_head * p.v_stride_head;
+  return true;
+}
+
+__device__ __forceinline__ bool token_kept(const PagedDecodeParams& p, int batch_index, int token) {
+  return p.mask == nullptr || p.mask[batch_index * p.mask_stride_batch + token];
+}
+
+// Fused append: the CTA that owns the new token (head tile 0 of its split) writes new_k/new_v
+// into the cache slot. Every CTA reads the new token from new_k/new_v, never from the cache,
+// so the write races with no read.
+template <typename T, int kHeadDim, int kPageSize>
+__device__ void append_new_token(const PagedDecodeParams& p, const DecodeSequence& seq,
+                                 int batch_index, int kv_head) {
+  const int token = seq.append_token;
+  const int page = __ldg(seq.table_row + (token >> PagedDecodeTiles<T, 32, kPageSize>::kPageShift));
+  if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) return;
+  const int slot = token & (kPageSize - 1);
+  T* k_dst = static_cast<T*>(const_cast<void*>(p.k_cache)) + page * p.k_stride_page +
+             slot * p.k_stride_token + kv_head * p.k_stride_head;
+  T* v_dst = static_cast<T*>(const_cast<void*>(p.v_cache)) + page * p.v_stride_page +
+             slot * p.v_stride_token + kv_head * p.v_stride_head;
+  const T* k_src = static_cast<const T*>(p.new_k) + batch_index * p.new_k_stride_batch +
+                   kv_head * p.new_k_stride_head;
+  const T* v_src = static_cast<const T*>(p.new_v) + batch_index * p.new_v_stride_batch +
+                   kv_head * p.new_v_stride_head;
+  for (int chunk = threadIdx.x; chunk < kHeadDim / 8; chunk += blockDim.x) {
+    reinterpret_cast<uint4*>(k_dst)[chunk] = reinterpret_cast<const uint4*>(k_src)[chunk];
+    reinterpret_cast<uint4*>(v_dst)[chunk] = reinterpret_cast<const uint4*>(v_src)[chunk];
+  }
+}
 
 template <typename T, int kHeadDim>
 __device__ void write_empty_rows(const PagedDecodeParams& p, int split, int batch_index,
                                  int first_head, int rows) {
   for (int e = threadIdx.x; e < rows * kHeadDim; e += blockDim.x) {
     store_row_element<T, kHeadDim>(p.workspace, p.out, p.out_stride_batch, p.out_stride_head,
-                                   p.batch, p.n_heads, split, batch_index,
+                                   p.lse, p.batch, p.n_heads, split, batch_index,
                                    first_head + e / kHeadDim, e % kHeadDim, 0.f,
                                    negative_infinity());
   }
@@ -40,35 +124,23 @@ __device__ void write_empty_rows(const PagedDecodeParams& p, int split, int batc
 
 template <typename T, int kHeadDim, int kPageSize>
 __device__ __forceinline__ void load_kv_block_async(const PagedDecodeParams& p, T* smem_k, T* smem_v,
-                                                    const int* table_row, int block_start,
-                                                    int end, int kv_head) {
+                                                    const DecodeSequence& seq, int batch_index,
+                                                    int block_start, int end, int kv_head) {
   using Tiles = PagedDecodeTiles<T, kHeadDim, kPageSize>;
-  const T* k_base = static_cast<const T*>(p.k_cache);
-  const T* v_base = static_cast<const T*>(p.v_cache);
 #pragma unroll
   for (int i = 0; i < kDecodeBlockTokens * Tiles::kChunksPerRow / kDecodeThreads; ++i) {
     const int chunk = threadIdx.x + i * kDecodeThreads;
     const int row = chunk / Tiles::kChunksPerRow;
     const int col = (chunk % Tiles::kChunksPerRow) * 8;
     const int token = block_start + row;
-    long long k_off = 0;
-    long long v_off = 0;
-    bool valid = false;
-    if (token < end) {
-      // Page ids outside the pool read as zeros instead of faulting.
-      const int page = __ldg(table_row + (token >> Tiles::kPageShift));
-      if (static_cast<unsigned>(page) < static_cast<unsigned>(p.num_pages)) {
-        const int slot = token & (kPageSize - 1);
-        k_off = page * p.k_stride_page + slot * p.k_stride_token + kv_head * p.k_stride_head;
-        v_off = page * p.v_stride_page + slot * p.v_stride_token + kv_head * p.v_stride_head;
-        valid = true;
-      }
-    }
+    const T* k_row = static_cast<const T*>(p.k_cache);
+    const T* v_row = static_cast<const T*>(p.v_cache);
+    // Past the end, or an unmapped page: zero-fill without reading global memory.
+    const bool valid = token < end &&
+                       kv_rows<T, kPageSize>(p, seq, batch_index, kv_head, token, &k_row, &v_row);
     const int bytes = valid ? 16 : 0;
-    cp_async_16(shared_address(smem_k + row * Tiles::kRowStride + col), k_base + k_off + col,
-                bytes);
-    cp_async_16(shared_address(smem_v + row * Tiles::kRowStride + col), v_base + v_off + col,
-                bytes);
+    cp_async_16(shared_address(smem_k + row * Tiles::kRowStride + col), k_row + (valid ? col : 0), bytes);
+    cp_async_16(shared_address(smem_v + row * Tiles::kRowStride + col), v_row + (valid ? col : 0), bytes);
   }
 }
 
@@ -89,15 +161,15 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   const int batch_index = blockIdx.z;
   const int rows = min(kDecodeHeadsPerTile, kGroup - head_tile * kDecodeHeadsPerTile);
   const int first_head = kv_head * kGroup + head_tile * kDecodeHeadsPerTile;
-  const int capacity = p.max_pages_per_seq * kPageSize;
-  const int seq_len = min(max(p.seq_lens[batch_index], 0), capacity);
+  const DecodeSequence seq = decode_sequence<kPageSize>(p, batch_index);
   const int split_begin = split * p.tokens_per_split;
-  const int split_end = min(seq_len, split_begin + p.tokens_per_split);
+  const int split_end = min(seq.length, split_begin + p.tokens_per_split);
   if (split_begin >= split_end) {
     write_empty_rows<T, kHeadDim>(p, split, batch_index, first_head, rows);
     return;
   }
-  const int* table_row = p.page_table + batch_index * p.page_table_stride;
+  if (kPageSize > 0 && head_tile == 0 && seq.append_token >= split_begin && seq.append_token < split_end)
+    append_new_token<T, kHeadDim, kPageSize>(p, seq, batch_index, kv_head);
 
   // Q tile: 16 rows (query heads), rows past the group zero-filled.
   {
@@ -131,8 +203,8 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   const int v_lane_offset = (warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * kRowStride + (lane >> 4) * 8;
 
   const int num_blocks = (split_end - split_begin + kDecodeBlockTokens - 1) / kDecodeBlockTokens;
-  load_kv_block_async<T, kHeadDim, kPageSize>(p, smem_k, smem_v, table_row, split_begin, split_end,
-                                              kv_head);
+  load_kv_block_async<T, kHeadDim, kPageSize>(p, smem_k, smem_v, seq, batch_index, split_begin,
+                                              split_end, kv_head);
   cp_async_commit();
 
   for (int block = 0; block < num_blocks; ++block) {
@@ -141,7 +213,7 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
     if (block + 1 < num_blocks) {
       load_kv_block_async<T, kHeadDim, kPageSize>(
           p, smem_k + (stage ^ 1) * Tiles::kStageElems, smem_v + (stage ^ 1) * Tiles::kStageElems,
-          table_row, block_start + kDecodeBlockTokens, split_end, kv_head);
+          seq, batch_index, block_start + kDecodeBlockTokens, split_end, kv_head);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -173,18 +245,22 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int token = warp_first_token + j * 8 + quad_col * 2 + (e & 1);
-          s[j][e] = token < split_end ? s[j][e] * p.scale_log2 : negative_infinity();
+          s[j][e] = (token < split_end && token_kept(p, batch_index, token))
+                        ? s[j][e] * p.scale_log2
+                        : negative_infinity();
           tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s[j][e]);
         }
       }
       float correction[2];
+      float reference[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
         tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
         const float new_max = fmaxf(row_max[r], tile_max[r]);
-        // The warp's first token is valid, so new_max is finite.
-        correction[r] = exp2f(row_max[r] - new_max);
+        // A row masked so far keeps max -inf; measure from 0 then so that no inf - inf appears.
+        reference[r] = new_max == negative_infinity() ? 0.f : new_max;
+        correction[r] = exp2f(row_max[r] - reference[r]);
         row_max[r] = new_max;
         row_sum[r] *= correction[r];
       }
@@ -192,7 +268,7 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
       for (int j = 0; j < 2; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          s[j][e] = exp2f(s[j][e] - row_max[e >> 1]);
+          s[j][e] = exp2f(s[j][e] - reference[e >> 1]);
           row_sum[e >> 1] += s[j][e];
         }
       }
@@ -261,10 +337,12 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
       total += weight * merge_sum[w * kDecodeHeadsPerTile + row];
       value += weight * merge_o[(w * kDecodeHeadsPerTile + row) * kHeadDim + col];
     }
-    const float lse = (max_all + __log2f(total)) * kLn2;
+    // Nothing kept (every token masked): zeros and -inf, never NaN.
+    const bool empty = !(total > 0.f);
+    const float lse = empty ? negative_infinity() : (max_all + __log2f(total)) * kLn2;
     store_row_element<T, kHeadDim>(p.workspace, p.out, p.out_stride_batch, p.out_stride_head,
-                                   p.batch, p.n_heads, split, batch_index, first_head + row, col,
-                                   value / total, lse);
+                                   p.lse, p.batch, p.n_heads, split, batch_index, first_head + row, col,
+                                   empty ? 0.f : value / total, lse);
   }
 }
 
@@ -287,15 +365,15 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
   const int batch_index = blockIdx.z;
   const int rows = min(kDecodeHeadsPerTile, kGroup - head_tile * kDecodeHeadsPerTile);
   const int first_head = kv_head * kGroup + head_tile * kDecodeHeadsPerTile;
-  const int capacity = p.max_pages_per_seq * kPageSize;
-  const int seq_len = min(max(p.seq_lens[batch_index], 0), capacity);
+  const DecodeSequence seq = decode_sequence<kPageSize>(p, batch_index);
   const int split_begin = split * p.tokens_per_split;
-  const int split_end = min(seq_len, split_begin + p.tokens_per_split);
+  const int split_end = min(seq.length, split_begin + p.tokens_per_split);
   if (split_begin >= split_end) {
     write_empty_rows<T, kHeadDim>(p, split, batch_index, first_head, rows);
     return;
   }
-  const int* table_row = p.page_table + batch_index * p.page_table_stride;
+  if (kPageSize > 0 && head_tile == 0 && seq.append_token >= split_begin && seq.append_token < split_end)
+    append_new_token<T, kHeadDim, kPageSize>(p, seq, batch_index, kv_head);
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
 
@@ -319,8 +397,6 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
     }
   }
 
-  const T* k_base = static_cast<const T*>(p.k_cache);
-  const T* v_base = static_cast<const T*>(p.v_cache);
   for (int block_start = split_begin; block_start < split_end; block_start += kDecodeBlockTokens) {
     for (int chunk = threadIdx.x; chunk < kDecodeBlockTokens * Tiles::kChunksPerRow;
          chunk += kDecodeThreads) {
@@ -329,17 +405,11 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
       const int token = block_start + row;
       uint4 k_value = make_uint4(0, 0, 0, 0);
       uint4 v_value = make_uint4(0, 0, 0, 0);
-      if (token < split_end) {
-        const int page = __ldg(table_row + (token >> Tiles::kPageShift));
-        if (static_cast<unsigned>(page) < static_cast<unsigned>(p.num_pages)) {
-          const int slot = token & (kPageSize - 1);
-          k_value = *reinterpret_cast<const uint4*>(k_base + page * p.k_stride_page +
-                                                    slot * p.k_stride_token +
-                                                    kv_head * p.k_stride_head + col);
-          v_value = *reinterpret_cast<const uint4*>(v_base + page * p.v_stride_page +
-                                                    slot * p.v_stride_token +
-                                                    kv_head * p.v_stride_head + col);
-        }
+      const T* k_row;
+      const T* v_row;
+      if (token < split_end && kv_rows<T, kPageSize>(p, seq, batch_index, kv_head, token, &k_row, &v_row)) {
+        k_value = *reinterpret_cast<const uint4*>(k_row + col);
+        v_value = *reinterpret_cast<const uint4*>(v_row + col);
       }
       *reinterpret_cast<uint4*>(smem_k + row * kRowStride + col) = k_value;
       *reinterpret_cast<uint4*>(smem_v + row * kRowStride + col) = v_value;
@@ -348,6 +418,7 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
 
     const int block_tokens = min(kDecodeBlockTokens, split_end - block_start);
     for (int t = 0; t < block_tokens; ++t) {
+      if (!token_kept(p, batch_index, block_start + t)) continue;  // masked: contributes nothing
       float k_row[kPerLane];
       float v_row[kPerLane];
 #pragma unroll
@@ -379,14 +450,15 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
   for (int i = 0; i < kHeadsPerWarp; ++i) {
     const int local = warp + 4 * i;
     if (local >= rows) continue;
-    const float lse = (row_max[i] + __log2f(row_sum[i])) * kLn2;
-    const float inverse = 1.f / row_sum[i];
+    const bool empty = !(row_sum[i] > 0.f);  // every token masked
+    const float lse = empty ? negative_infinity() : (row_max[i] + __log2f(row_sum[i])) * kLn2;
+    const float inverse = empty ? 0.f : 1.f / row_sum[i];
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) {
       const int d = lane + 32 * k;
       if (d < kHeadDim)
         store_row_element<T, kHeadDim>(p.workspace, p.out, p.out_stride_batch, p.out_stride_head,
-                                       p.batch, p.n_heads, split, batch_index, first_head + local,
+                                       p.lse, p.batch, p.n_heads, split, batch_index, first_head + local,
                                        d, acc[i][k] * inverse, lse);
     }
   }

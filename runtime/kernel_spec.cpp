@@ -34,24 +34,35 @@ bool parse_prefixed_int(const std::string& field, const char* prefix, int* value
 
 bool is_power_of_two(int value) { return value > 0 && (value & (value - 1)) == 0; }
 
+bool is_paged(KernelKind kind) {
+  return kind == KernelKind::paged_decode || kind == KernelKind::paged_prefill;
+}
+
 }  // namespace
 
 const char* kernel_kind_name(KernelKind kind) {
   switch (kind) {
     case KernelKind::paged_decode: return "paged_decode";
     case KernelKind::rotary_emb: return "rotary_emb";
+    case KernelKind::decode: return "decode";
+    case KernelKind::prefill: return "prefill";
+    case KernelKind::paged_prefill: return "paged_prefill";
   }
   return "?";
 }
 
 const std::vector<std::string>& kernel_kind_names() {
-  static const std::vector<std::string> names = {"paged_decode", "rotary_emb"};
+  static const std::vector<std::string> names = {"paged_decode", "rotary_emb", "decode", "prefill",
+                                                 "paged_prefill"};
   return names;
 }
 
 bool parse_kernel_kind(const std::string& text, KernelKind* kind) {
   if (text == "paged_decode") *kind = KernelKind::paged_decode;
   else if (text == "rotary_emb") *kind = KernelKind::rotary_emb;
+  else if (text == "decode") *kind = KernelKind::decode;
+  else if (text == "prefill") *kind = KernelKind::prefill;
+  else if (text == "paged_prefill") *kind = KernelKind::paged_prefill;
   else return false;
   return true;
 }
@@ -73,7 +84,8 @@ int arch_number(const std::string& arch) {
 
 std::string KernelSpec::name() const {
   std::string result = fmt::format("{}.{}.hd{}", kernel_kind_name(kind), dtype_name(dtype), head_dim);
-  if (kind == KernelKind::paged_decode) result += fmt::format(".ps{}.g{}", page_size, group_size);
+  if (is_paged(kind)) result += fmt::format(".ps{}", page_size);
+  if (kind != KernelKind::rotary_emb) result += fmt::format(".g{}", group_size);
   if (flags != 0) result += fmt::format(".f{:x}", flags);
   if (force_no_mma) result += ".nomma";
   result += "." + arch;
@@ -99,11 +111,17 @@ KernelSpec KernelSpec::parse(const std::string& name) {
   else throw fail("unknown dtype '" + fields[1] + "'");
   if (!parse_prefixed_int(fields[2], "hd", &spec.head_dim)) throw fail("bad head dim field '" + fields[2] + "'");
   std::size_t next = 3;
-  if (spec.kind == KernelKind::paged_decode) {
+  if (is_paged(spec.kind)) {
     if (fields.size() < 6) throw fail("too few fields");
-    if (!parse_prefixed_int(fields[3], "ps", &spec.page_size)) throw fail("bad page size field '" + fields[3] + "'");
-    if (!parse_prefixed_int(fields[4], "g", &spec.group_size)) throw fail("bad group field '" + fields[4] + "'");
-    next = 5;
+    if (!parse_prefixed_int(fields[next], "ps", &spec.page_size))
+      throw fail("bad page size field '" + fields[next] + "'");
+    ++next;
+  }
+  if (spec.kind != KernelKind::rotary_emb) {
+    if (fields.size() < next + 2) throw fail("too few fields");
+    if (!parse_prefixed_int(fields[next], "g", &spec.group_size))
+      throw fail("bad group field '" + fields[next] + "'");
+    ++next;
   }
   if (next < fields.size() - 1 && fields[next].size() > 1 && fields[next][0] == 'f') {
     char* end = nullptr;
@@ -128,6 +146,9 @@ std::string KernelSpec::main_file() const {
   switch (kind) {
     case KernelKind::paged_decode: return "paged_decode.cuh";
     case KernelKind::rotary_emb: return "rotary_emb.cuh";
+    case KernelKind::decode: return "paged_decode.cuh";  // the same kernel, contiguous addressing
+    case KernelKind::prefill:
+    case KernelKind::paged_prefill: return "prefill.cuh";
   }
   return "";
 }
@@ -141,6 +162,14 @@ std::vector<std::string> KernelSpec::instantiations() const {
               fmt::format("astrai::split_combine_kernel<{}, {}>", type, head_dim)};
     case KernelKind::rotary_emb:
       return {fmt::format("astrai::rotary_emb_kernel<{}, {}>", type, head_dim)};
+    case KernelKind::decode:  // page size 0 selects contiguous KV addressing
+      return {fmt::format("astrai::paged_decode_kernel<{}, {}, 0, {}, {}>", type, head_dim,
+                          group_size, flags),
+              fmt::format("astrai::split_combine_kernel<{}, {}>", type, head_dim)};
+    case KernelKind::prefill:
+    case KernelKind::paged_prefill:
+      return {fmt::format("astrai::prefill_kernel<{}, {}, {}, {}, {}>", type, head_dim,
+                          kind == KernelKind::prefill ? 0 : page_size, group_size, flags)};
   }
   return {};
 }
@@ -160,11 +189,13 @@ void KernelSpec::validate() const {
   if (number < 75)
     throw InvalidArgument(fmt::format("{}: arch '{}' is not supported (allowed: sm_75 or newer, "
                                       "e.g. sm_80, sm_89, sm_90a)", variant, arch));
-  if (kind == KernelKind::paged_decode) {
+  if (kind != KernelKind::rotary_emb) {
     if (head_dim % 16 != 0 || head_dim < 32 || head_dim > 256)
       throw InvalidArgument(fmt::format("{}: head_dim {} is not supported (allowed: 32..256, step 16)",
                                         variant, head_dim));
-    if (!is_power_of_two(page_size) || page_size > 256)
+    if (!is_paged(kind) && page_size != 0)
+      throw InvalidArgument(fmt::format("{}: {} takes no page size", variant, kernel_kind_name(kind)));
+    if (is_paged(kind) && (!is_power_of_two(page_size) || page_size > 256))
       throw InvalidArgument(fmt::format("{}: page_size {} is not supported (allowed: a power of two "
                                         "in 1..256)", variant, page_size));
     if (group_size < 1 || group_size > 128)

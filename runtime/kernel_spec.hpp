@@ -9,7 +9,7 @@
 
 namespace astrai::detail {
 
-enum class KernelKind { paged_decode, rotary_emb };
+enum class KernelKind { paged_decode, rotary_emb, decode, prefill, paged_prefill };
 
 const char* kernel_kind_name(KernelKind kind);
 // Names accepted by `warm --kernels` and manifests.

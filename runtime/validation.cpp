@@ -1,5 +1,6 @@
 #include "runtime/validation.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -120,6 +121,103 @@ PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& input) {
   }
   // The documented contract (astrai/runtime.hpp) is 16-byte alignment; the kernels read and
   // write the workspace as floats.
+  if (a.page_table_rows == 0) a.page_table_rows = a.batch;
+  if (a.page_table_rows < 0)
+    fail(kCall, fmt::format("page_table_rows {} is not valid (allowed: >= 0; 0 means batch)", a.page_table_rows));
+  if (a.req_indices == nullptr && a.page_table_rows < a.batch)
+    fail(kCall, fmt::format("page_table_rows {} is smaller than batch {} without req_indices",
+                            a.page_table_rows, a.batch));
+  if (a.req_indices != nullptr && reinterpret_cast<std::uintptr_t>(a.req_indices) % 4 != 0)
+    fail(kCall, fmt::format("req_indices = {} is not 4-byte aligned", static_cast<const void*>(a.req_indices)));
+  const std::int64_t capacity = static_cast<std::int64_t>(a.max_pages_per_seq) * a.page_size;
+  if (a.mask_stride_batch == 0) a.mask_stride_batch = capacity;
+  if (a.mask != nullptr && a.batch > 1 && a.mask_stride_batch < capacity)
+    fail(kCall, fmt::format("mask_stride_batch {} is smaller than the mask row length {} "
+                            "(max_pages_per_seq x page_size)", a.mask_stride_batch, capacity));
+  if (a.mask_stride_batch < 0)
+    fail(kCall, fmt::format("mask_stride_batch {} is not valid (allowed: >= 0)", a.mask_stride_batch));
+  if ((a.new_k == nullptr) != (a.new_v == nullptr))
+    fail(kCall, fmt::format("new_k = {} and new_v = {}: the fused append needs both or neither",
+                            a.new_k, a.new_v));
+  if (a.new_k != nullptr) {
+    if (a.new_k_stride_head == 0) a.new_k_stride_head = d;
+    if (a.new_k_stride_batch == 0) a.new_k_stride_batch = a.n_kv_heads * a.new_k_stride_head;
+    if (a.new_v_stride_head == 0) a.new_v_stride_head = d;
+    if (a.new_v_stride_batch == 0) a.new_v_stride_batch = a.n_kv_heads * a.new_v_stride_head;
+    require_stride(kCall, "new_k_stride_head", a.new_k_stride_head, d, a.n_kv_heads > 1);
+    require_stride(kCall, "new_k_stride_batch", a.new_k_stride_batch, 1, false);
+    require_stride(kCall, "new_v_stride_head", a.new_v_stride_head, d, a.n_kv_heads > 1);
+    require_stride(kCall, "new_v_stride_batch", a.new_v_stride_batch, 1, false);
+    require_pointer(kCall, "new_k", a.new_k, 16);
+    require_pointer(kCall, "new_v", a.new_v, 16);
+  }
+  if (a.lse != nullptr && reinterpret_cast<std::uintptr_t>(a.lse) % 4 != 0)
+    fail(kCall, fmt::format("lse = {} is not 4-byte aligned", static_cast<void*>(a.lse)));
+  if (a.workspace != nullptr && reinterpret_cast<std::uintptr_t>(a.workspace) % 16 != 0)
+    fail(kCall, fmt::format("workspace = {} is not 16-byte aligned", a.workspace));
+  return a;
+}
+
+DecodeArgs resolve_decode_args(const DecodeArgs& input) {
+  constexpr const char* kCall = "decode";
+  DecodeArgs a = input;
+  require_dtype(kCall, a.dtype);
+  if (a.batch < 0) fail(kCall, fmt::format("batch {} is not valid (allowed: >= 0)", a.batch));
+  if (a.kv_len < 0) fail(kCall, fmt::format("kv_len {} is not valid (allowed: >= 0)", a.kv_len));
+  require_positive(kCall, "n_heads", a.n_heads);
+  require_positive(kCall, "n_kv_heads", a.n_kv_heads);
+  if (a.n_heads % a.n_kv_heads != 0)
+    fail(kCall, fmt::format("n_heads {} is not a multiple of n_kv_heads {} (GQA needs n_heads % "
+                            "n_kv_heads == 0)", a.n_heads, a.n_kv_heads));
+  if (a.n_heads / a.n_kv_heads > 128)
+    fail(kCall, fmt::format("GQA group size {} (n_heads {} / n_kv_heads {}) is not supported "
+                            "(allowed: 1..128)", a.n_heads / a.n_kv_heads, a.n_heads, a.n_kv_heads));
+  if (a.head_dim % 16 != 0)
+    fail(kCall, fmt::format("head_dim {} is not a multiple of 16 (allowed: 32..256, step 16)", a.head_dim));
+  if (a.head_dim < 32 || a.head_dim > 256)
+    fail(kCall, fmt::format("head_dim {} is out of range (allowed: 32..256, step 16)", a.head_dim));
+  if (a.causal_offset < -1)
+    fail(kCall, fmt::format("causal_offset {} is not valid (allowed: -1 for no limit, or >= 0)", a.causal_offset));
+  if (!std::isfinite(a.scale))
+    fail(kCall, fmt::format("scale {} is not finite (allowed: > 0, or <= 0 for 1/sqrt(head_dim))", a.scale));
+  if (a.scale <= 0.f) a.scale = 1.f / std::sqrt(static_cast<float>(a.head_dim));
+  const std::int64_t d = a.head_dim;
+  if (a.q_stride_head == 0) a.q_stride_head = d;
+  if (a.q_stride_batch == 0) a.q_stride_batch = a.n_heads * a.q_stride_head;
+  if (a.out_stride_head == 0) a.out_stride_head = d;
+  if (a.out_stride_batch == 0) a.out_stride_batch = a.n_heads * a.out_stride_head;
+  if (a.k_stride_head == 0) a.k_stride_head = d;
+  if (a.k_stride_seq == 0) a.k_stride_seq = a.n_kv_heads * a.k_stride_head;
+  if (a.k_stride_batch == 0) a.k_stride_batch = std::max<std::int64_t>(1, a.kv_len) * a.k_stride_seq;
+  if (a.v_stride_head == 0) a.v_stride_head = d;
+  if (a.v_stride_seq == 0) a.v_stride_seq = a.n_kv_heads * a.v_stride_head;
+  if (a.v_stride_batch == 0) a.v_stride_batch = std::max<std::int64_t>(1, a.kv_len) * a.v_stride_seq;
+  if (a.mask_stride_batch == 0) a.mask_stride_batch = a.kv_len;
+  require_stride(kCall, "q_stride_head", a.q_stride_head, d, a.n_heads > 1);
+  require_stride(kCall, "q_stride_batch", a.q_stride_batch, 1, false);
+  require_stride(kCall, "k_stride_head", a.k_stride_head, d, a.n_kv_heads > 1);
+  require_stride(kCall, "k_stride_seq", a.k_stride_seq, 1, false);
+  require_stride(kCall, "k_stride_batch", a.k_stride_batch, 1, false);
+  require_stride(kCall, "v_stride_head", a.v_stride_head, d, a.n_kv_heads > 1);
+  require_stride(kCall, "v_stride_seq", a.v_stride_seq, 1, false);
+  require_stride(kCall, "v_stride_batch", a.v_stride_batch, 1, false);
+  require_stride(kCall, "out_stride_head", a.out_stride_head, d, a.n_heads > 1);
+  require_stride(kCall, "out_stride_batch", a.out_stride_batch, (a.n_heads - 1) * a.out_stride_head + d,
+                 a.batch > 1);
+  if (a.mask != nullptr && a.batch > 1 && a.mask_stride_batch < a.kv_len)
+    fail(kCall, fmt::format("mask_stride_batch {} is smaller than kv_len {}", a.mask_stride_batch, a.kv_len));
+  if (a.mask_stride_batch < 0)
+    fail(kCall, fmt::format("mask_stride_batch {} is not valid (allowed: >= 0)", a.mask_stride_batch));
+  if (a.batch > 0) {
+    require_pointer(kCall, "q", a.q, 16);
+    require_pointer(kCall, "out", a.out, 16);
+    if (a.kv_len > 0) {
+      require_pointer(kCall, "k", a.k, 16);
+      require_pointer(kCall, "v", a.v, 16);
+    }
+  }
+  if (a.lse != nullptr && reinterpret_cast<std::uintptr_t>(a.lse) % 4 != 0)
+    fail(kCall, fmt::format("lse = {} is not 4-byte aligned", static_cast<void*>(a.lse)));
   if (a.workspace != nullptr && reinterpret_cast<std::uintptr_t>(a.workspace) % 16 != 0)
     fail(kCall, fmt::format("workspace = {} is not 16-byte aligned", a.workspace));
   return a;

@@ -8,6 +8,7 @@ namespace astrai::detail {
 // Returns a copy with default strides filled in and scale resolved; throws InvalidArgument
 // naming the argument, its value and the allowed set.
 PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& args);
+DecodeArgs resolve_decode_args(const DecodeArgs& args);
 RotaryArgs resolve_rotary_args(const RotaryArgs& args);
 
 }  // namespace astrai::detail

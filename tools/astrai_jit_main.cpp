@@ -72,7 +72,8 @@ constexpr const char* kWarmFooter =
     "  When --head-dims or --group-sizes is given, paged_decode takes the cross product\n"
     "  head dims x group sizes x page sizes, each list falling back to its default when not\n"
     "  given: head dims {64,128}, group sizes {4,6}, page sizes {1,16}. rotary_emb uses only\n"
-    "  the head dims and dtypes. Duplicates are compiled once.\n"
+    "  the head dims and dtypes; the attention kernels without paging (decode, prefill) skip\n"
+    "  the page sizes. Duplicates are compiled once.\n"
     "  --manifest alone warms exactly the manifest's variants (they carry their own arch);\n"
     "  together with any other selection flag (--arch included) both sets are warmed.\n"
     "  --no-mma (or ASTRAI_JIT_NO_MMA=1) selects the no-tensor-core variants on sm_80 and newer\n"
@@ -145,7 +146,10 @@ std::string join(const std::vector<std::string>& items, const char* separator) {
   return out;
 }
 
-void print_error(const std::string& message) {
+void print_error(std::string message) {
+  // Some library messages already carry the program name.
+  const std::string prefix = "astrai-jit: ";
+  if (message.compare(0, prefix.size(), prefix) == 0) message.erase(0, prefix.size());
   fmt::print(stderr, "astrai-jit: error: {}\n", message);
 }
 
@@ -284,6 +288,24 @@ std::vector<DType> resolve_dtypes(const std::vector<std::string>& requested) {
   return dtypes;
 }
 
+// Which shape parameters a kernel's variants take.
+enum class KernelShape {
+  head_dim,             // head dim only (rotary_emb)
+  head_dim_group,       // head dim and group (contiguous attention)
+  head_dim_group_page,  // head dim, group and page size (paged attention)
+};
+
+KernelShape kernel_shape(KernelKind kind) {
+  switch (kind) {
+    case KernelKind::rotary_emb: return KernelShape::head_dim;
+    case KernelKind::decode:
+    case KernelKind::prefill: return KernelShape::head_dim_group;
+    case KernelKind::paged_decode:
+    case KernelKind::paged_prefill: return KernelShape::head_dim_group_page;
+  }
+  return KernelShape::head_dim_group_page;
+}
+
 template <typename T>
 std::vector<T> unique_values(const std::vector<T>& values) {
   std::vector<T> out;
@@ -335,26 +357,27 @@ std::vector<KernelSpec> build_selection(const WarmOptions& options, const JitEng
     const std::vector<std::string> archs =
         resolve_archs(options.archs.empty() ? std::vector<std::string>{"auto"} : options.archs, engine);
     const std::vector<KernelKind> kinds = resolve_kernels(
-        options.kernels.empty() ? astrai::detail::kernel_kind_names() : options.kernels);
+        options.kernels.empty() ? std::vector<std::string>{"paged_decode", "rotary_emb"}
+                                : options.kernels);
     const std::vector<DType> dtypes =
         resolve_dtypes(options.dtypes.empty() ? std::vector<std::string>{"bf16"} : options.dtypes);
     const bool no_mma = options.no_mma || engine.config().no_mma;
     const std::vector<int> page_sizes =
         options.page_sizes.empty() ? std::vector<int>{1, 16} : unique_values(options.page_sizes);
 
-    // (head_dim, group) pairs for paged_decode and head dims for rotary_emb.
-    std::vector<std::pair<int, int>> paged_shapes;
-    std::vector<int> rotary_dims;
+    // (head_dim, group) pairs for the attention kernels; head dims alone for rotary_emb.
+    std::vector<std::pair<int, int>> attention_shapes;
+    std::vector<int> head_dims;
     if (options.head_dims.empty() && options.group_sizes.empty()) {
-      paged_shapes = {{64, 6}, {128, 4}};
-      rotary_dims = {64, 128};
+      attention_shapes = {{64, 6}, {128, 4}};  // AstrAI 1B, Llama-3-8B
+      head_dims = {64, 128};
     } else {
-      rotary_dims =
+      head_dims =
           options.head_dims.empty() ? std::vector<int>{64, 128} : unique_values(options.head_dims);
       const std::vector<int> groups =
           options.group_sizes.empty() ? std::vector<int>{4, 6} : unique_values(options.group_sizes);
-      for (int head_dim : rotary_dims)
-        for (int group : groups) paged_shapes.emplace_back(head_dim, group);
+      for (int head_dim : head_dims)
+        for (int group : groups) attention_shapes.emplace_back(head_dim, group);
     }
 
     for (const auto& arch : archs) {
@@ -365,20 +388,30 @@ std::vector<KernelSpec> build_selection(const WarmOptions& options, const JitEng
           spec.dtype = dtype;
           spec.arch = arch;
           spec.force_no_mma = no_mma && astrai::detail::arch_number(arch) >= 80;
-          if (kind == KernelKind::paged_decode) {
-            for (const auto& [head_dim, group] : paged_shapes) {
-              for (int page_size : page_sizes) {
+          switch (kernel_shape(kind)) {
+            case KernelShape::head_dim:
+              for (int head_dim : head_dims) {
                 spec.head_dim = head_dim;
-                spec.group_size = group;
-                spec.page_size = page_size;
                 add(spec);
               }
-            }
-          } else {
-            for (int head_dim : rotary_dims) {
-              spec.head_dim = head_dim;
-              add(spec);
-            }
+              break;
+            case KernelShape::head_dim_group:
+              for (const auto& [head_dim, group] : attention_shapes) {
+                spec.head_dim = head_dim;
+                spec.group_size = group;
+                add(spec);
+              }
+              break;
+            case KernelShape::head_dim_group_page:
+              for (const auto& [head_dim, group] : attention_shapes) {
+                for (int page_size : page_sizes) {
+                  spec.head_dim = head_dim;
+                  spec.group_size = group;
+                  spec.page_size = page_size;
+                  add(spec);
+                }
+              }
+              break;
           }
         }
       }
@@ -467,15 +500,21 @@ int run_warm(const WarmOptions& options, EnvConfig config) {
 
   if (options.dry_run) {
     std::size_t cached = 0;
+    std::size_t failed = 0;
     for (const auto& spec : specs) {
-      const bool present =
-          !config.force_compile && engine.cache().contains(engine.key_for(spec), spec.name());
+      bool present = false;
+      try {
+        present = !config.force_compile && engine.cache().contains(engine.key_for(spec), spec.name());
+      } catch (const astrai::Error& error) {
+        ++failed;
+        print_error(fmt::format("{}: {}", spec.name(), error.what()));
+      }
       cached += present ? 1 : 0;
       fmt::print("{}{}\n", spec.name(), present ? " cached" : "");
     }
     fmt::print("warm: {} variants, {} already cached (dry run, nothing compiled)\n", specs.size(),
                cached);
-    return kExitOk;
+    return failed > 0 ? kExitFailed : kExitOk;
   }
 
   if (specs.empty()) fmt::print(stderr, "astrai-jit: warning: nothing selected to warm\n");
@@ -713,7 +752,8 @@ void add_warm_command(CLI::App& app, Commands* commands) {
                    "sm_90a without a GPU) [default: auto]")
       ->delimiter(',')->type_name("LIST");
   warm->add_option("--kernels", options.kernels,
-                   "Kernels: paged_decode, rotary_emb [default: both]")
+                   fmt::format("Kernels: {} [default: paged_decode,rotary_emb]",
+                               join(astrai::detail::kernel_kind_names(), ", ")))
       ->delimiter(',')->type_name("LIST");
   warm->add_option("--dtypes", options.dtypes, "Dtypes: bf16, fp16 [default: bf16]")
       ->delimiter(',')->type_name("LIST");

@@ -49,12 +49,125 @@ struct PagedDecodeArgs {
   void* out = nullptr;  // [batch, n_heads, head_dim]
   std::int64_t out_stride_batch = 0, out_stride_head = 0;
 
+  // Optional: the row of page_table each request uses (AstrAI's req_pool_indices), [batch].
+  // Null: request b uses row b. page_table_rows bounds the rows (0: batch); a row index outside
+  // [0, page_table_rows) makes that request empty (zeros) instead of reading out of bounds.
+  const std::int32_t* req_indices = nullptr;
+  int page_table_rows = 0;
+  // Optional mask, [batch, max_pages_per_seq * page_size] bool, true = keep; a row with
+  // nothing kept outputs zeros.
+  const bool* mask = nullptr;
+  std::int64_t mask_stride_batch = 0;  // 0: max_pages_per_seq * page_size
+  // Optional fused append: the new token's K and V, [batch, n_kv_heads, head_dim]. They are
+  // used for position seq_len - 1 and written into the cache at that slot in the same call.
+  const void* new_k = nullptr;
+  const void* new_v = nullptr;
+  std::int64_t new_k_stride_batch = 0, new_k_stride_head = 0;
+  std::int64_t new_v_stride_batch = 0, new_v_stride_head = 0;
+  // Optional output: natural-log log-sum-exp of each query row's scaled scores, f32
+  // [batch, n_heads]; -inf for a row with nothing to attend to.
+  float* lse = nullptr;
+
   void* stream = nullptr;  // CUstream
   // Optional caller-owned split-KV workspace (device memory, 16-byte aligned). When null, the
   // runtime uses its own per-stream workspace, allocated on the first call that needs it and
   // grown only by calls needing more (never during CUDA graph capture).
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
+};
+
+// Decode attention over a contiguous KV cache: one query token per sequence.
+struct DecodeArgs {
+  DType dtype = DType::bf16;
+  int batch = 0;
+  int kv_len = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;  // multiple of 16 in [32, 256]
+  float scale = 0.f;  // <= 0 means 1/sqrt(head_dim)
+  // -1: attend to all kv_len; >= 0: the query sits at that absolute position and attends to
+  // [0, min(kv_len, causal_offset + 1)).
+  int causal_offset = -1;
+  const void* q = nullptr;  // [batch, 1, n_heads, head_dim]
+  std::int64_t q_stride_batch = 0, q_stride_head = 0;
+  const void* k = nullptr;  // [batch, kv_len, n_kv_heads, head_dim]
+  std::int64_t k_stride_batch = 0, k_stride_seq = 0, k_stride_head = 0;
+  const void* v = nullptr;  // same shape as k
+  std::int64_t v_stride_batch = 0, v_stride_seq = 0, v_stride_head = 0;
+  void* out = nullptr;  // like q
+  std::int64_t out_stride_batch = 0, out_stride_head = 0;
+  const bool* mask = nullptr;  // optional [batch, kv_len] (or [batch, 1, kv_len]), true = keep
+  std::int64_t mask_stride_batch = 0;  // 0: kv_len
+  float* lse = nullptr;  // optional f32 [batch, n_heads], natural log; -inf for empty rows
+  void* stream = nullptr;
+  void* workspace = nullptr;  // optional split-KV workspace, as for paged_decode
+  std::size_t workspace_bytes = 0;
+};
+
+// Prefill attention over a contiguous KV cache.
+struct PrefillArgs {
+  DType dtype = DType::bf16;
+  int batch = 0;
+  int q_len = 0;
+  int kv_len = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;  // multiple of 16 in [32, 256]
+  float scale = 0.f;
+  // -1: non-causal. >= 0: absolute position of the first query token; query row i attends to
+  // kv positions j <= causal_offset + i (a fresh prompt uses kv_len - q_len). Values below -1
+  // are refused: they would leave the first rows with nothing to attend to.
+  int causal_offset = -1;
+  const void* q = nullptr;  // [batch, q_len, n_heads, head_dim]
+  std::int64_t q_stride_batch = 0, q_stride_seq = 0, q_stride_head = 0;
+  const void* k = nullptr;  // [batch, kv_len, n_kv_heads, head_dim]
+  std::int64_t k_stride_batch = 0, k_stride_seq = 0, k_stride_head = 0;
+  const void* v = nullptr;
+  std::int64_t v_stride_batch = 0, v_stride_seq = 0, v_stride_head = 0;
+  void* out = nullptr;  // like q
+  std::int64_t out_stride_batch = 0, out_stride_seq = 0, out_stride_head = 0;
+  // Optional mask [mask_batch, mask_q_len, kv_len] bool, true = keep. mask_batch is 1 or batch
+  // (0: batch); mask_q_len is 1 (the [batch, kv_len] form, broadcast over queries) or q_len.
+  const bool* mask = nullptr;
+  int mask_batch = 0;
+  int mask_q_len = 1;
+  std::int64_t mask_stride_batch = 0, mask_stride_q = 0;  // 0: contiguous
+  float* lse = nullptr;  // optional f32 [batch, q_len, n_heads]
+  void* stream = nullptr;
+};
+
+// Prefill over a paged KV cache with a ragged batch of queries (chunked prefill).
+struct PagedPrefillArgs {
+  DType dtype = DType::bf16;
+  int batch = 0;
+  int total_q = 0;    // rows of q; must equal qo_indptr[batch]
+  int max_q_len = 0;  // the longest request's query count (sizes the grid)
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int page_size = 0;
+  int num_pages = 0;
+  int max_pages_per_seq = 0;
+  float scale = 0.f;
+  // Causal per request: query i of request b sits at position seq_lens[b] - q_len_b + i and
+  // attends to kv positions j <= that. false: every query attends to all seq_lens[b] tokens.
+  bool causal = true;
+  const void* q = nullptr;  // [total_q, n_heads, head_dim]
+  std::int64_t q_stride_token = 0, q_stride_head = 0;
+  const std::int32_t* qo_indptr = nullptr;  // [batch + 1], device
+  const void* k_cache = nullptr;  // [num_pages, page_size, n_kv_heads, head_dim]
+  std::int64_t k_stride_page = 0, k_stride_token = 0, k_stride_head = 0;
+  const void* v_cache = nullptr;
+  std::int64_t v_stride_page = 0, v_stride_token = 0, v_stride_head = 0;
+  const std::int32_t* page_table = nullptr;  // [batch, max_pages_per_seq]
+  std::int64_t page_table_stride = 0;
+  const std::int32_t* seq_lens = nullptr;    // [batch], KV length including the new tokens
+  void* out = nullptr;  // like q
+  std::int64_t out_stride_token = 0, out_stride_head = 0;
+  const bool* mask = nullptr;  // optional [total_q, mask_stride_q] over kv positions
+  std::int64_t mask_stride_q = 0;  // 0: max_pages_per_seq * page_size
+  float* lse = nullptr;  // optional f32 [total_q, n_heads]
+  void* stream = nullptr;
 };
 
 // Rotary embedding over interleaved pairs, x of shape [batch, seq, n_heads, head_dim]
@@ -86,7 +199,10 @@ class Runtime {
   // The process-wide runtime. Reads the ASTRAI_JIT_* environment once, on first use.
   static Runtime& get();
 
+  void decode(const DecodeArgs& args);
+  void prefill(const PrefillArgs& args);
   void paged_decode(const PagedDecodeArgs& args);
+  void paged_prefill(const PagedPrefillArgs& args);
   void rotary_emb(const RotaryArgs& args);
 
   // The readable variant names this process has loaded so far (for logs and tests).

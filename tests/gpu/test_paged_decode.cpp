@@ -21,13 +21,18 @@ struct PagedCase {
   std::vector<int> seq_lens;
   int extra_pages = 1;     // table columns beyond the longest sequence (never read)
   bool strided = false;    // padded head strides, K and V interleaved in one pool, padded out
+  bool mask = false;       // random keep-mask; sequence 0 fully masked when it is non-empty
+  bool append = false;     // fused append of new_k / new_v at seq_len - 1
+  bool req_rows = false;   // requests index a larger page table through req_indices
+  bool lse = false;        // also check the log-sum-exp output
   unsigned seed = 1;
 
   int batch() const { return static_cast<int>(seq_lens.size()); }
   std::string describe() const {
-    return fmt::format("paged_decode dtype={} hd={} ps={} kv_heads={} group={} strided={} seed={} "
-                       "lens=[{}]", dtype_name(dtype), head_dim, page_size, n_kv_heads, group,
-                       strided, seed, fmt::join(seq_lens, ","));
+    return fmt::format("paged_decode dtype={} hd={} ps={} kv_heads={} group={} strided={} mask={} "
+                       "append={} req_rows={} lse={} seed={} lens=[{}]", dtype_name(dtype), head_dim,
+                       page_size, n_kv_heads, group, strided, mask, append, req_rows, lse, seed,
+                       fmt::join(seq_lens, ","));
   }
 };
 
@@ -54,10 +59,20 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
   std::iota(physical.begin(), physical.end(), 0);
   std::shuffle(physical.begin(), physical.end(), rng);
   const int table_stride = max_pages + (c.strided ? 5 : 0);
-  std::vector<std::int32_t> table(static_cast<std::size_t>(batch) * table_stride, -1);
+  // With req_rows the table has spare rows and request b uses row req[b] (a shuffled pick).
+  const int table_rows = c.req_rows ? batch + 3 : batch;
+  std::vector<std::int32_t> req(batch);
+  std::iota(req.begin(), req.end(), 0);
+  if (c.req_rows) {
+    std::vector<std::int32_t> rows(table_rows);
+    std::iota(rows.begin(), rows.end(), 0);
+    std::shuffle(rows.begin(), rows.end(), rng);
+    for (int b = 0; b < batch; ++b) req[b] = rows[b];
+  }
+  std::vector<std::int32_t> table(static_cast<std::size_t>(std::max(1, table_rows)) * table_stride, -1);
   int next = 0;
   for (int b = 0; b < batch; ++b)
-    for (int p = 0; p < (c.seq_lens[b] + ps - 1) / ps; ++p) table[b * table_stride + p] = physical[next++];
+    for (int p = 0; p < (c.seq_lens[b] + ps - 1) / ps; ++p) table[req[b] * table_stride + p] = physical[next++];
 
   const std::int64_t kv_head_stride = d + pad;
   const std::int64_t kv_token_stride = c.n_kv_heads * kv_head_stride;
@@ -67,7 +82,7 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
   std::vector<std::uint16_t> v_pool =
       c.strided ? std::vector<std::uint16_t>() : random_elements(pool_elems, c.dtype, rng);
   const std::int64_t v_offset = c.strided ? ps * kv_token_stride : 0;  // V follows K in a page
-  const std::vector<std::uint16_t>& v_source = c.strided ? k_pool : v_pool;
+  const std::vector<std::uint16_t>& v_source = c.strided ? k_pool : v_pool;  // read after append
 
   const std::int64_t q_head_stride = d + pad;
   const std::int64_t q_batch_stride = n_heads * q_head_stride;
@@ -76,6 +91,27 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
   const std::int64_t out_batch_stride = n_heads * out_head_stride + pad;
   const std::size_t out_elems = std::max<std::size_t>(1, batch * out_batch_stride);
 
+  const std::int64_t capacity = static_cast<std::int64_t>(max_pages) * ps;
+  const std::int64_t mask_stride = capacity + (c.strided ? 3 : 0);
+  std::vector<std::uint8_t> mask;
+  if (c.mask) {
+    mask.resize(std::max<std::size_t>(1, batch * mask_stride));
+    std::bernoulli_distribution keep(0.7);
+    for (auto& m : mask) m = keep(rng) ? 1 : 0;
+    for (std::int64_t t = 0; batch > 0 && t < mask_stride; ++t) mask[t] = 0;  // row 0: nothing kept
+  }
+  const std::int64_t new_stride_batch = c.n_kv_heads * kv_head_stride;
+  std::vector<std::uint16_t> new_k, new_v;
+  if (c.append) {
+    new_k = random_elements(std::max(1, batch) * new_stride_batch, c.dtype, rng);
+    new_v = random_elements(std::max(1, batch) * new_stride_batch, c.dtype, rng);
+  }
+  DeviceBuffer d_mask = DeviceBuffer::from(mask);
+  DeviceBuffer d_new_k = DeviceBuffer::from(new_k);
+  DeviceBuffer d_new_v = DeviceBuffer::from(new_v);
+  DeviceBuffer d_req = DeviceBuffer::from(req);
+  DeviceBuffer d_lse(std::max(1, batch * n_heads) * sizeof(float));
+  d_lse.fill_byte(0xff);
   DeviceBuffer d_k = DeviceBuffer::from(k_pool);
   DeviceBuffer d_v = c.strided ? DeviceBuffer(16) : DeviceBuffer::from(v_pool);
   DeviceBuffer d_q = DeviceBuffer::from(q);
@@ -111,10 +147,48 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
   args.out = d_out.get();
   args.out_stride_batch = out_batch_stride;
   args.out_stride_head = out_head_stride;
+  if (c.mask) {
+    args.mask = static_cast<const bool*>(d_mask.get());
+    args.mask_stride_batch = mask_stride;
+  }
+  if (c.append) {
+    args.new_k = d_new_k.get();
+    args.new_v = d_new_v.get();
+    args.new_k_stride_batch = args.new_v_stride_batch = new_stride_batch;
+    args.new_k_stride_head = args.new_v_stride_head = kv_head_stride;
+  }
+  if (c.req_rows) {
+    args.req_indices = static_cast<const std::int32_t*>(d_req.get());
+    args.page_table_rows = table_rows;
+  }
+  if (c.lse) args.lse = static_cast<float*>(d_lse.get());
   Runtime::get().paged_decode(args);
   synchronize();
   PagedRun run;
   run.out = d_out.to_host<std::uint16_t>(out_elems);
+  const auto lse = d_lse.to_host<float>(std::max(1, batch * n_heads));
+  if (c.append) {
+    // The new token must be in the cache, bit for bit, at slot seq_len - 1.
+    const auto k_after = d_k.to_host<std::uint16_t>(pool_elems);
+    const auto v_after = c.strided ? k_after : d_v.to_host<std::uint16_t>(pool_elems);
+    for (int b = 0; b < batch; ++b) {
+      const int t = c.seq_lens[b] - 1;
+      if (t < 0) continue;
+      const std::int64_t page = table[req[b] * table_stride + t / ps];
+      for (int kvh = 0; kvh < c.n_kv_heads; ++kvh)
+        for (int i = 0; i < d; ++i) {
+          const std::int64_t at = page * kv_page_stride + (t % ps) * kv_token_stride + kvh * kv_head_stride + i;
+          const std::int64_t from = b * new_stride_batch + kvh * kv_head_stride + i;
+          if (k_after[at] != new_k[from] || v_after[v_offset + at] != new_v[from]) {
+            if (run.comparison.failures++ == 0)
+              run.comparison.first_failure = fmt::format("append not written at b={} kvh={} i={}", b, kvh, i);
+          }
+          // The reference below reads the appended token from the pools.
+          k_pool[at] = new_k[from];
+          (c.strided ? k_pool : v_pool)[v_offset + at] = new_v[from];
+        }
+    }
+  }
 
   if (capture_graph) {
     // Capture the same call on a fresh stream (the eager call above sized the workspace),
@@ -153,27 +227,39 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
       const int kvh = h / c.group;
       scores.assign(len, 0.0);
       double max_score = -INFINITY;
+      auto kept = [&](int t) { return !c.mask || mask[b * mask_stride + t] != 0; };
       for (int t = 0; t < len; ++t) {
-        const std::int64_t page = table[b * table_stride + t / ps];
+        const std::int64_t page = table[req[b] * table_stride + t / ps];
         const std::int64_t base = page * kv_page_stride + (t % ps) * kv_token_stride + kvh * kv_head_stride;
         double dot = 0;
         for (int i = 0; i < d; ++i)
           dot += static_cast<double>(bits_to_float(q[b * q_batch_stride + h * q_head_stride + i], c.dtype)) *
                  bits_to_float(k_pool[base + i], c.dtype);
         scores[t] = dot * scale;
-        max_score = std::max(max_score, scores[t]);
+        if (kept(t)) max_score = std::max(max_score, scores[t]);
       }
       double total = 0;
-      for (int t = 0; t < len; ++t) total += (scores[t] = std::exp(scores[t] - max_score));
+      for (int t = 0; t < len; ++t) total += (scores[t] = kept(t) ? std::exp(scores[t] - max_score) : 0.0);
+      if (c.lse) {
+        const double want_lse = total > 0 ? max_score + std::log(total) : -INFINITY;
+        const double got_lse = lse[b * n_heads + h];
+        if (std::isinf(want_lse)) {
+          if (!(std::isinf(got_lse) && got_lse < 0) && run.comparison.failures++ == 0)
+            run.comparison.first_failure = fmt::format("lse b={} h={}: got {} want -inf", b, h, got_lse);
+        } else {
+          accumulate(&run.comparison, got_lse, want_lse, 2e-3, 1e-3, fmt::format("lse b={} h={}", b, h));
+        }
+      }
       for (int i = 0; i < d; ++i) {
         double want = 0;
         for (int t = 0; t < len; ++t) {
-          const std::int64_t page = table[b * table_stride + t / ps];
+          if (scores[t] == 0.0) continue;
+          const std::int64_t page = table[req[b] * table_stride + t / ps];
           const std::int64_t base = v_offset + page * kv_page_stride + (t % ps) * kv_token_stride +
                                     kvh * kv_head_stride;
           want += scores[t] * bits_to_float(v_source[base + i], c.dtype);
         }
-        if (len > 0) want /= total;
+        if (total > 0) want /= total;
         const double got = bits_to_float(run.out[b * out_batch_stride + h * out_head_stride + i], c.dtype);
         accumulate(&run.comparison, got, want, 1e-2, 1e-2, fmt::format("b={} h={} d={}", b, h, i));
       }
@@ -275,11 +361,53 @@ TEST_CASE("paged_decode of an all-empty batch outputs zeros") {
   check_case(c);
 }
 
+TEST_CASE("paged_decode with masks (including a fully masked row), LSE and request rows") {
+  std::mt19937 rng(31);
+  for (int page_size : {1, 16}) {
+    for (int group : {1, 6, 8}) {
+      PagedCase c;
+      c.page_size = page_size;
+      c.group = group;
+      c.mask = true;
+      c.lse = true;
+      c.req_rows = true;
+      c.seq_lens = ragged_lengths(page_size, rng);
+      c.seq_lens.push_back(20000);  // split, so the combine kernel merges masked splits
+      c.seed = rng();
+      check_case(c);
+    }
+  }
+}
+
+TEST_CASE("paged_decode fused append writes the cache bit for bit and attends to the new token") {
+  std::mt19937 rng(41);
+  for (int page_size : {1, 8, 16, 64}) {
+    for (bool strided : {false, true}) {
+      PagedCase c;
+      c.page_size = page_size;
+      c.append = true;
+      c.strided = strided;
+      c.lse = true;
+      c.req_rows = page_size == 16;
+      c.seq_lens = ragged_lengths(page_size, rng);
+      c.seq_lens.push_back(9000);
+      c.seed = rng();
+      check_case(c);
+    }
+  }
+}
+
 TEST_CASE("paged_decode captured in a CUDA graph replays bit for bit") {
   PagedCase c;
   c.seq_lens = {3000, 17, 1, 0};
   c.seed = 5;
   check_case(c, /*graph=*/true);
+  PagedCase everything;
+  everything.seq_lens = {40000, 64, 2};
+  everything.mask = everything.append = everything.lse = everything.req_rows = true;
+  everything.page_size = 1;
+  everything.seed = 6;
+  check_case(everything, /*graph=*/true);
 }
 
 TEST_CASE("paged_decode random sweep") {
@@ -294,6 +422,10 @@ TEST_CASE("paged_decode random sweep") {
     c.group = 1 + rng() % 12;
     c.n_kv_heads = 1 + rng() % 3;
     c.strided = rng() % 3 == 0;
+    c.mask = rng() % 4 == 0;
+    c.append = rng() % 4 == 0;
+    c.req_rows = rng() % 3 == 0;
+    c.lse = true;
     const int batch = 1 + rng() % 5;
     for (int b = 0; b < batch; ++b) c.seq_lens.push_back(rng() % 3 == 0 ? rng() % 3 : rng() % 1500);
     c.seed = rng();

@@ -108,7 +108,8 @@ TEST_CASE("changing any input changes the key") {
       {"another arch", [](CacheKeyInputs& in) { in.arch = "sm_89"; }},
       {"nvrtc major", [](CacheKeyInputs& in) { in.nvrtc_major = 13; }},
       {"nvrtc minor", [](CacheKeyInputs& in) { in.nvrtc_minor = 9; }},
-      {"major and minor swapped", [](CacheKeyInputs& in) { std::swap(in.nvrtc_major, in.nvrtc_minor); }},
+      {"major and minor swapped",
+       [](CacheKeyInputs& in) { std::swap(in.nvrtc_major, in.nvrtc_minor); }},
       // Moving bytes across a field boundary must not produce the same serialization.
       {"name/bytes boundary",
        [](CacheKeyInputs& in) {

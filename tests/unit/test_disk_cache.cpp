@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -236,7 +237,8 @@ TEST_CASE("decode rejects every single-bit flip outside the name fields") {
   const CacheEntryData named = make_entry("v.sm_90a", 24);
   const std::vector<char> bytes = encode_entry(named);
   const std::size_t names_begin = 40;
-  const std::size_t names_end = names_begin + named.variant_name.size() + named.nvrtc_version.size();
+  const std::size_t names_end =
+      names_begin + named.variant_name.size() + named.nvrtc_version.size();
   for (std::size_t bit = 0; bit < bytes.size() * 8; ++bit) {
     CAPTURE(bit);
     std::vector<char> flipped = bytes;
@@ -254,7 +256,7 @@ TEST_CASE("decode rejects every single-bit flip outside the name fields") {
   }
 }
 
-TEST_CASE("decode rejects bad magic, version, kind, reserved bytes, trailing bytes and long names") {
+TEST_CASE("decode rejects bad magic, version, kind, reserved bytes, trailing data, long names") {
   const std::vector<char> good = encode_entry(make_entry("x.sm_89", 16));
   REQUIRE(decode_entry(good.data(), good.size()).has_value());
 
@@ -410,7 +412,8 @@ TEST_CASE("read-only mode never writes but serves existing entries") {
     REQUIRE(writer.store(make_key(3), entry));
     REQUIRE(writer.store(make_key(4), make_entry("doomed.sm_80", 50)));
   }
-  const fs::path doomed = DiskCache(root, CacheMode::read_only, 0).entry_path(make_key(4), "doomed.sm_80");
+  const fs::path doomed =
+      DiskCache(root, CacheMode::read_only, 0).entry_path(make_key(4), "doomed.sm_80");
   write_file(doomed, "garbage");
   set_age(doomed, std::chrono::seconds(3600 * 3));
   const auto doomed_time = fs::last_write_time(doomed);
@@ -493,7 +496,8 @@ TEST_CASE("an unusable cache root degrades to memory-only without throwing") {
   const fs::path file = dir.path() / "plain_file";
   write_file(file, "x");
 
-  std::vector<fs::path> roots = {file, file / "sub", fs::path("/proc/astrai-jit-no-such-dir/cache")};
+  const std::vector<fs::path> roots = {file, file / "sub",
+                                       fs::path("/proc/astrai-jit-no-such-dir/cache")};
   for (const auto& root : roots) {
     CAPTURE(root);
     std::unique_ptr<DiskCache> cache;
@@ -625,7 +629,9 @@ TEST_CASE("list and stats report entries only, ignoring temp files and locks") {
   auto entries = cache.list();
   REQUIRE(entries.size() == 2);
   std::sort(entries.begin(), entries.end(),
-            [](const CacheEntryInfo& a, const CacheEntryInfo& b) { return a.size_bytes < b.size_bytes; });
+            [](const CacheEntryInfo& a, const CacheEntryInfo& b) {
+              return a.size_bytes < b.size_bytes;
+            });
   CHECK(entries[0].key_hex == make_key(1).hex());
   CHECK(entries[0].variant_name == "one.sm_90");
   CHECK(entries[0].path == cache.entry_path(make_key(1), "one.sm_90"));

@@ -153,11 +153,10 @@ TEST_CASE("a holder killed with SIGKILL does not block the next acquire") {
   CHECK(astrai::testing::wait_child(pid) == 128 + SIGKILL);
   CHECK(fs::exists(lock));  // the stale file is still there, but nobody holds it
 
-  const auto start = Clock::now();
-  auto held = FileLock::acquire(lock, milliseconds(2000), &outcome);
+  // The kernel released the dead holder's lock: the very first attempt succeeds, no waiting.
+  auto held = FileLock::acquire(lock, milliseconds(0), &outcome);
   CHECK(held != nullptr);
   CHECK(outcome == FileLock::Outcome::acquired);
-  CHECK(elapsed_ms(start) < 50);
 }
 
 TEST_CASE("a lock in a directory that cannot be written is unavailable") {

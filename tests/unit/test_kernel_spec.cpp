@@ -373,8 +373,10 @@ TEST_CASE("arch_number returns 0 for anything that is not a target") {
 TEST_CASE("kernel kind names parse back to their kinds") {
   CHECK(std::string(astrai::detail::kernel_kind_name(KernelKind::paged_decode)) == "paged_decode");
   CHECK(std::string(astrai::detail::kernel_kind_name(KernelKind::rotary_emb)) == "rotary_emb");
+  CHECK(std::string(astrai::detail::kernel_kind_name(KernelKind::decode)) == "decode");
+  CHECK(std::string(astrai::detail::kernel_kind_name(KernelKind::paged_prefill)) == "paged_prefill");
   const auto& names = astrai::detail::kernel_kind_names();
-  REQUIRE(names.size() == 2);
+  REQUIRE(names.size() == 5);
   for (const auto& name : names) {
     KernelKind kind = KernelKind::rotary_emb;
     REQUIRE(astrai::detail::parse_kernel_kind(name, &kind));

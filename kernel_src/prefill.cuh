@@ -1,0 +1,590 @@
+// Prefill attention: a block of query rows per request against a contiguous (kPageSize 0) or
+// paged KV cache, with causal limits, an optional bool mask and an optional LSE output.
+//
+// Grid: (ceil(q_len / 64), n_heads, batch); 128 threads. A CTA owns 64 query rows of one query
+// head of one request. Query row i (request-relative) attends kv positions j < stop(i), where
+// stop(i) = kv_len without a causal limit and clamp(causal_base + i + 1, 0, kv_len) with one,
+// further filtered by the mask. A row with nothing to attend to outputs zeros and LSE -inf.
+// Tensor-core path: warp w owns rows [16w, 16w + 16); K/V tiles stream through shared memory
+// with cp.async (double buffered); S = Q K^T and O += P V run on mma.sync with an online
+// softmax per row. CUDA-core path (ASTRAI_NO_MMA): the CTA walks its rows in passes of 32
+// (8 per warp); a lane scores one token of a 32-token tile and accumulates a slice of the
+// head dim.
+#pragma once
+
+#include "astrai_common.cuh"
+#include "mma_utils.cuh"
+
+namespace astrai {
+
+template <int kHeadDim, int kPageSize>
+struct PrefillShape {
+  static constexpr int kRowStride = kHeadDim + 8;     // elements; see prefill_smem_bytes
+  static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per row
+  static constexpr bool kPaged = kPageSize > 0;
+  static constexpr int kPageShift = Log2<(kPageSize > 0 ? kPageSize : 1)>::value;
+  static_assert(kHeadDim % 16 == 0 && kHeadDim >= 32 && kHeadDim <= 256, "head_dim");
+  static_assert(kPageSize >= 0 && (kPageSize & (kPageSize - 1)) == 0,
+                "page_size must be 0 (contiguous) or a power of two");
+};
+
+// One request as the CTA sees it, with every device-provided length made safe to use.
+struct PrefillRequest {
+  int q_start;      // first row of the request in the row numbering of q, out, mask and lse
+  int q_len;        // query rows of the request
+  int kv_len;       // KV positions of the request
+  int causal_base;  // row i sits at kv position causal_base + i (when causal)
+  bool causal;
+  long long lse_row;  // row of query 0 in lse
+};
+
+template <int kPageSize>
+__device__ __forceinline__ PrefillRequest prefill_request(const PrefillParams& p, int batch_index) {
+  PrefillRequest r;
+  r.causal = p.causal_offset >= 0;
+  if (kPageSize == 0) {
+    r.q_start = 0;
+    r.q_len = p.q_len;
+    r.kv_len = p.kv_len;
+    r.causal_base = p.causal_offset;
+    r.lse_row = static_cast<long long>(batch_index) * p.q_len;
+  } else {
+    const int begin = __ldg(p.qo_indptr + batch_index);
+    const int end = __ldg(p.qo_indptr + batch_index + 1);
+    // A negative length or rows outside [0, total_q) make the request empty.
+    const bool sane = begin >= 0 && end >= begin && end <= p.total_q;
+    r.q_start = sane ? begin : 0;
+    r.q_len = sane ? end - begin : 0;
+    const long long capacity = static_cast<long long>(p.max_pages_per_seq) * kPageSize;
+    const long long seq_len = __ldg(p.seq_lens + batch_index);
+    r.kv_len = static_cast<int>(min(max(seq_len, 0LL), capacity));
+    r.causal_base = r.kv_len - r.q_len;
+    r.lse_row = r.q_start;
+  }
+  return r;
+}
+
+// One past the last kv position row `row` may attend to (before the mask).
+__device__ __forceinline__ int prefill_row_stop(const PrefillRequest& r, int row) {
+  if (!r.causal) return r.kv_len;
+  const long long stop = static_cast<long long>(r.causal_base) + row + 1;
+  return static_cast<int>(min(max(stop, 0LL), static_cast<long long>(r.kv_len)));
+}
+
+// Element offsets of token `token` of one KV head (relative to the head's base pointers).
+// Returns false, leaving the offsets at 0, for a token on a page id outside the pool.
+template <int kPageSize>
+__device__ __forceinline__ bool prefill_kv_offsets(const PrefillParams& p, const int* table_row,
+                                                   int token, long long* k_offset,
+                                                   long long* v_offset) {
+  if (kPageSize == 0) {
+    *k_offset = token * p.k_stride_seq;
+    *v_offset = token * p.v_stride_seq;
+    return true;
+  }
+  using Shape = PrefillShape<64, kPageSize>;
+  const int page = __ldg(table_row + (token >> Shape::kPageShift));
+  if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) return false;
+  const int slot = token & (kPageSize - 1);
+  *k_offset = page * p.k_stride_page + slot * p.k_stride_seq;
+  *v_offset = page * p.v_stride_page + slot * p.v_stride_seq;
+  return true;
+}
+
+// Base pointers of the CTA's KV head (contiguous: of its request too) and its page-table row.
+template <typename T, int kPageSize>
+__device__ __forceinline__ void prefill_kv_bases(const PrefillParams& p, int batch_index,
+                                                 int kv_head, const T** k_head,
+                                                 const T** v_head, const int** table_row) {
+  const T* k = static_cast<const T*>(p.k) + kv_head * p.k_stride_head;
+  const T* v = static_cast<const T*>(p.v) + kv_head * p.v_stride_head;
+  if (kPageSize == 0) {
+    k += batch_index * p.k_stride_batch;
+    v += batch_index * p.v_stride_batch;
+    *table_row = nullptr;
+  } else {
+    *table_row = p.page_table + batch_index * p.page_table_stride;
+  }
+  *k_head = k;
+  *v_head = v;
+}
+
+#ifndef ASTRAI_NO_MMA
+
+// Issues the cp.async copies of KV tokens [block_start, block_start + kBlockKv) into one
+// stage; tokens at or past kv_end and tokens on unmapped pages are zero-filled (a zero V row
+// keeps 0 * garbage from turning into NaN).
+template <typename T, int kHeadDim, int kPageSize, int kBlockKv>
+__device__ __forceinline__ void prefill_load_kv_async(const PrefillParams& p, const T* k_head,
+                                                      const T* v_head, const int* table_row,
+                                                      T* smem_k, T* smem_v, int block_start,
+                                                      int kv_end) {
+  using Shape = PrefillShape<kHeadDim, kPageSize>;
+  constexpr int kChunks = kBlockKv * Shape::kChunksPerRow;
+#pragma unroll
+  for (int i = 0; i < CeilDiv<kChunks, kPrefillThreads>::value; ++i) {
+    const int chunk = threadIdx.x + i * kPrefillThreads;
+    if (kChunks % kPrefillThreads != 0 && chunk >= kChunks) break;
+    const int row = chunk / Shape::kChunksPerRow;
+    const int col = (chunk % Shape::kChunksPerRow) * 8;
+    const int token = block_start + row;
+    long long k_offset = 0;
+    long long v_offset = 0;
+    const bool valid =
+        token < kv_end && prefill_kv_offsets<kPageSize>(p, table_row, token, &k_offset, &v_offset);
+    const int bytes = valid ? 16 : 0;
+    cp_async_16(shared_address(smem_k + row * Shape::kRowStride + col), k_head + k_offset + col,
+                bytes);
+    cp_async_16(shared_address(smem_v + row * Shape::kRowStride + col), v_head + v_offset + col,
+                bytes);
+  }
+}
+
+template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
+__device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
+  using Shape = PrefillShape<kHeadDim, kPageSize>;
+  constexpr int kRowStride = Shape::kRowStride;
+  constexpr int kChunksPerRow = Shape::kChunksPerRow;
+  constexpr int kBlockKv = prefill_block_kv(kHeadDim);
+  constexpr int kStageElems = kBlockKv * kRowStride;
+  constexpr int kSTiles = kBlockKv / 8;   // n8 tiles of S per warp (16 rows x kBlockKv)
+  constexpr int kOTiles = kHeadDim / 8;   // n8 tiles of O per warp (16 rows x kHeadDim)
+  constexpr int kKSteps = kHeadDim / 16;  // k16 steps of Q K^T
+  // Q fragments stay in registers when O leaves room for them (hd <= 128: 32 registers).
+  constexpr bool kQInRegisters = kHeadDim <= 128;
+  static_assert(kBlockKv % 16 == 0, "KV tile");
+
+  const int head = blockIdx.y;
+  const int batch_index = blockIdx.z;
+  const int kv_head = head / kGroup;
+  const PrefillRequest r = prefill_request<kPageSize>(p, batch_index);
+  const int tile_start = blockIdx.x * kPrefillBlockQ;
+  if (tile_start >= r.q_len) return;
+  const int tile_rows = min(kPrefillBlockQ, r.q_len - tile_start);
+  // Stops grow with the row, so the tile's last row bounds the KV range of the whole CTA.
+  const int kv_end = prefill_row_stop(r, tile_start + tile_rows - 1);
+  const int num_blocks = (kv_end + kBlockKv - 1) / kBlockKv;
+
+  T* smem_q = reinterpret_cast<T*>(smem_raw);
+  T* smem_k = smem_q + kPrefillBlockQ * kRowStride;
+  T* smem_v = smem_k + kPrefillStages * kStageElems;
+
+  const T* k_head;
+  const T* v_head;
+  const int* table_row;
+  prefill_kv_bases<T, kPageSize>(p, batch_index, kv_head, &k_head, &v_head, &table_row);
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int quad_row = lane >> 2;  // accumulator rows g and g + 8
+  const int quad_col = lane & 3;   // accumulator columns 2t and 2t + 1
+  const int warp_row0 = tile_start + warp * 16;  // request-relative
+  const int warp_rows = max(0, min(16, r.q_len - warp_row0));
+
+  // Per-thread rows g and g + 8: their stops (0 for rows past the request) and mask rows.
+  int stop[2];
+  const unsigned char* mask_row[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = quad_row + 8 * h;
+    stop[h] = row < warp_rows ? prefill_row_stop(r, warp_row0 + row) : 0;
+    mask_row[h] = p.mask == nullptr
+                      ? nullptr
+                      : p.mask + batch_index * p.mask_stride_batch +
+                            static_cast<long long>(r.q_start + warp_row0 + row) * p.mask_stride_q;
+  }
+  // Tiles entirely below every row's stop need no masking; tiles at or past the last stop
+  // hold nothing for this warp.
+  const int warp_min_stop = warp_rows == 16 ? prefill_row_stop(r, warp_row0) : 0;
+  const int warp_max_stop = warp_rows > 0 ? prefill_row_stop(r, warp_row0 + warp_rows - 1) : 0;
+  const bool has_mask = p.mask != nullptr;
+
+  float o[kOTiles][4];
+#pragma unroll
+  for (int n = 0; n < kOTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float row_max[2] = {negative_infinity(), negative_infinity()};  // scaled by scale_log2
+  float row_sum[2] = {0.f, 0.f};  // this thread's columns only; summed over the quad at the end
+
+  const unsigned q_address =
+      shared_address(smem_q + (warp * 16 + (lane & 15)) * kRowStride + (lane >> 4) * 8);
+  const int k_lane_offset = ((lane >> 4) * 8 + (lane & 7)) * kRowStride + ((lane >> 3) & 1) * 8;
+  const int v_lane_offset = (((lane >> 3) & 1) * 8 + (lane & 7)) * kRowStride + (lane >> 4) * 8;
+  unsigned q_frag[kQInRegisters ? kKSteps : 1][4];
+
+  if (num_blocks > 0) {
+    // Q tile, rows past the request zero-filled.
+    const T* q_rows = static_cast<const T*>(p.q) + batch_index * p.q_stride_batch +
+                      static_cast<long long>(r.q_start + tile_start) * p.q_stride_seq +
+                      head * p.q_stride_head;
+#pragma unroll
+    for (int i = 0; i < CeilDiv<kPrefillBlockQ * kChunksPerRow, kPrefillThreads>::value; ++i) {
+      const int chunk = threadIdx.x + i * kPrefillThreads;
+      const int row = chunk / kChunksPerRow;
+      const int col = (chunk % kChunksPerRow) * 8;
+      const bool valid = row < tile_rows;
+      cp_async_16(shared_address(smem_q + row * kRowStride + col),
+                  q_rows + (valid ? row * p.q_stride_seq : 0) + col, valid ? 16 : 0);
+    }
+    cp_async_commit();
+    prefill_load_kv_async<T, kHeadDim, kPageSize, kBlockKv>(p, k_head, v_head, table_row, smem_k,
+                                                            smem_v, 0, kv_end);
+    cp_async_commit();
+    if (kQInRegisters) {
+      cp_async_wait<1>();
+      __syncthreads();
+#pragma unroll
+      for (int kk = 0; kk < (kQInRegisters ? kKSteps : 1); ++kk)
+        ldmatrix_x4(q_frag[kk], q_address + kk * 32);
+    }
+  }
+
+  for (int block = 0; block < num_blocks; ++block) {
+    const int stage = block & 1;
+    const int block_start = block * kBlockKv;
+    if (block + 1 < num_blocks) {
+      prefill_load_kv_async<T, kHeadDim, kPageSize, kBlockKv>(
+          p, k_head, v_head, table_row, smem_k + (stage ^ 1) * kStageElems,
+          smem_v + (stage ^ 1) * kStageElems, block_start + kBlockKv, kv_end);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+
+    if (block_start < warp_max_stop) {  // warp-uniform
+      const unsigned k_address = shared_address(smem_k + stage * kStageElems + k_lane_offset);
+      const unsigned v_address = shared_address(smem_v + stage * kStageElems + v_lane_offset);
+
+      // S = Q K^T: 16 rows x kBlockKv tokens.
+      float s[kSTiles][4];
+#pragma unroll
+      for (int j = 0; j < kSTiles; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk) {
+        unsigned a[4];
+        if (kQInRegisters) {
+          a[0] = q_frag[kQInRegisters ? kk : 0][0];
+          a[1] = q_frag[kQInRegisters ? kk : 0][1];
+          a[2] = q_frag[kQInRegisters ? kk : 0][2];
+          a[3] = q_frag[kQInRegisters ? kk : 0][3];
+        } else {
+          ldmatrix_x4(a, q_address + kk * 32);
+        }
+#pragma unroll
+        for (int nn = 0; nn < kSTiles / 2; ++nn) {
+          unsigned b[4];
+          ldmatrix_x4(b, k_address + (nn * 16 * kRowStride + kk * 16) * 2);
+          Mma<T>::run(s[2 * nn], a, b[0], b[1]);
+          Mma<T>::run(s[2 * nn + 1], a, b[2], b[3]);
+        }
+      }
+
+      // Causal limit, KV tail, rows past the request and the explicit mask.
+      if (has_mask || block_start + kBlockKv > warp_min_stop) {
+#pragma unroll
+        for (int j = 0; j < kSTiles; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1;
+            const int token = block_start + j * 8 + quad_col * 2 + (e & 1);
+            bool keep = token < stop[h];
+            if (keep && has_mask) keep = __ldg(mask_row[h] + token) != 0;
+            if (!keep) s[j][e] = negative_infinity();
+          }
+        }
+      }
+
+      // Online softmax on rows g and g + 8 (a row's four threads form a quad).
+      float tile_max[2] = {negative_infinity(), negative_infinity()};
+#pragma unroll
+      for (int j = 0; j < kSTiles; ++j) {
+        tile_max[0] = fmaxf(tile_max[0], fmaxf(s[j][0], s[j][1]));
+        tile_max[1] = fmaxf(tile_max[1], fmaxf(s[j][2], s[j][3]));
+      }
+      float correction[2];
+      float neg_ref[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+        tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+        const float new_max = fmaxf(row_max[h], tile_max[h] * p.scale_log2);
+        // A row that has seen nothing yet keeps -inf; 0 as its reference gives exp2(-inf) = 0.
+        const float ref = new_max == negative_infinity() ? 0.f : new_max;
+        correction[h] = exp2f(row_max[h] - ref);
+        row_max[h] = new_max;
+        row_sum[h] *= correction[h];
+        neg_ref[h] = -ref;
+      }
+#pragma unroll
+      for (int j = 0; j < kSTiles; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[j][e] = exp2f(fmaf(s[j][e], p.scale_log2, neg_ref[e >> 1]));
+          row_sum[e >> 1] += s[j][e];
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < kOTiles; ++n) {
+        o[n][0] *= correction[0];
+        o[n][1] *= correction[0];
+        o[n][2] *= correction[1];
+        o[n][3] *= correction[1];
+      }
+
+      // O += P V: two n8 tiles of S make the A fragment of one k16 step over tokens.
+#pragma unroll
+      for (int kk = 0; kk < kBlockKv / 16; ++kk) {
+        const unsigned pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]),
+                                pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                                pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int dd = 0; dd < kHeadDim / 16; ++dd) {
+          unsigned b[4];
+          ldmatrix_x4_trans(b, v_address + (kk * 16 * kRowStride + dd * 16) * 2);
+          Mma<T>::run(o[2 * dd], pa, b[0], b[1]);
+          Mma<T>::run(o[2 * dd + 1], pa, b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // the stage is refilled by the next iteration's prefetch
+  }
+
+  // Normalize, stage the warp's 16 rows in its own Q rows (no other warp reads them), and
+  // write full 16-byte row chunks.
+  float inverse[2];
+  float lse[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+    const bool empty = !(row_sum[h] > 0.f);
+    inverse[h] = empty ? 0.f : 1.f / row_sum[h];
+    lse[h] = empty ? negative_infinity() : (row_max[h] + log2f(row_sum[h])) * kLn2;
+  }
+  T* stage_rows = smem_q + warp * 16 * kRowStride;
+  __syncwarp();
+#pragma unroll
+  for (int n = 0; n < kOTiles; ++n) {
+    const int col = n * 8 + quad_col * 2;
+    *reinterpret_cast<unsigned*>(stage_rows + quad_row * kRowStride + col) =
+        pack2<T>(o[n][0] * inverse[0], o[n][1] * inverse[0]);
+    *reinterpret_cast<unsigned*>(stage_rows + (quad_row + 8) * kRowStride + col) =
+        pack2<T>(o[n][2] * inverse[1], o[n][3] * inverse[1]);
+  }
+  __syncwarp();
+  T* out_rows = static_cast<T*>(p.out) + batch_index * p.out_stride_batch +
+                static_cast<long long>(r.q_start + warp_row0) * p.out_stride_seq +
+                head * p.out_stride_head;
+  for (int chunk = lane; chunk < 16 * kChunksPerRow; chunk += 32) {
+    const int row = chunk / kChunksPerRow;
+    const int col = (chunk % kChunksPerRow) * 8;
+    if (row < warp_rows)
+      *reinterpret_cast<uint4*>(out_rows + row * p.out_stride_seq + col) =
+          *reinterpret_cast<const uint4*>(stage_rows + row * kRowStride + col);
+  }
+  if (p.lse != nullptr && quad_col == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = quad_row + 8 * h;
+      if (row < warp_rows)
+        p.lse[(r.lse_row + warp_row0 + row) * p.n_heads + head] = lse[h];
+    }
+  }
+}
+
+#else  // ASTRAI_NO_MMA
+
+template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
+__device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_raw) {
+  using Shape = PrefillShape<kHeadDim, kPageSize>;
+  constexpr int kRowStride = Shape::kRowStride;
+  constexpr int kChunksPerRow = Shape::kChunksPerRow;
+  constexpr int kBlockKv = kPrefillCoreBlockKv;  // one token per lane
+  constexpr int kRows = kPrefillCoreRowsPerWarp;
+  constexpr int kPerLane = CeilDiv<kHeadDim, 32>::value;  // head-dim elements per lane
+  static_assert(kBlockKv == 32, "a lane scores one token of the tile");
+
+  const int head = blockIdx.y;
+  const int batch_index = blockIdx.z;
+  const int kv_head = head / kGroup;
+  const PrefillRequest r = prefill_request<kPageSize>(p, batch_index);
+  const int tile_start = blockIdx.x * kPrefillBlockQ;
+  if (tile_start >= r.q_len) return;
+  const int tile_end = min(tile_start + kPrefillBlockQ, r.q_len);
+
+  T* smem_q = reinterpret_cast<T*>(smem_raw);
+  T* smem_k = smem_q + kPrefillCoreRows * kRowStride;
+  T* smem_v = smem_k + kBlockKv * kRowStride;
+
+  const T* k_head;
+  const T* v_head;
+  const int* table_row;
+  prefill_kv_bases<T, kPageSize>(p, batch_index, kv_head, &k_head, &v_head, &table_row);
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const bool has_mask = p.mask != nullptr;
+
+  for (int pass_start = tile_start; pass_start < tile_end; pass_start += kPrefillCoreRows) {
+    const int pass_rows = min(kPrefillCoreRows, tile_end - pass_start);
+    const int pass_kv_end = prefill_row_stop(r, pass_start + pass_rows - 1);
+    __syncthreads();  // the previous pass is done with the Q rows
+
+    const T* q_rows = static_cast<const T*>(p.q) + batch_index * p.q_stride_batch +
+                      static_cast<long long>(r.q_start + pass_start) * p.q_stride_seq +
+                      head * p.q_stride_head;
+    for (int chunk = threadIdx.x; chunk < kPrefillCoreRows * kChunksPerRow;
+         chunk += kPrefillThreads) {
+      const int row = chunk / kChunksPerRow;
+      const int col = (chunk % kChunksPerRow) * 8;
+      uint4 value = make_uint4(0, 0, 0, 0);
+      if (row < pass_rows) value = *reinterpret_cast<const uint4*>(q_rows + row * p.q_stride_seq + col);
+      *reinterpret_cast<uint4*>(smem_q + row * kRowStride + col) = value;
+    }
+
+    // This warp's rows: warp * kRows + i of the pass.
+    const int warp_row0 = pass_start + warp * kRows;  // request-relative
+    const int warp_rows = max(0, min(kRows, r.q_len - warp_row0));
+    int stop[kRows];
+    int warp_max_stop = 0;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      stop[i] = i < warp_rows ? prefill_row_stop(r, warp_row0 + i) : 0;
+      warp_max_stop = max(warp_max_stop, stop[i]);
+    }
+    const unsigned char* mask_base =
+        has_mask ? p.mask + batch_index * p.mask_stride_batch +
+                       static_cast<long long>(r.q_start + warp_row0) * p.mask_stride_q
+                 : nullptr;
+
+    float acc[kRows][kPerLane];
+    float row_max[kRows];
+    float row_sum[kRows];  // this lane's tokens only; summed over the warp at the end
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      row_max[i] = negative_infinity();
+      row_sum[i] = 0.f;
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) acc[i][k] = 0.f;
+    }
+
+    for (int block_start = 0; block_start < pass_kv_end; block_start += kBlockKv) {
+      __syncthreads();  // every warp is done with the previous tile
+      for (int chunk = threadIdx.x; chunk < kBlockKv * kChunksPerRow; chunk += kPrefillThreads) {
+        const int row = chunk / kChunksPerRow;
+        const int col = (chunk % kChunksPerRow) * 8;
+        const int token = block_start + row;
+        uint4 k_value = make_uint4(0, 0, 0, 0);
+        uint4 v_value = make_uint4(0, 0, 0, 0);
+        long long k_offset = 0;
+        long long v_offset = 0;
+        if (token < pass_kv_end &&
+            prefill_kv_offsets<kPageSize>(p, table_row, token, &k_offset, &v_offset)) {
+          k_value = *reinterpret_cast<const uint4*>(k_head + k_offset + col);
+          v_value = *reinterpret_cast<const uint4*>(v_head + v_offset + col);
+        }
+        *reinterpret_cast<uint4*>(smem_k + row * kRowStride + col) = k_value;
+        *reinterpret_cast<uint4*>(smem_v + row * kRowStride + col) = v_value;
+      }
+      __syncthreads();
+      if (block_start >= warp_max_stop) continue;  // warp-uniform; the barrier is at the top
+
+      // Scores: lane t dots token block_start + t with each of the warp's rows.
+      float s[kRows];
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) s[i] = 0.f;
+      const T* k_row = smem_k + lane * kRowStride;
+#pragma unroll 2
+      for (int c = 0; c < kChunksPerRow; ++c) {
+        const uint4 k_packed = *reinterpret_cast<const uint4*>(k_row + c * 8);
+        const unsigned k_words[4] = {k_packed.x, k_packed.y, k_packed.z, k_packed.w};
+        float k_values[8];
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          k_values[2 * w] = low_half<T>(k_words[w]);
+          k_values[2 * w + 1] = high_half<T>(k_words[w]);
+        }
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) {
+          const uint4 q_packed =
+              *reinterpret_cast<const uint4*>(smem_q + (warp * kRows + i) * kRowStride + c * 8);
+          const unsigned q_words[4] = {q_packed.x, q_packed.y, q_packed.z, q_packed.w};
+#pragma unroll
+          for (int w = 0; w < 4; ++w) {
+            s[i] = fmaf(low_half<T>(q_words[w]), k_values[2 * w], s[i]);
+            s[i] = fmaf(high_half<T>(q_words[w]), k_values[2 * w + 1], s[i]);
+          }
+        }
+      }
+
+      const int token = block_start + lane;
+      float weight[kRows];
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        bool keep = token < stop[i];
+        if (keep && has_mask) keep = mask_base[i * p.mask_stride_q + token] != 0;
+        const float score = keep ? s[i] * p.scale_log2 : negative_infinity();
+        const float new_max = fmaxf(row_max[i], warp_all_max(score));
+        const float ref = new_max == negative_infinity() ? 0.f : new_max;
+        const float correction = exp2f(row_max[i] - ref);
+        row_max[i] = new_max;
+        weight[i] = exp2f(score - ref);
+        row_sum[i] = row_sum[i] * correction + weight[i];
+#pragma unroll
+        for (int k = 0; k < kPerLane; ++k) acc[i][k] *= correction;
+      }
+
+      // O += P V: lane owns head-dim elements lane + 32k.
+      const int tile_tokens = min(kBlockKv, warp_max_stop - block_start);
+      for (int t = 0; t < tile_tokens; ++t) {
+        float v_values[kPerLane];
+#pragma unroll
+        for (int k = 0; k < kPerLane; ++k) {
+          const int d = lane + 32 * k;
+          v_values[k] = d < kHeadDim ? to_float(smem_v[t * kRowStride + d]) : 0.f;
+        }
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) {
+          const float w = __shfl_sync(0xffffffffu, weight[i], t);
+#pragma unroll
+          for (int k = 0; k < kPerLane; ++k) acc[i][k] = fmaf(w, v_values[k], acc[i][k]);
+        }
+      }
+    }
+
+    T* out_rows = static_cast<T*>(p.out) + batch_index * p.out_stride_batch +
+                  static_cast<long long>(r.q_start + warp_row0) * p.out_stride_seq +
+                  head * p.out_stride_head;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const float total = warp_all_sum(row_sum[i]);
+      if (i >= warp_rows) continue;
+      const bool empty = !(total > 0.f);
+      const float inverse = empty ? 0.f : 1.f / total;
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) {
+        const int d = lane + 32 * k;
+        if (d < kHeadDim) out_rows[i * p.out_stride_seq + d] = from_float<T>(acc[i][k] * inverse);
+      }
+      if (p.lse != nullptr && lane == 0)
+        p.lse[(r.lse_row + warp_row0 + i) * p.n_heads + head] =
+            empty ? negative_infinity() : (row_max[i] + log2f(total)) * kLn2;
+    }
+  }
+}
+
+#endif  // ASTRAI_NO_MMA
+
+template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
+__global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillParams p) {
+  static_assert(kFlags == 0, "prefill defines no flags yet");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+#ifndef ASTRAI_NO_MMA
+  prefill_mma<T, kHeadDim, kPageSize, kGroup, kFlags>(p, smem_raw);
+#else
+  prefill_cuda_cores<T, kHeadDim, kPageSize, kGroup, kFlags>(p, smem_raw);
+#endif
+}
+
+}  // namespace astrai

@@ -1,0 +1,204 @@
+// decode (contiguous KV) against a float64 CPU reference: causal offsets, masks, LSE, layouts.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "tests/gpu/gpu_support.hpp"
+
+namespace astrai::gpu_test {
+namespace {
+
+struct DecodeCase {
+  DType dtype = DType::bf16;
+  int batch = 3;
+  int kv_len = 100;
+  int n_kv_heads = 2;
+  int group = 4;
+  int head_dim = 128;
+  int causal_offset = -1;
+  bool mask = false;
+  bool bhld = false;  // K/V stored [batch, heads, kv_len, D], passed through strides
+  unsigned seed = 1;
+  std::string describe() const {
+    return fmt::format("decode dtype={} batch={} kv_len={} kv_heads={} group={} hd={} causal_offset={} "
+                       "mask={} bhld={} seed={}", dtype_name(dtype), batch, kv_len, n_kv_heads, group,
+                       head_dim, causal_offset, mask, bhld, seed);
+  }
+};
+
+void check_decode(const DecodeCase& c, bool graph = false) {
+  std::mt19937 rng(c.seed);
+  const int n_heads = c.n_kv_heads * c.group;
+  const int d = c.head_dim;
+  const std::int64_t s_head = c.bhld ? static_cast<std::int64_t>(c.kv_len) * d : d;
+  const std::int64_t s_seq = c.bhld ? d : static_cast<std::int64_t>(c.n_kv_heads) * d;
+  const std::int64_t s_batch = static_cast<std::int64_t>(c.kv_len) * c.n_kv_heads * d;
+  const std::size_t kv_elems = std::max<std::size_t>(8, c.batch * s_batch);
+  auto k = random_elements(kv_elems, c.dtype, rng);
+  auto v = random_elements(kv_elems, c.dtype, rng);
+  auto q = random_elements(std::max(8, c.batch * n_heads * d), c.dtype, rng);
+  std::vector<std::uint8_t> mask(std::max(1, c.batch * c.kv_len), 1);
+  if (c.mask) {
+    std::bernoulli_distribution keep(0.6);
+    for (auto& m : mask) m = keep(rng);
+    for (int t = 0; t < c.kv_len && c.batch > 1; ++t) mask[static_cast<std::size_t>(c.kv_len) + t] = 0;
+  }
+  DeviceBuffer d_k = DeviceBuffer::from(k), d_v = DeviceBuffer::from(v), d_q = DeviceBuffer::from(q);
+  DeviceBuffer d_mask = DeviceBuffer::from(mask);
+  const std::size_t out_elems = std::max(8, c.batch * n_heads * d);
+  DeviceBuffer d_out(out_elems * 2), d_lse(std::max(1, c.batch * n_heads) * 4);
+  d_out.fill_byte(0xff);
+  d_lse.fill_byte(0xff);
+
+  DecodeArgs args;
+  args.dtype = c.dtype;
+  args.batch = c.batch;
+  args.kv_len = c.kv_len;
+  args.n_heads = n_heads;
+  args.n_kv_heads = c.n_kv_heads;
+  args.head_dim = d;
+  args.causal_offset = c.causal_offset;
+  args.q = d_q.get();
+  args.k = d_k.get();
+  args.v = d_v.get();
+  args.k_stride_batch = args.v_stride_batch = s_batch;
+  args.k_stride_seq = args.v_stride_seq = s_seq;
+  args.k_stride_head = args.v_stride_head = s_head;
+  args.out = d_out.get();
+  args.lse = static_cast<float*>(d_lse.get());
+  if (c.mask) args.mask = static_cast<const bool*>(d_mask.get());
+  Runtime::get().decode(args);
+  synchronize();
+  const auto out = d_out.to_host<std::uint16_t>(out_elems);
+  const auto lse = d_lse.to_host<float>(std::max(1, c.batch * n_heads));
+
+  if (graph) {
+    const auto& api = detail::driver();
+    CUstream stream;
+    detail::check_cu(api.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate", -1);
+    args.stream = stream;
+    Runtime::get().decode(args);
+    detail::check_cu(api.cuStreamSynchronize(stream), "cuStreamSynchronize", -1);
+    CUgraph g;
+    CUgraphExec exec;
+    detail::check_cu(api.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capture", -1);
+    Runtime::get().decode(args);
+    detail::check_cu(api.cuStreamEndCapture(stream, &g), "end capture", -1);
+    detail::check_cu(api.cuGraphInstantiate(&exec, g, 0), "instantiate", -1);
+    d_out.fill_byte(0xff);
+    detail::check_cu(api.cuGraphLaunch(exec, stream), "launch", -1);
+    detail::check_cu(api.cuStreamSynchronize(stream), "sync", -1);
+    CHECK_MESSAGE(d_out.to_host<std::uint16_t>(out_elems) == out, "graph replay differs: " << c.describe());
+    api.cuGraphExecDestroy(exec);
+    api.cuGraphDestroy(g);
+    api.cuStreamDestroy(stream);
+  }
+
+  Comparison comparison;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const int len = c.causal_offset < 0 ? c.kv_len : std::min(c.kv_len, c.causal_offset + 1);
+  std::vector<double> w(len);
+  for (int b = 0; b < c.batch; ++b)
+    for (int h = 0; h < n_heads; ++h) {
+      const int kvh = h / c.group;
+      double max_score = -INFINITY;
+      for (int t = 0; t < len; ++t) {
+        double dot = 0;
+        for (int i = 0; i < d; ++i)
+          dot += static_cast<double>(bits_to_float(q[(b * n_heads + h) * d + i], c.dtype)) *
+                 bits_to_float(k[b * s_batch + t * s_seq + kvh * s_head + i], c.dtype);
+        w[t] = mask[b * c.kv_len + t] ? dot * scale : -INFINITY;
+        max_score = std::max(max_score, w[t]);
+      }
+      double total = 0;
+      for (int t = 0; t < len; ++t) total += (w[t] = std::isinf(w[t]) ? 0.0 : std::exp(w[t] - max_score));
+      const double want_lse = total > 0 ? max_score + std::log(total) : -INFINITY;
+      if (std::isinf(want_lse)) {
+        if (!(std::isinf(lse[b * n_heads + h]) && lse[b * n_heads + h] < 0)) {
+          ++comparison.failures;
+          comparison.first_failure = fmt::format("lse b={} h={} should be -inf", b, h);
+        }
+      } else {
+        accumulate(&comparison, lse[b * n_heads + h], want_lse, 2e-3, 1e-3, fmt::format("lse b={} h={}", b, h));
+      }
+      for (int i = 0; i < d; ++i) {
+        double want = 0;
+        for (int t = 0; t < len; ++t)
+          if (w[t] != 0) want += w[t] * bits_to_float(v[b * s_batch + t * s_seq + kvh * s_head + i], c.dtype);
+        if (total > 0) want /= total;
+        accumulate(&comparison, bits_to_float(out[(b * n_heads + h) * d + i], c.dtype), want, 1e-2, 1e-2,
+                   fmt::format("b={} h={} d={}", b, h, i));
+      }
+    }
+  finish(&comparison);
+  note_worst("decode", c.dtype, comparison);
+  INFO(c.describe());
+  MESSAGE(fmt::format("{} -> max|err| {:.3g} norm-rel {:.3g}", c.describe(), comparison.max_abs_error,
+                      comparison.norm_rel_error));
+  CHECK_MESSAGE(comparison.failures == 0, comparison.first_failure);
+  CHECK(comparison.norm_rel_error <= 1e-2);
+}
+
+}  // namespace
+
+TEST_SUITE("decode") {
+
+TEST_CASE("decode matches the reference across head dims, groups and causal offsets") {
+  std::mt19937 rng(17);
+  for (int head_dim : {32, 64, 80, 96, 128, 256}) {
+    for (int group : {1, 4, 6, 8, 16}) {
+      DecodeCase c;
+      c.head_dim = head_dim;
+      c.group = group;
+      c.kv_len = 1 + rng() % 900;
+      c.causal_offset = (rng() % 2) ? -1 : static_cast<int>(rng() % (c.kv_len + 5));
+      c.dtype = rng() % 3 == 0 ? DType::fp16 : DType::bf16;
+      c.seed = rng();
+      check_decode(c);
+    }
+  }
+}
+
+TEST_CASE("decode with masks, a fully masked row, bhld strides, and edge lengths") {
+  std::mt19937 rng(18);
+  for (int kv_len : {0, 1, 63, 64, 65, 32768}) {
+    DecodeCase c;
+    c.kv_len = kv_len;
+    c.mask = kv_len > 0;
+    c.bhld = kv_len % 2 == 1;
+    c.batch = kv_len > 10000 ? 2 : 3;
+    c.seed = rng();
+    check_decode(c);
+  }
+}
+
+TEST_CASE("decode captured in a CUDA graph replays bit for bit") {
+  DecodeCase c;
+  c.kv_len = 5000;
+  c.mask = true;
+  check_decode(c, /*graph=*/true);
+}
+
+TEST_CASE("decode random sweep") {
+  std::mt19937 rng(4242);
+  for (int i = 0; i < 30; ++i) {
+    DecodeCase c;
+    c.dtype = rng() % 3 == 0 ? DType::fp16 : DType::bf16;
+    c.head_dim = 16 * (2 + rng() % 15);
+    c.group = 1 + rng() % 16;
+    c.n_kv_heads = 1 + rng() % 3;
+    c.batch = 1 + rng() % 4;
+    c.kv_len = rng() % 3000;
+    c.causal_offset = rng() % 3 == 0 ? static_cast<int>(rng() % (c.kv_len + 2)) : -1;
+    c.mask = rng() % 3 == 0;
+    c.bhld = rng() % 2 == 0;
+    c.seed = rng();
+    check_decode(c);
+  }
+}
+
+}  // TEST_SUITE
+}  // namespace astrai::gpu_test

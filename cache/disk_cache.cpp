@@ -321,12 +321,16 @@ std::vector<char> encode_entry(const CacheEntryData& entry) {
   out.push_back(0);
   out.push_back(0);
   put_u64(out, static_cast<std::uint64_t>(entry.payload.size()));
-  put_u64(out, payload_checksum(entry.payload.data(), entry.payload.size()));
+  const std::size_t checksum_at = out.size();
+  put_u64(out, 0);
   put_u32(out, static_cast<std::uint32_t>(entry.variant_name.size()));
   put_u32(out, static_cast<std::uint32_t>(entry.nvrtc_version.size()));
   out.insert(out.end(), entry.variant_name.begin(), entry.variant_name.end());
   out.insert(out.end(), entry.nvrtc_version.begin(), entry.nvrtc_version.end());
   out.insert(out.end(), entry.payload.begin(), entry.payload.end());
+  // The checksum covers the names as well as the payload, so no flipped bit goes unnoticed.
+  const std::uint64_t checksum = payload_checksum(out.data() + kHeaderSize, out.size() - kHeaderSize);
+  for (int i = 0; i < 8; ++i) out[checksum_at + i] = static_cast<char>((checksum >> (8 * i)) & 0xffu);
   return out;
 }
 
@@ -369,8 +373,8 @@ std::optional<CacheEntryData> decode_entry(const char* data, std::size_t size,
   const char* name = data + kHeaderSize;
   const char* version = name + name_length;
   const char* payload = version + version_length;
-  if (payload_checksum(payload, static_cast<std::size_t>(payload_size)) != checksum)
-    return fail("payload checksum mismatch");
+  if (payload_checksum(name, static_cast<std::size_t>(body)) != checksum)
+    return fail("checksum mismatch");
 
   try {
     CacheEntryData entry;

@@ -49,9 +49,10 @@ struct CacheStats {
 
 // Entry file format (little endian), pinned by a golden test:
 //   magic "ASTRAIJC" (8 bytes), u32 format version, u8 binary kind, 3 bytes zero,
-//   u64 payload size, u64 payload XXH3-64, u32 variant-name length, u32 nvrtc-version length,
-//   variant name bytes, nvrtc version bytes, payload bytes.
-inline constexpr std::uint32_t kEntryFormatVersion = 1;
+//   u64 payload size, u64 XXH3-64 of everything after the header (names and payload),
+//   u32 variant-name length, u32 nvrtc-version length, variant name bytes, nvrtc version bytes,
+//   payload bytes.
+inline constexpr std::uint32_t kEntryFormatVersion = 2;
 std::vector<char> encode_entry(const CacheEntryData& entry);
 // Returns nullopt (never throws) for anything malformed: short, wrong magic/version,
 // size mismatch, checksum mismatch. `error` (optional) receives a short reason.

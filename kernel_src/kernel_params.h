@@ -150,10 +150,14 @@ constexpr int kPrefillBlockQ = 64;      // query rows per CTA (16 per warp on te
 constexpr int kPrefillStages = 2;
 // KV tokens per pipeline stage: smaller for wide heads so two stages fit 99 KB (sm_86/sm_89).
 constexpr int prefill_block_kv(int head_dim) { return head_dim <= 128 ? 64 : 32; }
-// Tensor-core path: the Q tile plus double-buffered K and V tiles, each row padded by 16 bytes
-// so that ldmatrix reads of 8 rows hit 8 different bank groups.
+// Up to head_dim 128 the Q tile moves into registers before the main loop, so it is staged in
+// the second K buffer instead of a region of its own.
+constexpr bool prefill_q_in_registers(int head_dim) { return head_dim <= 128; }
+// Tensor-core path: double-buffered K and V tiles (plus the Q tile for wide heads), each row
+// padded by 16 bytes so that ldmatrix reads of 8 rows hit 8 different bank groups.
 constexpr int prefill_smem_bytes(int head_dim) {
-  return (kPrefillBlockQ + 2 * kPrefillStages * prefill_block_kv(head_dim)) * (head_dim + 8) * 2;
+  return ((prefill_q_in_registers(head_dim) ? 0 : kPrefillBlockQ) +
+          2 * kPrefillStages * prefill_block_kv(head_dim)) * (head_dim + 8) * 2;
 }
 // CUDA-core path (ASTRAI_NO_MMA): 32 query rows per pass (8 per warp) against single-buffered
 // K and V tiles of 32 tokens (one token per lane).

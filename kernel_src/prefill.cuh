@@ -21,7 +21,6 @@ template <int kHeadDim, int kPageSize>
 struct PrefillShape {
   static constexpr int kRowStride = kHeadDim + 8;     // elements; see prefill_smem_bytes
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per row
-  static constexpr bool kPaged = kPageSize > 0;
   static constexpr int kPageShift = Log2<(kPageSize > 0 ? kPageSize : 1)>::value;
   static_assert(kHeadDim % 16 == 0 && kHeadDim >= 32 && kHeadDim <= 256, "head_dim");
   static_assert(kPageSize >= 0 && (kPageSize & (kPageSize - 1)) == 0,
@@ -42,7 +41,7 @@ template <int kPageSize>
 __device__ __forceinline__ PrefillRequest prefill_request(const PrefillParams& p, int batch_index) {
   PrefillRequest r;
   r.causal = p.causal_offset >= 0;
-  if (kPageSize == 0) {
+  if constexpr (kPageSize == 0) {
     r.q_start = 0;
     r.q_len = p.q_len;
     r.kv_len = p.kv_len;
@@ -71,24 +70,30 @@ __device__ __forceinline__ int prefill_row_stop(const PrefillRequest& r, int row
   return static_cast<int>(min(max(stop, 0LL), static_cast<long long>(r.kv_len)));
 }
 
+// First query row of the CTA. The grid walks the tiles backwards: under a causal limit the
+// last tiles carry the most KV, and starting them first keeps them from trailing the grid.
+__device__ __forceinline__ int prefill_tile_start() {
+  return static_cast<int>(gridDim.x - 1 - blockIdx.x) * kPrefillBlockQ;
+}
+
 // Element offsets of token `token` of one KV head (relative to the head's base pointers).
 // Returns false, leaving the offsets at 0, for a token on a page id outside the pool.
 template <int kPageSize>
 __device__ __forceinline__ bool prefill_kv_offsets(const PrefillParams& p, const int* table_row,
                                                    int token, long long* k_offset,
                                                    long long* v_offset) {
-  if (kPageSize == 0) {
+  if constexpr (kPageSize == 0) {
     *k_offset = token * p.k_stride_seq;
     *v_offset = token * p.v_stride_seq;
     return true;
+  } else {
+    const int page = __ldg(table_row + (token >> PrefillShape<64, kPageSize>::kPageShift));
+    if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) return false;
+    const int slot = token & (kPageSize - 1);
+    *k_offset = page * p.k_stride_page + slot * p.k_stride_seq;
+    *v_offset = page * p.v_stride_page + slot * p.v_stride_seq;
+    return true;
   }
-  using Shape = PrefillShape<64, kPageSize>;
-  const int page = __ldg(table_row + (token >> Shape::kPageShift));
-  if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) return false;
-  const int slot = token & (kPageSize - 1);
-  *k_offset = page * p.k_stride_page + slot * p.k_stride_seq;
-  *v_offset = page * p.v_stride_page + slot * p.v_stride_seq;
-  return true;
 }
 
 // Base pointers of the CTA's KV head (contiguous: of its request too) and its page-table row.
@@ -98,7 +103,7 @@ __device__ __forceinline__ void prefill_kv_bases(const PrefillParams& p, int bat
                                                  const T** v_head, const int** table_row) {
   const T* k = static_cast<const T*>(p.k) + kv_head * p.k_stride_head;
   const T* v = static_cast<const T*>(p.v) + kv_head * p.v_stride_head;
-  if (kPageSize == 0) {
+  if constexpr (kPageSize == 0) {
     k += batch_index * p.k_stride_batch;
     v += batch_index * p.v_stride_batch;
     *table_row = nullptr;
@@ -113,30 +118,52 @@ __device__ __forceinline__ void prefill_kv_bases(const PrefillParams& p, int bat
 
 // Issues the cp.async copies of KV tokens [block_start, block_start + kBlockKv) into one
 // stage; tokens at or past kv_end and tokens on unmapped pages are zero-filled (a zero V row
-// keeps 0 * garbage from turning into NaN).
+// keeps 0 * garbage from turning into NaN). Thread x copies 16-byte column x % kChunksPerRow of
+// rows x / kChunksPerRow + i * kRowsPerPass, so its source pointers advance by a fixed step
+// (no per-row 64-bit offsets kept live across the main loop).
 template <typename T, int kHeadDim, int kPageSize, int kBlockKv>
 __device__ __forceinline__ void prefill_load_kv_async(const PrefillParams& p, const T* k_head,
                                                       const T* v_head, const int* table_row,
                                                       T* smem_k, T* smem_v, int block_start,
                                                       int kv_end) {
   using Shape = PrefillShape<kHeadDim, kPageSize>;
-  constexpr int kChunks = kBlockKv * Shape::kChunksPerRow;
+  constexpr int kRowsPerPass = kPrefillThreads / Shape::kChunksPerRow;
+  constexpr int kPasses = CeilDiv<kBlockKv, kRowsPerPass>::value;
+  const int row0 = threadIdx.x / Shape::kChunksPerRow;
+  const int col = (threadIdx.x % Shape::kChunksPerRow) * 8;
+  if (row0 >= kRowsPerPass) return;  // head dims whose rows do not tile 128 threads evenly
+  const unsigned k_dst = shared_address(smem_k + row0 * Shape::kRowStride + col);
+  const unsigned v_dst = shared_address(smem_v + row0 * Shape::kRowStride + col);
+  if constexpr (kPageSize == 0) {
+    const T* k_src = k_head + static_cast<long long>(block_start + row0) * p.k_stride_seq + col;
+    const T* v_src = v_head + static_cast<long long>(block_start + row0) * p.v_stride_seq + col;
+    const long long k_step = kRowsPerPass * p.k_stride_seq;
+    const long long v_step = kRowsPerPass * p.v_stride_seq;
 #pragma unroll
-  for (int i = 0; i < CeilDiv<kChunks, kPrefillThreads>::value; ++i) {
-    const int chunk = threadIdx.x + i * kPrefillThreads;
-    if (kChunks % kPrefillThreads != 0 && chunk >= kChunks) break;
-    const int row = chunk / Shape::kChunksPerRow;
-    const int col = (chunk % Shape::kChunksPerRow) * 8;
-    const int token = block_start + row;
-    long long k_offset = 0;
-    long long v_offset = 0;
-    const bool valid =
-        token < kv_end && prefill_kv_offsets<kPageSize>(p, table_row, token, &k_offset, &v_offset);
-    const int bytes = valid ? 16 : 0;
-    cp_async_16(shared_address(smem_k + row * Shape::kRowStride + col), k_head + k_offset + col,
-                bytes);
-    cp_async_16(shared_address(smem_v + row * Shape::kRowStride + col), v_head + v_offset + col,
-                bytes);
+    for (int i = 0; i < kPasses; ++i) {
+      const int row = row0 + i * kRowsPerPass;
+      if (kBlockKv % kRowsPerPass != 0 && row >= kBlockKv) break;
+      const bool valid = block_start + row < kv_end;
+      const unsigned offset = i * kRowsPerPass * Shape::kRowStride * 2;
+      cp_async_16(k_dst + offset, valid ? k_src : k_head, valid ? 16 : 0);
+      cp_async_16(v_dst + offset, valid ? v_src : v_head, valid ? 16 : 0);
+      k_src += k_step;
+      v_src += v_step;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int row = row0 + i * kRowsPerPass;
+      if (kBlockKv % kRowsPerPass != 0 && row >= kBlockKv) break;
+      const int token = block_start + row;
+      long long k_offset = 0;
+      long long v_offset = 0;
+      const bool valid =
+          token < kv_end && prefill_kv_offsets<kPageSize>(p, table_row, token, &k_offset, &v_offset);
+      const unsigned offset = i * kRowsPerPass * Shape::kRowStride * 2;
+      cp_async_16(k_dst + offset, k_head + k_offset + col, valid ? 16 : 0);
+      cp_async_16(v_dst + offset, v_head + v_offset + col, valid ? 16 : 0);
+    }
   }
 }
 
@@ -151,23 +178,28 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
   constexpr int kOTiles = kHeadDim / 8;   // n8 tiles of O per warp (16 rows x kHeadDim)
   constexpr int kKSteps = kHeadDim / 16;  // k16 steps of Q K^T
   // Q fragments stay in registers when O leaves room for them (hd <= 128: 32 registers).
-  constexpr bool kQInRegisters = kHeadDim <= 128;
+  constexpr bool kQInRegisters = prefill_q_in_registers(kHeadDim);
   static_assert(kBlockKv % 16 == 0, "KV tile");
+  static_assert(!kQInRegisters || kBlockKv >= kPrefillBlockQ, "the Q tile borrows a K stage");
+  static_assert(kPrefillBlockQ * kChunksPerRow % kPrefillThreads == 0, "Q tile copy");
 
   const int head = blockIdx.y;
   const int batch_index = blockIdx.z;
   const int kv_head = head / kGroup;
   const PrefillRequest r = prefill_request<kPageSize>(p, batch_index);
-  const int tile_start = blockIdx.x * kPrefillBlockQ;
+  const int tile_start = prefill_tile_start();
   if (tile_start >= r.q_len) return;
   const int tile_rows = min(kPrefillBlockQ, r.q_len - tile_start);
   // Stops grow with the row, so the tile's last row bounds the KV range of the whole CTA.
   const int kv_end = prefill_row_stop(r, tile_start + tile_rows - 1);
   const int num_blocks = (kv_end + kBlockKv - 1) / kBlockKv;
 
-  T* smem_q = reinterpret_cast<T*>(smem_raw);
-  T* smem_k = smem_q + kPrefillBlockQ * kRowStride;
+  // [K stage 0][K stage 1][V stage 0][V stage 1][Q tile, hd > 128 only]. With Q in registers
+  // the tile is staged in K stage 1, which is first refilled after every warp has read it.
+  // At the end the Q tile's rows stage the output.
+  T* smem_k = reinterpret_cast<T*>(smem_raw);
   T* smem_v = smem_k + kPrefillStages * kStageElems;
+  T* smem_q = kQInRegisters ? smem_k + kStageElems : smem_v + kPrefillStages * kStageElems;
 
   const T* k_head;
   const T* v_head;
@@ -229,12 +261,12 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
     prefill_load_kv_async<T, kHeadDim, kPageSize, kBlockKv>(p, k_head, v_head, table_row, smem_k,
                                                             smem_v, 0, kv_end);
     cp_async_commit();
-    if (kQInRegisters) {
+    if constexpr (kQInRegisters) {
       cp_async_wait<1>();
       __syncthreads();
 #pragma unroll
-      for (int kk = 0; kk < (kQInRegisters ? kKSteps : 1); ++kk)
-        ldmatrix_x4(q_frag[kk], q_address + kk * 32);
+      for (int kk = 0; kk < kKSteps; ++kk) ldmatrix_x4(q_frag[kk], q_address + kk * 32);
+      __syncthreads();  // K stage 1 is refilled next
     }
   }
 
@@ -263,11 +295,11 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk) {
         unsigned a[4];
-        if (kQInRegisters) {
-          a[0] = q_frag[kQInRegisters ? kk : 0][0];
-          a[1] = q_frag[kQInRegisters ? kk : 0][1];
-          a[2] = q_frag[kQInRegisters ? kk : 0][2];
-          a[3] = q_frag[kQInRegisters ? kk : 0][3];
+        if constexpr (kQInRegisters) {
+          a[0] = q_frag[kk][0];
+          a[1] = q_frag[kk][1];
+          a[2] = q_frag[kk][2];
+          a[3] = q_frag[kk][3];
         } else {
           ldmatrix_x4(a, q_address + kk * 32);
         }
@@ -410,7 +442,7 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
   const int batch_index = blockIdx.z;
   const int kv_head = head / kGroup;
   const PrefillRequest r = prefill_request<kPageSize>(p, batch_index);
-  const int tile_start = blockIdx.x * kPrefillBlockQ;
+  const int tile_start = prefill_tile_start();
   if (tile_start >= r.q_len) return;
   const int tile_end = min(tile_start + kPrefillBlockQ, r.q_len);
 
@@ -577,7 +609,7 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
 #endif  // ASTRAI_NO_MMA
 
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
-__global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillParams p) {
+__global__ void __launch_bounds__(kPrefillThreads, 2) prefill_kernel(const PrefillParams p) {
   static_assert(kFlags == 0, "prefill defines no flags yet");
   extern __shared__ __align__(16) unsigned char smem_raw[];
 #ifndef ASTRAI_NO_MMA

@@ -137,6 +137,11 @@ std::shared_ptr<const CompiledVariant> JitEngine::from_entry(const KernelSpec& s
   variant->spec = spec;
   variant->key = key;
   variant->kind = entry.kind;
+  // The kind byte lives in the entry header, outside the checksum: an entry whose kind is not
+  // the one this spec compiles to (PTX for compute_ targets, a cubin otherwise) is damaged.
+  const BinaryKind expected =
+      spec.arch.rfind("compute_", 0) == 0 ? BinaryKind::ptx : BinaryKind::cubin;
+  if (entry.kind != expected) return nullptr;
   if (!decode_variant_payload(entry.payload, &variant->symbols, &variant->binary) ||
       variant->symbols.size() != spec.instantiations().size())
     return nullptr;
@@ -156,7 +161,9 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
     auto variant = from_entry(spec, key, *entry);
     if (!variant) {
       log_once(LogLevel::warn, "bad-payload-" + key.hex(),
-               "cache entry for {} has a malformed payload; recompiling", name);
+               "cache entry for {} has a malformed payload or the wrong binary kind; "
+               "recompiling",
+               name);
       return nullptr;
     }
     counters_.disk_hits.fetch_add(1, std::memory_order_relaxed);

@@ -7,14 +7,30 @@
 namespace astrai::detail {
 
 DecodeSplitPlan plan_decode_splits(int batch, int n_kv_heads, int head_tiles, long long capacity,
-                                   int num_sms) {
-  DecodeSplitPlan plan;
+                                   int resident_ctas) {
   const long long blocks = std::max<long long>(1, (capacity + kDecodeBlockTokens - 1) / kDecodeBlockTokens);
   const long long base_ctas = std::max<long long>(1, 1LL * batch * n_kv_heads * head_tiles);
-  const long long target_ctas = 2LL * std::max(num_sms, 1);
-  long long splits = (target_ctas + base_ctas - 1) / base_ctas;
-  splits = std::clamp<long long>(splits, 1, std::min<long long>(blocks, kMaxSplits));
-  const long long blocks_per_split = (blocks + splits - 1) / splits;
+  const long long resident = std::max(resident_ctas, 1);
+  // Each split streams at least two blocks, so the fixed cost per CTA stays amortized.
+  // Beyond a few waves more splits only add combine work.
+  const long long useful_splits = (4 * resident + base_ctas - 1) / base_ctas;
+  const long long max_splits =
+      std::max<long long>(1, std::min<long long>({kMaxSplits, blocks / 2, useful_splits}));
+  long long best_splits = 1;
+  long long best_cost = -1;
+  for (long long splits = 1; splits <= max_splits; ++splits) {
+    const long long blocks_per_split = (blocks + splits - 1) / splits;
+    const long long used_splits = (blocks + blocks_per_split - 1) / blocks_per_split;
+    if (used_splits != splits) continue;  // the same plan as a smaller split count
+    const long long waves = (base_ctas * splits + resident - 1) / resident;
+    const long long cost = waves * (blocks_per_split + 1) + (splits > 1 ? 1 : 0);
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      best_splits = splits;
+    }
+  }
+  DecodeSplitPlan plan;
+  const long long blocks_per_split = (blocks + best_splits - 1) / best_splits;
   plan.tokens_per_split = static_cast<int>(blocks_per_split * kDecodeBlockTokens);
   plan.num_splits = static_cast<int>((blocks + blocks_per_split - 1) / blocks_per_split);
   return plan;

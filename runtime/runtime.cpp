@@ -1,6 +1,7 @@
 // astrai::Runtime: argument checks, per-device module loading, workspace, and launches.
 #include "astrai/runtime.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -27,9 +28,16 @@ std::size_t paged_decode_workspace_bytes(const PagedDecodeArgs& input, int num_s
   const PagedDecodeArgs args = detail::resolve_paged_decode_args(input);
   const int group = args.n_heads / args.n_kv_heads;
   const int head_tiles = (group + kDecodeHeadsPerTile - 1) / kDecodeHeadsPerTile;
-  const auto plan = detail::plan_decode_splits(args.batch, args.n_kv_heads, head_tiles,
-                                               1LL * args.max_pages_per_seq * args.page_size, num_sms);
-  return detail::decode_workspace_bytes(plan, args.batch, args.n_heads, args.head_dim);
+  // The plan depends on the kernel's occupancy, known once it is loaded: take the largest
+  // workspace over every occupancy a 128-thread CTA can have.
+  std::size_t bytes = 0;
+  for (int per_sm = 1; per_sm <= 16; ++per_sm) {
+    const auto plan = detail::plan_decode_splits(args.batch, args.n_kv_heads, head_tiles,
+                                                 1LL * args.max_pages_per_seq * args.page_size,
+                                                 per_sm * num_sms);
+    bytes = std::max(bytes, detail::decode_workspace_bytes(plan, args.batch, args.n_heads, args.head_dim));
+  }
+  return bytes;
 }
 
 Runtime& Runtime::get() {
@@ -90,8 +98,23 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   request.dynamic_smem = paged_decode_smem_bytes(launch.head_dim);
   const auto& variant = impl.variant(device, request);
   const int head_tiles = (group + kDecodeHeadsPerTile - 1) / kDecodeHeadsPerTile;
-  const auto plan = detail::plan_decode_splits(params.batch, params.n_kv_heads, head_tiles,
-                                               params.kv_capacity, device.num_sms);
+  // The plan is a pure function of the shape; remember the last one per thread (hot path).
+  struct PlanMemo {
+    const detail::LoadedVariant* variant = nullptr;
+    int batch = -1, n_kv_heads = -1, capacity = -1;
+    detail::DecodeSplitPlan plan;
+  };
+  thread_local PlanMemo memo;
+  if (memo.variant != &variant || memo.batch != params.batch || memo.n_kv_heads != params.n_kv_heads ||
+      memo.capacity != params.kv_capacity) {
+    memo.plan = detail::plan_decode_splits(params.batch, params.n_kv_heads, head_tiles,
+                                           params.kv_capacity, variant.resident_ctas);
+    memo.variant = &variant;
+    memo.batch = params.batch;
+    memo.n_kv_heads = params.n_kv_heads;
+    memo.capacity = params.kv_capacity;
+  }
+  const detail::DecodeSplitPlan plan = memo.plan;
   params.tokens_per_split = plan.tokens_per_split;
   params.workspace.num_splits = plan.num_splits;
   if (plan.num_splits > 1) {

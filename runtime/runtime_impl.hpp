@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -39,6 +40,7 @@ struct VariantRequest {
   int group = 0;
   std::uint32_t flags = 0;
   int dynamic_smem = 0;  // bytes of dynamic shared memory the first kernel is launched with
+  int threads = 128;     // threads per CTA of the first kernel (for the occupancy query)
 
   // A compact, allocation-free identity of the variant on one device.
   std::uint64_t id() const {
@@ -51,6 +53,7 @@ struct VariantRequest {
 
 struct LoadedVariant {
   std::string name;
+  int resident_ctas = 0;  // CTAs of the first kernel the device runs at once
   CUmodule module = nullptr;
   std::array<CUfunction, 2> functions{};  // main kernel, then the split combine (if any)
 };
@@ -73,7 +76,7 @@ struct DeviceState {
   bool force_no_mma = false;
   std::shared_mutex variants_mutex;
   std::unordered_map<std::uint64_t, std::unique_ptr<LoadedVariant>> variants;
-  std::mutex workspace_mutex;
+  std::shared_mutex workspace_mutex;
   std::unordered_map<CUstream, Workspace> workspaces;
   std::vector<CUdeviceptr> retired;  // outgrown workspaces: a captured graph may still use them
 };
@@ -87,7 +90,10 @@ struct Runtime::Impl {
 
   detail::JitEngine engine;
   std::mutex devices_mutex;
-  std::vector<std::unique_ptr<DeviceState>> devices;
+  std::vector<std::unique_ptr<DeviceState>> devices;  // guarded by devices_mutex
+  // Lock-free view of the devices already set up, for the hot path.
+  static constexpr int kMaxDevices = 64;
+  std::array<std::atomic<DeviceState*>, kMaxDevices> ready_devices{};
 
   explicit Impl(detail::EnvConfig config) : engine(std::move(config)) {}
 
@@ -128,6 +134,10 @@ struct Runtime::Impl {
   }
 
   DeviceState& device_state(int ordinal) {
+    if (ordinal >= 0 && ordinal < kMaxDevices) {
+      if (DeviceState* ready = ready_devices[static_cast<std::size_t>(ordinal)].load(std::memory_order_acquire))
+        return *ready;
+    }
     std::lock_guard<std::mutex> lock(devices_mutex);
     if (devices.empty()) {
       int count = 0;
@@ -158,6 +168,8 @@ struct Runtime::Impl {
       detail::log(detail::LogLevel::debug, "device {}: sm_{}{}, {} SMs, target {}{}", ordinal, major,
                   minor, state->num_sms, state->arch, state->force_no_mma ? " (ASTRAI_JIT_NO_MMA)" : "");
       slot = std::move(state);
+      if (ordinal < kMaxDevices)
+        ready_devices[static_cast<std::size_t>(ordinal)].store(slot.get(), std::memory_order_release);
     }
     return *slot;
   }
@@ -207,13 +219,26 @@ struct Runtime::Impl {
                fmt::format("cuFuncSetAttribute({}, shared memory {} bytes)", loaded->name, smem).c_str(),
                device.ordinal);
     }
+    int per_sm = 0;
+    if (api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, loaded->functions[0],
+                                                        static_cast<int>(request.threads),
+                                                        static_cast<std::size_t>(request.dynamic_smem)) !=
+            CUDA_SUCCESS ||
+        per_sm < 1)
+      per_sm = 1;
+    loaded->resident_ctas = per_sm * device.num_sms;
     const LoadedVariant& result = *loaded;
     device.variants.emplace(id, std::move(loaded));
     return result;
   }
 
   CUdeviceptr workspace(DeviceState& device, CUstream stream, std::size_t bytes, const char* call) {
-    std::lock_guard<std::mutex> lock(device.workspace_mutex);
+    {
+      std::shared_lock<std::shared_mutex> read_lock(device.workspace_mutex);
+      auto it = device.workspaces.find(stream);
+      if (it != device.workspaces.end() && it->second.bytes >= bytes) return it->second.pointer;
+    }
+    std::unique_lock<std::shared_mutex> lock(device.workspace_mutex);
     detail::Workspace& workspace = device.workspaces[stream];
     if (workspace.bytes >= bytes) return workspace.pointer;
     const auto& api = driver();

@@ -17,16 +17,19 @@ run() {  # name, command...
   "$@" > "$out/$name.log" 2>&1
   local rc=$?
   echo "== $name: exit $rc, $((SECONDS - start)) s"
-  grep -E "^\[doctest\] (test cases|assertions)|Status:|worst errors|^  (paged|rotary)|ERROR SUMMARY|RACECHECK SUMMARY|FAILED|ERROR" "$out/$name.log" | head -30
+  grep -E "^\[doctest\] (test cases|assertions)|worst errors|^  (paged|rotary|decode|prefill)|ERROR SUMMARY|RACECHECK SUMMARY|FAILED|ERROR|CRASH" "$out/$name.log" | head -40
   [ $rc -eq 0 ] || status=1
 }
 
 run gpu_mma "$bin"
 ASTRAI_JIT_NO_MMA=1 run gpu_nomma "$bin"
-subset='*graph*,*all-empty*,*splits long*,*strided*,*fp16*,*zero tokens*'
-run memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "$bin" -tc="$subset"
-run racecheck compute-sanitizer --tool racecheck --error-exitcode 1 "$bin" -tc="*graph*,*strided*,*fp16*"
-run initcheck compute-sanitizer --tool initcheck --error-exitcode 1 "$bin" -tc="*graph*,*strided*,*all-empty*"
-ASTRAI_JIT_NO_MMA=1 run memcheck_nomma compute-sanitizer --tool memcheck --error-exitcode 1 "$bin" -tc="*graph*,*strided*,*fp16*"
-ASTRAI_JIT_NO_MMA=1 run racecheck_nomma compute-sanitizer --tool racecheck --error-exitcode 1 "$bin" -tc="*strided*"
+# Representative subsets: every kernel, masks, append, graphs, strides, edge lengths.
+mem='*graph*,*all-empty*,*splits long*,*strided*,*fused append*,*masks*,*zero tokens*,*tile edges*,*in bounds*,*edge lengths*'
+race='*graph*,*fused append*,*strided*,*masks, strided*,*tile edges*,*zero tokens*'
+init='*graph*,*fused append*,*padded strides*,*all-empty*,*tile edges*,*in bounds*'
+run memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "$bin" -tc="$mem"
+run racecheck compute-sanitizer --tool racecheck --error-exitcode 1 "$bin" -tc="$race"
+run initcheck compute-sanitizer --tool initcheck --error-exitcode 1 "$bin" -tc="$init"
+ASTRAI_JIT_NO_MMA=1 run memcheck_nomma compute-sanitizer --tool memcheck --error-exitcode 1 "$bin" -tc="$mem"
+ASTRAI_JIT_NO_MMA=1 run racecheck_nomma compute-sanitizer --tool racecheck --error-exitcode 1 "$bin" -tc="$race"
 exit $status

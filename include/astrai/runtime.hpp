@@ -190,8 +190,9 @@ struct RotaryArgs {
   void* stream = nullptr;
 };
 
-// Bytes of split-KV workspace a paged_decode call of this shape needs on a device with
-// `num_sms` multiprocessors (0 if it runs unsplit). Lets callers provide their own.
+// Bytes of split-KV workspace that is always enough for a paged_decode (or, with the same
+// shape, decode) call on a device with `num_sms` multiprocessors, whatever the kernel's
+// occupancy turns out to be (0 if it never splits). Lets callers provide their own workspace.
 std::size_t paged_decode_workspace_bytes(const PagedDecodeArgs& args, int num_sms);
 
 class Runtime {

@@ -33,6 +33,19 @@ KernelSpec paged(DType dtype, int head_dim, int page_size, int group, const std:
   return spec;
 }
 
+KernelSpec prefill(KernelKind kind, DType dtype, int head_dim, int page_size, int group,
+                   const std::string& arch, bool no_mma = false) {
+  KernelSpec spec;
+  spec.kind = kind;
+  spec.dtype = dtype;
+  spec.head_dim = head_dim;
+  spec.page_size = kind == KernelKind::paged_prefill ? page_size : 0;
+  spec.group_size = group;
+  spec.arch = arch;
+  spec.force_no_mma = no_mma;
+  return spec;
+}
+
 KernelSpec rotary(DType dtype, int head_dim, const std::string& arch) {
   KernelSpec spec;
   spec.kind = KernelKind::rotary_emb;
@@ -147,6 +160,55 @@ TEST_CASE("paged decode compiles across head dims, page sizes, groups and dtypes
   for (const auto& spec : specs) {
     CAPTURE(spec.name());
     const CompileResult result = compile_and_check(spec);
+    if (spec.uses_mma()) check_tensor_core_ptx(result.ptx);
+    else check_cuda_core_ptx(result.ptx);
+  }
+}
+
+TEST_CASE("prefill and paged prefill compile for every arch with tensor cores from sm_80 on") {
+  for (const auto& arch : kArchs) {
+    for (KernelKind kind : {KernelKind::prefill, KernelKind::paged_prefill}) {
+      const KernelSpec spec = prefill(kind, DType::bf16, 128, 16, 4, arch);
+      CAPTURE(spec.name());
+      const CompileResult result = compile_and_check(spec);
+      CHECK(result.lowered_names.size() == 1);
+      CHECK_FALSE(contains(result.log, "warning"));
+      if (arch == "sm_75") {
+        check_cuda_core_ptx(result.ptx);
+      } else {
+        CHECK(contains(result.ptx, "mma.sync"));
+        check_tensor_core_ptx(result.ptx);
+      }
+    }
+  }
+}
+
+TEST_CASE("a forced CUDA-core prefill on sm_90a uses no tensor-core instructions") {
+  for (KernelKind kind : {KernelKind::prefill, KernelKind::paged_prefill}) {
+    const KernelSpec spec = prefill(kind, DType::bf16, 128, 16, 4, "sm_90a", true);
+    CAPTURE(spec.name());
+    REQUIRE_FALSE(spec.uses_mma());
+    const CompileResult result = compile_and_check(spec);
+    CHECK_FALSE(contains(result.log, "warning"));
+    check_cuda_core_ptx(result.ptx);
+  }
+}
+
+TEST_CASE("prefill compiles across head dims, page sizes, groups and dtypes") {
+  const std::vector<KernelSpec> specs = {
+      prefill(KernelKind::prefill, DType::fp16, 32, 0, 1, "sm_86"),
+      prefill(KernelKind::prefill, DType::bf16, 80, 0, 6, "sm_86"),
+      prefill(KernelKind::prefill, DType::fp16, 256, 0, 8, "sm_86"),
+      prefill(KernelKind::paged_prefill, DType::bf16, 64, 1, 16, "sm_86"),
+      prefill(KernelKind::paged_prefill, DType::fp16, 96, 64, 1, "sm_86"),
+      prefill(KernelKind::paged_prefill, DType::bf16, 256, 8, 4, "sm_86"),
+      prefill(KernelKind::prefill, DType::fp16, 80, 0, 6, "sm_75"),
+      prefill(KernelKind::paged_prefill, DType::bf16, 256, 1, 16, "sm_75"),
+  };
+  for (const auto& spec : specs) {
+    CAPTURE(spec.name());
+    const CompileResult result = compile_and_check(spec);
+    CHECK_FALSE(contains(result.log, "warning"));
     if (spec.uses_mma()) check_tensor_core_ptx(result.ptx);
     else check_cuda_core_ptx(result.ptx);
   }

@@ -1,0 +1,112 @@
+// Regression tests for cache defects found by astrai-cache-torture and the fuzz targets.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "astrai/error.hpp"
+#include "cache/disk_cache.hpp"
+#include "runtime/env_config.hpp"
+#include "runtime/jit_engine.hpp"
+#include "runtime/kernel_spec.hpp"
+#include "runtime/logging.hpp"
+#include "tests/unit/test_support.hpp"
+
+namespace fs = std::filesystem;
+using astrai::detail::BinaryKind;
+using astrai::detail::CacheMode;
+using astrai::detail::decode_entry;
+using astrai::detail::EnvConfig;
+using astrai::detail::JitEngine;
+using astrai::detail::KernelSpec;
+using astrai::detail::Logger;
+using astrai::detail::LogLevel;
+using astrai::detail::VariantSource;
+using astrai::testing::read_file;
+using astrai::testing::TempDir;
+using astrai::testing::write_file;
+
+namespace {
+
+EnvConfig rw_config(const fs::path& dir, bool strict = false) {
+  EnvConfig config;
+  config.cache_dir = dir;
+  config.cache_mode = CacheMode::read_write;
+  config.strict = strict;
+  return config;
+}
+
+class Quiet {
+ public:
+  Quiet() : old_(Logger::instance().level()) { Logger::instance().set_level(LogLevel::off); }
+  ~Quiet() { Logger::instance().set_level(old_); }
+
+ private:
+  LogLevel old_;
+};
+
+constexpr std::size_t kKindOffset = 12;  // header: magic(8), version(4), kind(1)
+
+// Warms `spec` into `dir`, then rewrites the kind byte of its entry to `kind`. The checksum
+// does not cover the header, so the entry still decodes.
+fs::path warm_and_set_kind(const fs::path& dir, const KernelSpec& spec, BinaryKind kind) {
+  JitEngine warm(rw_config(dir));
+  warm.get(spec);
+  const fs::path path = warm.cache().entry_path(warm.key_for(spec), spec.name());
+  std::string bytes = read_file(path);
+  REQUIRE(bytes.size() > kKindOffset);
+  REQUIRE(static_cast<std::uint8_t>(bytes[kKindOffset]) != static_cast<std::uint8_t>(kind));
+  bytes[kKindOffset] = static_cast<char>(kind);
+  write_file(path, bytes);
+  REQUIRE(decode_entry(bytes.data(), bytes.size()).has_value());
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("an entry whose binary kind byte was changed is never served from disk") {
+  Quiet quiet;
+  struct Case {
+    const char* variant;
+    BinaryKind forged;
+    BinaryKind real;
+  };
+  const Case cases[] = {
+      {"rotary_emb.bf16.hd8.sm_80", BinaryKind::ptx, BinaryKind::cubin},
+      {"rotary_emb.bf16.hd8.compute_80", BinaryKind::cubin, BinaryKind::ptx},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.variant);
+    const KernelSpec spec = KernelSpec::parse(c.variant);
+
+    SUBCASE("a normal get recompiles once and republishes the right kind") {
+      TempDir dir;
+      const fs::path path = warm_and_set_kind(dir.path(), spec, c.forged);
+      JitEngine engine(rw_config(dir.path()));
+      VariantSource source = VariantSource::memory;
+      const auto variant = engine.get(spec, &source);
+      CHECK(source == VariantSource::compiled);
+      CHECK(engine.counters().compiles == 1);
+      CHECK(engine.counters().disk_hits == 0);
+      CHECK(variant->kind == c.real);
+      const std::string republished = read_file(path);
+      const auto entry = decode_entry(republished.data(), republished.size());
+      REQUIRE(entry.has_value());
+      CHECK(entry->kind == c.real);
+
+      JitEngine again(rw_config(dir.path()));
+      again.get(spec, &source);
+      CHECK(source == VariantSource::disk);
+    }
+
+    SUBCASE("a strict get treats it as a miss") {
+      TempDir dir;
+      warm_and_set_kind(dir.path(), spec, c.forged);
+      JitEngine engine(rw_config(dir.path(), true));
+      CHECK_THROWS_AS(engine.get(spec), astrai::CacheMissError);
+      CHECK(engine.counters().disk_hits == 0);
+      CHECK(engine.counters().compiles == 0);
+    }
+  }
+}

@@ -122,25 +122,64 @@ __device__ void write_empty_rows(const PagedDecodeParams& p, int split, int batc
 
 #ifndef ASTRAI_NO_MMA
 
+// The physical page of each row this thread copies in one block, looked up one block ahead
+// so that the page-table loads never stall the copies that depend on them.
+template <typename T, int kHeadDim, int kPageSize>
+struct BlockPages {
+  static constexpr int kIters = kDecodeBlockTokens * (kHeadDim / 8) / kDecodeThreads;
+  int page[kIters];  // -1: past the end or an unmapped page (reads as zeros)
+
+  __device__ __forceinline__ void fetch(const PagedDecodeParams& p, const DecodeSequence& seq,
+                                        int block_start, int end) {
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      const int token = block_start + (threadIdx.x + i * kDecodeThreads) / (kHeadDim / 8);
+      int value = -1;
+      if (kPageSize == 0) {
+        value = token < end ? 0 : -1;
+      } else if (token < end) {
+        value = __ldg(seq.table_row + (token >> PagedDecodeTiles<T, kHeadDim, kPageSize>::kPageShift));
+        if (static_cast<unsigned>(value) >= static_cast<unsigned>(p.num_pages)) value = -1;
+      }
+      page[i] = value;
+    }
+  }
+};
+
 template <typename T, int kHeadDim, int kPageSize>
 __device__ __forceinline__ void load_kv_block_async(const PagedDecodeParams& p, T* smem_k, T* smem_v,
                                                     const DecodeSequence& seq, int batch_index,
-                                                    int block_start, int end, int kv_head) {
+                                                    int block_start, int kv_head,
+                                                    const BlockPages<T, kHeadDim, kPageSize>& pages) {
   using Tiles = PagedDecodeTiles<T, kHeadDim, kPageSize>;
 #pragma unroll
-  for (int i = 0; i < kDecodeBlockTokens * Tiles::kChunksPerRow / kDecodeThreads; ++i) {
+  for (int i = 0; i < BlockPages<T, kHeadDim, kPageSize>::kIters; ++i) {
     const int chunk = threadIdx.x + i * kDecodeThreads;
     const int row = chunk / Tiles::kChunksPerRow;
     const int col = (chunk % Tiles::kChunksPerRow) * 8;
     const int token = block_start + row;
+    const int page = pages.page[i];
     const T* k_row = static_cast<const T*>(p.k_cache);
     const T* v_row = static_cast<const T*>(p.v_cache);
+    if (page >= 0) {
+      if (token == seq.append_token) {
+        k_row = static_cast<const T*>(p.new_k) + batch_index * p.new_k_stride_batch +
+                kv_head * p.new_k_stride_head;
+        v_row = static_cast<const T*>(p.new_v) + batch_index * p.new_v_stride_batch +
+                kv_head * p.new_v_stride_head;
+      } else if (kPageSize == 0) {
+        k_row += batch_index * p.k_stride_page + token * p.k_stride_token + kv_head * p.k_stride_head;
+        v_row += batch_index * p.v_stride_page + token * p.v_stride_token + kv_head * p.v_stride_head;
+      } else {
+        const int slot = token & (kPageSize > 0 ? kPageSize - 1 : 0);
+        k_row += page * p.k_stride_page + slot * p.k_stride_token + kv_head * p.k_stride_head;
+        v_row += page * p.v_stride_page + slot * p.v_stride_token + kv_head * p.v_stride_head;
+      }
+    }
     // Past the end, or an unmapped page: zero-fill without reading global memory.
-    const bool valid = token < end &&
-                       kv_rows<T, kPageSize>(p, seq, batch_index, kv_head, token, &k_row, &v_row);
-    const int bytes = valid ? 16 : 0;
-    cp_async_16(shared_address(smem_k + row * Tiles::kRowStride + col), k_row + (valid ? col : 0), bytes);
-    cp_async_16(shared_address(smem_v + row * Tiles::kRowStride + col), v_row + (valid ? col : 0), bytes);
+    const int bytes = page >= 0 ? 16 : 0;
+    cp_async_16(shared_address(smem_k + row * Tiles::kRowStride + col), k_row + (page >= 0 ? col : 0), bytes);
+    cp_async_16(shared_address(smem_v + row * Tiles::kRowStride + col), v_row + (page >= 0 ? col : 0), bytes);
   }
 }
 
@@ -203,9 +242,12 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   const int v_lane_offset = (warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * kRowStride + (lane >> 4) * 8;
 
   const int num_blocks = (split_end - split_begin + kDecodeBlockTokens - 1) / kDecodeBlockTokens;
+  BlockPages<T, kHeadDim, kPageSize> pages;
+  pages.fetch(p, seq, split_begin, split_end);
   load_kv_block_async<T, kHeadDim, kPageSize>(p, smem_k, smem_v, seq, batch_index, split_begin,
-                                              split_end, kv_head);
+                                              kv_head, pages);
   cp_async_commit();
+  pages.fetch(p, seq, split_begin + kDecodeBlockTokens, split_end);
 
   for (int block = 0; block < num_blocks; ++block) {
     const int stage = block & 1;
@@ -213,8 +255,10 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
     if (block + 1 < num_blocks) {
       load_kv_block_async<T, kHeadDim, kPageSize>(
           p, smem_k + (stage ^ 1) * Tiles::kStageElems, smem_v + (stage ^ 1) * Tiles::kStageElems,
-          seq, batch_index, block_start + kDecodeBlockTokens, split_end, kv_head);
+          seq, batch_index, block_start + kDecodeBlockTokens, kv_head, pages);
       cp_async_commit();
+      // Page ids of the block after that: in flight while this block is computed.
+      pages.fetch(p, seq, block_start + 2 * kDecodeBlockTokens, split_end);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();

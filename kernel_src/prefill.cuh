@@ -158,8 +158,8 @@ __device__ __forceinline__ void prefill_load_kv_async(const PrefillParams& p, co
       const int token = block_start + row;
       long long k_offset = 0;
       long long v_offset = 0;
-      const bool valid =
-          token < kv_end && prefill_kv_offsets<kPageSize>(p, table_row, token, &k_offset, &v_offset);
+      const bool valid = token < kv_end && prefill_kv_offsets<kPageSize>(p, table_row, token,
+                                                                          &k_offset, &v_offset);
       const unsigned offset = i * kRowsPerPass * Shape::kRowStride * 2;
       cp_async_16(k_dst + offset, k_head + k_offset + col, valid ? 16 : 0);
       cp_async_16(v_dst + offset, v_head + v_offset + col, valid ? 16 : 0);
@@ -471,7 +471,8 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
       const int row = chunk / kChunksPerRow;
       const int col = (chunk % kChunksPerRow) * 8;
       uint4 value = make_uint4(0, 0, 0, 0);
-      if (row < pass_rows) value = *reinterpret_cast<const uint4*>(q_rows + row * p.q_stride_seq + col);
+      if (row < pass_rows)
+        value = *reinterpret_cast<const uint4*>(q_rows + row * p.q_stride_seq + col);
       *reinterpret_cast<uint4*>(smem_q + row * kRowStride + col) = value;
     }
 

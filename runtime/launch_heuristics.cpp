@@ -11,11 +11,11 @@ DecodeSplitPlan plan_decode_splits(int batch, int n_kv_heads, int head_tiles, lo
   const long long blocks = std::max<long long>(1, (capacity + kDecodeBlockTokens - 1) / kDecodeBlockTokens);
   const long long base_ctas = std::max<long long>(1, 1LL * batch * n_kv_heads * head_tiles);
   const long long resident = std::max(resident_ctas, 1);
-  // Each split streams at least two blocks, so the fixed cost per CTA stays amortized.
-  // Beyond a few waves more splits only add combine work.
+  // Beyond a few waves more splits only add combine work; the cost model below weighs the
+  // fixed cost per CTA against filling the GPU (tiny batches get one block per split).
   const long long useful_splits = (4 * resident + base_ctas - 1) / base_ctas;
   const long long max_splits =
-      std::max<long long>(1, std::min<long long>({kMaxSplits, blocks / 2, useful_splits}));
+      std::max<long long>(1, std::min<long long>({kMaxSplits, blocks, useful_splits}));
   long long best_splits = 1;
   long long best_cost = -1;
   for (long long splits = 1; splits <= max_splits; ++splits) {

@@ -34,7 +34,8 @@ void launch_prefill(Runtime::Impl& impl, KernelKind kind, const char* launch_nam
   request.group = params.n_heads / params.n_kv_heads;
   request.dynamic_smem = prefill_dynamic_smem(device, head_dim);
   const auto& variant = impl.variant(device, request);
-  const long long q_tiles = (static_cast<long long>(max_q_len) + kPrefillBlockQ - 1) / kPrefillBlockQ;
+  const long long q_tiles =
+      (static_cast<long long>(max_q_len) + kPrefillBlockQ - 1) / kPrefillBlockQ;
   PrefillParams launch_params = params;
   impl.launch(device, variant.functions[0], launch_name,
               {static_cast<unsigned>(q_tiles), static_cast<unsigned>(params.n_heads),

@@ -132,6 +132,12 @@ void print_worst() {
                 c.checked, c.failures, c.max_abs_error, c.norm_rel_error);
 }
 
+int sweep_count(int fallback) {
+  const char* value = std::getenv("ASTRAI_TEST_SWEEP");
+  if (!value || !*value) return fallback;
+  return std::max(0, std::atoi(value));
+}
+
 bool mma_forced_off() {
   const char* value = std::getenv("ASTRAI_JIT_NO_MMA");
   return value && (std::string(value) == "1" || std::string(value) == "true");

@@ -75,4 +75,7 @@ void print_worst();
 
 bool mma_forced_off();
 
+// Extra cases for the random sweeps: ASTRAI_TEST_SWEEP, else `fallback`.
+int sweep_count(int fallback);
+
 }  // namespace astrai::gpu_test

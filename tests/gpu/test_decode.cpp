@@ -183,12 +183,20 @@ TEST_CASE("decode captured in a CUDA graph replays bit for bit") {
 }
 
 TEST_CASE("decode random sweep") {
-  std::mt19937 rng(4242);
-  for (int i = 0; i < 30; ++i) {
+  // 30 cases with fully random variants, then ASTRAI_TEST_SWEEP more (default 60) drawn from
+  // variants the targeted cases already compiled.
+  const unsigned seed = 4242;
+  std::mt19937 rng(seed);
+  MESSAGE(fmt::format("decode random sweep seed {}", seed));
+  const int total = 30 + sweep_count(60);
+  for (int i = 0; i < total; ++i) {
     DecodeCase c;
-    c.dtype = rng() % 3 == 0 ? DType::fp16 : DType::bf16;
-    c.head_dim = 16 * (2 + rng() % 15);
-    c.group = 1 + rng() % 16;
+    const bool pooled = i >= 30;
+    const int pooled_head_dims[] = {32, 64, 80, 96, 128, 256};
+    const int pooled_groups[] = {1, 4, 6, 8, 16};
+    c.dtype = !pooled && rng() % 3 == 0 ? DType::fp16 : DType::bf16;
+    c.head_dim = pooled ? pooled_head_dims[rng() % 6] : 16 * static_cast<int>(2 + rng() % 15);
+    c.group = pooled ? pooled_groups[rng() % 5] : 1 + static_cast<int>(rng() % 16);
     c.n_kv_heads = 1 + rng() % 3;
     c.batch = 1 + rng() % 4;
     c.kv_len = rng() % 3000;

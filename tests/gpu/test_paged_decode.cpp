@@ -411,15 +411,23 @@ TEST_CASE("paged_decode captured in a CUDA graph replays bit for bit") {
 }
 
 TEST_CASE("paged_decode random sweep") {
-  std::mt19937 rng(12345);
+  // 40 cases with fully random variants (each a new compile), then ASTRAI_TEST_SWEEP more
+  // (default 60) drawn from variants the targeted cases already compiled.
+  const unsigned seed = 12345;
+  std::mt19937 rng(seed);
+  MESSAGE(fmt::format("paged_decode random sweep seed {}", seed));
   std::uniform_int_distribution<int> head_dim_step(2, 16);
   const int page_sizes[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
-  for (int i = 0; i < 40; ++i) {
+  const int pooled_head_dims[] = {64, 128, 256, 80, 96};
+  const int pooled_groups[] = {1, 4, 6, 8};
+  const int total = 40 + sweep_count(60);
+  for (int i = 0; i < total; ++i) {
     PagedCase c;
-    c.dtype = (rng() % 4 == 0) ? DType::fp16 : DType::bf16;
-    c.head_dim = 16 * head_dim_step(rng);
-    c.page_size = page_sizes[rng() % 9];
-    c.group = 1 + rng() % 12;
+    const bool pooled = i >= 40;
+    c.dtype = (!pooled && rng() % 4 == 0) ? DType::fp16 : DType::bf16;
+    c.head_dim = pooled ? pooled_head_dims[rng() % 5] : 16 * head_dim_step(rng);
+    c.page_size = pooled ? (rng() % 2 ? 16 : 1) : page_sizes[rng() % 9];
+    c.group = pooled ? pooled_groups[rng() % 4] : 1 + static_cast<int>(rng() % 12);
     c.n_kv_heads = 1 + rng() % 3;
     c.strided = rng() % 3 == 0;
     c.mask = rng() % 4 == 0;

@@ -104,7 +104,8 @@ void check_row(Verdict* verdict, DType dtype, const std::vector<std::uint16_t>& 
     accumulate(&verdict->lse, *lse_got, lse_want, kTolerance, kTolerance,
                ok ? kNowhere : id.text() + " lse");
   } else if (!(std::isinf(*lse_got) && *lse_got < 0)) {
-    verdict->exact_failure(fmt::format("{}: LSE of an empty row is {} (want -inf)", id.text(), *lse_got));
+    verdict->exact_failure(
+        fmt::format("{}: LSE of an empty row is {} (want -inf)", id.text(), *lse_got));
   }
 }
 
@@ -218,8 +219,9 @@ void check_prefill(const PrefillCase& c) {
   const std::size_t kv_elems = static_cast<std::size_t>(std::max(1, c.batch) * kv_batch);
   const std::vector<std::uint16_t> q = random_elements(q_elems, c.dtype, rng);
   const std::vector<std::uint16_t> k = random_elements(kv_elems, c.dtype, rng);
-  const std::vector<std::uint16_t> v_separate =
-      c.layout == Layout::padded ? std::vector<std::uint16_t>() : random_elements(kv_elems, c.dtype, rng);
+  const std::vector<std::uint16_t> v_separate = c.layout == Layout::padded
+                                                    ? std::vector<std::uint16_t>()
+                                                    : random_elements(kv_elems, c.dtype, rng);
   const std::vector<std::uint16_t>& v = c.layout == Layout::padded ? k : v_separate;
 
   // Mask [mask_batch, mask_q_len, mask_stride_q].
@@ -229,8 +231,10 @@ void check_prefill(const PrefillCase& c) {
   const int mask_q_len =
       (c.mask == MaskShape::per_query || c.mask == MaskShape::per_query_broadcast) ? c.q_len : 1;
   const std::int64_t mask_stride_q = kv_rows + (c.layout == Layout::padded ? 3 : 0);
-  const std::int64_t mask_stride_batch = mask_q_len * mask_stride_q + (c.layout == Layout::padded ? 5 : 0);
-  std::vector<std::uint8_t> mask(static_cast<std::size_t>(std::max<std::int64_t>(1, mask_batch * mask_stride_batch)), 0);
+  const std::int64_t mask_stride_batch =
+      mask_q_len * mask_stride_q + (c.layout == Layout::padded ? 5 : 0);
+  std::vector<std::uint8_t> mask(
+      static_cast<std::size_t>(std::max<std::int64_t>(1, mask_batch * mask_stride_batch)), 0);
   if (has_mask) {
     std::bernoulli_distribution keep(0.75);
     for (auto& m : mask) m = keep(rng) ? 1 : 0;
@@ -316,7 +320,8 @@ void check_prefill(const PrefillCase& c) {
         }
       for (int i = 0; i < c.q_len; ++i) {
         const std::uint8_t* mask_row =
-            mask.data() + (mask_batch == 1 ? 0 : b) * mask_stride_batch + (mask_q_len == 1 ? 0 : i) * mask_stride_q;
+            mask.data() + (mask_batch == 1 ? 0 : b) * mask_stride_batch +
+            (mask_q_len == 1 ? 0 : i) * mask_stride_q;
         for (int j = 0; j < c.kv_len; ++j)
           keep[j] = (c.causal_offset < 0 || j <= static_cast<std::int64_t>(c.causal_offset) + i) &&
                     (!has_mask || mask_row[j] != 0);
@@ -324,8 +329,8 @@ void check_prefill(const PrefillCase& c) {
           const std::int64_t base = b * q_batch + i * q_seq + h * q_head;
           for (int e = 0; e < d; ++e) q_row[e] = bits_to_float(q[base + e], c.dtype);
           double lse_want = 0;
-          const bool non_empty =
-              attend_row(q_row.data(), k_rows.data(), v_rows.data(), c.kv_len, keep, d, scale, &want, &lse_want);
+          const bool non_empty = attend_row(q_row.data(), k_rows.data(), v_rows.data(), c.kv_len,
+                                            keep, d, scale, &want, &lse_want);
           const std::size_t lse_index = (static_cast<std::size_t>(b) * c.q_len + i) * n_heads + h;
           check_row(&verdict, c.dtype, out, base, want, non_empty, c.lse ? &lse[lse_index] : nullptr,
                     lse_want, RowId{b, i, h});
@@ -398,7 +403,8 @@ void check_paged_prefill(const PagedPrefillCase& c) {
   std::vector<std::int32_t> table(static_cast<std::size_t>(std::max(1, batch)) * table_stride, -1);
   int next = 0;
   for (int b = 0; b < batch; ++b)
-    for (int p = 0; p < (c.seq_lens[b] + ps - 1) / ps; ++p) table[b * table_stride + p] = physical[next++];
+    for (int p = 0; p < (c.seq_lens[b] + ps - 1) / ps; ++p)
+      table[b * table_stride + p] = physical[next++];
   if (c.unmapped_page && batch > 0 && c.seq_lens[0] > 0) table[(c.seq_lens[0] - 1) / ps] = num_pages + 7;
 
   const std::int64_t kv_head = d + pad;
@@ -454,7 +460,8 @@ void check_paged_prefill(const PagedPrefillCase& c) {
   args.q = d_q.get();
   args.qo_indptr = static_cast<const std::int32_t*>(d_indptr.get());
   args.k_cache = d_k.get();
-  args.v_cache = c.strided ? static_cast<const void*>(static_cast<const std::uint16_t*>(d_k.get()) + v_offset)
+  args.v_cache = c.strided ? static_cast<const void*>(
+                                 static_cast<const std::uint16_t*>(d_k.get()) + v_offset)
                            : d_v.get();
   args.page_table = static_cast<const std::int32_t*>(d_table.get());
   args.seq_lens = static_cast<const std::int32_t*>(d_lens.get());
@@ -493,7 +500,8 @@ void check_paged_prefill(const PagedPrefillCase& c) {
         const bool mapped = page >= 0 && page < num_pages;
         const std::int64_t at = page * kv_page + (t % ps) * kv_token + kvh * kv_head;
         for (int e = 0; e < d; ++e) {
-          k_rows[static_cast<std::size_t>(t) * d + e] = mapped ? bits_to_float(k_pool[at + e], c.dtype) : 0.f;
+          k_rows[static_cast<std::size_t>(t) * d + e] =
+              mapped ? bits_to_float(k_pool[at + e], c.dtype) : 0.f;
           v_rows[static_cast<std::size_t>(t) * d + e] =
               mapped ? bits_to_float(v_pool[v_offset + at + e], c.dtype) : 0.f;
         }
@@ -507,8 +515,8 @@ void check_paged_prefill(const PagedPrefillCase& c) {
           const std::int64_t base = row * q_token + h * q_head;
           for (int e = 0; e < d; ++e) q_row[e] = bits_to_float(q[base + e], c.dtype);
           double lse_want = 0;
-          const bool non_empty =
-              attend_row(q_row.data(), k_rows.data(), v_rows.data(), seq_len, keep, d, scale, &want, &lse_want);
+          const bool non_empty = attend_row(q_row.data(), k_rows.data(), v_rows.data(), seq_len,
+                                            keep, d, scale, &want, &lse_want);
           const std::size_t lse_index = static_cast<std::size_t>(row) * n_heads + h;
           check_row(&verdict, c.dtype, out, base, want, non_empty, c.lse ? &lse[lse_index] : nullptr,
                     lse_want, RowId{b, i, h});

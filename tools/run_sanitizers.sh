@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Unit tests under sanitizers (Debug -O1, tools off):
+#   asan  AddressSanitizer + UndefinedBehaviorSanitizer (build-asan): the whole `unit` doctest
+#         binary.
+#   tsan  ThreadSanitizer (build-tsan): only the concurrency tests of the cache, the file lock
+#         and the JIT engine (TSAN_TESTS below).
+# Usage: tools/run_sanitizers.sh [asan|tsan|all (default)]
+# Environment: CXX picks the compiler (default: the system c++); ASTRAI_SAN_BUILD_ROOT puts
+# the build directories elsewhere (default: the repository root).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+what=${1:-all}
+build_root=${ASTRAI_SAN_BUILD_ROOT:-$root}
+export PATH=/usr/local/cuda/bin:$PATH
+
+# doctest -tc filters: every test that runs threads or processes against shared state.
+TSAN_TESTS='*threads*,*processes*,*file lock*,*waiting process*,*SIGKILL*,*compile lock*'
+
+# --as-needed: Debian's gcc drops it when sanitizing, and the stub libcuda that CUDA::nvrtc
+# brings along must not become a load-time dependency (the driver is loaded with dlopen).
+configure_and_build() {  # dir flags
+  local dir=$1 flags=$2
+  cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
+    -DCMAKE_CXX_FLAGS="$flags -fno-omit-frame-pointer" \
+    -DCMAKE_EXE_LINKER_FLAGS="$flags -Wl,--as-needed" \
+    -DASTRAI_JIT_BUILD_TOOLS=OFF -DASTRAI_JIT_INSTALL=OFF -DASTRAI_JIT_BUILD_TESTS=ON >/dev/null
+  cmake --build "$dir" --target astrai_unit_tests -j "$(nproc)"
+}
+
+status=0
+run() {  # label command...
+  local label=$1
+  shift
+  local start=$(date +%s)
+  if "$@"; then
+    echo "run_sanitizers: $label: clean ($(($(date +%s) - start)) s)"
+  else
+    echo "run_sanitizers: $label: FAILED" >&2
+    status=1
+  fi
+}
+
+if [ "$what" = asan ] || [ "$what" = all ]; then
+  dir=$build_root/build-asan
+  configure_and_build "$dir" "-fsanitize=address,undefined -fno-sanitize-recover=undefined"
+  run "asan+ubsan unit tests" env \
+    ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    "$dir/tests/astrai_unit_tests"
+fi
+
+if [ "$what" = tsan ] || [ "$what" = all ]; then
+  dir=$build_root/build-tsan
+  configure_and_build "$dir" "-fsanitize=thread"
+  run "tsan concurrency tests" env \
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    "$dir/tests/astrai_unit_tests" -tc="$TSAN_TESTS"
+fi
+exit $status

@@ -21,7 +21,7 @@ run() {  # name, command...
   [ $rc -eq 0 ] || status=1
 }
 
-run gpu_mma "$bin"
+ASTRAI_TEST_SWEEP=${ASTRAI_TEST_SWEEP:-60} run gpu_mma "$bin"
 ASTRAI_JIT_NO_MMA=1 run gpu_nomma "$bin"
 # Representative subsets: every kernel, masks, append, graphs, strides, edge lengths.
 mem='*graph*,*all-empty*,*splits long*,*strided*,*fused append*,*masks*,*zero tokens*,*tile edges*,*in bounds*,*edge lengths*'

@@ -35,16 +35,16 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <set>
-#include <limits>
 #include <sstream>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -1130,8 +1130,8 @@ int run_crash(CrashOptions options) {
     if (!first_publish_ms.empty() &&
         std::uniform_real_distribution<double>(0, 1)(rng) < options.aimed) {
       std::vector<double> sorted = first_publish_ms;
-      std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2),
-                       sorted.end());
+      const auto middle = sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2);
+      std::nth_element(sorted.begin(), middle, sorted.end());
       const double median = sorted[sorted.size() / 2];
       delay = std::clamp(median + std::uniform_real_distribution<double>(-12, 2)(rng), 0.0,
                          options.max_delay_ms);
@@ -1179,9 +1179,11 @@ int run_crash(CrashOptions options) {
         const bool replaced = ::stat(paths[in_flight].c_str(), &st) == 0 &&
                               st.st_ino != inode_before[in_flight];
         const auto temps_now = temp_files(root);
-        const bool new_temp = std::any_of(temps_now.begin(), temps_now.end(), [&](const fs::path& p) {
-          return temps_before.count(p) == 0 && p.parent_path() == paths[in_flight].parent_path();
-        });
+        const bool new_temp =
+            std::any_of(temps_now.begin(), temps_now.end(), [&](const fs::path& p) {
+              return temps_before.count(p) == 0 &&
+                     p.parent_path() == paths[in_flight].parent_path();
+            });
         phase = replaced ? renamed : new_temp ? publishing : compiling;
       }
     }
@@ -1191,7 +1193,8 @@ int run_crash(CrashOptions options) {
     const auto lock_start = now_ns();
     auto lock = cache.lock_key(keys[in_flight], JitEngine::kLockWait);
     const double lock_wait = ms(now_ns() - lock_start);
-    if (!lock) verdict.fail("trial {}: the lock of {} could not be taken", trial, specs[in_flight].name());
+    if (!lock)
+      verdict.fail("trial {}: the lock of {} could not be taken", trial, specs[in_flight].name());
     lock.reset();
     max_lock_wait = std::max(max_lock_wait, lock_wait);
     total_lock_wait += lock_wait;
@@ -1240,7 +1243,8 @@ int run_crash(CrashOptions options) {
   const std::size_t entries_before_prune = cache.list().size();
   cache.prune(std::numeric_limits<std::uint64_t>::max());
   const std::size_t temps_after_prune = temp_files(root).size();
-  if (temps_after_prune != 0) verdict.fail("{} stale temp files survived a prune", temps_after_prune);
+  if (temps_after_prune != 0)
+    verdict.fail("{} stale temp files survived a prune", temps_after_prune);
   if (cache.list().size() != entries_before_prune)
     verdict.fail("pruning stale temp files removed entries");
 
@@ -1250,7 +1254,8 @@ int run_crash(CrashOptions options) {
   fmt::print("  kills landed:\n");
   for (int p = 0; p < phase_count; ++p)
     fmt::print("    {:6}  {}\n", phase_counts[p], kPhaseNames[p]);
-  fmt::print("  lock of the killed holder's key: max wait {:.3f} ms, mean {:.3f} ms (bound {} ms)\n",
+  fmt::print("  lock of the killed holder's key: max wait {:.3f} ms, mean {:.3f} ms "
+             "(bound {} ms)\n",
              max_lock_wait, options.trials > 0 ? total_lock_wait / options.trials : 0.0,
              kLockWaitBoundMs);
   fmt::print("  entries checked after kills: {}, all complete and valid; next get: {} disk hits, "
@@ -1404,7 +1409,8 @@ int run_corrupt(CorruptOptions options) {
         (victim + 1 + static_cast<std::size_t>(rng() % (specs.size() - 1))) % specs.size();
     const auto bytes = damaged_copy(damage, pristine[victim], pristine[other], rng);
     if (bytes == pristine[victim]) {
-      verdict.fail("trial {}: {} left the entry unchanged (harness bug)", trial, damage_name(damage));
+      verdict.fail("trial {}: {} left the entry unchanged (harness bug)", trial,
+                   damage_name(damage));
       continue;
     }
     if (!write_bytes(paths[victim], bytes))
@@ -1620,7 +1626,8 @@ int run_hostile(HostileOptions options) {
   if (as_root) {
     fs::permissions(ro_base, fs::perms(0755));
     if (!searchable_by_others(ro_base)) {
-      public_work = std::make_unique<WorkDir>(fs::temp_directory_path(), "astrai-hostile", options.keep);
+      public_work =
+          std::make_unique<WorkDir>(fs::temp_directory_path(), "astrai-hostile", options.keep);
       ro_base = public_work->path();
       fs::permissions(ro_base, fs::perms(0755));
     }
@@ -1850,7 +1857,8 @@ int main(int argc, char** argv) {
       ->required();
   hostile_cmd->add_option("--threads", hostile.threads, "threads per child")
       ->check(CLI::Range(1, 64));
-  hostile_cmd->add_option("--rounds", hostile.rounds, "gets per thread")->check(CLI::Range(1, 1000));
+  hostile_cmd->add_option("--rounds", hostile.rounds, "gets per thread")
+      ->check(CLI::Range(1, 1000));
   hostile_cmd->add_flag("--keep", hostile.keep, "keep the work directory");
 
   // Child processes (not listed in --help).
@@ -1860,7 +1868,8 @@ int main(int argc, char** argv) {
   worker_cmd->add_option("--dir", worker.dir)->required();
   worker_cmd->add_option("--id", worker.id);
   worker_cmd->add_option("--threads", worker.threads)->check(CLI::Range(1, 256));
-  worker_cmd->add_option("--variants", worker.variants)->check(CLI::Range(std::size_t{1}, kPoolLimit));
+  worker_cmd->add_option("--variants", worker.variants)
+      ->check(CLI::Range(std::size_t{1}, kPoolLimit));
   worker_cmd->add_option("--until", worker.until);
   worker_cmd->add_option("--force", worker_force);
   worker_cmd->add_option("--pause-us", worker.pause_us);
@@ -1886,7 +1895,8 @@ int main(int argc, char** argv) {
   auto* hostile_child_cmd = app.add_subcommand("__hostile-child")->group("");
   hostile_child_cmd->add_option("--scenario", hostile_child_options.scenario)->required();
   hostile_child_cmd->add_option("--dir", hostile_child_options.dir)->required();
-  hostile_child_cmd->add_option("--threads", hostile_child_options.threads)->check(CLI::Range(1, 64));
+  hostile_child_cmd->add_option("--threads", hostile_child_options.threads)
+      ->check(CLI::Range(1, 64));
   hostile_child_cmd->add_option("--rounds", hostile_child_options.rounds);
   hostile_child_cmd->add_flag("--drop-root", hostile_child_options.drop_root);
   hostile_child_cmd->add_flag("--expect-disk-hit", hostile_child_options.expect_disk_hit);

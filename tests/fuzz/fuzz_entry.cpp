@@ -17,7 +17,9 @@ using astrai::fuzz::require;
 
 namespace {
 
-std::string as_string(const std::vector<char>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+std::string as_string(const std::vector<char>& bytes) {
+  return std::string(bytes.begin(), bytes.end());
+}
 
 void check_payload(const std::vector<char>& payload) {
   std::vector<std::string> symbols;

@@ -1,4 +1,4 @@
-// Regression tests for cache defects found by astrai-cache-torture and the fuzz targets.
+// Regression tests for cache defects found by the torture harness (tools/cache_torture.cpp).
 #include <doctest/doctest.h>
 
 #include <filesystem>

@@ -117,4 +117,10 @@ std::uint64_t payload_checksum(const void* data, std::size_t size) {
   return XXH3_64bits(data, size);
 }
 
+std::uint64_t payload_checksum(const void* data, std::size_t size, std::uint64_t seed) {
+  static const char kEmpty = 0;
+  if (size == 0) data = &kEmpty;
+  return XXH3_64bits_withSeed(data, size, seed);
+}
+
 }  // namespace astrai::detail

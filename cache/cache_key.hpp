@@ -38,5 +38,7 @@ CacheKey compute_cache_key(const CacheKeyInputs& inputs);
 
 // XXH3-64 of a payload, used as the entry checksum.
 std::uint64_t payload_checksum(const void* data, std::size_t size);
+// XXH3-64 with a seed (the entry checksum seeds with its header's version and kind bytes).
+std::uint64_t payload_checksum(const void* data, std::size_t size, std::uint64_t seed);
 
 }  // namespace astrai::detail

@@ -328,8 +328,11 @@ std::vector<char> encode_entry(const CacheEntryData& entry) {
   out.insert(out.end(), entry.variant_name.begin(), entry.variant_name.end());
   out.insert(out.end(), entry.nvrtc_version.begin(), entry.nvrtc_version.end());
   out.insert(out.end(), entry.payload.begin(), entry.payload.end());
-  // The checksum covers the names as well as the payload, so no flipped bit goes unnoticed.
-  const std::uint64_t checksum = payload_checksum(out.data() + kHeaderSize, out.size() - kHeaderSize);
+  // The checksum covers the names and the payload, seeded with the version and kind bytes, so
+  // no flipped bit outside the checksum field itself goes unnoticed.
+  const std::uint64_t checksum =
+      payload_checksum(out.data() + kHeaderSize, out.size() - kHeaderSize,
+                       get_u64(reinterpret_cast<const unsigned char*>(out.data()) + 8));
   for (int i = 0; i < 8; ++i) out[checksum_at + i] = static_cast<char>((checksum >> (8 * i)) & 0xffu);
   return out;
 }
@@ -373,7 +376,7 @@ std::optional<CacheEntryData> decode_entry(const char* data, std::size_t size,
   const char* name = data + kHeaderSize;
   const char* version = name + name_length;
   const char* payload = version + version_length;
-  if (payload_checksum(name, static_cast<std::size_t>(body)) != checksum)
+  if (payload_checksum(name, static_cast<std::size_t>(body), get_u64(bytes + 8)) != checksum)
     return fail("checksum mismatch");
 
   try {

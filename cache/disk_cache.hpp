@@ -49,7 +49,8 @@ struct CacheStats {
 
 // Entry file format (little endian), pinned by a golden test:
 //   magic "ASTRAIJC" (8 bytes), u32 format version, u8 binary kind, 3 bytes zero,
-//   u64 payload size, u64 XXH3-64 of everything after the header (names and payload),
+//   u64 payload size, u64 XXH3-64 of everything after the header (names and payload) seeded
+//   with header bytes 8..15 (version, kind, reserved) read as a little-endian u64,
 //   u32 variant-name length, u32 nvrtc-version length, variant name bytes, nvrtc version bytes,
 //   payload bytes.
 inline constexpr std::uint32_t kEntryFormatVersion = 2;

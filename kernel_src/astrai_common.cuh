@@ -67,7 +67,7 @@ template <typename T> __device__ __forceinline__ float high_half(unsigned packed
 __device__ __forceinline__ float negative_infinity() { return __int_as_float(0xff800000); }
 
 // 1/log2(e): converts a base-2 log-sum-exp back to the natural log.
-constexpr float kLn2 = 0.6931471805599453f;
+inline constexpr float kLn2 = 0.6931471805599453f;
 
 __device__ __forceinline__ float warp_all_max(float value) {
 #pragma unroll

@@ -57,11 +57,11 @@ struct PagedDecodeParams {
 };
 
 // Tiling shared by the host launcher and the paged decode kernel.
-constexpr int kDecodeThreads = 128;     // 4 warps
-constexpr int kDecodeBlockTokens = 64;  // tokens per pipeline stage (16 per warp)
-constexpr int kDecodeHeadsPerTile = 16; // query heads of one KV head per CTA (the MMA M tile)
-constexpr int kDecodeStages = 2;
-constexpr int kMaxSplits = 256;
+inline constexpr int kDecodeThreads = 128;     // 4 warps
+inline constexpr int kDecodeBlockTokens = 64;  // tokens per pipeline stage (16 per warp)
+inline constexpr int kDecodeHeadsPerTile = 16; // query heads of one KV head per CTA (the MMA M tile)
+inline constexpr int kDecodeStages = 2;
+inline constexpr int kMaxSplits = 256;
 // Dynamic shared memory of the paged decode kernel: a Q tile plus K and V stages, each row
 // padded by 16 bytes so ldmatrix reads of 8 rows hit 8 different bank groups.
 constexpr int paged_decode_smem_bytes(int head_dim) {
@@ -145,9 +145,9 @@ struct PrefillParams {
 };
 
 // Tiling shared by the host launcher and the prefill kernel.
-constexpr int kPrefillThreads = 128;    // 4 warps
-constexpr int kPrefillBlockQ = 64;      // query rows per CTA (16 per warp on tensor cores)
-constexpr int kPrefillStages = 2;
+inline constexpr int kPrefillThreads = 128;    // 4 warps
+inline constexpr int kPrefillBlockQ = 64;      // query rows per CTA (16 per warp on tensor cores)
+inline constexpr int kPrefillStages = 2;
 // KV tokens per pipeline stage: smaller for wide heads so two stages fit 99 KB (sm_86/sm_89).
 constexpr int prefill_block_kv(int head_dim) { return head_dim <= 128 ? 64 : 32; }
 // Up to head_dim 128 the Q tile moves into registers before the main loop, so it is staged in
@@ -161,9 +161,9 @@ constexpr int prefill_smem_bytes(int head_dim) {
 }
 // CUDA-core path (ASTRAI_NO_MMA): 32 query rows per pass (8 per warp) against single-buffered
 // K and V tiles of 32 tokens (one token per lane).
-constexpr int kPrefillCoreRowsPerWarp = 8;
-constexpr int kPrefillCoreRows = 4 * kPrefillCoreRowsPerWarp;
-constexpr int kPrefillCoreBlockKv = 32;
+inline constexpr int kPrefillCoreRowsPerWarp = 8;
+inline constexpr int kPrefillCoreRows = 4 * kPrefillCoreRowsPerWarp;
+inline constexpr int kPrefillCoreBlockKv = 32;
 constexpr int prefill_core_smem_bytes(int head_dim) {
   return (kPrefillCoreRows + 2 * kPrefillCoreBlockKv) * (head_dim + 8) * 2;
 }

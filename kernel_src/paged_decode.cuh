@@ -125,7 +125,7 @@ __device__ void write_empty_rows(const PagedDecodeParams& p, int split, int batc
 // Page sizes below 16 look each row's page id up one block ahead (into registers), so that
 // the page-table loads never stall the copies that depend on them.
 template <int kPageSize>
-constexpr bool kPrefetchPages = kPageSize > 0 && kPageSize < 16;
+inline constexpr bool kPrefetchPages = kPageSize > 0 && kPageSize < 16;
 
 // The physical page of each row this thread copies in one block, looked up one block ahead
 // so that the page-table loads never stall the copies that depend on them.

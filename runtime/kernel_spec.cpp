@@ -93,11 +93,15 @@ std::string KernelSpec::name() const {
 }
 
 KernelSpec KernelSpec::parse(const std::string& name) {
+  // Shown in messages with control bytes escaped, so a NUL cannot cut the message short.
+  std::string shown;
+  for (unsigned char c : name) shown += (c >= 0x20 && c < 0x7f) ? std::string(1, static_cast<char>(c))
+                                                                  : fmt::format("\\x{:02x}", c);
   auto fail = [&](const std::string& why) -> InvalidArgument {
     return InvalidArgument(fmt::format(
         "variant name '{}' is malformed: {} (expected like paged_decode.bf16.hd128.ps16.g4.sm_90a "
         "or rotary_emb.bf16.hd128.sm_89)",
-        name, why));
+        shown, why));
   };
   std::vector<std::string> fields;
   std::stringstream stream(name);

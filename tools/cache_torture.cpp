@@ -1389,9 +1389,9 @@ int run_corrupt(CorruptOptions options) {
       pristine_print.push_back(*print);
     }
   }
-  fmt::print("corrupt: {} damaged entries over {} variants; every {}th round of the {} damage "
-             "kinds recompiles, the other trials run strict (the damage must become a cache "
-             "miss); seed {}\n",
+  fmt::print("corrupt: {} damaged entries over {} variants; 1 round in {} of the {} damage kinds "
+             "recompiles, the other trials run strict (the damage must become a cache miss); "
+             "seed {}\n",
              options.trials, specs.size(), options.compile_every, kDamageKinds, options.seed);
 
   struct Tally {

@@ -48,8 +48,8 @@ class Quiet {
 
 constexpr std::size_t kKindOffset = 12;  // header: magic(8), version(4), kind(1)
 
-// Warms `spec` into `dir`, then rewrites the kind byte of its entry to `kind`. The checksum
-// does not cover the header, so the entry still decodes.
+// Warms `spec` into `dir`, then re-encodes its entry with the binary kind `kind` (a well-formed
+// entry with a valid checksum but the wrong kind: the engine must still refuse it).
 fs::path warm_and_set_kind(const fs::path& dir, const KernelSpec& spec, BinaryKind kind) {
   JitEngine warm(rw_config(dir));
   warm.get(spec);
@@ -57,9 +57,16 @@ fs::path warm_and_set_kind(const fs::path& dir, const KernelSpec& spec, BinaryKi
   std::string bytes = read_file(path);
   REQUIRE(bytes.size() > kKindOffset);
   REQUIRE(static_cast<std::uint8_t>(bytes[kKindOffset]) != static_cast<std::uint8_t>(kind));
-  bytes[kKindOffset] = static_cast<char>(kind);
-  write_file(path, bytes);
-  REQUIRE(decode_entry(bytes.data(), bytes.size()).has_value());
+  // Flipping the byte alone breaks the checksum (it is seeded with the header's kind byte).
+  std::string flipped = bytes;
+  flipped[kKindOffset] = static_cast<char>(kind);
+  REQUIRE_FALSE(decode_entry(flipped.data(), flipped.size()).has_value());
+  auto entry = decode_entry(bytes.data(), bytes.size());
+  REQUIRE(entry.has_value());
+  entry->kind = kind;
+  const std::vector<char> forged = encode_entry(*entry);
+  write_file(path, std::string(forged.begin(), forged.end()));
+  REQUIRE(decode_entry(forged.data(), forged.size()).has_value());
   return path;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "astrai/error.hpp"
+#include "astrai/runtime.hpp"
 #include "runtime/validation.hpp"
 
 using astrai::DType;
@@ -861,6 +862,137 @@ TEST_CASE("resolving prefill arguments twice changes nothing") {
   CHECK(paged_twice.out_stride_token == paged_once.out_stride_token);
   CHECK(paged_twice.mask_stride_q == paged_once.mask_stride_q);
   CHECK(paged_twice.scale == paged_once.scale);
+}
+
+}  // TEST_SUITE
+
+namespace {
+
+// A valid contiguous decode call: 2 sequences of 100 tokens, 8 query heads over 2 KV heads.
+astrai::DecodeArgs valid_decode() {
+  astrai::DecodeArgs a;
+  a.batch = 2;
+  a.kv_len = 100;
+  a.n_heads = 8;
+  a.n_kv_heads = 2;
+  a.head_dim = 128;
+  a.q = fake_pointer<const void>(0x10000);
+  a.k = fake_pointer<const void>(0x20000);
+  a.v = fake_pointer<const void>(0x30000);
+  a.out = fake_pointer<void>(0x40000);
+  return a;
+}
+
+}  // namespace
+
+TEST_SUITE("validation") {
+
+TEST_CASE("every decode argument rejects a bad value and the message names it") {
+  using A = astrai::DecodeArgs;
+  const std::vector<BadCase<A>> cases = {
+      {"dtype", [](A& a) { a.dtype = static_cast<DType>(5); }, {"dtype 5 is not valid (allowed: bf16, fp16)"}},
+      {"batch", [](A& a) { a.batch = -2; }, {"batch -2 is not valid (allowed: >= 0)"}},
+      {"kv_len", [](A& a) { a.kv_len = -1; }, {"kv_len -1 is not valid (allowed: >= 0)"}},
+      {"n_heads", [](A& a) { a.n_heads = 0; }, {"n_heads 0 is not valid (allowed: >= 1)"}},
+      {"n_kv_heads", [](A& a) { a.n_kv_heads = 3; }, {"n_heads 8 is not a multiple of n_kv_heads 3"}},
+      {"head_dim", [](A& a) { a.head_dim = 72; }, {"head_dim 72 is not a multiple of 16 (allowed: 32..256, step 16)"}},
+      {"head_dim", [](A& a) { a.head_dim = 288; }, {"head_dim 288 is out of range (allowed: 32..256, step 16)"}},
+      {"causal_offset", [](A& a) { a.causal_offset = -2; },
+       {"causal_offset -2 is not valid (allowed: -1 for no limit, or >= 0)"}},
+      {"scale", [](A& a) { a.scale = kNan; }, {"is not finite"}},
+      {"scale", [](A& a) { a.scale = kInf; }, {"scale inf is not finite"}},
+      {"q_stride_head", [](A& a) { a.q_stride_head = 12; }, {"q_stride_head 12 is not a multiple of 8 elements"}},
+      {"k_stride_seq", [](A& a) { a.k_stride_seq = -8; }, {"k_stride_seq -8 is not valid"}},
+      {"v_stride_head", [](A& a) { a.v_stride_head = 64; }, {"v_stride_head 64 makes rows overlap (allowed: >= 128)"}},
+      {"out_stride_batch", [](A& a) { a.out_stride_batch = 128; },
+       {"out_stride_batch 128 makes rows overlap (allowed: >= 1024)"}},
+      {"mask_stride_batch", [](A& a) {
+         a.mask = fake_pointer<const bool>(0x50000);
+         a.mask_stride_batch = 50;
+       }, {"mask_stride_batch 50 is smaller than kv_len 100"}},
+      {"q", [](A& a) { a.q = nullptr; }, {"q is null (a device pointer is required)"}},
+      {"k", [](A& a) { a.k = fake_pointer<const void>(0x20008); }, {"is not 16-byte aligned"}},
+      {"v", [](A& a) { a.v = nullptr; }, {"v is null"}},
+      {"out", [](A& a) { a.out = fake_pointer<void>(0x40002); }, {"is not 16-byte aligned"}},
+      {"lse", [](A& a) { a.lse = fake_pointer<float>(0x60002); }, {"is not 4-byte aligned"}},
+      {"workspace", [](A& a) { a.workspace = fake_pointer<void>(0x70004); }, {"is not 16-byte aligned"}},
+  };
+  REQUIRE_NOTHROW(astrai::detail::resolve_decode_args(valid_decode()));
+  for (const auto& c : cases) check_rejected(valid_decode(), c, astrai::detail::resolve_decode_args, "decode");
+}
+
+TEST_CASE("decode fills contiguous strides, keeps kv_len 0 free of K/V pointers") {
+  const auto a = astrai::detail::resolve_decode_args(valid_decode());
+  CHECK(a.q_stride_head == 128);
+  CHECK(a.q_stride_batch == 8 * 128);
+  CHECK(a.k_stride_seq == 2 * 128);
+  CHECK(a.k_stride_batch == 100 * 2 * 128);
+  CHECK(a.mask_stride_batch == 100);
+  CHECK(a.scale == doctest::Approx(1.0 / std::sqrt(128.0)));
+  astrai::DecodeArgs empty = valid_decode();
+  empty.kv_len = 0;
+  empty.k = nullptr;
+  empty.v = nullptr;
+  CHECK_NOTHROW(astrai::detail::resolve_decode_args(empty));
+}
+
+TEST_CASE("the paged decode extras reject bad values and the message names them") {
+  using A = PagedDecodeArgs;
+  const std::vector<BadCase<A>> cases = {
+      {"page_table_rows", [](A& a) { a.page_table_rows = -1; },
+       {"page_table_rows -1 is not valid (allowed: >= 0; 0 means batch)"}},
+      {"page_table_rows", [](A& a) { a.page_table_rows = 1; },
+       {"page_table_rows 1 is smaller than batch 2 without req_indices"}},
+      {"req_indices", [](A& a) { a.req_indices = fake_pointer<const std::int32_t>(0x70002); },
+       {"is not 4-byte aligned"}},
+      {"mask_stride_batch", [](A& a) {
+         a.mask = fake_pointer<const bool>(0x80000);
+         a.mask_stride_batch = 100;
+       }, {"mask_stride_batch 100 is smaller than the mask row length 128"}},
+      {"new_v", [](A& a) { a.new_k = fake_pointer<const void>(0x90000); },
+       {"the fused append needs both or neither"}},
+      {"new_k_stride_head", [](A& a) {
+         a.new_k = fake_pointer<const void>(0x90000);
+         a.new_v = fake_pointer<const void>(0xa0000);
+         a.new_k_stride_head = 12;
+       }, {"new_k_stride_head 12 is not a multiple of 8 elements"}},
+      {"new_v", [](A& a) {
+         a.new_k = fake_pointer<const void>(0x90000);
+         a.new_v = fake_pointer<const void>(0xa0004);
+       }, {"new_v = ", "is not 16-byte aligned"}},
+      {"lse", [](A& a) { a.lse = fake_pointer<float>(0xb0001); }, {"is not 4-byte aligned"}},
+  };
+  for (const auto& c : cases) check_rejected(valid_paged(), c, resolve_paged_decode_args, "paged_decode");
+}
+
+TEST_CASE("bad arguments to every public call throw InvalidArgument before any GPU is touched") {
+  // On a machine without a GPU, reaching the driver would throw CudaError instead.
+  auto& runtime = astrai::Runtime::get();
+  astrai::DecodeArgs decode = valid_decode();
+  decode.head_dim = 72;
+  CHECK_THROWS_AS(runtime.decode(decode), astrai::InvalidArgument);
+  PagedDecodeArgs paged = valid_paged();
+  paged.page_size = 3;
+  CHECK_THROWS_AS(runtime.paged_decode(paged), astrai::InvalidArgument);
+  RotaryArgs rotary = valid_rotary();
+  rotary.head_dim = 12;
+  CHECK_THROWS_AS(runtime.rotary_emb(rotary), astrai::InvalidArgument);
+  astrai::PrefillArgs prefill;
+  prefill.batch = 1;
+  prefill.q_len = 4;
+  prefill.kv_len = 4;
+  prefill.n_heads = 2;
+  prefill.n_kv_heads = 2;
+  prefill.head_dim = 64;
+  prefill.causal_offset = -3;
+  CHECK_THROWS_AS(runtime.prefill(prefill), astrai::InvalidArgument);
+  astrai::PagedPrefillArgs paged_prefill;
+  paged_prefill.batch = 1;
+  paged_prefill.n_heads = 2;
+  paged_prefill.n_kv_heads = 2;
+  paged_prefill.head_dim = 64;
+  paged_prefill.page_size = 6;
+  CHECK_THROWS_AS(runtime.paged_prefill(paged_prefill), astrai::InvalidArgument);
 }
 
 }  // TEST_SUITE

@@ -52,25 +52,45 @@ void require_positive(const char* call, const char* name, long long value) {
   if (value < 1) fail(call, fmt::format("{} {} is not valid (allowed: >= 1)", name, value));
 }
 
+// Largest grid y / z extent: every launch puts heads and batch there.
+constexpr int kMaxGridYZ = 65535;
+
+void require_attention_heads(const char* call, int n_heads, int n_kv_heads, int head_dim) {
+  require_positive(call, "n_heads", n_heads);
+  require_positive(call, "n_kv_heads", n_kv_heads);
+  if (n_heads > kMaxGridYZ)
+    fail(call, fmt::format("n_heads {} exceeds the launch grid limit (allowed: 1..{})", n_heads,
+                           kMaxGridYZ));
+  if (n_heads % n_kv_heads != 0)
+    fail(call, fmt::format("n_heads {} is not a multiple of n_kv_heads {} (GQA needs n_heads % "
+                           "n_kv_heads == 0)", n_heads, n_kv_heads));
+  if (n_heads / n_kv_heads > 128)
+    fail(call, fmt::format("GQA group size {} (n_heads {} / n_kv_heads {}) is not supported "
+                           "(allowed: 1..128)", n_heads / n_kv_heads, n_heads, n_kv_heads));
+  if (head_dim % 16 != 0)
+    fail(call, fmt::format("head_dim {} is not a multiple of 16 (allowed: 32..256, step 16)", head_dim));
+  if (head_dim < 32 || head_dim > 256)
+    fail(call, fmt::format("head_dim {} is out of range (allowed: 32..256, step 16)", head_dim));
+}
+
+void require_batch(const char* call, int batch) {
+  if (batch < 0) fail(call, fmt::format("batch {} is not valid (allowed: >= 0)", batch));
+  if (batch > kMaxGridYZ)
+    fail(call, fmt::format("batch {} exceeds the launch grid limit (allowed: 0..{})", batch, kMaxGridYZ));
+}
+
+void require_non_negative(const char* call, const char* name, long long value) {
+  if (value < 0) fail(call, fmt::format("{} {} is not valid (allowed: >= 0)", name, value));
+}
+
 }  // namespace
 
 PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& input) {
   constexpr const char* kCall = "paged_decode";
   PagedDecodeArgs a = input;
   require_dtype(kCall, a.dtype);
-  if (a.batch < 0) fail(kCall, fmt::format("batch {} is not valid (allowed: >= 0)", a.batch));
-  require_positive(kCall, "n_heads", a.n_heads);
-  require_positive(kCall, "n_kv_heads", a.n_kv_heads);
-  if (a.n_heads % a.n_kv_heads != 0)
-    fail(kCall, fmt::format("n_heads {} is not a multiple of n_kv_heads {} (GQA needs n_heads % "
-                            "n_kv_heads == 0)", a.n_heads, a.n_kv_heads));
-  if (a.n_heads / a.n_kv_heads > 128)
-    fail(kCall, fmt::format("GQA group size {} (n_heads {} / n_kv_heads {}) is not supported "
-                            "(allowed: 1..128)", a.n_heads / a.n_kv_heads, a.n_heads, a.n_kv_heads));
-  if (a.head_dim % 16 != 0)
-    fail(kCall, fmt::format("head_dim {} is not a multiple of 16 (allowed: 32..256, step 16)", a.head_dim));
-  if (a.head_dim < 32 || a.head_dim > 256)
-    fail(kCall, fmt::format("head_dim {} is out of range (allowed: 32..256, step 16)", a.head_dim));
+  require_batch(kCall, a.batch);
+  require_attention_heads(kCall, a.n_heads, a.n_kv_heads, a.head_dim);
   if (!is_power_of_two(a.page_size) || a.page_size > 256)
     fail(kCall, fmt::format("page_size {} is not supported (allowed: a power of two in 1..256)", a.page_size));
   require_positive(kCall, "num_pages", a.num_pages);
@@ -163,20 +183,9 @@ DecodeArgs resolve_decode_args(const DecodeArgs& input) {
   constexpr const char* kCall = "decode";
   DecodeArgs a = input;
   require_dtype(kCall, a.dtype);
-  if (a.batch < 0) fail(kCall, fmt::format("batch {} is not valid (allowed: >= 0)", a.batch));
-  if (a.kv_len < 0) fail(kCall, fmt::format("kv_len {} is not valid (allowed: >= 0)", a.kv_len));
-  require_positive(kCall, "n_heads", a.n_heads);
-  require_positive(kCall, "n_kv_heads", a.n_kv_heads);
-  if (a.n_heads % a.n_kv_heads != 0)
-    fail(kCall, fmt::format("n_heads {} is not a multiple of n_kv_heads {} (GQA needs n_heads % "
-                            "n_kv_heads == 0)", a.n_heads, a.n_kv_heads));
-  if (a.n_heads / a.n_kv_heads > 128)
-    fail(kCall, fmt::format("GQA group size {} (n_heads {} / n_kv_heads {}) is not supported "
-                            "(allowed: 1..128)", a.n_heads / a.n_kv_heads, a.n_heads, a.n_kv_heads));
-  if (a.head_dim % 16 != 0)
-    fail(kCall, fmt::format("head_dim {} is not a multiple of 16 (allowed: 32..256, step 16)", a.head_dim));
-  if (a.head_dim < 32 || a.head_dim > 256)
-    fail(kCall, fmt::format("head_dim {} is out of range (allowed: 32..256, step 16)", a.head_dim));
+  require_batch(kCall, a.batch);
+  require_non_negative(kCall, "kv_len", a.kv_len);
+  require_attention_heads(kCall, a.n_heads, a.n_kv_heads, a.head_dim);
   if (a.causal_offset < -1)
     fail(kCall, fmt::format("causal_offset {} is not valid (allowed: -1 for no limit, or >= 0)", a.causal_offset));
   if (!std::isfinite(a.scale))
@@ -268,36 +277,6 @@ RotaryArgs resolve_rotary_args(const RotaryArgs& input) {
 
 namespace {
 
-// Largest grid y / z extent: prefill launches (q tiles, n_heads, batch).
-constexpr int kMaxGridYZ = 65535;
-
-void require_attention_heads(const char* call, int n_heads, int n_kv_heads, int head_dim) {
-  require_positive(call, "n_heads", n_heads);
-  require_positive(call, "n_kv_heads", n_kv_heads);
-  if (n_heads > kMaxGridYZ)
-    fail(call, fmt::format("n_heads {} exceeds the launch grid limit (allowed: 1..{})", n_heads,
-                           kMaxGridYZ));
-  if (n_heads % n_kv_heads != 0)
-    fail(call, fmt::format("n_heads {} is not a multiple of n_kv_heads {} (GQA needs n_heads % "
-                           "n_kv_heads == 0)", n_heads, n_kv_heads));
-  if (n_heads / n_kv_heads > 128)
-    fail(call, fmt::format("GQA group size {} (n_heads {} / n_kv_heads {}) is not supported "
-                           "(allowed: 1..128)", n_heads / n_kv_heads, n_heads, n_kv_heads));
-  if (head_dim % 16 != 0)
-    fail(call, fmt::format("head_dim {} is not a multiple of 16 (allowed: 32..256, step 16)", head_dim));
-  if (head_dim < 32 || head_dim > 256)
-    fail(call, fmt::format("head_dim {} is out of range (allowed: 32..256, step 16)", head_dim));
-}
-
-void require_batch(const char* call, int batch) {
-  if (batch < 0) fail(call, fmt::format("batch {} is not valid (allowed: >= 0)", batch));
-  if (batch > kMaxGridYZ)
-    fail(call, fmt::format("batch {} exceeds the launch grid limit (allowed: 0..{})", batch, kMaxGridYZ));
-}
-
-void require_non_negative(const char* call, const char* name, long long value) {
-  if (value < 0) fail(call, fmt::format("{} {} is not valid (allowed: >= 0)", name, value));
-}
 
 float resolve_scale(const char* call, float scale, int head_dim) {
   if (!std::isfinite(scale))

@@ -2,21 +2,12 @@
 #include "astrai/runtime.hpp"
 
 #include <algorithm>
-#include <array>
-#include <cmath>
 #include <cstdint>
-#include <memory>
-#include <mutex>
-#include <shared_mutex>
-#include <unordered_map>
 
 #include <fmt/format.h>
 
 #include "kernel_src/kernel_params.h"
-#include "runtime/driver_api.hpp"
-#include "runtime/jit_engine.hpp"
 #include "runtime/launch_heuristics.hpp"
-#include "runtime/logging.hpp"
 #include "runtime/runtime_impl.hpp"
 #include "runtime/validation.hpp"
 

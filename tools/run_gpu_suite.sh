@@ -1,35 +1,65 @@
 #!/usr/bin/env bash
 # Runs the GPU suite on a machine with a GPU: the tensor-core path, the CUDA-core path
-# (ASTRAI_JIT_NO_MMA=1), then compute-sanitizer's memcheck, racecheck and initcheck on a
-# representative subset. Logs go to $OUT (or ./gpu-logs). Usage: run_gpu_suite.sh BUILD_DIR
+# (ASTRAI_JIT_NO_MMA=1), then compute-sanitizer's memcheck, racecheck and initcheck over the
+# whole suite on both paths (random sweeps cut to SAN_SWEEP extra cases, default 10, to bound
+# the time). The two plain runs, and then the six sanitizer runs, go in parallel, spread over
+# the visible GPUs; all share one cache directory, warmed by the plain runs.
+# Logs go to $OUT (or ./gpu-logs). Usage: run_gpu_suite.sh BUILD_DIR
+# Environment: ASTRAI_TEST_SWEEP (plain runs' sweep size, default 60), SAN_SWEEP,
+# SAN_TIMEOUT (seconds per sanitizer run, default 420), SKIP_SANITIZERS=1.
 set -uo pipefail
 build=${1:-build}
 out=${OUT:-gpu-logs}
 mkdir -p "$out"
 bin="$build/tests/astrai_gpu_tests"
-export ASTRAI_JIT_CACHE_DIR=$(mktemp -d)
+export ASTRAI_JIT_CACHE_DIR=${ASTRAI_JIT_CACHE_DIR:-$(mktemp -d)}
+nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm --format=csv | tee "$out/gpu.txt"
+gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+[ "$gpus" -ge 1 ] || gpus=1
 status=0
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$out/gpu.txt"
+names=()
+pids=()
+next_gpu=0
 
-run() {  # name, command...
+start_job() {  # name, env assignments..., -- command...
   local name=$1; shift
-  local start=$SECONDS
-  "$@" > "$out/$name.log" 2>&1
-  local rc=$?
-  echo "== $name: exit $rc, $((SECONDS - start)) s"
-  grep -E "^\[doctest\] (test cases|assertions)|worst errors|^  (paged|rotary|decode|prefill)|ERROR SUMMARY|RACECHECK SUMMARY|FAILED|ERROR|CRASH" "$out/$name.log" | head -40
-  [ $rc -eq 0 ] || status=1
+  local envs=()
+  while [ "$1" != -- ]; do envs+=("$1"); shift; done
+  shift
+  local gpu=$((next_gpu % gpus)); next_gpu=$((next_gpu + 1))
+  ( start=$SECONDS
+    env CUDA_VISIBLE_DEVICES=$gpu "${envs[@]}" "$@" > "$out/$name.log" 2>&1
+    rc=$?
+    echo "exit $rc after $((SECONDS - start)) s on GPU $gpu" >> "$out/$name.log"
+    exit $rc ) &
+  names+=("$name"); pids+=($!)
 }
 
-ASTRAI_TEST_SWEEP=${ASTRAI_TEST_SWEEP:-60} run gpu_mma "$bin"
-ASTRAI_JIT_NO_MMA=1 run gpu_nomma "$bin"
-# Representative subsets: every kernel, masks, append, graphs, strides, edge lengths.
-mem='*graph*,*all-empty*,*splits long*,*strided*,*fused append*,*masks*,*zero tokens*,*tile edges*,*in bounds*,*edge lengths*'
-race='*graph*,*fused append*,*strided*,*masks, strided*,*tile edges*,*zero tokens*'
-init='*graph*,*fused append*,*padded strides*,*all-empty*,*tile edges*,*in bounds*'
-run memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "$bin" -tc="$mem"
-run racecheck compute-sanitizer --tool racecheck --error-exitcode 1 "$bin" -tc="$race"
-run initcheck compute-sanitizer --tool initcheck --error-exitcode 1 "$bin" -tc="$init"
-ASTRAI_JIT_NO_MMA=1 run memcheck_nomma compute-sanitizer --tool memcheck --error-exitcode 1 "$bin" -tc="$mem"
-ASTRAI_JIT_NO_MMA=1 run racecheck_nomma compute-sanitizer --tool racecheck --error-exitcode 1 "$bin" -tc="$race"
+wait_jobs() {
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}"
+    local rc=$?
+    echo "== ${names[$i]}: $(tail -n 1 "$out/${names[$i]}.log")"
+    grep -E "^\[doctest\] (test cases|assertions)|worst errors|^  (paged|rotary|decode|prefill)|ERROR SUMMARY|RACECHECK SUMMARY|FAILED|ERROR:|CRASH" \
+      "$out/${names[$i]}.log" | head -40
+    [ $rc -eq 0 ] || status=1
+  done
+  names=(); pids=()
+}
+
+start_job gpu_mma ASTRAI_TEST_SWEEP=${ASTRAI_TEST_SWEEP:-60} -- "$bin"
+start_job gpu_nomma ASTRAI_TEST_SWEEP=${ASTRAI_TEST_SWEEP:-60} ASTRAI_JIT_NO_MMA=1 -- "$bin"
+wait_jobs
+
+if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
+  san_timeout=${SAN_TIMEOUT:-420}
+  for tool in memcheck racecheck initcheck; do
+    for path in mma nomma; do
+      nomma=0; [ $path = nomma ] && nomma=1
+      start_job "${tool}_${path}" ASTRAI_TEST_SWEEP=${SAN_SWEEP:-10} ASTRAI_JIT_NO_MMA=$nomma -- \
+        timeout "$san_timeout" compute-sanitizer --tool "$tool" --error-exitcode 1 "$bin"
+    done
+  done
+  wait_jobs
+fi
 exit $status

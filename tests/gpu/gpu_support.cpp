@@ -46,7 +46,10 @@ void DeviceBuffer::download(void* host, std::size_t bytes, std::size_t offset) c
 }
 
 void DeviceBuffer::fill_byte(unsigned char value) {
+  // cuMemsetD8 runs on the legacy stream and may return before it is done; a kernel on a
+  // non-blocking stream would race with it, so wait here.
   check_cu(driver().cuMemsetD8(pointer_, value, bytes_), "cuMemsetD8", -1);
+  check_cu(driver().cuCtxSynchronize(), "cuCtxSynchronize", -1);
 }
 
 void synchronize() { check_cu(driver().cuCtxSynchronize(), "cuCtxSynchronize", -1); }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -439,6 +440,82 @@ TEST_CASE("paged_decode random sweep") {
     c.seed = rng();
     check_case(c);
   }
+}
+
+}  // TEST_SUITE
+}  // namespace astrai::gpu_test
+
+namespace astrai::gpu_test {
+namespace {
+
+// Runs `cases` on device `ordinal` from its own thread (in that device's primary context) and
+// returns one line per failed check; an exception becomes a line too.
+std::vector<std::string> run_cases_on_device(int ordinal, const std::vector<PagedCase>& cases) {
+  std::vector<std::string> problems;
+  const auto& api = detail::driver();
+  CUdevice device = 0;
+  CUcontext primary = nullptr;
+  try {
+    detail::check_cu(api.cuDeviceGet(&device, ordinal), "cuDeviceGet", ordinal);
+    detail::check_cu(api.cuDevicePrimaryCtxRetain(&primary, device), "cuDevicePrimaryCtxRetain", ordinal);
+    detail::check_cu(api.cuCtxSetCurrent(primary), "cuCtxSetCurrent", ordinal);
+    for (const PagedCase& c : cases) {
+      const PagedRun run = run_paged_case(c);
+      if (run.comparison.failures != 0 || !(run.comparison.norm_rel_error <= 1e-2))
+        problems.push_back(fmt::format("device {}: {}: {} (norm-rel {:.3g})", ordinal, c.describe(),
+                                       run.comparison.first_failure, run.comparison.norm_rel_error));
+    }
+  } catch (const std::exception& error) {
+    problems.push_back(fmt::format("device {}: {}", ordinal, error.what()));
+  }
+  if (primary) api.cuDevicePrimaryCtxRelease(device);
+  return problems;
+}
+
+}  // namespace
+
+TEST_SUITE("multi_gpu") {
+
+TEST_CASE("paged_decode on every GPU at once, each device with its own variants, then a shared one") {
+  int count = 0;
+  detail::check_cu(detail::driver().cuDeviceGetCount(&count), "cuDeviceGetCount", -1);
+  if (count < 2) {
+    MESSAGE(fmt::format("multi-GPU case not run: {} GPU visible (needs 2 or more)", count));
+    return;
+  }
+  MESSAGE(fmt::format("multi-GPU case on {} GPUs", count));
+  const int head_dims[] = {128, 64, 256, 96};
+  for (int phase = 0; phase < 2; ++phase) {
+    // Phase 0: a different head dim and page size per device (its own variants).
+    // Phase 1: every device runs the same variant (compiled once, loaded per device).
+    std::vector<std::vector<PagedCase>> per_device(count);
+    for (int d = 0; d < count; ++d)
+      for (int round = 0; round < 3; ++round) {
+        PagedCase c;
+        c.head_dim = phase == 0 ? head_dims[d % 4] : 128;
+        c.page_size = phase == 0 ? (d % 2 ? 1 : 16) : 16;
+        c.seq_lens = {1 + 977 * round, 4100, 0, 33};
+        c.lse = round == 2;
+        c.seed = static_cast<unsigned>(1000 * phase + 10 * d + round);
+        per_device[d].push_back(c);
+      }
+    std::vector<std::vector<std::string>> problems(count);
+    std::vector<std::thread> threads;
+    for (int d = 0; d < count; ++d)
+      threads.emplace_back([&, d] { problems[d] = run_cases_on_device(d, per_device[d]); });
+    for (auto& thread : threads) thread.join();
+    for (int d = 0; d < count; ++d) {
+      INFO("phase " << phase << ", device " << d);
+      CHECK_MESSAGE(problems[d].empty(), fmt::format("{}", fmt::join(problems[d], "\n")));
+      CHECK(per_device[d].size() == 3);
+    }
+  }
+  // Each device loaded the variants its threads used (names repeat once per device).
+  const auto names = Runtime::get().loaded_variants();
+  const auto shared = std::count_if(names.begin(), names.end(), [](const std::string& name) {
+    return name.rfind("paged_decode.bf16.hd128.ps16.g4.", 0) == 0;
+  });
+  CHECK(shared >= count);
 }
 
 }  // TEST_SUITE

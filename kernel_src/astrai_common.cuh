@@ -83,6 +83,19 @@ __device__ __forceinline__ float warp_all_sum(float value) {
   return value;
 }
 
+// Programmatic dependent launch (sm_90+; no-ops elsewhere and when launched normally):
+// a kernel lets its dependent be scheduled early, and the dependent waits for its results.
+__device__ __forceinline__ void allow_dependent_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 template <int kA, int kB> struct CeilDiv { static constexpr int value = (kA + kB - 1) / kB; };
 
 template <int kValue> struct Log2 { static constexpr int value = 1 + Log2<kValue / 2>::value; };

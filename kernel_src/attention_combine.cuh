@@ -32,6 +32,7 @@ template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(128) split_combine_kernel(const CombineParams p) {
   __shared__ float weights[kMaxSplits];
   __shared__ float inverse_total;
+  wait_for_previous_grid();  // launched as a dependent of the attention kernel (sm_90+)
   const int row = blockIdx.x;
   const int batch_index = row / p.n_heads;
   const int head = row % p.n_heads;

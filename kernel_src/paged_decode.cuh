@@ -136,7 +136,6 @@ struct BlockPages {
 
   __device__ __forceinline__ void fetch(const PagedDecodeParams& p, const DecodeSequence& seq,
                                         int block_start, int end) {
-    if (!kPrefetchPages<kPageSize>) return;
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
       const int token = block_start + (threadIdx.x + i * kDecodeThreads) / (kHeadDim / 8);
@@ -152,7 +151,9 @@ struct BlockPages {
   }
 };
 
-template <typename T, int kHeadDim, int kPageSize>
+// The general loader: any head dim, partial blocks, the appended token. kPrefetched: page ids
+// come from `pages` (fetched one block ahead) instead of being looked up here.
+template <typename T, int kHeadDim, int kPageSize, bool kPrefetched>
 __device__ __forceinline__ void load_kv_block_async(const PagedDecodeParams& p, T* smem_k, T* smem_v,
                                                     const DecodeSequence& seq, int batch_index,
                                                     int block_start, int end, int kv_head,
@@ -167,7 +168,7 @@ __device__ __forceinline__ void load_kv_block_async(const PagedDecodeParams& p, 
     // Small pages: the id fetched a block ahead. Large pages and contiguous KV: looked up here
     // (measured faster on the H200 for those; one lookup serves many rows).
     int page;
-    if (kPrefetchPages<kPageSize>) {
+    if (kPrefetched) {
       page = pages.page[i];
     } else if (kPageSize == 0) {
       page = token < end ? 0 : -1;
@@ -198,6 +199,92 @@ __device__ __forceinline__ void load_kv_block_async(const PagedDecodeParams& p, 
     cp_async_16(shared_address(smem_v + row * Tiles::kRowStride + col), v_row + (page >= 0 ? col : 0), bytes);
   }
 }
+
+// The loader of full blocks (no tail, no appended token) for head dims whose 16-byte chunks
+// tile the CTA exactly (32, 64, 128, 256): each thread always copies the same column chunk,
+// of rows kPassRows apart, so its pointers are computed once, and each page id is looked up
+// once per thread and block (one block ahead, in registers) instead of once per chunk.
+template <typename T, int kHeadDim, int kPageSize>
+struct FullBlockLoader {
+  static constexpr int kChunks = kHeadDim / 8;
+  static constexpr bool kUsable = kDecodeThreads % kChunks == 0;
+  static constexpr int kPassRows = kUsable ? kDecodeThreads / kChunks : 1;
+  static constexpr int kPasses = kDecodeBlockTokens / kPassRows;
+  // Passes whose rows share a page (split starts are multiples of the block, so rows
+  // row0 + pass * kPassRows of kPageSize / kPassRows consecutive passes lie in one page).
+  static constexpr int kPassesPerLookup =
+      kPageSize == 0 ? kPasses
+                     : (kPageSize / kPassRows < 1 ? 1
+                        : (kPageSize / kPassRows > kPasses ? kPasses : kPageSize / kPassRows));
+  static constexpr int kLookups = kPasses / kPassesPerLookup;
+
+  const T* k_base;  // this thread's column of kv_head (and of the sequence, contiguous KV)
+  const T* v_base;
+  int row0;
+  int page[kLookups];  // ids for the next block; -1: unmapped (reads as zeros)
+
+  __device__ __forceinline__ void init(const PagedDecodeParams& p, int batch_index, int kv_head) {
+    row0 = threadIdx.x / kChunks;
+    const int col = (threadIdx.x % kChunks) * 8;
+    k_base = static_cast<const T*>(p.k_cache) + kv_head * p.k_stride_head + col;
+    v_base = static_cast<const T*>(p.v_cache) + kv_head * p.v_stride_head + col;
+    if (kPageSize == 0) {
+      k_base += batch_index * p.k_stride_page;
+      v_base += batch_index * p.v_stride_page;
+    }
+  }
+
+  // Page ids of block `block_start` (tokens past `end` read as unmapped; unused then).
+  __device__ __forceinline__ void fetch(const PagedDecodeParams& p, const DecodeSequence& seq,
+                                        int block_start, int end) {
+    if (kPageSize == 0) return;
+#pragma unroll
+    for (int l = 0; l < kLookups; ++l) {
+      const int token = block_start + row0 + l * kPassesPerLookup * kPassRows;
+      int id = -1;
+      if (token < end) {
+        id = __ldg(seq.table_row + (token >> PagedDecodeTiles<T, kHeadDim, kPageSize>::kPageShift));
+        if (static_cast<unsigned>(id) >= static_cast<unsigned>(p.num_pages)) id = -1;
+      }
+      page[l] = id;
+    }
+  }
+
+  __device__ __forceinline__ void load(const PagedDecodeParams& p, unsigned smem_k, unsigned smem_v,
+                                       int block_start) const {
+    constexpr int kRowBytes = PagedDecodeTiles<T, kHeadDim, kPageSize>::kRowStride * 2;
+    const unsigned k_dst = smem_k + row0 * kRowBytes + (threadIdx.x % kChunks) * 16;
+    const unsigned v_dst = smem_v + row0 * kRowBytes + (threadIdx.x % kChunks) * 16;
+#pragma unroll
+    for (int l = 0; l < kLookups; ++l) {
+      const int token = block_start + row0 + l * kPassesPerLookup * kPassRows;
+      const T* k_src;
+      const T* v_src;
+      int bytes = 16;
+      if (kPageSize == 0) {
+        k_src = k_base + token * p.k_stride_token;
+        v_src = v_base + token * p.v_stride_token;
+      } else {
+        const int slot = token & (kPageSize - 1);
+        const long long id = page[l];
+        k_src = k_base + id * p.k_stride_page + slot * p.k_stride_token;
+        v_src = v_base + id * p.v_stride_page + slot * p.v_stride_token;
+        if (page[l] < 0) {
+          k_src = k_base;
+          v_src = v_base;
+          bytes = 0;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kPassesPerLookup; ++j) {
+        const int row_offset = (l * kPassesPerLookup + j) * kPassRows;
+        const long long step = static_cast<long long>(j) * kPassRows;
+        cp_async_16(k_dst + row_offset * kRowBytes, k_src + (bytes ? step * p.k_stride_token : 0), bytes);
+        cp_async_16(v_dst + row_offset * kRowBytes, v_src + (bytes ? step * p.v_stride_token : 0), bytes);
+      }
+    }
+  }
+};
 
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem_raw) {
@@ -258,23 +345,46 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   const int v_lane_offset = (warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * kRowStride + (lane >> 4) * 8;
 
   const int num_blocks = (split_end - split_begin + kDecodeBlockTokens - 1) / kDecodeBlockTokens;
+  using Loader = FullBlockLoader<T, kHeadDim, kPageSize>;
+  // Head dims the full-block loader cannot tile keep the general loader, with page ids fetched
+  // a block ahead for small pages.
+  constexpr bool kGeneralPrefetch = !Loader::kUsable && kPrefetchPages<kPageSize>;
+  Loader loader;
   BlockPages<T, kHeadDim, kPageSize> pages;
-  pages.fetch(p, seq, split_begin, split_end);
-  load_kv_block_async<T, kHeadDim, kPageSize>(p, smem_k, smem_v, seq, batch_index, split_begin,
-                                              split_end, kv_head, pages);
-  cp_async_commit();
-  pages.fetch(p, seq, split_begin + kDecodeBlockTokens, split_end);
+  // Copies block `block_start` into `stage` and looks up the page ids of the block after it.
+  auto issue_block = [&](int block_start, int stage) {
+    T* k_stage = smem_k + stage * Tiles::kStageElems;
+    T* v_stage = smem_v + stage * Tiles::kStageElems;
+    if constexpr (Loader::kUsable) {
+      const bool full = block_start + kDecodeBlockTokens <= split_end &&
+                        !(seq.append_token >= block_start && seq.append_token < block_start + kDecodeBlockTokens);
+      if (full)
+        loader.load(p, shared_address(k_stage), shared_address(v_stage), block_start);
+      else
+        load_kv_block_async<T, kHeadDim, kPageSize, false>(p, k_stage, v_stage, seq, batch_index,
+                                                           block_start, split_end, kv_head, pages);
+      cp_async_commit();
+      loader.fetch(p, seq, block_start + kDecodeBlockTokens, split_end);
+    } else {
+      load_kv_block_async<T, kHeadDim, kPageSize, kGeneralPrefetch>(p, k_stage, v_stage, seq, batch_index,
+                                                                    block_start, split_end, kv_head, pages);
+      cp_async_commit();
+      if (kGeneralPrefetch) pages.fetch(p, seq, block_start + kDecodeBlockTokens, split_end);
+    }
+  };
+  if constexpr (Loader::kUsable) {
+    loader.init(p, batch_index, kv_head);
+    loader.fetch(p, seq, split_begin, split_end);
+  } else if (kGeneralPrefetch) {
+    pages.fetch(p, seq, split_begin, split_end);
+  }
+  issue_block(split_begin, 0);
 
   for (int block = 0; block < num_blocks; ++block) {
     const int stage = block & 1;
     const int block_start = split_begin + block * kDecodeBlockTokens;
     if (block + 1 < num_blocks) {
-      load_kv_block_async<T, kHeadDim, kPageSize>(
-          p, smem_k + (stage ^ 1) * Tiles::kStageElems, smem_v + (stage ^ 1) * Tiles::kStageElems,
-          seq, batch_index, block_start + kDecodeBlockTokens, split_end, kv_head, pages);
-      cp_async_commit();
-      // Page ids of the block after that: in flight while this block is computed.
-      pages.fetch(p, seq, block_start + 2 * kDecodeBlockTokens, split_end);
+      issue_block(block_start + kDecodeBlockTokens, stage ^ 1);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
@@ -332,12 +442,15 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
           row_sum[e >> 1] += s[j][e];
         }
       }
+      // Once the running maxima settle, most blocks change no row's max: skip the rescale then.
+      if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
 #pragma unroll
-      for (int n = 0; n < kNTiles; ++n) {
-        o[n][0] *= correction[0];
-        o[n][1] *= correction[0];
-        o[n][2] *= correction[1];
-        o[n][3] *= correction[1];
+        for (int n = 0; n < kNTiles; ++n) {
+          o[n][0] *= correction[0];
+          o[n][1] *= correction[0];
+          o[n][2] *= correction[1];
+          o[n][3] *= correction[1];
+        }
       }
 
       // O += P V: the S accumulators are already laid out as the A fragment of a k16 MMA.
@@ -360,18 +473,18 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
     row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
     row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
   }
-  float* merge_o = reinterpret_cast<float*>(smem_k);  // [4][16][kHeadDim]
-  float* merge_max = merge_o + 4 * kDecodeHeadsPerTile * kHeadDim;  // [4][16]
-  float* merge_sum = merge_max + 4 * kDecodeHeadsPerTile;          // [4][16]
+  // Rows padded by 8 floats: the float2 stores of a half-warp then hit 32 distinct banks.
+  constexpr int kMergeStride = kHeadDim + 8;
+  float* merge_o = reinterpret_cast<float*>(smem_k);  // [4][16][kMergeStride]
+  float* merge_max = merge_o + 4 * kDecodeHeadsPerTile * kMergeStride;  // [4][16]
+  float* merge_sum = merge_max + 4 * kDecodeHeadsPerTile;              // [4][16]
   {
-    float* mine = merge_o + warp * kDecodeHeadsPerTile * kHeadDim;
+    float* mine = merge_o + warp * kDecodeHeadsPerTile * kMergeStride;
 #pragma unroll
     for (int n = 0; n < kNTiles; ++n) {
       const int col = n * 8 + quad_col * 2;
-      mine[quad_row * kHeadDim + col] = o[n][0];
-      mine[quad_row * kHeadDim + col + 1] = o[n][1];
-      mine[(quad_row + 8) * kHeadDim + col] = o[n][2];
-      mine[(quad_row + 8) * kHeadDim + col + 1] = o[n][3];
+      *reinterpret_cast<float2*>(mine + quad_row * kMergeStride + col) = make_float2(o[n][0], o[n][1]);
+      *reinterpret_cast<float2*>(mine + (quad_row + 8) * kMergeStride + col) = make_float2(o[n][2], o[n][3]);
     }
     if (quad_col == 0) {
       merge_max[warp * kDecodeHeadsPerTile + quad_row] = row_max[0];
@@ -395,7 +508,7 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
       const float m = merge_max[w * kDecodeHeadsPerTile + row];
       const float weight = (m == negative_infinity()) ? 0.f : exp2f(m - max_all);
       total += weight * merge_sum[w * kDecodeHeadsPerTile + row];
-      value += weight * merge_o[(w * kDecodeHeadsPerTile + row) * kHeadDim + col];
+      value += weight * merge_o[(w * kDecodeHeadsPerTile + row) * kMergeStride + col];
     }
     // Nothing kept (every token masked): zeros and -inf, never NaN.
     const bool empty = !(total > 0.f);
@@ -529,6 +642,7 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const PagedDecodeParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  allow_dependent_grid();  // the split combine may be scheduled as CTAs free up
 #ifndef ASTRAI_NO_MMA
   paged_decode_mma<T, kHeadDim, kPageSize, kGroup, kFlags>(p, smem_raw);
 #else

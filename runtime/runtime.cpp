@@ -140,7 +140,7 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
     combine.out_stride_head = params.out_stride_head;
     combine.batch = params.batch;
     combine.n_heads = params.n_heads;
-    impl.launch(device, variant.functions[1], "cuLaunchKernel(split_combine)",
+    impl.launch_dependent(device, variant.functions[1], "cuLaunchKernel(split_combine)",
                 {static_cast<unsigned>(params.batch * params.n_heads), 1, 1}, 128, 0, launch.stream,
                 &combine);
   }

@@ -74,6 +74,10 @@ struct DeviceState {
   int num_sms = 0;
   std::string arch;
   bool force_no_mma = false;
+  // Hopper and newer with a driver that captures it in graphs (12.3+): the split combine is
+  // launched as a programmatic dependent of the attention kernel (PDL), so its launch and
+  // ramp overlap the attention kernel's last wave.
+  bool programmatic_launch = false;
   std::shared_mutex variants_mutex;
   std::unordered_map<std::uint64_t, std::unique_ptr<LoadedVariant>> variants;
   std::shared_mutex workspace_mutex;
@@ -165,6 +169,7 @@ struct Runtime::Impl {
                "cuDevicePrimaryCtxRetain", ordinal);
       state->arch = engine.target_for_device(major, minor);
       state->force_no_mma = engine.config().no_mma && detail::arch_number(state->arch) >= 80;
+      state->programmatic_launch = major >= 9 && api.driver_version >= 12030;
       detail::log(detail::LogLevel::debug, "device {}: sm_{}{}, {} SMs, target {}{}", ordinal, major,
                   minor, state->num_sms, state->arch, state->force_no_mma ? " (ASTRAI_JIT_NO_MMA)" : "");
       slot = std::move(state);
@@ -265,6 +270,28 @@ struct Runtime::Impl {
     check_cu(driver().cuLaunchKernel(function, grid.x, grid.y, grid.z, threads, 1, 1, smem, stream,
                                      arguments, nullptr),
              name, device.ordinal);
+  }
+
+  // A launch that may start before the previous kernel on `stream` finishes (where the device
+  // supports it); the kernel must wait for that kernel's results (griddepcontrol.wait).
+  void launch_dependent(DeviceState& device, CUfunction function, const char* name, GridSize grid,
+                        unsigned threads, unsigned smem, CUstream stream, void* params) {
+    if (!device.programmatic_launch) return launch(device, function, name, grid, threads, smem, stream, params);
+    void* arguments[] = {params};
+    CUlaunchAttribute attribute{};
+    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = grid.x;
+    config.gridDimY = grid.y;
+    config.gridDimZ = grid.z;
+    config.blockDimX = threads;
+    config.blockDimY = config.blockDimZ = 1;
+    config.sharedMemBytes = smem;
+    config.hStream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    check_cu(driver().cuLaunchKernelEx(&config, function, arguments, nullptr), name, device.ordinal);
   }
 
 };

@@ -137,6 +137,11 @@ TEST_CASE("paged decode compiles for every arch with tensor cores from sm_80 on"
       const CompileResult result = compile_and_check(spec);
       if (arch == "sm_75") check_cuda_core_ptx(result.ptx);
       else check_tensor_core_ptx(result.ptx);
+      // The split combine is a programmatic dependent launch from sm_90 on: the attention
+      // kernel releases it and the combine waits for the attention kernel's results.
+      const bool hopper = astrai::detail::arch_number(arch) >= 90;
+      CHECK(contains(result.ptx, "griddepcontrol.launch_dependents") == hopper);
+      CHECK(contains(result.ptx, "griddepcontrol.wait") == hopper);
     }
   }
 }

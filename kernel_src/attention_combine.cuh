@@ -28,10 +28,16 @@ __device__ __forceinline__ void store_row_element(const SplitWorkspace& workspac
 }
 
 // One CTA per (batch, head) row: out = sum_s w_s * partial_s with w_s = exp(lse_s - lse).
+// The row is read as float4 columns; groups of threads take every kGroups-th split so that
+// long split lists (batch 1, long contexts) are read in parallel, then the groups are summed.
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(128) split_combine_kernel(const CombineParams p) {
+  constexpr int kLanesPerRow = kHeadDim / 4;  // float4 columns
+  constexpr int kGroups = 128 / kLanesPerRow > 0 ? 128 / kLanesPerRow : 1;
+  static_assert(kHeadDim % 4 == 0 && kLanesPerRow <= 128, "combine tiling");
   __shared__ float weights[kMaxSplits];
   __shared__ float inverse_total;
+  __shared__ float4 group_sums[kGroups][kLanesPerRow];
   wait_for_previous_grid();  // launched as a dependent of the attention kernel (sm_90+)
   const int row = blockIdx.x;
   const int batch_index = row / p.n_heads;
@@ -60,14 +66,42 @@ __global__ void __launch_bounds__(128) split_combine_kernel(const CombineParams 
   }
   __syncthreads();
 
-  T* dst = static_cast<T*>(p.out) + batch_index * p.out_stride_batch + head * p.out_stride_head;
-  for (int col = threadIdx.x; col < kHeadDim; col += blockDim.x) {
-    float acc = 0.f;
-    for (int s = 0; s < num_splits; ++s) {
+  const int group = threadIdx.x / kLanesPerRow;
+  const int lane = threadIdx.x % kLanesPerRow;
+  if (group < kGroups) {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4* column = reinterpret_cast<const float4*>(p.workspace.partial_out) + lane;
+#pragma unroll 4
+    for (int s = group; s < num_splits; s += kGroups) {
       const float w = weights[s];
-      if (w != 0.f) acc += w * p.workspace.partial_out[(s * rows_per_split + row) * kHeadDim + col];
+      const float4 v = column[(s * rows_per_split + row) * kLanesPerRow];
+      // A zero weight never lets a non-finite partial through.
+      acc.x += w != 0.f ? w * v.x : 0.f;
+      acc.y += w != 0.f ? w * v.y : 0.f;
+      acc.z += w != 0.f ? w * v.z : 0.f;
+      acc.w += w != 0.f ? w * v.w : 0.f;
     }
-    dst[col] = from_float<T>(acc * inverse_total);
+    group_sums[group][lane] = acc;
+  }
+  __syncthreads();
+
+  if (threadIdx.x < kLanesPerRow) {
+    float4 sum = group_sums[0][threadIdx.x];
+#pragma unroll
+    for (int g = 1; g < kGroups; ++g) {
+      const float4 part = group_sums[g][threadIdx.x];
+      sum.x += part.x;
+      sum.y += part.y;
+      sum.z += part.z;
+      sum.w += part.w;
+    }
+    T* dst = static_cast<T*>(p.out) + batch_index * p.out_stride_batch + head * p.out_stride_head +
+             threadIdx.x * 4;
+    const float scale = inverse_total;
+    dst[0] = from_float<T>(sum.x * scale);
+    dst[1] = from_float<T>(sum.y * scale);
+    dst[2] = from_float<T>(sum.z * scale);
+    dst[3] = from_float<T>(sum.w * scale);
   }
 }
 

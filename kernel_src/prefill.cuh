@@ -356,12 +356,15 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
           row_sum[e >> 1] += s[j][e];
         }
       }
+      // Skipped while no row's max moves (most blocks once the maxima settle).
+      if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
 #pragma unroll
-      for (int n = 0; n < kOTiles; ++n) {
-        o[n][0] *= correction[0];
-        o[n][1] *= correction[0];
-        o[n][2] *= correction[1];
-        o[n][3] *= correction[1];
+        for (int n = 0; n < kOTiles; ++n) {
+          o[n][0] *= correction[0];
+          o[n][1] *= correction[0];
+          o[n][2] *= correction[1];
+          o[n][3] *= correction[1];
+        }
       }
 
       // O += P V: two n8 tiles of S make the A fragment of one k16 step over tokens.
@@ -609,6 +612,8 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
 
 #endif  // ASTRAI_NO_MMA
 
+// Two CTAs per SM: asking for three on Hopper (168 registers, a few spills at head dim 128)
+// measured slower (H200: 267 -> 248-252 TFLOP/s, docs/device-notes.md run 14).
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __global__ void __launch_bounds__(kPrefillThreads, 2) prefill_kernel(const PrefillParams p) {
   static_assert(kFlags == 0, "prefill defines no flags yet");

@@ -146,21 +146,24 @@ struct PrefillParams {
 
 // Tiling shared by the host launcher and the prefill kernel.
 inline constexpr int kPrefillThreads = 128;    // 4 warps
-inline constexpr int kPrefillBlockQ = 64;      // query rows per CTA (16 per warp on tensor cores)
 inline constexpr int kPrefillStages = 2;
-// KV tokens per pipeline stage: smaller for wide heads so two stages fit 99 KB (sm_86/sm_89).
-constexpr int prefill_block_kv(int head_dim) { return head_dim <= 128 ? 64 : 32; }
-// Up to head_dim 128 the Q tile moves into registers before the main loop, so it is staged in
-// the second K buffer instead of a region of its own.
-constexpr bool prefill_q_in_registers(int head_dim) { return head_dim <= 128; }
-// Tensor-core path: double-buffered K and V tiles (plus the Q tile for wide heads), each row
-// padded by 16 bytes so that ldmatrix reads of 8 rows hit 8 different bank groups.
+// Tensor-core path: each warp owns prefill_m_tiles(head_dim) MMA tiles of 16 query rows. Two up
+// to head dim 128, so that every K and V fragment read from shared memory feeds two MMAs (the
+// kernel is bound by shared-memory reads with one); wider heads keep one (O would not fit).
+constexpr int prefill_m_tiles(int head_dim) { return head_dim <= 128 ? 2 : 1; }
+constexpr int prefill_block_q(int head_dim) { return 64 * prefill_m_tiles(head_dim); }
+// KV tokens per pipeline stage: 32 beside two 16-row O tiles of head dim 80..128 (registers),
+// and for wide heads (two stages within 99 KB on sm_86/sm_89).
+constexpr int prefill_block_kv(int head_dim) { return head_dim <= 64 ? 64 : 32; }
+// The Q tile and double-buffered K and V tiles, each row padded by 16 bytes so that ldmatrix
+// reads of 8 rows hit 8 different bank groups.
 constexpr int prefill_smem_bytes(int head_dim) {
-  return ((prefill_q_in_registers(head_dim) ? 0 : kPrefillBlockQ) +
-          2 * kPrefillStages * prefill_block_kv(head_dim)) * (head_dim + 8) * 2;
+  return (prefill_block_q(head_dim) + 2 * kPrefillStages * prefill_block_kv(head_dim)) *
+         (head_dim + 8) * 2;
 }
-// CUDA-core path (ASTRAI_NO_MMA): 32 query rows per pass (8 per warp) against single-buffered
-// K and V tiles of 32 tokens (one token per lane).
+// CUDA-core path (ASTRAI_NO_MMA): 64 query rows per CTA, walked in passes of 32 (8 per warp)
+// against single-buffered K and V tiles of 32 tokens (one token per lane).
+inline constexpr int kPrefillCoreBlockQ = 64;
 inline constexpr int kPrefillCoreRowsPerWarp = 8;
 inline constexpr int kPrefillCoreRows = 4 * kPrefillCoreRowsPerWarp;
 inline constexpr int kPrefillCoreBlockKv = 32;

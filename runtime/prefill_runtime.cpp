@@ -13,13 +13,12 @@ namespace astrai {
 
 namespace {
 
-// Dynamic shared memory of a prefill variant on `device`: the tensor-core and CUDA-core paths
-// tile differently.
-int prefill_dynamic_smem(const detail::DeviceState& device, int head_dim) {
+// The tensor-core and CUDA-core paths tile differently: which one runs on `device`.
+bool prefill_uses_mma(const detail::DeviceState& device) {
   KernelSpec probe;
   probe.arch = device.arch;
   probe.force_no_mma = device.force_no_mma;
-  return probe.uses_mma() ? prefill_smem_bytes(head_dim) : prefill_core_smem_bytes(head_dim);
+  return probe.uses_mma();
 }
 
 void launch_prefill(Runtime::Impl& impl, KernelKind kind, const char* launch_name, DType dtype,
@@ -32,10 +31,11 @@ void launch_prefill(Runtime::Impl& impl, KernelKind kind, const char* launch_nam
   request.head_dim = head_dim;
   request.page_size = page_size;
   request.group = params.n_heads / params.n_kv_heads;
-  request.dynamic_smem = prefill_dynamic_smem(device, head_dim);
+  const bool mma = prefill_uses_mma(device);
+  request.dynamic_smem = mma ? prefill_smem_bytes(head_dim) : prefill_core_smem_bytes(head_dim);
   const auto& variant = impl.variant(device, request);
-  const long long q_tiles =
-      (static_cast<long long>(max_q_len) + kPrefillBlockQ - 1) / kPrefillBlockQ;
+  const int block_q = mma ? prefill_block_q(head_dim) : kPrefillCoreBlockQ;
+  const long long q_tiles = (static_cast<long long>(max_q_len) + block_q - 1) / block_q;
   PrefillParams launch_params = params;
   impl.launch(device, variant.functions[0], launch_name,
               {static_cast<unsigned>(q_tiles), static_cast<unsigned>(params.n_heads),

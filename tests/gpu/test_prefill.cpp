@@ -583,10 +583,12 @@ TEST_CASE("prefill matches the reference across GQA groups") {
   }
 }
 
-TEST_CASE("prefill at the tile edges: q_len 1, 63, 64, 65 and kv_len 0, 1, 2048") {
+TEST_CASE("prefill at the tile edges: q_len 1, 63..65, 127..129 and kv_len 0, 1, 33, 65, 2048") {
+  // Query tiles are 64 rows (CUDA-core path, head dim > 128) or 128 rows (tensor cores up to
+  // head dim 128, two 16-row MMA tiles per warp); KV stages 32 or 64 tokens.
   std::mt19937 rng(33);
-  for (int q_len : {1, 63, 64, 65}) {
-    for (int kv_len : {0, 1, 65, 2048}) {
+  for (int q_len : {1, 63, 64, 65, 127, 128, 129}) {
+    for (int kv_len : {0, 1, 33, 65, 2048}) {
       if (kv_len == 2048 && q_len != 65) continue;  // one long case is enough
       PrefillCase c;
       c.batch = kv_len == 2048 ? 1 : 2;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 // Header-only use of xxHash: every function is compiled into this file, nothing is linked.
 #define XXH_INLINE_ALL
@@ -32,34 +33,65 @@ enum class Tag : std::uint8_t {
   nvrtc_minor = 0x0b,
 };
 
-void append_u64_le(std::string& out, std::uint64_t value) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xffu));
+// Where the canonical bytes go: a string (serialize_cache_key_inputs) or straight into the
+// XXH3 state (compute_cache_key; the same bytes, without building a copy of every source).
+struct StringSink {
+  std::string* out;
+  void write(const void* data, std::size_t size) { out->append(static_cast<const char*>(data), size); }
+};
+struct HashSink {
+  XXH3_state_t* state;
+  void write(const void* data, std::size_t size) { XXH3_128bits_update(state, data, size); }
+};
+
+template <typename Sink> void write_field(Sink& sink, Tag tag, const void* data, std::size_t size) {
+  unsigned char header[9];
+  header[0] = static_cast<unsigned char>(tag);
+  const std::uint64_t length = size;
+  for (int i = 0; i < 8; ++i) header[1 + i] = static_cast<unsigned char>((length >> (8 * i)) & 0xffu);
+  sink.write(header, sizeof header);
+  if (size) sink.write(data, size);
 }
 
-void append_u32_le(std::string& out, std::uint32_t value) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xffu));
+template <typename Sink> void write_string_field(Sink& sink, Tag tag, std::string_view bytes) {
+  write_field(sink, tag, bytes.data(), bytes.size());
 }
 
-void append_field(std::string& out, Tag tag, const char* data, std::size_t size) {
-  out.push_back(static_cast<char>(tag));
-  append_u64_le(out, static_cast<std::uint64_t>(size));
-  out.append(data, size);
+template <typename Sink> void write_u32_field(Sink& sink, Tag tag, std::uint32_t value) {
+  unsigned char encoded[4];
+  for (int i = 0; i < 4; ++i) encoded[i] = static_cast<unsigned char>((value >> (8 * i)) & 0xffu);
+  write_field(sink, tag, encoded, sizeof encoded);
 }
 
-void append_bytes_field(std::string& out, Tag tag, const std::string& bytes) {
-  append_field(out, tag, bytes.data(), bytes.size());
+template <typename Sink> void write_u64_field(Sink& sink, Tag tag, std::uint64_t value) {
+  unsigned char encoded[8];
+  for (int i = 0; i < 8; ++i) encoded[i] = static_cast<unsigned char>((value >> (8 * i)) & 0xffu);
+  write_field(sink, tag, encoded, sizeof encoded);
 }
 
-void append_u32_field(std::string& out, Tag tag, std::uint32_t value) {
-  std::string encoded;
-  append_u32_le(encoded, value);
-  append_bytes_field(out, tag, encoded);
-}
-
-void append_u64_field(std::string& out, Tag tag, std::uint64_t value) {
-  std::string encoded;
-  append_u64_le(encoded, value);
-  append_bytes_field(out, tag, encoded);
+template <typename Sink, typename Source>
+void write_key_fields(Sink& sink, const CacheKeyInputs& inputs, const std::vector<Source>& source_list) {
+  // Sources are hashed in name order (bytes as a tie-breaker for duplicate names) so the
+  // order in which the caller collected them never matters.
+  std::vector<const Source*> sources;
+  sources.reserve(source_list.size());
+  for (const Source& source : source_list) sources.push_back(&source);
+  std::sort(sources.begin(), sources.end(),
+            [](const Source* a, const Source* b) { return *a < *b; });
+  write_u32_field(sink, Tag::schema_version, kCacheKeySchemaVersion);
+  write_u64_field(sink, Tag::source_count, static_cast<std::uint64_t>(sources.size()));
+  for (const Source* source : sources) {
+    write_string_field(sink, Tag::source_name, source->first);
+    write_string_field(sink, Tag::source_bytes, source->second);
+  }
+  write_string_field(sink, Tag::variant_name, inputs.variant_name);
+  write_string_field(sink, Tag::instantiation, inputs.instantiation);
+  write_u64_field(sink, Tag::option_count, static_cast<std::uint64_t>(inputs.options.size()));
+  for (const std::string& option : inputs.options) write_string_field(sink, Tag::option, option);
+  write_string_field(sink, Tag::arch, inputs.arch);
+  // Two's complement bit pattern, so negative (bogus) versions still serialize distinctly.
+  write_u32_field(sink, Tag::nvrtc_major, static_cast<std::uint32_t>(inputs.nvrtc_major));
+  write_u32_field(sink, Tag::nvrtc_minor, static_cast<std::uint32_t>(inputs.nvrtc_minor));
 }
 
 }  // namespace
@@ -67,43 +99,21 @@ void append_u64_field(std::string& out, Tag tag, std::uint64_t value) {
 std::string CacheKey::hex() const { return fmt::format("{:016x}{:016x}", high, low); }
 
 std::string serialize_cache_key_inputs(const CacheKeyInputs& inputs) {
-  // Sources are hashed in name order (bytes as a tie-breaker for duplicate names) so the
-  // order in which the caller collected them never matters.
-  using Source = std::pair<std::string, std::string>;
-  std::vector<const Source*> sources;
-  sources.reserve(inputs.sources.size());
-  std::size_t total = 64;
-  for (const Source& source : inputs.sources) {
-    sources.push_back(&source);
-    total += 18 + source.first.size() + source.second.size();
-  }
-  std::sort(sources.begin(), sources.end(),
-            [](const Source* a, const Source* b) { return *a < *b; });
-  total += inputs.variant_name.size() + inputs.instantiation.size() + inputs.arch.size();
-  for (const std::string& option : inputs.options) total += 9 + option.size();
-
   std::string out;
-  out.reserve(total + 64);
-  append_u32_field(out, Tag::schema_version, kCacheKeySchemaVersion);
-  append_u64_field(out, Tag::source_count, static_cast<std::uint64_t>(sources.size()));
-  for (const Source* source : sources) {
-    append_bytes_field(out, Tag::source_name, source->first);
-    append_bytes_field(out, Tag::source_bytes, source->second);
-  }
-  append_bytes_field(out, Tag::variant_name, inputs.variant_name);
-  append_bytes_field(out, Tag::instantiation, inputs.instantiation);
-  append_u64_field(out, Tag::option_count, static_cast<std::uint64_t>(inputs.options.size()));
-  for (const std::string& option : inputs.options) append_bytes_field(out, Tag::option, option);
-  append_bytes_field(out, Tag::arch, inputs.arch);
-  // Two's complement bit pattern, so negative (bogus) versions still serialize distinctly.
-  append_u32_field(out, Tag::nvrtc_major, static_cast<std::uint32_t>(inputs.nvrtc_major));
-  append_u32_field(out, Tag::nvrtc_minor, static_cast<std::uint32_t>(inputs.nvrtc_minor));
+  StringSink sink{&out};
+  if (inputs.shared_sources) write_key_fields(sink, inputs, *inputs.shared_sources);
+  else write_key_fields(sink, inputs, inputs.sources);
   return out;
 }
 
 CacheKey compute_cache_key(const CacheKeyInputs& inputs) {
-  const std::string bytes = serialize_cache_key_inputs(inputs);
-  const XXH128_hash_t hash = XXH3_128bits(bytes.data(), bytes.size());
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_128bits_reset(&state);
+  HashSink sink{&state};
+  if (inputs.shared_sources) write_key_fields(sink, inputs, *inputs.shared_sources);
+  else write_key_fields(sink, inputs, inputs.sources);
+  const XXH128_hash_t hash = XXH3_128bits_digest(&state);
   CacheKey key;
   key.high = hash.high64;
   key.low = hash.low64;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,9 @@ struct CacheKeyInputs {
   // Every kernel_src file the program includes: (file name, exact bytes). Order-independent:
   // the key sorts them by name.
   std::vector<std::pair<std::string, std::string>> sources;
+  // When set, used instead of `sources`: the runtime's memoized closure, views into the
+  // embedded sources, hashed without copies.
+  const std::vector<std::pair<std::string_view, std::string_view>>* shared_sources = nullptr;
   std::vector<std::string> options;  // normalized NVRTC options (order kept: order matters)
   std::string arch;                  // target with suffix: "sm_90a", "sm_89", "compute_90"
   int nvrtc_major = 0;

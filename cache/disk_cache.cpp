@@ -131,27 +131,39 @@ int write_all(int fd, const char* data, std::size_t size) {
 // Reads the whole file behind `fd`. Returns false with a reason for read errors and files
 // larger than kMaxEntryFileBytes.
 bool read_all(int fd, std::uint64_t size_hint, std::vector<char>* out, std::string* why) {
+  // Straight into `out` (no bounce buffer): a cached load sits on the path of a first call.
   out->clear();
+  std::size_t used = 0;
   try {
-    out->reserve(static_cast<std::size_t>(std::min(size_hint, kMaxEntryFileBytes)) + 1);
+    out->resize(static_cast<std::size_t>(std::min(size_hint, kMaxEntryFileBytes)) + 1);
   } catch (const std::exception&) {
     *why = "out of memory";
     return false;
   }
-  char buffer[65536];
   for (;;) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (used == out->size()) {  // the file grew past its stat size
+      if (out->size() > kMaxEntryFileBytes) {
+        *why = "file too large";
+        return false;
+      }
+      try {
+        out->resize(std::min<std::size_t>(out->size() * 2, kMaxEntryFileBytes + 1));
+      } catch (const std::exception&) {
+        *why = "out of memory";
+        return false;
+      }
+    }
+    const ssize_t n = ::read(fd, out->data() + used, out->size() - used);
     if (n < 0) {
       if (errno == EINTR) continue;
       *why = "read failed: " + errno_text(errno);
       return false;
     }
-    if (n == 0) return true;
-    if (out->size() + static_cast<std::size_t>(n) > kMaxEntryFileBytes) {
-      *why = "file too large";
-      return false;
+    if (n == 0) {
+      out->resize(used);
+      return true;
     }
-    out->insert(out->end(), buffer, buffer + n);
+    used += static_cast<std::size_t>(n);
   }
 }
 
@@ -268,6 +280,16 @@ bool check_entry_file(const CacheEntryInfo& info, bool* missing, std::string* wh
     *why = "variant name does not match the file name";
     return false;
   }
+  // A variant's last name component is its target: PTX for a compute_ target, a cubin for
+  // any other. An entry holding the other kind would be refused by the runtime anyway.
+  const std::size_t dot = info.variant_name.rfind('.');
+  const std::string_view target =
+      std::string_view(info.variant_name).substr(dot == std::string::npos ? 0 : dot + 1);
+  const BinaryKind expected = target.rfind("compute_", 0) == 0 ? BinaryKind::ptx : BinaryKind::cubin;
+  if (decoded->kind != expected) {
+    *why = "binary kind does not match the variant's target";
+    return false;
+  }
   return true;
 }
 
@@ -337,16 +359,28 @@ std::vector<char> encode_entry(const CacheEntryData& entry) {
   return out;
 }
 
-std::optional<CacheEntryData> decode_entry(const char* data, std::size_t size,
-                                           std::string* error) {
-  auto fail = [error](const char* why) -> std::optional<CacheEntryData> {
+namespace {
+
+// Where the parts of a valid entry file lie.
+struct EntryLayout {
+  BinaryKind kind = BinaryKind::cubin;
+  std::size_t name_offset = 0;
+  std::size_t name_length = 0;
+  std::size_t version_length = 0;
+  std::size_t payload_offset = 0;
+  std::size_t payload_size = 0;
+};
+
+// Checks an entry file (header, sizes, checksum); the reason goes to *error on failure.
+bool parse_entry(const char* data, std::size_t size, EntryLayout* layout, std::string* error) {
+  auto fail = [error](const char* why) {
     if (error) {
       try {
         *error = why;
       } catch (const std::exception&) {
       }
     }
-    return std::nullopt;
+    return false;
   };
   if (data == nullptr) return fail("no data");
   if (size < kHeaderSize) return fail("truncated header");
@@ -374,20 +408,50 @@ std::optional<CacheEntryData> decode_entry(const char* data, std::size_t size,
   if (payload_size < available) return fail("trailing bytes after payload");
 
   const char* name = data + kHeaderSize;
-  const char* version = name + name_length;
-  const char* payload = version + version_length;
   if (payload_checksum(name, static_cast<std::size_t>(body), get_u64(bytes + 8)) != checksum)
     return fail("checksum mismatch");
+  layout->kind = static_cast<BinaryKind>(kind);
+  layout->name_offset = kHeaderSize;
+  layout->name_length = name_length;
+  layout->version_length = version_length;
+  layout->payload_offset = kHeaderSize + static_cast<std::size_t>(strings);
+  layout->payload_size = static_cast<std::size_t>(payload_size);
+  return true;
+}
 
+// decode_entry for a buffer the caller gives up: the payload keeps the buffer (no copy).
+std::optional<CacheEntryData> decode_entry_taking(std::vector<char>&& bytes, std::string* error) {
+  EntryLayout layout;
+  if (!parse_entry(bytes.data(), bytes.size(), &layout, error)) return std::nullopt;
+  CacheEntryData entry;
+  entry.kind = layout.kind;
+  const char* name = bytes.data() + layout.name_offset;
+  entry.variant_name.assign(name, layout.name_length);
+  entry.nvrtc_version.assign(name + layout.name_length, layout.version_length);
+  entry.payload = std::move(bytes);
+  entry.payload.erase(entry.payload.begin(),
+                      entry.payload.begin() + static_cast<std::ptrdiff_t>(layout.payload_offset));
+  return entry;
+}
+
+}  // namespace
+
+std::optional<CacheEntryData> decode_entry(const char* data, std::size_t size,
+                                           std::string* error) {
+  EntryLayout layout;
+  if (!parse_entry(data, size, &layout, error)) return std::nullopt;
   try {
     CacheEntryData entry;
-    entry.kind = static_cast<BinaryKind>(kind);
-    entry.variant_name.assign(name, name_length);
-    entry.nvrtc_version.assign(version, version_length);
-    entry.payload.assign(payload, payload + payload_size);
+    entry.kind = layout.kind;
+    const char* name = data + layout.name_offset;
+    entry.variant_name.assign(name, layout.name_length);
+    entry.nvrtc_version.assign(name + layout.name_length, layout.version_length);
+    const char* payload = data + layout.payload_offset;
+    entry.payload.assign(payload, payload + layout.payload_size);
     return entry;
   } catch (const std::exception&) {
-    return fail("out of memory");
+    if (error) *error = "out of memory";
+    return std::nullopt;
   }
 }
 
@@ -473,7 +537,11 @@ std::optional<CacheEntryData> DiskCache::load(const CacheKey& key,
   } else {
     std::vector<char> bytes;
     if (read_all(fd, static_cast<std::uint64_t>(opened.st_size), &bytes, &why)) {
-      entry = decode_entry(bytes.data(), bytes.size(), &why);
+      try {
+        entry = decode_entry_taking(std::move(bytes), &why);
+      } catch (const std::exception&) {
+        why = "out of memory";
+      }
       if (entry && entry->variant_name != variant_name) {
         why = "entry holds variant '" + entry->variant_name + "'";
         entry.reset();

@@ -50,8 +50,11 @@ std::vector<char> encode_variant_payload(const std::vector<std::string>& symbols
   return out;
 }
 
-bool decode_variant_payload(const std::vector<char>& payload, std::vector<std::string>* symbols,
-                            std::vector<char>* binary) {
+namespace {
+
+// The symbols of a variant payload and where its binary starts; false when malformed.
+bool decode_variant_symbols(const std::vector<char>& payload, std::vector<std::string>* symbols,
+                            std::size_t* binary_offset) {
   std::size_t offset = 0;
   std::uint32_t count = 0;
   if (!read_u32(payload, &offset, &count) || count > 64) return false;
@@ -64,6 +67,16 @@ bool decode_variant_payload(const std::vector<char>& payload, std::vector<std::s
     offset += length;
   }
   if (offset >= payload.size()) return false;  // a variant always has a binary
+  *binary_offset = offset;
+  return true;
+}
+
+}  // namespace
+
+bool decode_variant_payload(const std::vector<char>& payload, std::vector<std::string>* symbols,
+                            std::vector<char>* binary) {
+  std::size_t offset = 0;
+  if (!decode_variant_symbols(payload, symbols, &offset)) return false;
   binary->assign(payload.begin() + static_cast<std::ptrdiff_t>(offset), payload.end());
   return true;
 }
@@ -77,7 +90,7 @@ CacheKey JitEngine::key_for(const KernelSpec& spec) const {
   inputs.variant_name = spec.name();
   const auto instantiations = spec.instantiations();
   for (const auto& expression : instantiations) inputs.instantiation += expression + ";";
-  inputs.sources = kernel_source_closure(spec.main_file());
+  inputs.shared_sources = &kernel_source_closure(spec.main_file());
   inputs.options = spec.compile_options();
   inputs.arch = spec.arch;
   const NvrtcVersion version = nvrtc_version();
@@ -132,7 +145,7 @@ std::shared_ptr<const CompiledVariant> JitEngine::get(const KernelSpec& spec, Va
 
 std::shared_ptr<const CompiledVariant> JitEngine::from_entry(const KernelSpec& spec,
                                                              const CacheKey& key,
-                                                             const CacheEntryData& entry) {
+                                                             CacheEntryData&& entry) {
   auto variant = std::make_shared<CompiledVariant>();
   variant->spec = spec;
   variant->key = key;
@@ -142,9 +155,14 @@ std::shared_ptr<const CompiledVariant> JitEngine::from_entry(const KernelSpec& s
   const BinaryKind expected =
       spec.arch.rfind("compute_", 0) == 0 ? BinaryKind::ptx : BinaryKind::cubin;
   if (entry.kind != expected) return nullptr;
-  if (!decode_variant_payload(entry.payload, &variant->symbols, &variant->binary) ||
+  std::size_t offset = 0;
+  if (!decode_variant_symbols(entry.payload, &variant->symbols, &offset) ||
       variant->symbols.size() != spec.instantiations().size())
     return nullptr;
+  // The binary is the payload's tail: take the buffer over instead of copying it (a cached
+  // load sits on the path of a server's first call).
+  variant->binary = std::move(entry.payload);
+  variant->binary.erase(variant->binary.begin(), variant->binary.begin() + static_cast<std::ptrdiff_t>(offset));
   return variant;
 }
 
@@ -158,7 +176,7 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
     if (config_.force_compile) return nullptr;
     auto entry = cache_.load(key, name);
     if (!entry) return nullptr;
-    auto variant = from_entry(spec, key, *entry);
+    auto variant = from_entry(spec, key, std::move(*entry));
     if (!variant) {
       log_once(LogLevel::warn, "bad-payload-" + key.hex(),
                "cache entry for {} has a malformed payload or the wrong binary kind; "
@@ -197,7 +215,8 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
   CompileRequest request;
   request.variant_name = name;
   request.main_file = spec.main_file();
-  request.headers = kernel_source_closure(spec.main_file());
+  const auto& closure = kernel_source_closure(spec.main_file());
+  request.headers.assign(closure.begin(), closure.end());
   request.name_expressions = spec.instantiations();
   request.options = spec.compile_options();
   request.emit_ptx_only = spec.arch.rfind("compute_", 0) == 0;

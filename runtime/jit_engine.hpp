@@ -67,7 +67,7 @@ class JitEngine {
  private:
   std::shared_ptr<const CompiledVariant> produce(const KernelSpec& spec, VariantSource* source);
   std::shared_ptr<const CompiledVariant> from_entry(const KernelSpec& spec, const CacheKey& key,
-                                                    const CacheEntryData& entry);
+                                                    CacheEntryData&& entry);
   void record(const KernelSpec& spec);
   void dump(const KernelSpec& spec, const std::string& source,
             const std::vector<std::pair<std::string, std::string>>& headers, const std::string& ptx,

@@ -9,11 +9,17 @@
 
 namespace astrai::detail {
 
-std::string_view kernel_source(std::string_view name) {
+namespace {
+
+const EmbeddedSource* find_source(std::string_view name) {
   for (const auto& source : embedded_kernel_sources())
-    if (name == source.name) return source.text;
+    if (name == source.name) return &source;
   throw Error(fmt::format("astrai-jit: no embedded kernel source named '{}'", name));
 }
+
+}  // namespace
+
+std::string_view kernel_source(std::string_view name) { return find_source(name)->text; }
 
 namespace {
 
@@ -40,26 +46,27 @@ std::vector<std::string> quoted_includes(std::string_view text) {
   return names;
 }
 
-std::vector<std::pair<std::string, std::string>> compute_closure(std::string_view main_file) {
-  std::map<std::string, std::string> seen;
+std::vector<SourceView> compute_closure(std::string_view main_file) {
+  std::map<std::string_view, std::string_view> seen;
   std::vector<std::string> pending = {std::string(main_file)};
   while (!pending.empty()) {
-    std::string name = pending.back();
+    const std::string name = pending.back();
     pending.pop_back();
     if (seen.count(name)) continue;
-    const std::string_view text = kernel_source(name);
-    for (auto& included : quoted_includes(text)) pending.push_back(std::move(included));
-    seen.emplace(std::move(name), std::string(text));
+    const EmbeddedSource* source = find_source(name);
+    for (auto& included : quoted_includes(source->text)) pending.push_back(std::move(included));
+    seen.emplace(source->name, source->text);
   }
   return {seen.begin(), seen.end()};
 }
 
 }  // namespace
 
-std::vector<std::pair<std::string, std::string>> kernel_source_closure(std::string_view main_file) {
-  // The embedded sources never change in a process: compute each closure once.
+const std::vector<SourceView>& kernel_source_closure(std::string_view main_file) {
+  // The embedded sources never change in a process: compute each closure once (map nodes are
+  // stable, so the reference stays valid).
   static std::mutex mutex;
-  static std::map<std::string, std::vector<std::pair<std::string, std::string>>, std::less<>> memo;
+  static std::map<std::string, std::vector<SourceView>, std::less<>> memo;
   std::lock_guard<std::mutex> lock(mutex);
   auto it = memo.find(main_file);
   if (it == memo.end()) it = memo.emplace(std::string(main_file), compute_closure(main_file)).first;

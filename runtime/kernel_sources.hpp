@@ -20,6 +20,8 @@ std::string_view kernel_source(std::string_view name);
 
 // `main_file` and every file it includes (recursively, through #include "..."), sorted by
 // name, with their bytes: exactly what a program compiled from `main_file` can see.
-std::vector<std::pair<std::string, std::string>> kernel_source_closure(std::string_view main_file);
+// The views point into the embedded sources (static storage).
+using SourceView = std::pair<std::string_view, std::string_view>;  // (file name, bytes)
+const std::vector<SourceView>& kernel_source_closure(std::string_view main_file);
 
 }  // namespace astrai::detail

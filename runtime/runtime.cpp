@@ -148,13 +148,34 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
 
 }  // namespace
 
-void Runtime::paged_decode(const PagedDecodeArgs& input) {
-  const PagedDecodeArgs args = detail::resolve_paged_decode_args(input);
-  if (args.batch == 0) return;
+namespace {
+
+// The fields paged and contiguous decode fill alike: query, output, LSE, mask, shape, scale.
+template <typename Args>
+PagedDecodeParams common_decode_params(const Args& args) {
   PagedDecodeParams params{};
   params.q = args.q;
   params.q_stride_batch = args.q_stride_batch;
   params.q_stride_head = args.q_stride_head;
+  params.mask = args.mask;
+  params.mask_stride_batch = args.mask_stride_batch;
+  params.lse = args.lse;
+  params.out = args.out;
+  params.out_stride_batch = args.out_stride_batch;
+  params.out_stride_head = args.out_stride_head;
+  params.batch = args.batch;
+  params.n_heads = args.n_heads;
+  params.n_kv_heads = args.n_kv_heads;
+  params.scale_log2 = args.scale * kLog2e;
+  return params;
+}
+
+}  // namespace
+
+void Runtime::paged_decode(const PagedDecodeArgs& input) {
+  const PagedDecodeArgs args = detail::resolve_paged_decode_args(input);
+  if (args.batch == 0) return;
+  PagedDecodeParams params = common_decode_params(args);
   params.k_cache = args.k_cache;
   params.v_cache = args.v_cache;
   params.k_stride_page = args.k_stride_page;
@@ -169,24 +190,14 @@ void Runtime::paged_decode(const PagedDecodeArgs& input) {
   params.page_table_rows = args.page_table_rows;
   params.seq_lens = args.seq_lens;
   params.kv_capacity = args.max_pages_per_seq * args.page_size;
-  params.mask = args.mask;
-  params.mask_stride_batch = args.mask_stride_batch;
   params.new_k = args.new_k;
   params.new_v = args.new_v;
   params.new_k_stride_batch = args.new_k_stride_batch;
   params.new_k_stride_head = args.new_k_stride_head;
   params.new_v_stride_batch = args.new_v_stride_batch;
   params.new_v_stride_head = args.new_v_stride_head;
-  params.lse = args.lse;
-  params.out = args.out;
-  params.out_stride_batch = args.out_stride_batch;
-  params.out_stride_head = args.out_stride_head;
-  params.batch = args.batch;
-  params.n_heads = args.n_heads;
-  params.n_kv_heads = args.n_kv_heads;
   params.num_pages = args.num_pages;
   params.max_pages_per_seq = args.max_pages_per_seq;
-  params.scale_log2 = args.scale * kLog2e;
   launch_decode(*impl_,
                 {"paged_decode", KernelKind::paged_decode, args.dtype, args.head_dim, args.page_size,
                  static_cast<CUstream>(args.stream), args.workspace, args.workspace_bytes},
@@ -196,10 +207,7 @@ void Runtime::paged_decode(const PagedDecodeArgs& input) {
 void Runtime::decode(const DecodeArgs& input) {
   const DecodeArgs args = detail::resolve_decode_args(input);
   if (args.batch == 0) return;
-  PagedDecodeParams params{};
-  params.q = args.q;
-  params.q_stride_batch = args.q_stride_batch;
-  params.q_stride_head = args.q_stride_head;
+  PagedDecodeParams params = common_decode_params(args);
   params.k_cache = args.k;
   params.v_cache = args.v;
   params.k_stride_page = args.k_stride_batch;
@@ -210,17 +218,7 @@ void Runtime::decode(const DecodeArgs& input) {
   params.v_stride_head = args.v_stride_head;
   // The causal offset only shortens the range: the query at position c sees [0, c].
   params.kv_capacity = args.causal_offset < 0 ? args.kv_len : std::min(args.kv_len, args.causal_offset + 1);
-  params.mask = args.mask;
-  params.mask_stride_batch = args.mask_stride_batch;
-  params.lse = args.lse;
-  params.out = args.out;
-  params.out_stride_batch = args.out_stride_batch;
-  params.out_stride_head = args.out_stride_head;
-  params.batch = args.batch;
-  params.n_heads = args.n_heads;
-  params.n_kv_heads = args.n_kv_heads;
   params.num_pages = 0;
-  params.scale_log2 = args.scale * kLog2e;
   launch_decode(*impl_,
                 {"decode", KernelKind::decode, args.dtype, args.head_dim, 0,
                  static_cast<CUstream>(args.stream), args.workspace, args.workspace_bytes},

@@ -4,6 +4,7 @@
 #include <functional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -142,6 +143,23 @@ TEST_CASE("changing any input changes the key") {
     CHECK(key != base_key);
     CHECK(seen.insert(key.hex()).second);  // every change gives its own key
   }
+}
+
+TEST_CASE("sources given as views key exactly like owned sources") {
+  // The runtime hashes its memoized closure (views into the embedded sources) without
+  // copying it; the bytes and the key must be those of the same sources held as strings.
+  const CacheKeyInputs owned = golden_inputs();
+  std::vector<std::pair<std::string_view, std::string_view>> views;
+  for (auto it = owned.sources.rbegin(); it != owned.sources.rend(); ++it)
+    views.emplace_back(it->first, it->second);  // another order: the key sorts
+  CacheKeyInputs viewed = owned;
+  viewed.sources.clear();
+  viewed.shared_sources = &views;
+  CHECK(serialize_cache_key_inputs(viewed) == serialize_cache_key_inputs(owned));
+  CHECK(compute_cache_key(viewed) == compute_cache_key(owned));
+  // The views are what is hashed: changing one changes the key.
+  views[0].second = "#pragma once\n#define ASTRAI_WARP 64\n";
+  CHECK(compute_cache_key(viewed) != compute_cache_key(owned));
 }
 
 TEST_CASE("the payload checksum is XXH3-64") {

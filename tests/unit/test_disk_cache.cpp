@@ -430,6 +430,29 @@ TEST_CASE("read-only mode never writes but serves existing entries") {
   CHECK(all_files(root) == before);
 }
 
+TEST_CASE("verify flags an entry whose binary kind is not the one its target gets") {
+  QuietLog quiet;
+  TempDir dir;
+  DiskCache cache(dir.path() / "cache", CacheMode::read_write, 0);
+  CacheEntryData cubin_target = make_entry("x.bf16.sm_90a", 64);
+  cubin_target.kind = BinaryKind::ptx;  // well formed, checksum and all, but the wrong kind
+  CacheEntryData ptx_target = make_entry("x.bf16.compute_90", 64);
+  ptx_target.kind = BinaryKind::cubin;
+  CacheEntryData good_cubin = make_entry("y.bf16.sm_90a", 64);
+  CacheEntryData good_ptx = make_entry("y.bf16.compute_90", 64);
+  good_ptx.kind = BinaryKind::ptx;
+  REQUIRE(cache.store(make_key(1), cubin_target));
+  REQUIRE(cache.store(make_key(2), ptx_target));
+  REQUIRE(cache.store(make_key(3), good_cubin));
+  REQUIRE(cache.store(make_key(4), good_ptx));
+  const auto checked = cache.verify(false);
+  REQUIRE(checked.size() == 4);
+  for (const auto& info : checked) {
+    CAPTURE(info.variant_name);
+    CHECK(info.valid == (info.variant_name.rfind("y.", 0) == 0));
+  }
+}
+
 TEST_CASE("a write-protected directory makes store fail while loads keep working") {
   QuietLog quiet;
   TempDir dir;

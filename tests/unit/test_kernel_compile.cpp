@@ -60,7 +60,8 @@ CompileRequest request_for(const KernelSpec& spec) {
   CompileRequest request;
   request.variant_name = spec.name();
   request.main_file = spec.main_file();
-  request.headers = kernel_source_closure(spec.main_file());
+  const auto& closure = kernel_source_closure(spec.main_file());
+  request.headers.assign(closure.begin(), closure.end());
   request.name_expressions = spec.instantiations();
   request.options = spec.compile_options();
   request.emit_ptx_only = spec.arch.rfind("compute_", 0) == 0;

@@ -389,13 +389,14 @@ TEST_CASE("kernel kind names parse back to their kinds") {
 }
 
 TEST_CASE("the paged decode closure holds exactly its transitive includes") {
-  const auto closure = kernel_source_closure("paged_decode.cuh");
+  const auto& closure = kernel_source_closure("paged_decode.cuh");
   std::set<std::string> names;
   for (const auto& [name, text] : closure) {
-    CAPTURE(name);
-    CHECK(text == std::string(kernel_source(name)));  // exact bytes
+    CAPTURE(std::string(name));
+    CHECK(text == kernel_source(name));  // exact bytes, and the embedded storage itself
+    CHECK(text.data() == kernel_source(name).data());
     CHECK_FALSE(text.empty());
-    names.insert(name);
+    names.insert(std::string(name));
   }
   CHECK(names.size() == closure.size());  // no duplicates
   for (const char* expected : {"paged_decode.cuh", "kernel_params.h", "astrai_common.cuh",
@@ -407,12 +408,14 @@ TEST_CASE("the paged decode closure holds exactly its transitive includes") {
   CHECK(names == transitive_includes("paged_decode.cuh"));
   // Sorted by name.
   for (std::size_t i = 1; i < closure.size(); ++i) CHECK(closure[i - 1].first < closure[i].first);
+  // Memoized: the same vector on every call.
+  CHECK(&kernel_source_closure("paged_decode.cuh") == &closure);
 }
 
 TEST_CASE("the rotary closure holds its includes and none of the attention headers") {
   const auto closure = kernel_source_closure("rotary_emb.cuh");
   std::set<std::string> names;
-  for (const auto& entry : closure) names.insert(entry.first);
+  for (const auto& entry : closure) names.insert(std::string(entry.first));
   CHECK(names.count("rotary_emb.cuh") == 1);
   CHECK(names.count("astrai_common.cuh") == 1);
   CHECK(names.count("kernel_params.h") == 1);

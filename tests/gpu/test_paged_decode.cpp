@@ -449,8 +449,10 @@ namespace astrai::gpu_test {
 namespace {
 
 // Runs `cases` on device `ordinal` from its own thread (in that device's primary context) and
-// returns one line per failed check; an exception becomes a line too.
-std::vector<std::string> run_cases_on_device(int ordinal, const std::vector<PagedCase>& cases) {
+// returns one line per failed check; an exception becomes a line too. `*checked` counts the
+// output elements compared against the reference.
+std::vector<std::string> run_cases_on_device(int ordinal, const std::vector<PagedCase>& cases,
+                                             std::size_t* checked) {
   std::vector<std::string> problems;
   const auto& api = detail::driver();
   CUdevice device = 0;
@@ -461,6 +463,7 @@ std::vector<std::string> run_cases_on_device(int ordinal, const std::vector<Page
     detail::check_cu(api.cuCtxSetCurrent(primary), "cuCtxSetCurrent", ordinal);
     for (const PagedCase& c : cases) {
       const PagedRun run = run_paged_case(c);
+      *checked += run.comparison.checked;
       if (run.comparison.failures != 0 || !(run.comparison.norm_rel_error <= 1e-2))
         problems.push_back(fmt::format("device {}: {}: {} (norm-rel {:.3g})", ordinal, c.describe(),
                                        run.comparison.first_failure, run.comparison.norm_rel_error));
@@ -500,14 +503,15 @@ TEST_CASE("paged_decode on every GPU at once, each device with its own variants,
         per_device[d].push_back(c);
       }
     std::vector<std::vector<std::string>> problems(count);
+    std::vector<std::size_t> checked(count, 0);
     std::vector<std::thread> threads;
     for (int d = 0; d < count; ++d)
-      threads.emplace_back([&, d] { problems[d] = run_cases_on_device(d, per_device[d]); });
+      threads.emplace_back([&, d] { problems[d] = run_cases_on_device(d, per_device[d], &checked[d]); });
     for (auto& thread : threads) thread.join();
     for (int d = 0; d < count; ++d) {
       INFO("phase " << phase << ", device " << d);
       CHECK_MESSAGE(problems[d].empty(), fmt::format("{}", fmt::join(problems[d], "\n")));
-      CHECK(per_device[d].size() == 3);
+      CHECK(checked[d] > 0);  // every device really compared output against the reference
     }
   }
   // Each device loaded the variants its threads used (names repeat once per device).

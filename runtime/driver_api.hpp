@@ -23,7 +23,8 @@ struct DriverApi {
   X(cuStreamIsCapturing) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate)   \
   X(cuGraphLaunch) X(cuGraphDestroy) X(cuGraphExecDestroy) X(cuEventCreate) X(cuEventRecord)   \
   X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy) X(cuStreamGetCtx)              \
-  X(cuMemGetInfo) X(cuPointerGetAttribute) X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+  X(cuMemGetInfo) X(cuPointerGetAttribute) X(cuOccupancyMaxActiveBlocksPerMultiprocessor)     \
+  X(cuTensorMapEncodeTiled)
 
 #define ASTRAI_DECLARE_DRIVER_FUNCTION(name) decltype(&::name) name = nullptr;
   ASTRAI_DRIVER_FUNCTIONS(ASTRAI_DECLARE_DRIVER_FUNCTION)

@@ -1,0 +1,47 @@
+// Tiling of the Hopper (sm_90a) kernels, shared by the host launchers and the kernels.
+#pragma once
+
+namespace astrai {
+
+// bf16 GEMM (hopper_gemm.cuh): 128 x 256 tiles of C, 64-wide K slices in a 4-stage ring.
+inline constexpr int kGemmBlockM = 128;
+inline constexpr int kGemmBlockN = 256;
+inline constexpr int kGemmBlockK = 64;
+inline constexpr int kGemmStages = 4;
+inline constexpr int kGemmThreads = 384;
+inline constexpr int kGemmStageBytesA = kGemmBlockM * kGemmBlockK * 2;
+inline constexpr int kGemmStageBytesB = kGemmBlockN * kGemmBlockK * 2;
+// The ring, its barriers, and 1 KB to align the ring to the swizzle atom by hand.
+inline constexpr int kGemmSmemBytes = kGemmStages * (kGemmStageBytesA + kGemmStageBytesB) + 1024 + 1024;
+
+// Prefill (prefill_sm90.cuh): a producer warpgroup and two consumer warpgroups of 64 rows.
+inline constexpr int kPrefillSm90Threads = 384;
+
+template <int kHeadDim>
+struct PrefillSm90Shape {
+  static_assert(kHeadDim % 64 == 0 && kHeadDim >= 64 && kHeadDim <= 256, "head_dim");
+  static constexpr int kBlockM = 128;
+  // S (kBlockN / 2 registers a thread) beside O (kHeadDim / 2): 80 columns for the widest
+  // heads, which also keeps Q and two stages of K and V inside 227 KB.
+  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 80;
+  static constexpr int kStages = 2;
+  static constexpr int kChunks = kHeadDim / 64;  // 128-byte column chunks per row
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+  static constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V block
+  static constexpr int kBarriers = 1 + 4 * kStages;
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKvBytes + 8 * kBarriers + 1024;
+};
+
+// Head dims the Hopper prefill serves (others take the portable kernel).
+constexpr bool prefill_sm90_head_dim(int head_dim) {
+  return head_dim == 64 || head_dim == 128 || head_dim == 192 || head_dim == 256;
+}
+constexpr int prefill_sm90_block_n(int head_dim) { return head_dim <= 128 ? 128 : 80; }
+constexpr int prefill_sm90_smem_bytes(int head_dim) {
+  return head_dim == 64    ? PrefillSm90Shape<64>::kSmemBytes
+         : head_dim == 128 ? PrefillSm90Shape<128>::kSmemBytes
+         : head_dim == 192 ? PrefillSm90Shape<192>::kSmemBytes
+                           : PrefillSm90Shape<256>::kSmemBytes;
+}
+
+}  // namespace astrai

@@ -1,0 +1,309 @@
+// Hopper (sm_90a) building blocks as inline PTX: tensor-map (TMA) loads into shared memory,
+// mbarriers, warpgroup MMA (wgmma) over 128-byte-swizzled shared-memory tiles, register
+// reallocation between warpgroups. Included only by sm_90a kernels: sm_90 and older targets
+// reject wgmma and setmaxnreg.
+//
+// Shared-memory operand layout used throughout: a tile of `rows` x D elements (16-bit) is stored
+// as D/64 column chunks, each `rows` x 128 bytes, with the 128-byte swizzle (16-byte piece c of
+// row r lives at c ^ (r & 7)); every chunk starts on a 1024-byte boundary. TMA writes this
+// layout with CU_TENSOR_MAP_SWIZZLE_128B and a box of 64 elements by `rows`.
+#pragma once
+
+namespace astrai {
+namespace sm90 {
+
+typedef unsigned long long u64;
+
+// The driver's CUtensorMap, opaque here (kernels see no CUDA header). Passed by value as a
+// `const __grid_constant__` kernel parameter so that its address is a valid TMA operand.
+struct __align__(64) TmaMap {
+  u64 opaque[16];
+};
+
+__device__ __forceinline__ unsigned smem_u32(const void* pointer) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
+}
+
+// --- mbarriers --------------------------------------------------------------------------------
+
+__device__ __forceinline__ void mbar_init(u64* bar, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(arrivals));
+}
+
+// Makes barrier initialization visible to the async proxy (TMA) before first use.
+__device__ __forceinline__ void fence_mbar_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(u64* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+
+// One arrival that also announces `bytes` of TMA traffic completing on this barrier.
+__device__ __forceinline__ void mbar_arrive_expect_tx(u64* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)),
+               "r"(bytes)
+               : "memory");
+}
+
+// Waits until the phase of parity `parity` has completed. A fresh barrier counts its
+// (non-existent) previous phase, of parity 1, as complete: producers start waiting on 1.
+__device__ __forceinline__ void mbar_wait(u64* bar, unsigned parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "LAB_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra LAB_WAIT;\n"
+      "}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// --- TMA ----------------------------------------------------------------------------------------
+
+__device__ __forceinline__ void tma_prefetch_map(const TmaMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(map)) : "memory");
+}
+
+// One box of a 4-D map into shared memory; completion is counted on `bar` (expect-tx bytes).
+// Elements outside the tensor are written as zeros.
+__device__ __forceinline__ void tma_load_4d(void* dst, const TmaMap* map, u64* bar, int c0, int c1,
+                                            int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(bar))
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_load_2d(void* dst, const TmaMap* map, u64* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar))
+      : "memory");
+}
+
+// --- registers and warpgroups --------------------------------------------------------------------
+
+// Hands registers back (producer) or takes them (consumers). Needs a register cap at kernel
+// entry (__launch_bounds__(threads, 1)) or ptxas ignores it (C7508).
+template <int kRegs> __device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs> __device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+// Named barrier over `threads` threads (ids 1..15; 0 is __syncthreads).
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// --- wgmma -------------------------------------------------------------------------------------
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int kPending> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Pins accumulator registers at a point of the program, so that the compiler moves no access to
+// them into a window where a wgmma owns them (which would serialize every wgmma: C7515).
+template <int kCount> __device__ __forceinline__ void reg_fence(float (&d)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int kRows> __device__ __forceinline__ void reg_fence(unsigned (&d)[kRows][4]) {
+#pragma unroll
+  for (int i = 0; i < kRows; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(d[i][j])::"memory");
+}
+
+// Shared-memory matrix descriptor for a 128-byte-swizzled tile: start address, leading and
+// stride byte offsets (LBO, SBO), swizzle mode 1 (128 B). Operands start on 1024-byte atoms, so
+// the base-offset field stays 0.
+__device__ __forceinline__ u64 smem_desc(unsigned address, unsigned lbo, unsigned sbo) {
+  return static_cast<u64>((address & 0x3ffffu) >> 4) |
+         (static_cast<u64>((lbo & 0x3ffffu) >> 4) << 16) |
+         (static_cast<u64>((sbo & 0x3ffffu) >> 4) << 32) | (1ull << 62);
+}
+
+// Accumulator fragment of a 64 x N wgmma, thread t of the warpgroup (w = t / 32, l = t % 32):
+// d[4j + {0,1}] is row 16w + l/4, columns 8j + 2(l%4) + {0,1}; d[4j + {2,3}] is the row 8 below.
+// SS: A and B from shared memory, both K-major. RS: A from registers (the m16k16 fragment of
+// mma.sync: a0 rows 0-7 cols 0-7, a1 rows 8-15, a2 cols 8-15, a3 both), B from shared memory,
+// N-major (transposed). `accumulate` 0 overwrites D.
+#define ASTRAI_F8(i)                                                                              \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),     \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+
+#define ASTRAI_WGMMA_SS_N64(TYPES)  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"  \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPES " "  \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "  \
+      "%32, %33, p, 1, 1, 0, 0;\n}\n"  \
+      : ASTRAI_F8(0), ASTRAI_F8(8), ASTRAI_F8(16), ASTRAI_F8(24)  \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+
+#define ASTRAI_WGMMA_SS_N80(TYPES)  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"  \
+      "wgmma.mma_async.sync.aligned.m64n80k16.f32." TYPES " "  \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"  \
+      "%32, %33, %34, %35, %36, %37, %38, %39}, "  \
+      "%40, %41, p, 1, 1, 0, 0;\n}\n"  \
+      : ASTRAI_F8(0), ASTRAI_F8(8), ASTRAI_F8(16), ASTRAI_F8(24),  \
+        ASTRAI_F8(32)  \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+
+#define ASTRAI_WGMMA_SS_N128(TYPES)  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"  \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES " "  \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"  \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"  \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "  \
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"  \
+      : ASTRAI_F8(0), ASTRAI_F8(8), ASTRAI_F8(16), ASTRAI_F8(24),  \
+        ASTRAI_F8(32), ASTRAI_F8(40), ASTRAI_F8(48), ASTRAI_F8(56)  \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+
+#define ASTRAI_WGMMA_SS_N176(TYPES)  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"  \
+      "wgmma.mma_async.sync.aligned.m64n176k16.f32." TYPES " "  \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"  \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"  \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"  \
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"  \
+      "%80, %81, %82, %83, %84, %85, %86, %87}, "  \
+      "%88, %89, p, 1, 1, 0, 0;\n}\n"  \
+      : ASTRAI_F8(0), ASTRAI_F8(8), ASTRAI_F8(16), ASTRAI_F8(24),  \
+        ASTRAI_F8(32), ASTRAI_F8(40), ASTRAI_F8(48), ASTRAI_F8(56),  \
+        ASTRAI_F8(64), ASTRAI_F8(72), ASTRAI_F8(80)  \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+
+#define ASTRAI_WGMMA_SS_N192(TYPES)  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"  \
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32." TYPES " "  \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"  \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"  \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"  \
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"  \
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "  \
+      "%96, %97, p, 1, 1, 0, 0;\n}\n"  \
+      : ASTRAI_F8(0), ASTRAI_F8(8), ASTRAI_F8(16), ASTRAI_F8(24),  \
+        ASTRAI_F8(32), ASTRAI_F8(40), ASTRAI_F8(48), ASTRAI_F8(56),  \
+        ASTRAI_F8(64), ASTRAI_F8(72), ASTRAI_F8(80), ASTRAI_F8(88)  \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+
+#define ASTRAI_WGMMA_SS_N256(TYPES)  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"  \
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPES " "  \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"  \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"  \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"  \
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"  \
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"  \
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"  \
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "  \
+      "%128, %129, p, 1, 1, 0, 0;\n}\n"  \
+      : ASTRAI_F8(0), ASTRAI_F8(8), ASTRAI_F8(16), ASTRAI_F8(24),  \
+        ASTRAI_F8(32), ASTRAI_F8(40), ASTRAI_F8(48), ASTRAI_F8(56),  \
+        ASTRAI_F8(64), ASTRAI_F8(72), ASTRAI_F8(80), ASTRAI_F8(88),  \
+        ASTRAI_F8(96), ASTRAI_F8(104), ASTRAI_F8(112), ASTRAI_F8(120)  \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+
+#define ASTRAI_WGMMA_RS_N64(TYPES)  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"  \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPES " "  \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "  \
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"  \
+      : ASTRAI_F8(0), ASTRAI_F8(8), ASTRAI_F8(16), ASTRAI_F8(24)  \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
+
+#define ASTRAI_WGMMA_RS_N128(TYPES)  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"  \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES " "  \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"  \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"  \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "  \
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"  \
+      : ASTRAI_F8(0), ASTRAI_F8(8), ASTRAI_F8(16), ASTRAI_F8(24),  \
+        ASTRAI_F8(32), ASTRAI_F8(40), ASTRAI_F8(48), ASTRAI_F8(56)  \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
+
+#define ASTRAI_WGMMA_RS_N192(TYPES)  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"  \
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32." TYPES " "  \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"  \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"  \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"  \
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"  \
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "  \
+      "{%96, %97, %98, %99}, %100, p, 1, 1, 1;\n}\n"  \
+      : ASTRAI_F8(0), ASTRAI_F8(8), ASTRAI_F8(16), ASTRAI_F8(24),  \
+        ASTRAI_F8(32), ASTRAI_F8(40), ASTRAI_F8(48), ASTRAI_F8(56),  \
+        ASTRAI_F8(64), ASTRAI_F8(72), ASTRAI_F8(80), ASTRAI_F8(88)  \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
+
+#define ASTRAI_WGMMA_RS_N256(TYPES)  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"  \
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPES " "  \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"  \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"  \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"  \
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"  \
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"  \
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"  \
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "  \
+      "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"  \
+      : ASTRAI_F8(0), ASTRAI_F8(8), ASTRAI_F8(16), ASTRAI_F8(24),  \
+        ASTRAI_F8(32), ASTRAI_F8(40), ASTRAI_F8(48), ASTRAI_F8(56),  \
+        ASTRAI_F8(64), ASTRAI_F8(72), ASTRAI_F8(80), ASTRAI_F8(88),  \
+        ASTRAI_F8(96), ASTRAI_F8(104), ASTRAI_F8(112), ASTRAI_F8(120)  \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
+
+template <int kN, bool kFp16>
+__device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], u64 desc_a, u64 desc_b, int accumulate) {
+#define ASTRAI_WGMMA_SS_CASE(N)                                                                    \
+  if constexpr (kN == N) {                                                                        \
+    if constexpr (kFp16) ASTRAI_WGMMA_SS_N##N("f16.f16"); else ASTRAI_WGMMA_SS_N##N("bf16.bf16"); \
+  }
+  ASTRAI_WGMMA_SS_CASE(64) ASTRAI_WGMMA_SS_CASE(80) ASTRAI_WGMMA_SS_CASE(128)
+  ASTRAI_WGMMA_SS_CASE(176) ASTRAI_WGMMA_SS_CASE(192) ASTRAI_WGMMA_SS_CASE(256)
+#undef ASTRAI_WGMMA_SS_CASE
+  static_assert(kN == 64 || kN == 80 || kN == 128 || kN == 176 || kN == 192 || kN == 256,
+                "wgmma_ss: no wrapper for this N");
+}
+
+template <int kN, bool kFp16>
+__device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const unsigned (&a)[4], u64 desc_b,
+                                         int accumulate) {
+#define ASTRAI_WGMMA_RS_CASE(N)                                                                    \
+  if constexpr (kN == N) {                                                                        \
+    if constexpr (kFp16) ASTRAI_WGMMA_RS_N##N("f16.f16"); else ASTRAI_WGMMA_RS_N##N("bf16.bf16"); \
+  }
+  ASTRAI_WGMMA_RS_CASE(64) ASTRAI_WGMMA_RS_CASE(128) ASTRAI_WGMMA_RS_CASE(192)
+  ASTRAI_WGMMA_RS_CASE(256)
+#undef ASTRAI_WGMMA_RS_CASE
+  static_assert(kN == 64 || kN == 128 || kN == 192 || kN == 256, "wgmma_rs: no wrapper for this N");
+}
+
+}  // namespace sm90
+}  // namespace astrai

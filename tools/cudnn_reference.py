@@ -1,0 +1,51 @@
+"""PyTorch's own attention kernels (cuDNN, FlashAttention-2) on the shapes of the sm_90 prefill
+rows, timed like astrai-sm90-check (median of CUDA-event timings after a warm-up), so that the
+ratios are read from one run on one GPU. Prints one TIME line per case and backend."""
+import sys
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def median_ms(fn, reps=20):
+    fn()
+    times = []
+    for _ in range(reps):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    torch.manual_seed(0)
+    heads, kv_heads = 32, 8
+    cases = [(128, 4, 4096, False), (128, 2, 8192, True), (64, 2, 8192, True), (256, 2, 8192, True)]
+    for head_dim, batch, length, causal in cases:
+        # [B, L, H, D] storage viewed as [B, H, L, D], as a serving engine holds it.
+        q = torch.rand(batch, length, heads, head_dim, device="cuda", dtype=torch.bfloat16).sub_(0.5).transpose(1, 2)
+        k = torch.rand(batch, length, kv_heads, head_dim, device="cuda", dtype=torch.bfloat16).sub_(0.5)
+        v = torch.rand_like(k).sub_(0.5)
+        # Expanded to every query head (the FLOPs are the same; cuDNN's GQA support varies).
+        k = k.repeat_interleave(heads // kv_heads, dim=2).transpose(1, 2)
+        v = v.repeat_interleave(heads // kv_heads, dim=2).transpose(1, 2)
+        flops = 4.0 * batch * heads * length * length * head_dim * (0.5 if causal else 1.0)
+        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash2", SDPBackend.FLASH_ATTENTION)):
+            try:
+                with sdpa_kernel([backend]):
+                    run = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                    ms = median_ms(run)
+                print(f"TIME torch-{name} prefill hd{head_dim} B{batch} L{length} causal{int(causal)}: "
+                      f"{ms:.3f} ms {flops / (ms * 1e-3) / 1e12:.1f} TFLOP/s", flush=True)
+            except Exception as error:  # a backend that refuses the shape says so, the rest still run
+                print(f"SKIP torch-{name} prefill hd{head_dim}: {str(error).splitlines()[0][:160]}", flush=True)
+        del q, k, v
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

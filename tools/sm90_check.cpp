@@ -1,0 +1,520 @@
+// astrai-sm90-check: brings up the Hopper (sm_90a) kernels on an H100/H200 ahead of their
+// integration into the runtime. Compiles them with NVRTC (compile time and any C75xx
+// serialization warning reported), checks them against float64 references on random data with
+// poisoned outputs, and times them beside the portable prefill measured in the same run.
+//   astrai-sm90-check [--check-only] [--small] [--reps N]
+// --check-only skips the timings; --small also skips the 8192^3 GEMM check (sanitizer runs).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "astrai/runtime.hpp"
+#include "kernel_src/hopper_params.h"
+#include "kernel_src/kernel_params.h"
+#include "runtime/driver_api.hpp"
+#include "runtime/kernel_sources.hpp"
+#include "runtime/nvrtc_compiler.hpp"
+
+namespace {
+
+using astrai::detail::check_cu;
+using astrai::detail::driver;
+
+int g_failures = 0;
+
+void expect(bool ok, const std::string& what) {
+  fmt::print("{} {}\n", ok ? "PASS" : "FAIL", what);
+  if (!ok) ++g_failures;
+}
+
+class Buffer {
+ public:
+  explicit Buffer(std::size_t bytes) : bytes_(bytes) {
+    check_cu(driver().cuMemAlloc(&pointer_, std::max<std::size_t>(bytes, 256)), "cuMemAlloc", 0);
+  }
+  ~Buffer() { driver().cuMemFree(pointer_); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  CUdeviceptr get() const { return pointer_; }
+  void* ptr() const { return reinterpret_cast<void*>(pointer_); }
+  template <typename T> void upload(const std::vector<T>& host) {
+    check_cu(driver().cuMemcpyHtoD(pointer_, host.data(), host.size() * sizeof(T)), "cuMemcpyHtoD", 0);
+  }
+  template <typename T> std::vector<T> download(std::size_t count) const {
+    std::vector<T> host(count);
+    check_cu(driver().cuMemcpyDtoH(host.data(), pointer_, count * sizeof(T)), "cuMemcpyDtoH", 0);
+    return host;
+  }
+  void poison() {
+    check_cu(driver().cuMemsetD8(pointer_, 0xff, bytes_), "cuMemsetD8", 0);
+    check_cu(driver().cuCtxSynchronize(), "cuCtxSynchronize", 0);
+  }
+
+ private:
+  CUdeviceptr pointer_ = 0;
+  std::size_t bytes_;
+};
+
+std::uint16_t to_bits(float value, bool fp16) {
+  if (!fp16) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &value, 4);
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return static_cast<std::uint16_t>(bits >> 16);
+  }
+  // Inputs are in [-1, 1): normal or zero halves, round to nearest even.
+  std::uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  const std::uint32_t sign = (bits >> 16) & 0x8000u;
+  const float magnitude = std::fabs(value);
+  if (magnitude < 6.1035156e-05f) return static_cast<std::uint16_t>(sign);
+  int exponent;
+  const float mantissa = std::frexp(magnitude, &exponent);  // [0.5, 1)
+  const auto m = static_cast<std::uint32_t>(std::nearbyint(mantissa * 2048.f));  // 11 bits
+  const std::uint32_t e = static_cast<std::uint32_t>(exponent + 14);
+  return static_cast<std::uint16_t>(sign | ((e << 10) + (m - 1024u)));
+}
+
+float from_bits(std::uint16_t bits, bool fp16) {
+  if (!fp16) {
+    const std::uint32_t word = static_cast<std::uint32_t>(bits) << 16;
+    float value;
+    std::memcpy(&value, &word, 4);
+    return value;
+  }
+  const int exponent = (bits >> 10) & 0x1f;
+  const int mantissa = bits & 0x3ff;
+  float value = exponent == 0 ? std::ldexp(static_cast<float>(mantissa), -24)
+                              : std::ldexp(static_cast<float>(mantissa | 0x400), exponent - 25);
+  if (exponent == 31) value = mantissa ? NAN : INFINITY;
+  return (bits & 0x8000u) ? -value : value;
+}
+
+std::vector<std::uint16_t> random_bits(std::size_t count, bool fp16, std::mt19937& rng) {
+  std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+  std::vector<std::uint16_t> out(count);
+  for (auto& x : out) x = to_bits(uniform(rng), fp16);
+  return out;
+}
+
+struct Module {
+  CUmodule module = nullptr;
+  std::vector<CUfunction> functions;
+  double compile_ms = 0;
+  ~Module() {
+    if (module) driver().cuModuleUnload(module);
+  }
+};
+
+// Compiles `main_file` for sm_90a with NVRTC as the runtime does; a C75xx line (wgmma
+// serialized, setmaxnreg ignored) or "Performance Loss" in the log fails the check.
+void compile(Module* out, const std::string& main_file, const std::vector<std::string>& names,
+             const std::string& label) {
+  astrai::detail::CompileRequest request;
+  request.variant_name = label;
+  request.main_file = main_file;
+  for (const auto& [name, text] : astrai::detail::kernel_source_closure(main_file))
+    request.headers.emplace_back(std::string(name), std::string(text));
+  request.name_expressions = names;
+  request.options = {"--std=c++17", "--gpu-architecture=sm_90a", "--device-as-default-execution-space"};
+  const auto start = std::chrono::steady_clock::now();
+  const auto result = astrai::detail::nvrtc_compile(request, false);
+  out->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const bool clean = result.log.find("C75") == std::string::npos &&
+                     result.log.find("Performance Loss") == std::string::npos;
+  expect(clean, fmt::format("{}: NVRTC log free of wgmma serialization ({:.0f} ms){}", label,
+                            out->compile_ms, clean ? "" : "\n" + result.log));
+  check_cu(driver().cuModuleLoadData(&out->module, result.binary.data()), "cuModuleLoadData", 0);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    CUfunction function = nullptr;
+    const std::string& symbol = result.lowered_names.empty() ? names[i] : result.lowered_names[i];
+    check_cu(driver().cuModuleGetFunction(&function, out->module, symbol.c_str()), "cuModuleGetFunction", 0);
+    out->functions.push_back(function);
+  }
+}
+
+// A 16-bit tensor of up to 4 dims (innermost first), boxes of 64 elements by `rows`, 128-byte
+// swizzle. Strides in elements for dims 1..rank-1.
+CUtensorMap tensor_map(const void* base, bool fp16, std::vector<std::uint64_t> dims,
+                       std::vector<std::uint64_t> strides, std::uint32_t rows) {
+  CUtensorMap map;
+  std::vector<cuuint64_t> byte_strides;
+  for (auto s : strides) byte_strides.push_back(s * 2);
+  std::vector<cuuint32_t> box(dims.size(), 1);
+  box[0] = 64;
+  box[1] = rows;
+  std::vector<cuuint32_t> element_strides(dims.size(), 1);
+  std::vector<cuuint64_t> sizes(dims.begin(), dims.end());
+  check_cu(driver().cuTensorMapEncodeTiled(
+               &map, fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+               static_cast<cuuint32_t>(dims.size()), const_cast<void*>(base), sizes.data(),
+               byte_strides.data(), box.data(), element_strides.data(), CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+           "cuTensorMapEncodeTiled", 0);
+  return map;
+}
+
+struct Grid {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+void launch(CUfunction function, Grid grid, unsigned threads, unsigned smem, CUstream stream,
+            std::vector<void*> params) {
+  check_cu(driver().cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       static_cast<int>(smem)),
+           "cuFuncSetAttribute", 0);
+  check_cu(driver().cuLaunchKernel(function, grid.x, grid.y, grid.z, threads, 1, 1, smem, stream,
+                                   params.data(), nullptr),
+           "cuLaunchKernel", 0);
+}
+
+// Median milliseconds of `reps` runs of `body` (one warm-up first).
+template <typename Body> double time_ms(CUstream stream, int reps, Body&& body) {
+  const auto& api = driver();
+  CUevent start, stop;
+  check_cu(api.cuEventCreate(&start, 0), "cuEventCreate", 0);
+  check_cu(api.cuEventCreate(&stop, 0), "cuEventCreate", 0);
+  body();
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    check_cu(api.cuEventRecord(start, stream), "cuEventRecord", 0);
+    body();
+    check_cu(api.cuEventRecord(stop, stream), "cuEventRecord", 0);
+    check_cu(api.cuEventSynchronize(stop), "cuEventSynchronize", 0);
+    float ms = 0;
+    check_cu(api.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime", 0);
+    times.push_back(ms);
+  }
+  api.cuEventDestroy(start);
+  api.cuEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// ---------------------------------------------------------------------------------------------
+// GEMM
+
+void gemm_case(CUfunction kernel, int m, int n, int k, CUstream stream, int reps, bool time_it,
+               std::mt19937& rng) {
+  const auto a_host = random_bits(static_cast<std::size_t>(m) * k, false, rng);
+  const auto b_host = random_bits(static_cast<std::size_t>(n) * k, false, rng);
+  Buffer a(a_host.size() * 2), b(b_host.size() * 2), c(static_cast<std::size_t>(m) * n * 2);
+  a.upload(a_host);
+  b.upload(b_host);
+  c.poison();
+  const CUtensorMap map_a = tensor_map(a.ptr(), false, {std::uint64_t(k), std::uint64_t(m)}, {std::uint64_t(k)}, 128);
+  const CUtensorMap map_b = tensor_map(b.ptr(), false, {std::uint64_t(k), std::uint64_t(n)}, {std::uint64_t(k)}, 256);
+  CUdeviceptr c_ptr = c.get();
+  int mm = m, nn = n, kk = k;
+  const Grid grid{static_cast<unsigned>((m / 128) * (n / 256))};
+  const unsigned smem = astrai::kGemmSmemBytes;
+  auto run = [&] {
+    launch(kernel, grid, 384, smem, stream,
+           {const_cast<CUtensorMap*>(&map_a), const_cast<CUtensorMap*>(&map_b), &c_ptr, &mm, &nn, &kk});
+  };
+  run();
+  check_cu(driver().cuStreamSynchronize(stream), "cuStreamSynchronize(gemm)", 0);
+  const auto c_host = c.download<std::uint16_t>(static_cast<std::size_t>(m) * n);
+  // Every element when small, else 4096 random ones plus the tile corners.
+  const bool full = static_cast<long long>(m) * n <= (1 << 20);
+  double worst = 0;
+  bool finite = true;
+  std::uniform_int_distribution<int> pick_m(0, m - 1), pick_n(0, n - 1);
+  const long long samples = full ? static_cast<long long>(m) * n : 4096;
+  for (long long i = 0; i < samples; ++i) {
+    const int row = full ? static_cast<int>(i / n) : pick_m(rng);
+    const int col = full ? static_cast<int>(i % n) : pick_n(rng);
+    double want = 0;
+    for (int x = 0; x < k; ++x)
+      want += static_cast<double>(from_bits(a_host[static_cast<std::size_t>(row) * k + x], false)) *
+              from_bits(b_host[static_cast<std::size_t>(col) * k + x], false);
+    const float got = from_bits(c_host[static_cast<std::size_t>(row) * n + col], false);
+    if (!std::isfinite(got)) finite = false;
+    // bf16 output: relative rounding 2^-8 of the value, plus f32 accumulation error.
+    worst = std::max(worst, std::fabs(got - want) / (std::fabs(want) * 0.0079 + 1e-3 * std::sqrt(k)));
+  }
+  expect(finite && worst <= 1.0, fmt::format("gemm {}x{}x{}: {} checked elements within bf16 rounding "
+                                             "(worst {:.2f} of the bound)", m, n, k, samples, worst));
+  if (!time_it) return;
+  const double ms = time_ms(stream, reps, run);
+  const double tflops = 2.0 * m * n * k / (ms * 1e-3) / 1e12;
+  fmt::print("TIME gemm_bf16 {}x{}x{}: {:.3f} ms, {:.1f} TFLOP/s\n", m, n, k, ms, tflops);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prefill
+
+struct PrefillCase {
+  int head_dim = 128;
+  bool fp16 = false;
+  int batch = 1;
+  int q_len = 1;
+  int kv_len = 1;
+  int n_heads = 4;
+  int n_kv_heads = 1;
+  int causal_offset = -1;
+  bool lse = true;
+  std::string label() const {
+    return fmt::format("hd{} {} B{} q{} kv{} h{}/{} causal{}", head_dim, fp16 ? "fp16" : "bf16", batch, q_len,
+                       kv_len, n_heads, n_kv_heads, causal_offset);
+  }
+};
+
+struct PrefillKernels {
+  Module module;  // functions: one per (dtype, head dim, group) in kNames order
+  std::vector<std::string> names;
+  CUfunction find(const PrefillCase& c) const {
+    const std::string want = fmt::format("astrai::prefill_sm90_kernel<astrai::{}, {}, {}>",
+                                         c.fp16 ? "fp16_t" : "bf16_t", c.head_dim, c.n_heads / c.n_kv_heads);
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (names[i] == want) return module.functions[i];
+    throw std::runtime_error("no kernel " + want);
+  }
+};
+
+struct PrefillData {
+  std::vector<std::uint16_t> q, k, v;
+  std::unique_ptr<Buffer> dq, dk, dv, dout, dlse;
+};
+
+PrefillData make_prefill_data(const PrefillCase& c, std::mt19937& rng) {
+  PrefillData d;
+  const std::size_t q_count = static_cast<std::size_t>(c.batch) * c.q_len * c.n_heads * c.head_dim;
+  const std::size_t kv_count = static_cast<std::size_t>(c.batch) * c.kv_len * c.n_kv_heads * c.head_dim;
+  d.q = random_bits(q_count, c.fp16, rng);
+  d.k = random_bits(kv_count, c.fp16, rng);
+  d.v = random_bits(kv_count, c.fp16, rng);
+  d.dq = std::make_unique<Buffer>(q_count * 2);
+  d.dk = std::make_unique<Buffer>(kv_count * 2);
+  d.dv = std::make_unique<Buffer>(kv_count * 2);
+  d.dout = std::make_unique<Buffer>(q_count * 2);
+  d.dlse = std::make_unique<Buffer>(static_cast<std::size_t>(c.batch) * c.q_len * c.n_heads * 4);
+  d.dq->upload(d.q);
+  d.dk->upload(d.k);
+  d.dv->upload(d.v);
+  return d;
+}
+
+void run_sm90_prefill(const PrefillKernels& kernels, const PrefillCase& c, PrefillData& d, CUstream stream) {
+  astrai::PrefillParams p{};
+  p.q = d.dq->ptr();
+  p.q_stride_seq = static_cast<long long>(c.n_heads) * c.head_dim;
+  p.q_stride_head = c.head_dim;
+  p.q_stride_batch = p.q_stride_seq * c.q_len;
+  p.k = d.dk->ptr();
+  p.v = d.dv->ptr();
+  p.k_stride_seq = p.v_stride_seq = static_cast<long long>(c.n_kv_heads) * c.head_dim;
+  p.k_stride_head = p.v_stride_head = c.head_dim;
+  p.k_stride_batch = p.v_stride_batch = p.k_stride_seq * c.kv_len;
+  p.out = d.dout->ptr();
+  p.out_stride_seq = p.q_stride_seq;
+  p.out_stride_head = p.q_stride_head;
+  p.out_stride_batch = p.q_stride_batch;
+  p.lse = c.lse ? static_cast<float*>(d.dlse->ptr()) : nullptr;
+  p.batch = c.batch;
+  p.q_len = c.q_len;
+  p.kv_len = c.kv_len;
+  p.n_heads = c.n_heads;
+  p.n_kv_heads = c.n_kv_heads;
+  p.causal_offset = c.causal_offset;
+  p.scale_log2 = static_cast<float>(1.0 / std::sqrt(c.head_dim) * 1.4426950408889634);
+  const int block_n = astrai::prefill_sm90_block_n(c.head_dim);
+  using U = std::uint64_t;
+  // A zero-length dimension cannot be encoded; such a case has no KV block to load anyway.
+  const U kv_rows = std::max(c.kv_len, 1);
+  const CUtensorMap map_q = tensor_map(p.q, c.fp16, {U(c.head_dim), U(c.q_len), U(c.n_heads), U(c.batch)},
+                                       {U(p.q_stride_seq), U(p.q_stride_head), U(p.q_stride_batch)}, 128);
+  const CUtensorMap map_k = tensor_map(p.k, c.fp16, {U(c.head_dim), kv_rows, U(c.n_kv_heads), U(c.batch)},
+                                       {U(p.k_stride_seq), U(p.k_stride_head), U(p.k_stride_batch)}, block_n);
+  const CUtensorMap map_v = tensor_map(p.v, c.fp16, {U(c.head_dim), kv_rows, U(c.n_kv_heads), U(c.batch)},
+                                       {U(p.v_stride_seq), U(p.v_stride_head), U(p.v_stride_batch)}, block_n);
+  const Grid grid{static_cast<unsigned>((c.q_len + 127) / 128), static_cast<unsigned>(c.n_heads),
+                  static_cast<unsigned>(c.batch)};
+  launch(kernels.find(c), grid, 384, static_cast<unsigned>(astrai::prefill_sm90_smem_bytes(c.head_dim)), stream,
+         {&p, const_cast<CUtensorMap*>(&map_q), const_cast<CUtensorMap*>(&map_k), const_cast<CUtensorMap*>(&map_v)});
+}
+
+void run_portable_prefill(const PrefillCase& c, PrefillData& d, CUstream stream) {
+  astrai::PrefillArgs args;
+  args.dtype = c.fp16 ? astrai::DType::fp16 : astrai::DType::bf16;
+  args.batch = c.batch;
+  args.q_len = c.q_len;
+  args.kv_len = c.kv_len;
+  args.n_heads = c.n_heads;
+  args.n_kv_heads = c.n_kv_heads;
+  args.head_dim = c.head_dim;
+  args.causal_offset = c.causal_offset;
+  args.q = d.dq->ptr();
+  args.k = d.dk->ptr();
+  args.v = d.dv->ptr();
+  args.out = d.dout->ptr();
+  args.stream = stream;
+  astrai::Runtime::get().prefill(args);
+}
+
+void check_prefill(const PrefillKernels& kernels, const PrefillCase& c, CUstream stream, std::mt19937& rng) {
+  PrefillData d = make_prefill_data(c, rng);
+  d.dout->poison();
+  d.dlse->poison();
+  run_sm90_prefill(kernels, c, d, stream);
+  check_cu(driver().cuStreamSynchronize(stream), "cuStreamSynchronize(prefill_sm90)", 0);
+  const auto out = d.dout->download<std::uint16_t>(d.q.size());
+  const auto lse = d.dlse->download<float>(static_cast<std::size_t>(c.batch) * c.q_len * c.n_heads);
+  const int group = c.n_heads / c.n_kv_heads;
+  const double scale = 1.0 / std::sqrt(c.head_dim);
+  double worst = 0, worst_lse = 0;
+  bool finite = true;
+  std::vector<double> scores(c.kv_len), acc(c.head_dim);
+  for (int b = 0; b < c.batch; ++b)
+    for (int i = 0; i < c.q_len; ++i)
+      for (int h = 0; h < c.n_heads; ++h) {
+        const int kvh = h / group;
+        const long long stop = c.causal_offset < 0
+                                   ? c.kv_len
+                                   : std::clamp<long long>(static_cast<long long>(c.causal_offset) + i + 1, 0, c.kv_len);
+        const std::size_t q_at = ((static_cast<std::size_t>(b) * c.q_len + i) * c.n_heads + h) * c.head_dim;
+        double max_score = -INFINITY;
+        for (long long j = 0; j < stop; ++j) {
+          const std::size_t k_at = ((static_cast<std::size_t>(b) * c.kv_len + j) * c.n_kv_heads + kvh) * c.head_dim;
+          double dot = 0;
+          for (int x = 0; x < c.head_dim; ++x)
+            dot += static_cast<double>(from_bits(d.q[q_at + x], c.fp16)) * from_bits(d.k[k_at + x], c.fp16);
+          scores[j] = dot * scale;
+          max_score = std::max(max_score, scores[j]);
+        }
+        std::fill(acc.begin(), acc.end(), 0.0);
+        double sum = 0;
+        for (long long j = 0; j < stop; ++j) {
+          const double w = std::exp(scores[j] - max_score);
+          sum += w;
+          const std::size_t v_at = ((static_cast<std::size_t>(b) * c.kv_len + j) * c.n_kv_heads + kvh) * c.head_dim;
+          for (int x = 0; x < c.head_dim; ++x) acc[x] += w * from_bits(d.v[v_at + x], c.fp16);
+        }
+        for (int x = 0; x < c.head_dim; ++x) {
+          const double want = stop > 0 ? acc[x] / sum : 0.0;
+          const float got = from_bits(out[q_at + x], c.fp16);
+          if (!std::isfinite(got)) finite = false;
+          worst = std::max(worst, std::fabs(got - want));
+        }
+        const float got_lse = lse[(static_cast<std::size_t>(b) * c.q_len + i) * c.n_heads + h];
+        if (stop == 0) {
+          if (!(std::isinf(got_lse) && got_lse < 0)) finite = false;
+        } else {
+          if (!std::isfinite(got_lse)) finite = false;
+          worst_lse = std::max(worst_lse, std::fabs(got_lse - (max_score + std::log(sum))));
+        }
+      }
+  const double tolerance = c.fp16 ? 4e-3 : 1.6e-2;
+  expect(finite && worst <= tolerance && worst_lse <= 1e-3,
+         fmt::format("prefill_sm90 {}: max|err| {:.2e} (allowed {:.1e}), lse {:.2e}", c.label(), worst,
+                     tolerance, worst_lse));
+}
+
+void time_prefill(const PrefillKernels& kernels, const PrefillCase& c, CUstream stream, int reps, std::mt19937& rng) {
+  PrefillData d = make_prefill_data(c, rng);
+  const double causal_factor = c.causal_offset >= 0 ? 0.5 : 1.0;
+  const double flops = 4.0 * c.batch * c.n_heads * static_cast<double>(c.q_len) * c.kv_len * c.head_dim * causal_factor;
+  const double sm90_ms = time_ms(stream, reps, [&] { run_sm90_prefill(kernels, c, d, stream); });
+  const double portable_ms = time_ms(stream, reps, [&] { run_portable_prefill(c, d, stream); });
+  fmt::print("TIME prefill {}: sm90 {:.3f} ms {:.1f} TFLOP/s | portable {:.3f} ms {:.1f} TFLOP/s | {:.2f}x\n",
+             c.label(), sm90_ms, flops / (sm90_ms * 1e-3) / 1e12, portable_ms,
+             flops / (portable_ms * 1e-3) / 1e12, portable_ms / sm90_ms);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool check_only = false;
+  bool small = false;
+  int reps = 20;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--check-only") check_only = true;
+    else if (arg == "--small") check_only = small = true;
+    else if (arg == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
+  }
+  try {
+    const auto& api = driver();
+    CUdevice device;
+    check_cu(api.cuDeviceGet(&device, 0), "cuDeviceGet", 0);
+    int major = 0, minor = 0;
+    api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device);
+    api.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device);
+    if (major != 9 || minor != 0) {
+      fmt::print("astrai-sm90-check: needs a compute capability 9.0 GPU (found {}.{})\n", major, minor);
+      return 0;
+    }
+    CUcontext context;
+    check_cu(api.cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain", 0);
+    check_cu(api.cuCtxSetCurrent(context), "cuCtxSetCurrent", 0);
+    CUstream stream;
+    check_cu(api.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate", 0);
+    std::mt19937 rng(20261130);
+
+    Module gemm;
+    compile(&gemm, "hopper_gemm.cuh", {"astrai_gemm_bf16_sm90"}, "gemm_bf16_sm90");
+    gemm_case(gemm.functions[0], 256, 512, 192, stream, reps, false, rng);
+    if (!small) gemm_case(gemm.functions[0], 8192, 8192, 8192, stream, reps, !check_only, rng);
+
+    PrefillKernels prefill;
+    for (const char* type : {"bf16_t", "fp16_t"})
+      for (int head_dim : {64, 128, 256})
+        for (int group : {1, 4})
+          prefill.names.push_back(fmt::format("astrai::prefill_sm90_kernel<astrai::{}, {}, {}>", type, head_dim, group));
+    // One program per variant, as the runtime compiles them: the per-variant compile time.
+    {
+      Module probe;
+      compile(&probe, "prefill_sm90.cuh", {prefill.names[2]}, "prefill_sm90 bf16 hd128 g1 (alone)");
+    }
+    compile(&prefill.module, "prefill_sm90.cuh", prefill.names, "prefill_sm90 (12 variants)");
+
+    for (bool fp16 : {false, true})
+      for (int head_dim : {64, 128, 256}) {
+        const int lens[][3] = {{1, 1, -1}, {63, 65, -1}, {128, 128, 0}, {129, 300, 171}, {200, 257, -1},
+                               {64, 0, -1}, {300, 129, 0}};
+        for (const auto& len : lens) {
+          PrefillCase c;
+          c.head_dim = head_dim;
+          c.fp16 = fp16;
+          c.batch = 2;
+          c.q_len = len[0];
+          c.kv_len = len[1];
+          c.causal_offset = len[2];
+          c.n_heads = 4;
+          c.n_kv_heads = (len[0] % 2) ? 4 : 1;
+          check_prefill(prefill, c, stream, rng);
+        }
+      }
+
+    if (!check_only) {
+      for (const auto& [head_dim, batch, len, causal] :
+           std::vector<std::tuple<int, int, int, bool>>{{128, 4, 4096, false}, {128, 2, 8192, true},
+                                                        {64, 2, 8192, true}, {256, 2, 8192, true}}) {
+        PrefillCase c;
+        c.head_dim = head_dim;
+        c.batch = batch;
+        c.q_len = c.kv_len = len;
+        c.n_heads = 32;
+        c.n_kv_heads = 8;
+        c.causal_offset = causal ? 0 : -1;
+        c.lse = false;
+        time_prefill(prefill, c, stream, reps, rng);
+      }
+    }
+    api.cuStreamDestroy(stream);
+  } catch (const std::exception& error) {
+    fmt::print("astrai-sm90-check: {}\n", error.what());
+    return 1;
+  }
+  fmt::print("{} failure(s)\n", g_failures);
+  return g_failures == 0 ? 0 : 1;
+}

@@ -28,11 +28,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   u64* empty = full + kGemmStages;
 
   constexpr int kBandM = 8;  // row-tiles per band
+  const int tiles_m = m / kGemmBlockM;
   const int tiles_n = n / kGemmBlockN;
   const int band = blockIdx.x / (kBandM * tiles_n);
-  const int in_band = blockIdx.x % (kBandM * tiles_n);
-  const int tile_m = band * kBandM + in_band % kBandM;
-  const int tile_n = in_band / kBandM;
+  const int band_rows = min(kBandM, tiles_m - band * kBandM);  // the last band may be short
+  const int in_band = blockIdx.x - band * kBandM * tiles_n;
+  const int tile_m = band * kBandM + in_band % band_rows;
+  const int tile_n = in_band / band_rows;
   const int k_blocks = k / kGemmBlockK;
   const int warpgroup = threadIdx.x / 128;
 

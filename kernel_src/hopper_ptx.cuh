@@ -60,6 +60,12 @@ __device__ __forceinline__ void mbar_wait(u64* bar, unsigned parity) {
       : "memory");
 }
 
+// Orders this thread's generic-proxy shared-memory writes before later async-proxy accesses
+// (wgmma operand reads, TMA stores).
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // --- TMA ----------------------------------------------------------------------------------------
 
 __device__ __forceinline__ void tma_prefetch_map(const TmaMap* map) {

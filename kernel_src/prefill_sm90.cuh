@@ -1,7 +1,8 @@
 // Prefill attention on Hopper (sm_90a): TMA loads into an mbarrier ring, wgmma for S = Q K^T and
 // O += P V, a producer warpgroup and two consumer warpgroups. Computes what prefill.cuh's
-// kernel computes (same PrefillParams, same row limits, zeros and LSE -inf for empty rows) for
-// the contiguous KV layout without a mask; head dims that are multiples of 64.
+// kernel computes (same PrefillParams, same row limits, zeros and LSE -inf for empty rows)
+// without a mask, for contiguous KV (kPageSize 0) and paged KV with pages of 8 tokens or more;
+// head dims that are multiples of 64.
 //
 // Grid: (ceil(q_len / 128), n_heads, batch), walked backwards as in prefill.cuh; 384 threads.
 // Warpgroup 0 (24 registers) has one thread issue TMA loads: Q once, then K and V blocks of
@@ -9,7 +10,9 @@
 // causal diagonal or the end of the KV come first, so they alone are masked), V one block
 // behind K, each into a two-stage ring whose full/empty mbarriers pace producer and consumers.
 // Warpgroups 1 and 2 (240 registers) own 64 query rows each. Per block: S = Q K^T is issued,
-// then O += P V for the previous block; the softmax of S runs while that PV is still in flight.
+// then O += P V for the previous block; the softmax of S runs while that PV is still in flight,
+// and the two warpgroups take turns issuing (ping-pong), so one's softmax hides behind the
+// other's GEMMs. kBlockNArg overrides the KV block (hopper_params.h) for tuning.
 // Tiles in shared memory use the 128-byte swizzle (hopper_ptx.cuh). Rows and KV positions past
 // the tensor arrive as zeros (TMA fill), so they cannot produce NaN.
 #pragma once
@@ -23,16 +26,27 @@ namespace astrai {
 template <typename T> struct IsFp16 { static constexpr bool value = false; };
 template <> struct IsFp16<fp16_t> { static constexpr bool value = true; };
 
-// map_q: 4-D over q {head_dim, q_len, n_heads, batch}, box {64, 128, 1, 1}; map_k and map_v:
-// over K and V {head_dim, kv_len, n_kv_heads, batch}, box {64, kBlockN, 1, 1}; 128-byte swizzle.
-template <typename T, int kHeadDim, int kGroup>
+// 2^x on the special-function unit, subnormal results flushed (they weigh nothing in a softmax).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Tensor maps (128-byte swizzle, boxes 64 elements wide):
+//   map_q: contiguous {head_dim, q_len, n_heads, batch}, paged {head_dim, total_q, n_heads, 1};
+//          box {64, 128, 1, 1}.
+//   map_k, map_v: contiguous {head_dim, kv_len, n_kv_heads, batch}, box {64, kBlockN, 1, 1};
+//          paged {head_dim, n_kv_heads, page_size, num_pages}, box {64, 1, min(page_size, 16), 1}.
+template <typename T, int kHeadDim, int kPageSize, int kGroup,
+          int kBlockNArg = prefill_sm90_block_n(kHeadDim)>
 __global__ void __launch_bounds__(384, 1)
     prefill_sm90_kernel(const __grid_constant__ PrefillParams p,
                         const __grid_constant__ sm90::TmaMap map_q,
                         const __grid_constant__ sm90::TmaMap map_k,
                         const __grid_constant__ sm90::TmaMap map_v) {
   using namespace sm90;
-  using Shape = PrefillSm90Shape<kHeadDim>;
+  using Shape = PrefillSm90Shape<kHeadDim, kBlockNArg>;
   constexpr int kBlockM = Shape::kBlockM;
   constexpr int kBlockN = Shape::kBlockN;
   constexpr int kStages = Shape::kStages;
@@ -53,7 +67,7 @@ __global__ void __launch_bounds__(384, 1)
   const int batch_index = blockIdx.z;
   const int head = blockIdx.y;
   const int kv_head = head / kGroup;
-  const PrefillRequest r = prefill_request<0>(p, batch_index);
+  const PrefillRequest r = prefill_request<kPageSize>(p, batch_index);
   const int m0 = prefill_tile_start<kBlockM>();
   if (m0 >= r.q_len) return;
   const int last_row = min(m0 + kBlockM, r.q_len) - 1;
@@ -76,38 +90,87 @@ __global__ void __launch_bounds__(384, 1)
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     setmaxnreg_dec<24>();
-    if (threadIdx.x == 0 && n_blocks > 0) {
-      tma_prefetch_map(&map_q);
-      tma_prefetch_map(&map_k);
-      tma_prefetch_map(&map_v);
-      mbar_arrive_expect_tx(q_full, Shape::kQBytes);
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c)
-        tma_load_4d(smem_q + c * kBlockM * 128, &map_q, q_full, 64 * c, m0, head, batch_index);
-      // Step `it` walks block n_blocks - 1 - it.
-      auto load_kv = [&](const TmaMap* map, unsigned char* ring, u64* full, u64* empty, int it) {
-        const int s = it % kStages;
-        mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
-        mbar_arrive_expect_tx(&full[s], Shape::kKvBytes);
-        const int token = (n_blocks - 1 - it) * kBlockN;
+    // Warp 0 produces; lane 0 issues every barrier operation and copy. Contiguous KV: one box
+    // per 64-column chunk and block. Paged KV: boxes of kBoxRows tokens (never across a page),
+    // lane j looking up the page of box j; pages past the KV length get id -1, which TMA reads
+    // as zeros, like ids outside the pool.
+    const int lane = threadIdx.x;
+    if (threadIdx.x < 32 && n_blocks > 0) {
+      if (lane == 0) {
+        tma_prefetch_map(&map_q);
+        tma_prefetch_map(&map_k);
+        tma_prefetch_map(&map_v);
+        mbar_arrive_expect_tx(q_full, Shape::kQBytes);
 #pragma unroll
         for (int c = 0; c < kChunks; ++c)
-          tma_load_4d(ring + s * Shape::kKvBytes + c * kBlockN * 128, map, &full[s], 64 * c, token,
-                      kv_head, batch_index);
-      };
-      for (int it = 0; it < n_blocks; ++it) {
-        load_kv(&map_k, smem_k, k_full, k_empty, it);
-        if (it > 0) load_kv(&map_v, smem_v, v_full, v_empty, it - 1);
+          tma_load_4d(smem_q + c * kBlockM * 128, &map_q, q_full, 64 * c, r.q_start + m0, head,
+                      kPageSize == 0 ? batch_index : 0);
       }
-      load_kv(&map_v, smem_v, v_full, v_empty, n_blocks - 1);
+      constexpr int kBoxRows = kPageSize == 0 ? kBlockN : (kPageSize < 16 ? kPageSize : 16);
+      constexpr int kBoxes = kBlockN / kBoxRows;
+      static_assert(kBoxes <= 32 && kBlockN % kBoxRows == 0, "paged boxes");
+      const int* table_row = kPageSize == 0 ? nullptr : p.page_table + batch_index * p.page_table_stride;
+      // Page id of box `lane` of the block starting at `token` (contiguous: unused).
+      auto box_page = [&](int token) {
+        if constexpr (kPageSize == 0) {
+          return 0;
+        } else {
+          const int box_token = token + lane * kBoxRows;
+          return lane < kBoxes && box_token < r.kv_len ? __ldg(table_row + box_token / kPageSize) : -1;
+        }
+      };
+      // Step `it` walks block n_blocks - 1 - it.
+      auto load_kv = [&](const TmaMap* map, unsigned char* ring, u64* full, u64* empty, int it, int page) {
+        const int s = it % kStages;
+        const int token = (n_blocks - 1 - it) * kBlockN;
+        unsigned char* stage = ring + s * Shape::kKvBytes;
+        if (lane == 0) {
+          mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+          mbar_arrive_expect_tx(&full[s], Shape::kKvBytes);
+        }
+        if constexpr (kPageSize == 0) {
+          if (lane == 0)
+#pragma unroll
+            for (int c = 0; c < kChunks; ++c)
+              tma_load_4d(stage + c * kBlockN * 128, map, &full[s], 64 * c, token, kv_head, batch_index);
+        } else {
+#pragma unroll
+          for (int box = 0; box < kBoxes; ++box) {
+            const int box_page = __shfl_sync(0xffffffffu, page, box);
+            const int slot = (token + box * kBoxRows) % kPageSize;
+            if (lane == 0)
+#pragma unroll
+              for (int c = 0; c < kChunks; ++c)
+                tma_load_4d(stage + c * kBlockN * 128 + box * kBoxRows * 128, map, &full[s], 64 * c,
+                            kv_head, slot, box_page);
+          }
+        }
+      };
+      // Page ids are fetched a block ahead: the lookup's latency hides behind the waits.
+      int page = box_page((n_blocks - 1) * kBlockN);
+      int previous_page = 0;
+      for (int it = 0; it < n_blocks; ++it) {
+        const int next_page = it + 1 < n_blocks ? box_page((n_blocks - 2 - it) * kBlockN) : 0;
+        load_kv(&map_k, smem_k, k_full, k_empty, it, page);
+        if (it > 0) load_kv(&map_v, smem_v, v_full, v_empty, it - 1, previous_page);
+        previous_page = page;
+        page = next_page;
+      }
+      load_kv(&map_v, smem_v, v_full, v_empty, n_blocks - 1, previous_page);
     }
     return;
   }
 
   setmaxnreg_inc<240>();
+  // Ping-pong: the two consumer warpgroups take turns issuing their GEMMs (named barriers 1 and
+  // 2, each 256 threads: one warpgroup waits, the other arrives), so that one's softmax runs
+  // while the other's wgmmas keep the tensor cores busy. Warpgroup 1 goes first.
+  const int consumer = warpgroup - 1;
+  auto await_turn = [&] { named_bar_sync(1 + consumer, 256); };
+  auto pass_turn = [&] { named_bar_arrive(2 - consumer, 256); };
   const int t = threadIdx.x % 128;
   const int lane = t % 32;
-  const int row0 = m0 + 64 * (warpgroup - 1) + 16 * (t / 32) + lane / 4;  // and row0 + 8
+  const int row0 = m0 + 64 * consumer + 16 * (t / 32) + lane / 4;  // and row0 + 8
   const int stop[2] = {prefill_row_stop(r, row0), prefill_row_stop(r, row0 + 8)};
 
   float o[kHeadDim / 2];
@@ -118,7 +181,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
   for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
 
-  const unsigned q_base = smem_u32(smem_q) + (warpgroup - 1) * 64 * 128;
+  const unsigned q_base = smem_u32(smem_q) + consumer * 64 * 128;
   auto issue_qk = [&](int stage) {
     const unsigned k_base = smem_u32(smem_k + stage * Shape::kKvBytes);
     reg_fence(s);
@@ -143,7 +206,7 @@ __global__ void __launch_bounds__(384, 1)
     wgmma_commit();
   };
   // Online softmax of the block starting at column `col0`: S becomes P (f32, in s), the row
-  // statistics move, and `correction` is what O must be scaled by.
+  // statistics move, and `correction` is what O must be scaled by (true when it is not 1).
   auto softmax = [&](int col0, float (&correction)[2]) {
     if (col0 + kBlockN > mask_from) {
 #pragma unroll
@@ -159,6 +222,7 @@ __global__ void __launch_bounds__(384, 1)
       block_max[1] = fmaxf(block_max[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
     }
     float neg_ref[2];
+    bool moved = false;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 1));
@@ -166,16 +230,32 @@ __global__ void __launch_bounds__(384, 1)
       const float new_max = fmaxf(row_max[h], block_max[h] * p.scale_log2);
       // A row that has seen nothing yet keeps -inf; 0 as its reference gives exp2(-inf) = 0.
       const float ref = new_max == negative_infinity() ? 0.f : new_max;
-      correction[h] = exp2f(row_max[h] - ref);
+      correction[h] = fast_exp2(row_max[h] - ref);
+      moved = moved || correction[h] != 1.f;
       row_max[h] = new_max;
       row_sum[h] *= correction[h];
       neg_ref[h] = -ref;
     }
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; ++i) {
-      s[i] = exp2f(fmaf(s[i], p.scale_log2, neg_ref[(i >> 1) & 1]));
+      s[i] = fast_exp2(fmaf(s[i], p.scale_log2, neg_ref[(i >> 1) & 1]));
       row_sum[(i >> 1) & 1] += s[i];
     }
+    return moved;
+  };
+  // Paged KV: the block holding the end of the KV arrives with the rest of its last page, which
+  // may hold anything (even NaN, and 0 * NaN is NaN in P V). Zero those V rows once.
+  auto clear_v_tail = [&](int stage) {
+    const int first = r.kv_len - (n_blocks - 1) * kBlockN;
+    if (kPageSize == 0 || first >= kBlockN) return;
+    const int pieces = (kBlockN - first) * 8;  // 16-byte pieces per chunk
+    for (int i = t + 128 * consumer; i < pieces * kChunks; i += 256) {
+      const int row = first + (i % pieces) / 8;
+      *reinterpret_cast<uint4*>(smem_v + stage * Shape::kKvBytes + (i / pieces) * kBlockN * 128 + row * 128 +
+                                (i % 8) * 16) = uint4{0u, 0u, 0u, 0u};
+    }
+    fence_proxy_async_shared();
+    named_bar_sync(3, 256);
   };
   // P in the register layout of wgmma's A operand: k-step kk takes s[8kk .. 8kk + 7].
   auto pack_p = [&]() {
@@ -187,9 +267,12 @@ __global__ void __launch_bounds__(384, 1)
 
   if (n_blocks > 0) {
     float correction[2];
+    if (consumer == 1) pass_turn();
     mbar_wait(q_full, 0);
     mbar_wait(&k_full[0], 0);
+    await_turn();
     issue_qk(0);
+    pass_turn();
     wgmma_wait<0>();
     reg_fence(s);
     mbar_arrive(&k_empty[0]);
@@ -199,23 +282,33 @@ __global__ void __launch_bounds__(384, 1)
       const int ks = it % kStages;
       const int vs = (it - 1) % kStages;
       mbar_wait(&k_full[ks], (it / kStages) & 1);
-      issue_qk(ks);
       mbar_wait(&v_full[vs], ((it - 1) / kStages) & 1);
+      if (it == 1) clear_v_tail(vs);
+      await_turn();
+      issue_qk(ks);
       issue_pv(vs);
+      pass_turn();
       wgmma_wait<1>();  // S is ready; P V of the previous block still runs
       reg_fence(s);
       mbar_arrive(&k_empty[ks]);
-      softmax((n_blocks - 1 - it) * kBlockN, correction);
+      const bool moved = softmax((n_blocks - 1 - it) * kBlockN, correction);
       wgmma_wait<0>();
       reg_fence(o);
       mbar_arrive(&v_empty[vs]);
+      // Skipped while no row max of the warp moves (most blocks once the maxima settle).
+      if (__any_sync(0xffffffffu, moved))
 #pragma unroll
-      for (int i = 0; i < kHeadDim / 2; ++i) o[i] *= correction[(i >> 1) & 1];
+        for (int i = 0; i < kHeadDim / 2; ++i) o[i] *= correction[(i >> 1) & 1];
       pack_p();
     }
     const int vs = (n_blocks - 1) % kStages;
     mbar_wait(&v_full[vs], ((n_blocks - 1) / kStages) & 1);
+    if (n_blocks == 1) clear_v_tail(vs);
+    await_turn();
     issue_pv(vs);
+    // Every wait on a turn barrier meets one arrival: warpgroup 2's opening arrival stands in
+    // for its last one.
+    if (consumer == 0) pass_turn();
     wgmma_wait<0>();
     reg_fence(o);
     mbar_arrive(&v_empty[vs]);

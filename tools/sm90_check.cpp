@@ -141,16 +141,17 @@ void compile(Module* out, const std::string& main_file, const std::vector<std::s
   }
 }
 
-// A 16-bit tensor of up to 4 dims (innermost first), boxes of 64 elements by `rows`, 128-byte
-// swizzle. Strides in elements for dims 1..rank-1.
+// A 16-bit tensor of 2 to 4 dims (innermost first), boxes of {64, box1, box2, 1} elements (box2
+// ignored for 2 dims), 128-byte swizzle. Strides in elements for dims 1..rank-1.
 CUtensorMap tensor_map(const void* base, bool fp16, std::vector<std::uint64_t> dims,
-                       std::vector<std::uint64_t> strides, std::uint32_t rows) {
+                       std::vector<std::uint64_t> strides, std::uint32_t box1, std::uint32_t box2 = 1) {
   CUtensorMap map;
   std::vector<cuuint64_t> byte_strides;
   for (auto s : strides) byte_strides.push_back(s * 2);
   std::vector<cuuint32_t> box(dims.size(), 1);
   box[0] = 64;
-  box[1] = rows;
+  box[1] = box1;
+  if (dims.size() > 2) box[2] = box2;
   std::vector<cuuint32_t> element_strides(dims.size(), 1);
   std::vector<cuuint64_t> sizes(dims.begin(), dims.end());
   check_cu(driver().cuTensorMapEncodeTiled(
@@ -263,9 +264,16 @@ struct PrefillCase {
   int n_kv_heads = 1;
   int causal_offset = -1;
   bool lse = true;
+  int block_n = 0;    // 0: the default of hopper_params.h
+  int page_size = 0;  // 0: contiguous KV
+  int kv_block() const { return block_n ? block_n : astrai::prefill_sm90_block_n(head_dim); }
+  std::string kernel_name() const {
+    return fmt::format("astrai::prefill_sm90_kernel<astrai::{}, {}, {}, {}, {}>", fp16 ? "fp16_t" : "bf16_t",
+                       head_dim, page_size, n_heads / n_kv_heads, kv_block());
+  }
   std::string label() const {
-    return fmt::format("hd{} {} B{} q{} kv{} h{}/{} causal{}", head_dim, fp16 ? "fp16" : "bf16", batch, q_len,
-                       kv_len, n_heads, n_kv_heads, causal_offset);
+    return fmt::format("hd{} {} B{} q{} kv{} h{}/{} causal{} bn{} ps{}", head_dim, fp16 ? "fp16" : "bf16", batch,
+                       q_len, kv_len, n_heads, n_kv_heads, causal_offset, kv_block(), page_size);
   }
 };
 
@@ -273,92 +281,210 @@ struct PrefillKernels {
   Module module;  // functions: one per (dtype, head dim, group) in kNames order
   std::vector<std::string> names;
   CUfunction find(const PrefillCase& c) const {
-    const std::string want = fmt::format("astrai::prefill_sm90_kernel<astrai::{}, {}, {}>",
-                                         c.fp16 ? "fp16_t" : "bf16_t", c.head_dim, c.n_heads / c.n_kv_heads);
+    const std::string want = c.kernel_name();
     for (std::size_t i = 0; i < names.size(); ++i)
       if (names[i] == want) return module.functions[i];
     throw std::runtime_error("no kernel " + want);
   }
 };
 
-struct PrefillData {
-  std::vector<std::uint16_t> q, k, v;
-  std::unique_ptr<Buffer> dq, dk, dv, dout, dlse;
+// One request as the reference sees it: its query rows in q/out/lse, its KV gathered.
+struct RequestRef {
+  int q_start = 0;
+  int q_len = 0;
+  int kv_len = 0;
+  bool causal = false;
+  long long causal_base = 0;  // row i sits at KV position causal_base + i (may be negative)
+  std::vector<std::uint16_t> k, v;  // [kv_len, n_kv_heads, head_dim]
 };
 
+struct PrefillData {
+  int total_q = 0;
+  int max_q_len = 0;
+  int num_pages = 0;
+  int max_pages = 0;
+  std::vector<std::uint16_t> q;  // [total_q, n_heads, head_dim]
+  std::vector<RequestRef> requests;
+  std::unique_ptr<Buffer> dq, dk, dv, dout, dlse, dindptr, dseq_lens, dtable;
+};
+
+// Contiguous: q [batch, q_len, H, D], K/V [batch, kv_len, Hkv, D]. Paged: requests of ragged
+// lengths (request b has q_len - 7b rows and kv_len - 5b tokens, at least 1 and 0), pages
+// shuffled through the pool, the unused tail of each last page filled with NaN, and page-table
+// entries past each request pointing outside the pool.
 PrefillData make_prefill_data(const PrefillCase& c, std::mt19937& rng) {
   PrefillData d;
-  const std::size_t q_count = static_cast<std::size_t>(c.batch) * c.q_len * c.n_heads * c.head_dim;
-  const std::size_t kv_count = static_cast<std::size_t>(c.batch) * c.kv_len * c.n_kv_heads * c.head_dim;
-  d.q = random_bits(q_count, c.fp16, rng);
-  d.k = random_bits(kv_count, c.fp16, rng);
-  d.v = random_bits(kv_count, c.fp16, rng);
-  d.dq = std::make_unique<Buffer>(q_count * 2);
-  d.dk = std::make_unique<Buffer>(kv_count * 2);
-  d.dv = std::make_unique<Buffer>(kv_count * 2);
-  d.dout = std::make_unique<Buffer>(q_count * 2);
-  d.dlse = std::make_unique<Buffer>(static_cast<std::size_t>(c.batch) * c.q_len * c.n_heads * 4);
+  const std::size_t row = static_cast<std::size_t>(c.n_kv_heads) * c.head_dim;  // one KV token
+  for (int b = 0; b < c.batch; ++b) {
+    RequestRef r;
+    const bool paged = c.page_size > 0;
+    r.q_len = paged ? std::max(1, c.q_len - 7 * b) : c.q_len;
+    r.kv_len = paged ? std::max(0, c.kv_len - 5 * b) : c.kv_len;
+    r.q_start = d.total_q;
+    r.causal = c.causal_offset >= 0;
+    r.causal_base = paged ? static_cast<long long>(r.kv_len) - r.q_len : c.causal_offset;
+    r.k = random_bits(r.kv_len * row, c.fp16, rng);
+    r.v = random_bits(r.kv_len * row, c.fp16, rng);
+    d.total_q += r.q_len;
+    d.max_q_len = std::max(d.max_q_len, r.q_len);
+    d.requests.push_back(std::move(r));
+  }
+  d.q = random_bits(static_cast<std::size_t>(d.total_q) * c.n_heads * c.head_dim, c.fp16, rng);
+  d.dq = std::make_unique<Buffer>(d.q.size() * 2);
   d.dq->upload(d.q);
-  d.dk->upload(d.k);
-  d.dv->upload(d.v);
+  d.dout = std::make_unique<Buffer>(d.q.size() * 2);
+  d.dlse = std::make_unique<Buffer>(static_cast<std::size_t>(d.total_q) * c.n_heads * 4);
+  if (c.page_size == 0) {
+    std::vector<std::uint16_t> k, v;
+    for (const auto& r : d.requests) {
+      k.insert(k.end(), r.k.begin(), r.k.end());
+      v.insert(v.end(), r.v.begin(), r.v.end());
+    }
+    d.dk = std::make_unique<Buffer>(std::max<std::size_t>(k.size(), 1) * 2);
+    d.dv = std::make_unique<Buffer>(std::max<std::size_t>(v.size(), 1) * 2);
+    d.dk->upload(k);
+    d.dv->upload(v);
+    return d;
+  }
+  const int ps = c.page_size;
+  for (const auto& r : d.requests) {
+    d.num_pages += (r.kv_len + ps - 1) / ps;
+    d.max_pages = std::max(d.max_pages, (r.kv_len + ps - 1) / ps);
+  }
+  d.num_pages = std::max(d.num_pages, 1);
+  d.max_pages += 2;  // table entries past the end of every request
+  std::vector<int> order(d.num_pages);
+  for (int i = 0; i < d.num_pages; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  const std::size_t page_elems = static_cast<std::size_t>(ps) * row;
+  std::vector<std::uint16_t> k_cache(d.num_pages * page_elems, 0xffff), v_cache(d.num_pages * page_elems, 0xffff);
+  std::vector<int> table(static_cast<std::size_t>(c.batch) * d.max_pages, d.num_pages + 1000);
+  std::vector<int> indptr(1, 0), seq_lens;
+  int next = 0;
+  for (int b = 0; b < c.batch; ++b) {
+    const auto& r = d.requests[b];
+    for (int t = 0; t < r.kv_len; ++t) {
+      if (t % ps == 0) table[static_cast<std::size_t>(b) * d.max_pages + t / ps] = order[next++];
+      const std::size_t at = table[static_cast<std::size_t>(b) * d.max_pages + t / ps] * page_elems + (t % ps) * row;
+      std::copy(r.k.begin() + t * row, r.k.begin() + (t + 1) * row, k_cache.begin() + at);
+      std::copy(r.v.begin() + t * row, r.v.begin() + (t + 1) * row, v_cache.begin() + at);
+    }
+    indptr.push_back(r.q_start + r.q_len);
+    seq_lens.push_back(r.kv_len);
+  }
+  d.dk = std::make_unique<Buffer>(k_cache.size() * 2);
+  d.dv = std::make_unique<Buffer>(v_cache.size() * 2);
+  d.dk->upload(k_cache);
+  d.dv->upload(v_cache);
+  d.dindptr = std::make_unique<Buffer>(indptr.size() * 4);
+  d.dseq_lens = std::make_unique<Buffer>(seq_lens.size() * 4);
+  d.dtable = std::make_unique<Buffer>(table.size() * 4);
+  d.dindptr->upload(indptr);
+  d.dseq_lens->upload(seq_lens);
+  d.dtable->upload(table);
   return d;
 }
 
 void run_sm90_prefill(const PrefillKernels& kernels, const PrefillCase& c, PrefillData& d, CUstream stream) {
+  using U = std::uint64_t;
   astrai::PrefillParams p{};
+  const long long q_row = static_cast<long long>(c.n_heads) * c.head_dim;
+  const long long kv_row = static_cast<long long>(c.n_kv_heads) * c.head_dim;
   p.q = d.dq->ptr();
-  p.q_stride_seq = static_cast<long long>(c.n_heads) * c.head_dim;
-  p.q_stride_head = c.head_dim;
-  p.q_stride_batch = p.q_stride_seq * c.q_len;
+  p.q_stride_seq = p.out_stride_seq = q_row;
+  p.q_stride_head = p.out_stride_head = c.head_dim;
   p.k = d.dk->ptr();
   p.v = d.dv->ptr();
-  p.k_stride_seq = p.v_stride_seq = static_cast<long long>(c.n_kv_heads) * c.head_dim;
+  p.k_stride_seq = p.v_stride_seq = kv_row;
   p.k_stride_head = p.v_stride_head = c.head_dim;
-  p.k_stride_batch = p.v_stride_batch = p.k_stride_seq * c.kv_len;
   p.out = d.dout->ptr();
-  p.out_stride_seq = p.q_stride_seq;
-  p.out_stride_head = p.q_stride_head;
-  p.out_stride_batch = p.q_stride_batch;
   p.lse = c.lse ? static_cast<float*>(d.dlse->ptr()) : nullptr;
   p.batch = c.batch;
-  p.q_len = c.q_len;
-  p.kv_len = c.kv_len;
   p.n_heads = c.n_heads;
   p.n_kv_heads = c.n_kv_heads;
   p.causal_offset = c.causal_offset;
   p.scale_log2 = static_cast<float>(1.0 / std::sqrt(c.head_dim) * 1.4426950408889634);
-  const int block_n = astrai::prefill_sm90_block_n(c.head_dim);
-  using U = std::uint64_t;
-  // A zero-length dimension cannot be encoded; such a case has no KV block to load anyway.
-  const U kv_rows = std::max(c.kv_len, 1);
-  const CUtensorMap map_q = tensor_map(p.q, c.fp16, {U(c.head_dim), U(c.q_len), U(c.n_heads), U(c.batch)},
-                                       {U(p.q_stride_seq), U(p.q_stride_head), U(p.q_stride_batch)}, 128);
-  const CUtensorMap map_k = tensor_map(p.k, c.fp16, {U(c.head_dim), kv_rows, U(c.n_kv_heads), U(c.batch)},
-                                       {U(p.k_stride_seq), U(p.k_stride_head), U(p.k_stride_batch)}, block_n);
-  const CUtensorMap map_v = tensor_map(p.v, c.fp16, {U(c.head_dim), kv_rows, U(c.n_kv_heads), U(c.batch)},
-                                       {U(p.v_stride_seq), U(p.v_stride_head), U(p.v_stride_batch)}, block_n);
-  const Grid grid{static_cast<unsigned>((c.q_len + 127) / 128), static_cast<unsigned>(c.n_heads),
+  const int block_n = c.kv_block();
+  CUtensorMap map_q, map_k, map_v;
+  if (c.page_size == 0) {
+    p.q_stride_batch = p.out_stride_batch = q_row * c.q_len;
+    p.k_stride_batch = p.v_stride_batch = kv_row * c.kv_len;
+    p.q_len = c.q_len;
+    p.kv_len = c.kv_len;
+    // A zero-length dimension cannot be encoded; such a case has no KV block to load anyway.
+    const U kv_rows = std::max(c.kv_len, 1);
+    map_q = tensor_map(p.q, c.fp16, {U(c.head_dim), U(c.q_len), U(c.n_heads), U(c.batch)},
+                       {U(q_row), U(c.head_dim), U(p.q_stride_batch)}, 128);
+    map_k = tensor_map(p.k, c.fp16, {U(c.head_dim), kv_rows, U(c.n_kv_heads), U(c.batch)},
+                       {U(kv_row), U(c.head_dim), U(p.k_stride_batch)}, block_n);
+    map_v = tensor_map(p.v, c.fp16, {U(c.head_dim), kv_rows, U(c.n_kv_heads), U(c.batch)},
+                       {U(kv_row), U(c.head_dim), U(p.v_stride_batch)}, block_n);
+  } else {
+    const long long page = kv_row * c.page_size;
+    p.k_stride_page = p.v_stride_page = page;
+    p.qo_indptr = static_cast<const int*>(d.dindptr->ptr());
+    p.seq_lens = static_cast<const int*>(d.dseq_lens->ptr());
+    p.page_table = static_cast<const int*>(d.dtable->ptr());
+    p.page_table_stride = d.max_pages;
+    p.total_q = d.total_q;
+    p.num_pages = d.num_pages;
+    p.max_pages_per_seq = d.max_pages;
+    p.causal_offset = c.causal_offset < 0 ? -1 : 0;
+    const std::uint32_t box = std::min(c.page_size, 16);
+    map_q = tensor_map(p.q, c.fp16, {U(c.head_dim), U(d.total_q), U(c.n_heads), 1},
+                       {U(q_row), U(c.head_dim), U(q_row) * d.total_q}, 128);
+    map_k = tensor_map(p.k, c.fp16, {U(c.head_dim), U(c.n_kv_heads), U(c.page_size), U(d.num_pages)},
+                       {U(c.head_dim), U(kv_row), U(page)}, 1, box);
+    map_v = tensor_map(p.v, c.fp16, {U(c.head_dim), U(c.n_kv_heads), U(c.page_size), U(d.num_pages)},
+                       {U(c.head_dim), U(kv_row), U(page)}, 1, box);
+  }
+  const Grid grid{static_cast<unsigned>((d.max_q_len + 127) / 128), static_cast<unsigned>(c.n_heads),
                   static_cast<unsigned>(c.batch)};
-  launch(kernels.find(c), grid, 384, static_cast<unsigned>(astrai::prefill_sm90_smem_bytes(c.head_dim)), stream,
-         {&p, const_cast<CUtensorMap*>(&map_q), const_cast<CUtensorMap*>(&map_k), const_cast<CUtensorMap*>(&map_v)});
+  launch(kernels.find(c), grid, 384, static_cast<unsigned>(astrai::prefill_sm90_smem_bytes(c.head_dim, block_n)),
+         stream, {&p, &map_q, &map_k, &map_v});
 }
 
 void run_portable_prefill(const PrefillCase& c, PrefillData& d, CUstream stream) {
-  astrai::PrefillArgs args;
-  args.dtype = c.fp16 ? astrai::DType::fp16 : astrai::DType::bf16;
+  const auto dtype = c.fp16 ? astrai::DType::fp16 : astrai::DType::bf16;
+  if (c.page_size == 0) {
+    astrai::PrefillArgs args;
+    args.dtype = dtype;
+    args.batch = c.batch;
+    args.q_len = c.q_len;
+    args.kv_len = c.kv_len;
+    args.n_heads = c.n_heads;
+    args.n_kv_heads = c.n_kv_heads;
+    args.head_dim = c.head_dim;
+    args.causal_offset = c.causal_offset;
+    args.q = d.dq->ptr();
+    args.k = d.dk->ptr();
+    args.v = d.dv->ptr();
+    args.out = d.dout->ptr();
+    args.stream = stream;
+    astrai::Runtime::get().prefill(args);
+    return;
+  }
+  astrai::PagedPrefillArgs args;
+  args.dtype = dtype;
   args.batch = c.batch;
-  args.q_len = c.q_len;
-  args.kv_len = c.kv_len;
+  args.total_q = d.total_q;
+  args.max_q_len = d.max_q_len;
   args.n_heads = c.n_heads;
   args.n_kv_heads = c.n_kv_heads;
   args.head_dim = c.head_dim;
-  args.causal_offset = c.causal_offset;
+  args.page_size = c.page_size;
+  args.num_pages = d.num_pages;
+  args.max_pages_per_seq = d.max_pages;
+  args.causal = c.causal_offset >= 0;
   args.q = d.dq->ptr();
-  args.k = d.dk->ptr();
-  args.v = d.dv->ptr();
+  args.qo_indptr = static_cast<const std::int32_t*>(d.dindptr->ptr());
+  args.k_cache = d.dk->ptr();
+  args.v_cache = d.dv->ptr();
+  args.page_table = static_cast<const std::int32_t*>(d.dtable->ptr());
+  args.seq_lens = static_cast<const std::int32_t*>(d.dseq_lens->ptr());
   args.out = d.dout->ptr();
   args.stream = stream;
-  astrai::Runtime::get().prefill(args);
+  astrai::Runtime::get().paged_prefill(args);
 }
 
 void check_prefill(const PrefillKernels& kernels, const PrefillCase& c, CUstream stream, std::mt19937& rng) {
@@ -368,26 +494,25 @@ void check_prefill(const PrefillKernels& kernels, const PrefillCase& c, CUstream
   run_sm90_prefill(kernels, c, d, stream);
   check_cu(driver().cuStreamSynchronize(stream), "cuStreamSynchronize(prefill_sm90)", 0);
   const auto out = d.dout->download<std::uint16_t>(d.q.size());
-  const auto lse = d.dlse->download<float>(static_cast<std::size_t>(c.batch) * c.q_len * c.n_heads);
+  const auto lse = d.dlse->download<float>(static_cast<std::size_t>(d.total_q) * c.n_heads);
   const int group = c.n_heads / c.n_kv_heads;
   const double scale = 1.0 / std::sqrt(c.head_dim);
   double worst = 0, worst_lse = 0;
   bool finite = true;
-  std::vector<double> scores(c.kv_len), acc(c.head_dim);
-  for (int b = 0; b < c.batch; ++b)
-    for (int i = 0; i < c.q_len; ++i)
+  std::vector<double> acc(c.head_dim);
+  for (const auto& r : d.requests) {
+    std::vector<double> scores(r.kv_len);
+    for (int i = 0; i < r.q_len; ++i)
       for (int h = 0; h < c.n_heads; ++h) {
         const int kvh = h / group;
-        const long long stop = c.causal_offset < 0
-                                   ? c.kv_len
-                                   : std::clamp<long long>(static_cast<long long>(c.causal_offset) + i + 1, 0, c.kv_len);
-        const std::size_t q_at = ((static_cast<std::size_t>(b) * c.q_len + i) * c.n_heads + h) * c.head_dim;
+        const long long stop = !r.causal ? r.kv_len : std::clamp<long long>(r.causal_base + i + 1, 0, r.kv_len);
+        const std::size_t q_at = ((static_cast<std::size_t>(r.q_start) + i) * c.n_heads + h) * c.head_dim;
         double max_score = -INFINITY;
         for (long long j = 0; j < stop; ++j) {
-          const std::size_t k_at = ((static_cast<std::size_t>(b) * c.kv_len + j) * c.n_kv_heads + kvh) * c.head_dim;
+          const std::size_t k_at = (static_cast<std::size_t>(j) * c.n_kv_heads + kvh) * c.head_dim;
           double dot = 0;
           for (int x = 0; x < c.head_dim; ++x)
-            dot += static_cast<double>(from_bits(d.q[q_at + x], c.fp16)) * from_bits(d.k[k_at + x], c.fp16);
+            dot += static_cast<double>(from_bits(d.q[q_at + x], c.fp16)) * from_bits(r.k[k_at + x], c.fp16);
           scores[j] = dot * scale;
           max_score = std::max(max_score, scores[j]);
         }
@@ -396,8 +521,8 @@ void check_prefill(const PrefillKernels& kernels, const PrefillCase& c, CUstream
         for (long long j = 0; j < stop; ++j) {
           const double w = std::exp(scores[j] - max_score);
           sum += w;
-          const std::size_t v_at = ((static_cast<std::size_t>(b) * c.kv_len + j) * c.n_kv_heads + kvh) * c.head_dim;
-          for (int x = 0; x < c.head_dim; ++x) acc[x] += w * from_bits(d.v[v_at + x], c.fp16);
+          const std::size_t v_at = (static_cast<std::size_t>(j) * c.n_kv_heads + kvh) * c.head_dim;
+          for (int x = 0; x < c.head_dim; ++x) acc[x] += w * from_bits(r.v[v_at + x], c.fp16);
         }
         for (int x = 0; x < c.head_dim; ++x) {
           const double want = stop > 0 ? acc[x] / sum : 0.0;
@@ -405,7 +530,7 @@ void check_prefill(const PrefillKernels& kernels, const PrefillCase& c, CUstream
           if (!std::isfinite(got)) finite = false;
           worst = std::max(worst, std::fabs(got - want));
         }
-        const float got_lse = lse[(static_cast<std::size_t>(b) * c.q_len + i) * c.n_heads + h];
+        const float got_lse = lse[(static_cast<std::size_t>(r.q_start) + i) * c.n_heads + h];
         if (stop == 0) {
           if (!(std::isinf(got_lse) && got_lse < 0)) finite = false;
         } else {
@@ -413,6 +538,7 @@ void check_prefill(const PrefillKernels& kernels, const PrefillCase& c, CUstream
           worst_lse = std::max(worst_lse, std::fabs(got_lse - (max_score + std::log(sum))));
         }
       }
+  }
   const double tolerance = c.fp16 ? 4e-3 : 1.6e-2;
   expect(finite && worst <= tolerance && worst_lse <= 1e-3,
          fmt::format("prefill_sm90 {}: max|err| {:.2e} (allowed {:.1e}), lse {:.2e}", c.label(), worst,
@@ -421,8 +547,9 @@ void check_prefill(const PrefillKernels& kernels, const PrefillCase& c, CUstream
 
 void time_prefill(const PrefillKernels& kernels, const PrefillCase& c, CUstream stream, int reps, std::mt19937& rng) {
   PrefillData d = make_prefill_data(c, rng);
-  const double causal_factor = c.causal_offset >= 0 ? 0.5 : 1.0;
-  const double flops = 4.0 * c.batch * c.n_heads * static_cast<double>(c.q_len) * c.kv_len * c.head_dim * causal_factor;
+  double flops = 0;
+  for (const auto& r : d.requests)
+    flops += 4.0 * c.n_heads * static_cast<double>(r.q_len) * r.kv_len * c.head_dim * (c.causal_offset >= 0 ? 0.5 : 1.0);
   const double sm90_ms = time_ms(stream, reps, [&] { run_sm90_prefill(kernels, c, d, stream); });
   const double portable_ms = time_ms(stream, reps, [&] { run_portable_prefill(c, d, stream); });
   fmt::print("TIME prefill {}: sm90 {:.3f} ms {:.1f} TFLOP/s | portable {:.3f} ms {:.1f} TFLOP/s | {:.2f}x\n",
@@ -465,22 +592,14 @@ int main(int argc, char** argv) {
     gemm_case(gemm.functions[0], 256, 512, 192, stream, reps, false, rng);
     if (!small) gemm_case(gemm.functions[0], 8192, 8192, 8192, stream, reps, !check_only, rng);
 
-    PrefillKernels prefill;
-    for (const char* type : {"bf16_t", "fp16_t"})
-      for (int head_dim : {64, 128, 256})
-        for (int group : {1, 4})
-          prefill.names.push_back(fmt::format("astrai::prefill_sm90_kernel<astrai::{}, {}, {}>", type, head_dim, group));
-    // One program per variant, as the runtime compiles them: the per-variant compile time.
-    {
-      Module probe;
-      compile(&probe, "prefill_sm90.cuh", {prefill.names[2]}, "prefill_sm90 bf16 hd128 g1 (alone)");
-    }
-    compile(&prefill.module, "prefill_sm90.cuh", prefill.names, "prefill_sm90 (12 variants)");
-
+    // Every check and timing case, then one program holding every kernel they need.
+    std::vector<PrefillCase> checks, timings;
+    // Other KV blocks, checked and timed beside the defaults.
+    const std::vector<std::pair<int, int>> alternatives = {{64, 128}, {128, 128}, {256, 64}};
+    const int lens[][3] = {{1, 1, -1}, {63, 65, -1}, {128, 128, 0}, {129, 300, 171}, {200, 257, -1},
+                           {64, 0, -1}, {300, 129, 0}};
     for (bool fp16 : {false, true})
-      for (int head_dim : {64, 128, 256}) {
-        const int lens[][3] = {{1, 1, -1}, {63, 65, -1}, {128, 128, 0}, {129, 300, 171}, {200, 257, -1},
-                               {64, 0, -1}, {300, 129, 0}};
+      for (int head_dim : {64, 128, 256})
         for (const auto& len : lens) {
           PrefillCase c;
           c.head_dim = head_dim;
@@ -489,27 +608,66 @@ int main(int argc, char** argv) {
           c.q_len = len[0];
           c.kv_len = len[1];
           c.causal_offset = len[2];
-          c.n_heads = 4;
           c.n_kv_heads = (len[0] % 2) ? 4 : 1;
-          check_prefill(prefill, c, stream, rng);
+          checks.push_back(c);
+          for (const auto& [alt_head_dim, block_n] : alternatives)
+            if (alt_head_dim == head_dim && !fp16 && c.n_kv_heads == 1) {
+              c.block_n = block_n;
+              checks.push_back(c);
+            }
         }
-      }
-
-    if (!check_only) {
-      for (const auto& [head_dim, batch, len, causal] :
-           std::vector<std::tuple<int, int, int, bool>>{{128, 4, 4096, false}, {128, 2, 8192, true},
-                                                        {64, 2, 8192, true}, {256, 2, 8192, true}}) {
+    // Paged: ragged requests, pages of 8 to 256 tokens, NaN past each request's last token.
+    const int paged_lens[][3] = {{1, 1, 0}, {63, 65, -1}, {129, 300, 0}, {200, 257, -1}, {64, 3, 0}, {17, 700, 0}};
+    for (const auto& [head_dim, fp16, page_size] :
+         std::vector<std::tuple<int, bool, int>>{{128, false, 16}, {128, false, 8}, {128, false, 32}, {128, true, 256},
+                                                 {64, false, 16}, {64, true, 64}, {256, false, 16}, {256, true, 128}})
+      for (const auto& len : paged_lens) {
         PrefillCase c;
         c.head_dim = head_dim;
-        c.batch = batch;
-        c.q_len = c.kv_len = len;
-        c.n_heads = 32;
-        c.n_kv_heads = 8;
-        c.causal_offset = causal ? 0 : -1;
-        c.lse = false;
-        time_prefill(prefill, c, stream, reps, rng);
+        c.fp16 = fp16;
+        c.page_size = page_size;
+        c.batch = 3;
+        c.q_len = len[0];
+        c.kv_len = len[1];
+        c.causal_offset = len[2];
+        c.n_kv_heads = (len[0] % 2) ? 4 : 1;
+        checks.push_back(c);
       }
+    for (const auto& [head_dim, batch, len, causal, page_size] :
+         std::vector<std::tuple<int, int, int, bool, int>>{{128, 4, 4096, false, 0}, {128, 2, 8192, true, 0},
+                                                           {64, 2, 8192, true, 0}, {256, 2, 8192, true, 0},
+                                                           {128, 2, 8192, true, 16}}) {
+      PrefillCase c;
+      c.head_dim = head_dim;
+      c.batch = batch;
+      c.q_len = c.kv_len = len;
+      c.n_heads = 32;
+      c.n_kv_heads = 8;
+      c.causal_offset = causal ? 0 : -1;
+      c.page_size = page_size;
+      c.lse = false;
+      timings.push_back(c);
+      for (const auto& [alt_head_dim, block_n] : alternatives)
+        if (alt_head_dim == head_dim && page_size == 0) {
+          c.block_n = block_n;
+          timings.push_back(c);
+        }
     }
+    PrefillKernels prefill;
+    for (const auto* list : {&checks, &timings})
+      for (const auto& c : *list)
+        if (std::find(prefill.names.begin(), prefill.names.end(), c.kernel_name()) == prefill.names.end())
+          prefill.names.push_back(c.kernel_name());
+    // One program per variant, as the runtime compiles them: the per-variant compile time.
+    {
+      Module probe;
+      compile(&probe, "prefill_sm90.cuh", {timings[1].kernel_name()}, timings[1].kernel_name() + " (alone)");
+    }
+    compile(&prefill.module, "prefill_sm90.cuh", prefill.names,
+            fmt::format("prefill_sm90 ({} variants)", prefill.names.size()));
+    for (const auto& c : checks) check_prefill(prefill, c, stream, rng);
+    if (!check_only)
+      for (const auto& c : timings) time_prefill(prefill, c, stream, reps, rng);
     api.cuStreamDestroy(stream);
   } catch (const std::exception& error) {
     fmt::print("astrai-sm90-check: {}\n", error.what());

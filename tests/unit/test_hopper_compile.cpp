@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "astrai/error.hpp"
+#include "kernel_src/hopper_params.h"
 #include "runtime/kernel_sources.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
@@ -54,14 +55,16 @@ TEST_SUITE("hopper") {
     check_log_clean(result);
   }
 
-  TEST_CASE("every sm_90a prefill variant compiles to wgmma SS and RS over TMA loads, without serialization") {
+  TEST_CASE("sm_90a prefill variants (contiguous and paged) compile to wgmma SS and RS over TMA loads, without serialization") {
     for (const char* type : {"bf16_t", "fp16_t"}) {
-      for (int head_dim : {64, 128, 192, 256}) {
-        const std::string name = fmt::format("astrai::prefill_sm90_kernel<astrai::{}, {}, 4>", type, head_dim);
+      for (const auto& [head_dim, page_size] :
+           std::vector<std::pair<int, int>>{{64, 0}, {128, 0}, {192, 0}, {256, 0}, {128, 8}, {64, 16}, {256, 256}}) {
+        const std::string name =
+            fmt::format("astrai::prefill_sm90_kernel<astrai::{}, {}, {}, 4>", type, head_dim, page_size);
         CAPTURE(name);
         const auto result = compile_sm90("prefill_sm90.cuh", {name});
         const std::string types = std::string(type) == "bf16_t" ? "bf16.bf16" : "f16.f16";
-        const int block_n = head_dim <= 128 ? 128 : 80;
+        const int block_n = astrai::prefill_sm90_block_n(head_dim);
         CHECK(contains(result.ptx, fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", block_n, types)));
         CHECK(contains(result.ptx, fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", head_dim, types)));
         CHECK(contains(result.ptx, "cp.async.bulk.tensor.4d"));

@@ -90,10 +90,10 @@ __global__ void __launch_bounds__(384, 1)
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     setmaxnreg_dec<24>();
-    // Warp 0 produces; lane 0 issues every barrier operation and copy. Contiguous KV: one box
-    // per 64-column chunk and block. Paged KV: boxes of kBoxRows tokens (never across a page),
-    // lane j looking up the page of box j; pages past the KV length get id -1, which TMA reads
-    // as zeros, like ids outside the pool.
+    // Warp 0 produces; lane 0 issues every barrier operation. Contiguous KV: one box per
+    // 64-column chunk and block, from lane 0. Paged KV: boxes of kBoxRows tokens (never across a
+    // page), lane j looking up the page of box j and issuing it; pages past the KV length get id
+    // -1, which TMA reads as zeros, like ids outside the pool.
     const int lane = threadIdx.x;
     if (threadIdx.x < 32 && n_blocks > 0) {
       if (lane == 0) {
@@ -134,16 +134,13 @@ __global__ void __launch_bounds__(384, 1)
             for (int c = 0; c < kChunks; ++c)
               tma_load_4d(stage + c * kBlockN * 128, map, &full[s], 64 * c, token, kv_head, batch_index);
         } else {
+          // Each lane issues its own box: one thread issuing them all was the bottleneck.
+          __syncwarp();
+          if (lane < kBoxes)
 #pragma unroll
-          for (int box = 0; box < kBoxes; ++box) {
-            const int box_page = __shfl_sync(0xffffffffu, page, box);
-            const int slot = (token + box * kBoxRows) % kPageSize;
-            if (lane == 0)
-#pragma unroll
-              for (int c = 0; c < kChunks; ++c)
-                tma_load_4d(stage + c * kBlockN * 128 + box * kBoxRows * 128, map, &full[s], 64 * c,
-                            kv_head, slot, box_page);
-          }
+            for (int c = 0; c < kChunks; ++c)
+              tma_load_4d(stage + c * kBlockN * 128 + lane * kBoxRows * 128, map, &full[s], 64 * c, kv_head,
+                          (token + lane * kBoxRows) % kPageSize, page);
         }
       };
       // Page ids are fetched a block ahead: the lookup's latency hides behind the waits.
@@ -206,7 +203,7 @@ __global__ void __launch_bounds__(384, 1)
     wgmma_commit();
   };
   // Online softmax of the block starting at column `col0`: S becomes P (f32, in s), the row
-  // statistics move, and `correction` is what O must be scaled by (true when it is not 1).
+  // statistics move, and `correction` is what O must be scaled by.
   auto softmax = [&](int col0, float (&correction)[2]) {
     if (col0 + kBlockN > mask_from) {
 #pragma unroll
@@ -222,7 +219,6 @@ __global__ void __launch_bounds__(384, 1)
       block_max[1] = fmaxf(block_max[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
     }
     float neg_ref[2];
-    bool moved = false;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 1));
@@ -231,7 +227,6 @@ __global__ void __launch_bounds__(384, 1)
       // A row that has seen nothing yet keeps -inf; 0 as its reference gives exp2(-inf) = 0.
       const float ref = new_max == negative_infinity() ? 0.f : new_max;
       correction[h] = fast_exp2(row_max[h] - ref);
-      moved = moved || correction[h] != 1.f;
       row_max[h] = new_max;
       row_sum[h] *= correction[h];
       neg_ref[h] = -ref;
@@ -241,7 +236,6 @@ __global__ void __launch_bounds__(384, 1)
       s[i] = fast_exp2(fmaf(s[i], p.scale_log2, neg_ref[(i >> 1) & 1]));
       row_sum[(i >> 1) & 1] += s[i];
     }
-    return moved;
   };
   // Paged KV: the block holding the end of the KV arrives with the rest of its last page, which
   // may hold anything (even NaN, and 0 * NaN is NaN in P V). Zero those V rows once.
@@ -291,12 +285,10 @@ __global__ void __launch_bounds__(384, 1)
       wgmma_wait<1>();  // S is ready; P V of the previous block still runs
       reg_fence(s);
       mbar_arrive(&k_empty[ks]);
-      const bool moved = softmax((n_blocks - 1 - it) * kBlockN, correction);
+      softmax((n_blocks - 1 - it) * kBlockN, correction);
       wgmma_wait<0>();
       reg_fence(o);
       mbar_arrive(&v_empty[vs]);
-      // Skipped while no row max of the warp moves (most blocks once the maxima settle).
-      if (__any_sync(0xffffffffu, moved))
 #pragma unroll
         for (int i = 0; i < kHeadDim / 2; ++i) o[i] *= correction[(i >> 1) & 1];
       pack_p();

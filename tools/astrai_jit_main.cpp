@@ -288,24 +288,6 @@ std::vector<DType> resolve_dtypes(const std::vector<std::string>& requested) {
   return dtypes;
 }
 
-// Which shape parameters a kernel's variants take.
-enum class KernelShape {
-  head_dim,             // head dim only (rotary_emb)
-  head_dim_group,       // head dim and group (contiguous attention)
-  head_dim_group_page,  // head dim, group and page size (paged attention)
-};
-
-KernelShape kernel_shape(KernelKind kind) {
-  switch (kind) {
-    case KernelKind::rotary_emb: return KernelShape::head_dim;
-    case KernelKind::decode:
-    case KernelKind::prefill: return KernelShape::head_dim_group;
-    case KernelKind::paged_decode:
-    case KernelKind::paged_prefill: return KernelShape::head_dim_group_page;
-  }
-  return KernelShape::head_dim_group_page;
-}
-
 template <typename T>
 std::vector<T> unique_values(const std::vector<T>& values) {
   std::vector<T> out;
@@ -336,6 +318,14 @@ std::vector<KernelSpec> read_manifest(const std::string& path) {
   return specs;
 }
 
+// The families `warm` compiles without --kernels.
+std::vector<std::string> default_kernel_names() {
+  std::vector<std::string> names;
+  for (const auto* family : astrai::detail::kernel_families())
+    if (family->warm_by_default) names.emplace_back(family->name);
+  return names;
+}
+
 bool has_flag_selection(const WarmOptions& options) {
   return !options.archs.empty() || !options.kernels.empty() || !options.dtypes.empty() ||
          !options.head_dims.empty() || !options.page_sizes.empty() || !options.group_sizes.empty();
@@ -357,61 +347,46 @@ std::vector<KernelSpec> build_selection(const WarmOptions& options, const JitEng
     const std::vector<std::string> archs =
         resolve_archs(options.archs.empty() ? std::vector<std::string>{"auto"} : options.archs, engine);
     const std::vector<KernelKind> kinds = resolve_kernels(
-        options.kernels.empty() ? std::vector<std::string>{"paged_decode", "rotary_emb"}
-                                : options.kernels);
+        options.kernels.empty() ? default_kernel_names() : options.kernels);
     const std::vector<DType> dtypes =
         resolve_dtypes(options.dtypes.empty() ? std::vector<std::string>{"bf16"} : options.dtypes);
     const bool no_mma = options.no_mma || engine.config().no_mma;
-    const std::vector<int> page_sizes =
-        options.page_sizes.empty() ? std::vector<int>{1, 16} : unique_values(options.page_sizes);
-
-    // (head_dim, group) pairs for the attention kernels; head dims alone for rotary_emb.
-    std::vector<std::pair<int, int>> attention_shapes;
-    std::vector<int> head_dims;
-    if (options.head_dims.empty() && options.group_sizes.empty()) {
-      attention_shapes = {{64, 6}, {128, 4}};  // AstrAI 1B, Llama-3-8B
-      head_dims = {64, 128};
-    } else {
-      head_dims =
-          options.head_dims.empty() ? std::vector<int>{64, 128} : unique_values(options.head_dims);
-      const std::vector<int> groups =
-          options.group_sizes.empty() ? std::vector<int>{4, 6} : unique_values(options.group_sizes);
-      for (int head_dim : head_dims)
-        for (int group : groups) attention_shapes.emplace_back(head_dim, group);
-    }
+    const bool shape_flags = !options.head_dims.empty() || !options.group_sizes.empty();
 
     for (const auto& arch : archs) {
       for (KernelKind kind : kinds) {
+        const astrai::detail::KernelFamily& family = astrai::detail::kernel_family(kind);
+        const astrai::detail::WarmDefaults& defaults = family.warm;
+        // (head_dim, group) pairs: the family's default set, or the cross product of the flags
+        // (each falling back to the family's default list); group 0 for ungrouped families.
+        std::vector<std::pair<int, int>> shapes;
+        if (!shape_flags) {
+          shapes = defaults.shapes;
+        } else {
+          const std::vector<int> head_dims =
+              options.head_dims.empty() ? defaults.head_dims : unique_values(options.head_dims);
+          std::vector<int> groups = {0};
+          if (family.grouped)
+            groups = options.group_sizes.empty() ? defaults.groups : unique_values(options.group_sizes);
+          for (int head_dim : head_dims)
+            for (int group : groups) shapes.emplace_back(head_dim, group);
+        }
+        std::vector<int> page_sizes = {0};
+        if (family.paged)
+          page_sizes = options.page_sizes.empty() ? defaults.page_sizes : unique_values(options.page_sizes);
         for (DType dtype : dtypes) {
           KernelSpec spec;
           spec.kind = kind;
           spec.dtype = dtype;
           spec.arch = arch;
           spec.force_no_mma = no_mma && astrai::detail::arch_number(arch) >= 80;
-          switch (kernel_shape(kind)) {
-            case KernelShape::head_dim:
-              for (int head_dim : head_dims) {
-                spec.head_dim = head_dim;
-                add(spec);
-              }
-              break;
-            case KernelShape::head_dim_group:
-              for (const auto& [head_dim, group] : attention_shapes) {
-                spec.head_dim = head_dim;
-                spec.group_size = group;
-                add(spec);
-              }
-              break;
-            case KernelShape::head_dim_group_page:
-              for (const auto& [head_dim, group] : attention_shapes) {
-                for (int page_size : page_sizes) {
-                  spec.head_dim = head_dim;
-                  spec.group_size = group;
-                  spec.page_size = page_size;
-                  add(spec);
-                }
-              }
-              break;
+          for (const auto& [head_dim, group] : shapes) {
+            for (int page_size : page_sizes) {
+              spec.head_dim = head_dim;
+              spec.group_size = group;
+              spec.page_size = page_size;
+              add(spec);
+            }
           }
         }
       }
@@ -752,8 +727,8 @@ void add_warm_command(CLI::App& app, Commands* commands) {
                    "sm_90a without a GPU) [default: auto]")
       ->delimiter(',')->type_name("LIST");
   warm->add_option("--kernels", options.kernels,
-                   fmt::format("Kernels: {} [default: paged_decode,rotary_emb]",
-                               join(astrai::detail::kernel_kind_names(), ", ")))
+                   fmt::format("Kernels: {} [default: {}]", join(astrai::detail::kernel_kind_names(), ", "),
+                               join(default_kernel_names(), ",")))
       ->delimiter(',')->type_name("LIST");
   warm->add_option("--dtypes", options.dtypes, "Dtypes: bf16, fp16 [default: bf16]")
       ->delimiter(',')->type_name("LIST");

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "astrai/error.hpp"
+#include "runtime/compile_plan.hpp"
 #include "runtime/kernel_sources.hpp"
 #include "runtime/kernel_spec.hpp"
 #include "runtime/nvrtc_compiler.hpp"
@@ -13,7 +14,6 @@ using astrai::DType;
 using astrai::detail::BinaryKind;
 using astrai::detail::CompileRequest;
 using astrai::detail::CompileResult;
-using astrai::detail::kernel_source_closure;
 using astrai::detail::KernelKind;
 using astrai::detail::KernelSpec;
 using astrai::detail::nvrtc_compile;
@@ -56,17 +56,7 @@ KernelSpec rotary(DType dtype, int head_dim, const std::string& arch) {
 }
 
 // The request the JIT engine builds for a spec.
-CompileRequest request_for(const KernelSpec& spec) {
-  CompileRequest request;
-  request.variant_name = spec.name();
-  request.main_file = spec.main_file();
-  const auto& closure = kernel_source_closure(spec.main_file());
-  request.headers.assign(closure.begin(), closure.end());
-  request.name_expressions = spec.instantiations();
-  request.options = spec.compile_options();
-  request.emit_ptx_only = spec.arch.rfind("compute_", 0) == 0;
-  return request;
-}
+CompileRequest request_for(const KernelSpec& spec) { return astrai::detail::compile_request(spec); }
 
 bool contains(const std::string& text, const std::string& needle) {
   return text.find(needle) != std::string::npos;

@@ -1,4 +1,4 @@
-// Regression tests for cache defects found by the torture harness (tools/cache_torture.cpp).
+// Regression tests for cache defects found by the torture harness (tests/torture/).
 #include <doctest/doctest.h>
 
 #include <filesystem>

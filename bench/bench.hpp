@@ -54,6 +54,7 @@
 #include "runtime/kernel_spec.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "tests/support/support.hpp"
 
 extern char** environ;
 
@@ -438,28 +439,7 @@ class GraphExec {
   CUgraphExec exec_ = nullptr;
 };
 
-class TempDir {
- public:
-  TempDir() {
-    std::error_code ec;
-    fs::path base = fs::temp_directory_path(ec);
-    if (ec) base = "/tmp";
-    std::string pattern = (base / "astrai-bench-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr)
-      throw astrai::Error(fmt::format("cannot create a temporary directory under {}", base.string()));
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 inline void sync_stream(CUstream stream) { check_cu(driver().cuStreamSynchronize(stream), "cuStreamSynchronize", 0); }
 

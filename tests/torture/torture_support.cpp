@@ -1,6 +1,8 @@
 // Helpers every verb shares: time, seeds, the verdict, binaries, child processes, files.
 #include "tests/torture/torture.hpp"
 
+#include "tests/support/specs.hpp"
+
 namespace astrai::torture {
 
 std::int64_t now_ns() {
@@ -27,12 +29,9 @@ std::vector<KernelSpec> rotary_pool(std::size_t count) {
   constexpr std::size_t kPerArch = 2 * 64;
   std::vector<KernelSpec> specs;
   for (std::size_t i = 0; i < std::min(count, kPoolLimit); ++i) {
-    KernelSpec spec;
-    spec.kind = KernelKind::rotary_emb;
-    spec.dtype = i % 2 == 0 ? DType::bf16 : DType::fp16;
-    spec.head_dim = static_cast<int>(8 * (1 + (i / 2) % 64));
-    spec.arch = kArchs[(i / kPerArch) % 4];
-    specs.push_back(spec);
+    specs.push_back(astrai::testing::rotary_spec(i % 2 == 0 ? DType::bf16 : DType::fp16,
+                                                 static_cast<int>(8 * (1 + (i / 2) % 64)),
+                                                 kArchs[(i / kPerArch) % 4]));
   }
   return specs;
 }

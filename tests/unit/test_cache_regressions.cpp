@@ -11,7 +11,7 @@
 #include "runtime/jit_engine.hpp"
 #include "runtime/kernel_spec.hpp"
 #include "runtime/logging.hpp"
-#include "tests/unit/test_support.hpp"
+#include "tests/support/support.hpp"
 
 namespace fs = std::filesystem;
 using astrai::detail::BinaryKind;

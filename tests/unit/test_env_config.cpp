@@ -13,7 +13,7 @@
 
 #include "astrai/error.hpp"
 #include "runtime/env_config.hpp"
-#include "tests/unit/test_support.hpp"
+#include "tests/support/support.hpp"
 
 namespace {
 

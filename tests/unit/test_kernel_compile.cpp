@@ -9,6 +9,7 @@
 #include "runtime/kernel_sources.hpp"
 #include "runtime/kernel_spec.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "tests/support/specs.hpp"
 
 using astrai::DType;
 using astrai::detail::BinaryKind;
@@ -22,37 +23,17 @@ namespace {
 
 KernelSpec paged(DType dtype, int head_dim, int page_size, int group, const std::string& arch,
                  bool no_mma = false) {
-  KernelSpec spec;
-  spec.kind = KernelKind::paged_decode;
-  spec.dtype = dtype;
-  spec.head_dim = head_dim;
-  spec.page_size = page_size;
-  spec.group_size = group;
-  spec.arch = arch;
-  spec.force_no_mma = no_mma;
-  return spec;
+  return astrai::testing::paged_decode_spec(dtype, head_dim, page_size, group, arch, no_mma);
 }
 
 KernelSpec prefill(KernelKind kind, DType dtype, int head_dim, int page_size, int group,
                    const std::string& arch, bool no_mma = false) {
-  KernelSpec spec;
-  spec.kind = kind;
-  spec.dtype = dtype;
-  spec.head_dim = head_dim;
-  spec.page_size = kind == KernelKind::paged_prefill ? page_size : 0;
-  spec.group_size = group;
-  spec.arch = arch;
-  spec.force_no_mma = no_mma;
-  return spec;
+  return astrai::testing::make_spec(kind, dtype, head_dim, kind == KernelKind::paged_prefill ? page_size : 0,
+                                    group, arch, no_mma);
 }
 
 KernelSpec rotary(DType dtype, int head_dim, const std::string& arch) {
-  KernelSpec spec;
-  spec.kind = KernelKind::rotary_emb;
-  spec.dtype = dtype;
-  spec.head_dim = head_dim;
-  spec.arch = arch;
-  return spec;
+  return astrai::testing::rotary_spec(dtype, head_dim, arch);
 }
 
 // The request the JIT engine builds for a spec.

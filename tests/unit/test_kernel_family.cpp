@@ -10,7 +10,7 @@
 #include "runtime/jit_engine.hpp"
 #include "runtime/kernel_family.hpp"
 #include "runtime/kernel_spec.hpp"
-#include "tests/unit/test_support.hpp"
+#include "tests/support/support.hpp"
 
 using astrai::DType;
 using astrai::detail::EnvConfig;

@@ -83,7 +83,7 @@ CUdeviceptr WorkspacePool::acquire(CUstream stream, std::size_t bytes, const cha
   {
     std::shared_lock<std::shared_mutex> read_lock(mutex_);
     auto it = current_.find(stream);
-    if (it != current_.end() && it->second->bytes() >= bytes) return it->second->get();
+    if (it != current_.end() && it->second && it->second->bytes() >= bytes) return it->second->get();
   }
   std::unique_lock<std::shared_mutex> lock(mutex_);
   std::unique_ptr<DeviceAllocation>& slot = current_[stream];

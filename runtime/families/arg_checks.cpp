@@ -56,6 +56,15 @@ void resolve_kv_strides(const char* call, StrideField outer, StrideField row, St
   require_stride(call, outer.name, *outer.value, 1, false);
 }
 
+void resolve_token_strides(const char* call, StrideField batch, StrideField head, int heads,
+                           std::int64_t head_dim, int disjoint_batch) {
+  if (*head.value == 0) *head.value = head_dim;
+  if (*batch.value == 0) *batch.value = heads * *head.value;
+  require_stride(call, head.name, *head.value, head_dim, heads > 1);
+  const bool disjoint = disjoint_batch > 1;
+  require_stride(call, batch.name, *batch.value, disjoint ? (heads - 1) * *head.value + head_dim : 1, disjoint);
+}
+
 void require_mask_stride(const char* call, const char* name, std::int64_t stride) {
   if (stride <= 0)
     fail_argument(call, fmt::format("{} {} is not valid (allowed: > 0, or 0 for contiguous)", name, stride));

@@ -33,6 +33,11 @@ struct StrideField {
 };
 void resolve_kv_strides(const char* call, StrideField outer, StrideField row, StrideField head, int kv_heads,
                         std::int64_t head_dim, std::int64_t rows);
+// Strides of a one-token-per-sequence tensor [batch, heads, head_dim] (decode's q and out, the
+// appended K/V): each 0 takes the contiguous value, then each is checked; heads must not
+// overlap, and when `disjoint_batch` > 1 (an output's batch) neither may batch rows.
+void resolve_token_strides(const char* call, StrideField batch, StrideField head, int heads,
+                           std::int64_t head_dim, int disjoint_batch);
 // Byte-addressed (bool) mask strides: any positive value.
 void require_mask_stride(const char* call, const char* name, std::int64_t stride);
 void require_positive(const char* call, const char* name, long long value);

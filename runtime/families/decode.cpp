@@ -41,20 +41,16 @@ DecodeArgs resolve_decode_args(const DecodeArgs& input) {
                                      a.causal_offset));
   a.scale = resolve_scale(kCall, a.scale, a.head_dim);
   const std::int64_t d = a.head_dim;
-  if (a.q_stride_head == 0) a.q_stride_head = d;
-  if (a.q_stride_batch == 0) a.q_stride_batch = a.n_heads * a.q_stride_head;
-  if (a.out_stride_head == 0) a.out_stride_head = d;
-  if (a.out_stride_batch == 0) a.out_stride_batch = a.n_heads * a.out_stride_head;
   if (a.mask_stride_batch == 0) a.mask_stride_batch = a.kv_len;
-  require_stride(kCall, "q_stride_head", a.q_stride_head, d, a.n_heads > 1);
-  require_stride(kCall, "q_stride_batch", a.q_stride_batch, 1, false);
+  resolve_token_strides(kCall, {"q_stride_batch", &a.q_stride_batch}, {"q_stride_head", &a.q_stride_head},
+                        a.n_heads, d, 0);
   resolve_kv_strides(kCall, {"k_stride_batch", &a.k_stride_batch}, {"k_stride_seq", &a.k_stride_seq},
                      {"k_stride_head", &a.k_stride_head}, a.n_kv_heads, d, std::max<std::int64_t>(1, a.kv_len));
   resolve_kv_strides(kCall, {"v_stride_batch", &a.v_stride_batch}, {"v_stride_seq", &a.v_stride_seq},
                      {"v_stride_head", &a.v_stride_head}, a.n_kv_heads, d, std::max<std::int64_t>(1, a.kv_len));
-  require_stride(kCall, "out_stride_head", a.out_stride_head, d, a.n_heads > 1);
-  require_stride(kCall, "out_stride_batch", a.out_stride_batch, (a.n_heads - 1) * a.out_stride_head + d,
-                 a.batch > 1);
+  // Outputs must not overlap, or blocks would race on them.
+  resolve_token_strides(kCall, {"out_stride_batch", &a.out_stride_batch}, {"out_stride_head", &a.out_stride_head},
+                        a.n_heads, d, a.batch);
   if (a.mask != nullptr && a.batch > 1 && a.mask_stride_batch < a.kv_len)
     fail_argument(kCall, fmt::format("mask_stride_batch {} is smaller than kv_len {}", a.mask_stride_batch,
                                      a.kv_len));

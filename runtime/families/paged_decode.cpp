@@ -57,22 +57,17 @@ PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& input) {
   a.scale = resolve_scale(kCall, a.scale, a.head_dim);
 
   const std::int64_t d = a.head_dim;
-  if (a.q_stride_head == 0) a.q_stride_head = d;
-  if (a.q_stride_batch == 0) a.q_stride_batch = a.n_heads * a.q_stride_head;
-  if (a.out_stride_head == 0) a.out_stride_head = d;
-  if (a.out_stride_batch == 0) a.out_stride_batch = a.n_heads * a.out_stride_head;
   if (a.page_table_stride == 0) a.page_table_stride = a.max_pages_per_seq;
 
-  require_stride(kCall, "q_stride_head", a.q_stride_head, d, a.n_heads > 1);
-  require_stride(kCall, "q_stride_batch", a.q_stride_batch, 1, false);
+  resolve_token_strides(kCall, {"q_stride_batch", &a.q_stride_batch}, {"q_stride_head", &a.q_stride_head},
+                        a.n_heads, d, 0);
   resolve_kv_strides(kCall, {"k_stride_page", &a.k_stride_page}, {"k_stride_token", &a.k_stride_token},
                      {"k_stride_head", &a.k_stride_head}, a.n_kv_heads, d, a.page_size);
   resolve_kv_strides(kCall, {"v_stride_page", &a.v_stride_page}, {"v_stride_token", &a.v_stride_token},
                      {"v_stride_head", &a.v_stride_head}, a.n_kv_heads, d, a.page_size);
   // Outputs must not overlap, or blocks would race on them.
-  require_stride(kCall, "out_stride_head", a.out_stride_head, d, a.n_heads > 1);
-  require_stride(kCall, "out_stride_batch", a.out_stride_batch, (a.n_heads - 1) * a.out_stride_head + d,
-                 a.batch > 1);
+  resolve_token_strides(kCall, {"out_stride_batch", &a.out_stride_batch}, {"out_stride_head", &a.out_stride_head},
+                        a.n_heads, d, a.batch);
   if (a.page_table_stride < a.max_pages_per_seq)
     fail_argument(kCall, fmt::format("page_table_stride {} is smaller than max_pages_per_seq {}",
                                      a.page_table_stride, a.max_pages_per_seq));
@@ -104,14 +99,10 @@ PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& input) {
     fail_argument(kCall, fmt::format("new_k = {} and new_v = {}: the fused append needs both or neither",
                                      a.new_k, a.new_v));
   if (a.new_k != nullptr) {
-    if (a.new_k_stride_head == 0) a.new_k_stride_head = d;
-    if (a.new_k_stride_batch == 0) a.new_k_stride_batch = a.n_kv_heads * a.new_k_stride_head;
-    if (a.new_v_stride_head == 0) a.new_v_stride_head = d;
-    if (a.new_v_stride_batch == 0) a.new_v_stride_batch = a.n_kv_heads * a.new_v_stride_head;
-    require_stride(kCall, "new_k_stride_head", a.new_k_stride_head, d, a.n_kv_heads > 1);
-    require_stride(kCall, "new_k_stride_batch", a.new_k_stride_batch, 1, false);
-    require_stride(kCall, "new_v_stride_head", a.new_v_stride_head, d, a.n_kv_heads > 1);
-    require_stride(kCall, "new_v_stride_batch", a.new_v_stride_batch, 1, false);
+    resolve_token_strides(kCall, {"new_k_stride_batch", &a.new_k_stride_batch},
+                          {"new_k_stride_head", &a.new_k_stride_head}, a.n_kv_heads, d, 0);
+    resolve_token_strides(kCall, {"new_v_stride_batch", &a.new_v_stride_batch},
+                          {"new_v_stride_head", &a.new_v_stride_head}, a.n_kv_heads, d, 0);
     require_pointer(kCall, "new_k", a.new_k, 16);
     require_pointer(kCall, "new_v", a.new_v, 16);
   }

@@ -16,6 +16,7 @@ inline constexpr int kGemmSmemBytes = kGemmStages * (kGemmStageBytesA + kGemmSta
 
 // Prefill (prefill_sm90.cuh): a producer warpgroup and two consumer warpgroups of 64 rows.
 inline constexpr int kPrefillSm90Threads = 384;
+inline constexpr int kPrefillSm90BlockM = 128;  // query rows per CTA
 
 // KV tokens per block: S (kBlockN / 2 registers a thread) beside O (kHeadDim / 2), and Q with two
 // stages of K and V inside 227 KB. Measured on the H200 (docs/device-notes.md, sm_90 run 2):
@@ -26,14 +27,14 @@ constexpr int prefill_sm90_block_n(int head_dim) {
 
 // Q (128 rows), two stages of K and V, 9 mbarriers, and 1 KB to align the tiles by hand.
 constexpr int prefill_sm90_smem_bytes(int head_dim, int block_n) {
-  return 128 * head_dim * 2 + 2 * 2 * block_n * head_dim * 2 + 8 * 9 + 1024;
+  return kPrefillSm90BlockM * head_dim * 2 + 2 * 2 * block_n * head_dim * 2 + 8 * 9 + 1024;
 }
 
 template <int kHeadDim, int kBlockN_ = prefill_sm90_block_n(kHeadDim)>
 struct PrefillSm90Shape {
   static_assert(kHeadDim % 64 == 0 && kHeadDim >= 64 && kHeadDim <= 256, "head_dim");
   static_assert(kBlockN_ % 16 == 0, "block_n");
-  static constexpr int kBlockM = 128;
+  static constexpr int kBlockM = kPrefillSm90BlockM;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = 2;
   static constexpr int kChunks = kHeadDim / 64;  // 128-byte column chunks per row

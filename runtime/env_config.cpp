@@ -33,6 +33,7 @@ constexpr const char* kMaxCacheSizeVar = "ASTRAI_JIT_MAX_CACHE_SIZE";
 constexpr const char* kLogVar = "ASTRAI_JIT_LOG";
 constexpr const char* kArchVar = "ASTRAI_JIT_ARCH";
 constexpr const char* kNoMmaVar = "ASTRAI_JIT_NO_MMA";
+constexpr const char* kNoWgmmaVar = "ASTRAI_JIT_NO_WGMMA";
 constexpr const char* kDumpVar = "ASTRAI_JIT_DUMP";
 
 constexpr const char* kBoolAllowed = "1, 0, true, false, yes, no, on, off";
@@ -144,7 +145,7 @@ const std::vector<std::string>& known_env_variables() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> list = {kCacheDirVar, kCacheVar,        kForceCompileVar, kStrictVar,
                                      kRecordVar,   kMaxCacheSizeVar, kLogVar,          kArchVar,
-                                     kNoMmaVar,    kDumpVar};
+                                     kNoMmaVar,    kNoWgmmaVar,      kDumpVar};
     std::sort(list.begin(), list.end());
     return list;
   }();
@@ -296,6 +297,7 @@ EnvConfig parse_env_config(const std::vector<std::string>& environment) {
   }
 
   if (const std::string* value = get(kNoMmaVar)) config.no_mma = parse_bool(kNoMmaVar, *value);
+  if (const std::string* value = get(kNoWgmmaVar)) config.no_wgmma = parse_bool(kNoWgmmaVar, *value);
   if (const std::string* value = get(kDumpVar)) config.dump_dir = *value;
   return config;
 }

@@ -23,6 +23,7 @@ struct EnvConfig {
   LogLevel log_level = LogLevel::warn; // ASTRAI_JIT_LOG = off | error | warn | info | debug
   std::string arch_override;           // ASTRAI_JIT_ARCH, normalized: "sm_89", "sm_90a", "sm_100a" (accepts "89", "8.9", "sm89", "sm_89", "90a", "compute_90a" is rejected)
   bool no_mma = false;                 // ASTRAI_JIT_NO_MMA (bool)
+  bool no_wgmma = false;               // ASTRAI_JIT_NO_WGMMA (bool): portable kernels on sm_90a
   std::filesystem::path dump_dir;      // ASTRAI_JIT_DUMP=<dir>; empty = off
   // Every ASTRAI_JIT_* variable that was set, as (name, value), sorted by name (for `info`).
   std::vector<std::pair<std::string, std::string>> variables_set;

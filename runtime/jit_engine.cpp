@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "astrai/error.hpp"
-#include "runtime/kernel_sources.hpp"
+#include "runtime/compile_plan.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
@@ -86,17 +86,7 @@ JitEngine::JitEngine(EnvConfig config)
       cache_(config_.cache_dir, config_.cache_mode, config_.max_cache_bytes) {}
 
 CacheKey JitEngine::key_for(const KernelSpec& spec) const {
-  CacheKeyInputs inputs;
-  inputs.variant_name = spec.name();
-  const auto instantiations = spec.instantiations();
-  for (const auto& expression : instantiations) inputs.instantiation += expression + ";";
-  inputs.shared_sources = &kernel_source_closure(spec.main_file());
-  inputs.options = spec.compile_options();
-  inputs.arch = spec.arch;
-  const NvrtcVersion version = nvrtc_version();
-  inputs.nvrtc_major = version.major;
-  inputs.nvrtc_minor = version.minor;
-  return compute_cache_key(inputs);
+  return compile_request_key(compile_request(spec), nvrtc_version());
 }
 
 std::string JitEngine::target_for_device(int major, int minor) const {
@@ -170,7 +160,8 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
                                                           VariantSource* source) {
   spec.validate();
   const std::string name = spec.name();
-  const CacheKey key = key_for(spec);
+  const CompileRequest request = compile_request(spec);
+  const CacheKey key = compile_request_key(request, nvrtc_version());
 
   auto try_disk = [&]() -> std::shared_ptr<const CompiledVariant> {
     if (config_.force_compile) return nullptr;
@@ -192,15 +183,10 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
 
   if (auto hit = try_disk()) return hit;
   if (config_.strict) {
-    const bool paged = spec.kind == KernelKind::paged_decode;
     throw CacheMissError(fmt::format(
         "{} is not in the cache at {} and ASTRAI_JIT_STRICT forbids compiling at run time; "
-        "provide it with: astrai-jit warm --arch {} --kernels {} --dtypes {} --head-dims {}{}{}{}",
-        name, cache_.root().string(), spec.arch, kernel_kind_name(spec.kind),
-        dtype_name(spec.dtype), spec.head_dim,
-        paged ? fmt::format(" --page-sizes {}", spec.page_size) : std::string(),
-        paged ? fmt::format(" --group-sizes {}", spec.group_size) : std::string(),
-        spec.force_no_mma ? " --no-mma" : ""));
+        "provide it with: {}",
+        name, cache_.root().string(), spec.warm_command()));
   }
 
   // Another process may be compiling the same key: wait for it (bounded), then look again.
@@ -212,27 +198,19 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
     }
   }
 
-  CompileRequest request;
-  request.variant_name = name;
-  request.main_file = spec.main_file();
-  const auto& closure = kernel_source_closure(spec.main_file());
-  request.headers.assign(closure.begin(), closure.end());
-  request.name_expressions = spec.instantiations();
-  request.options = spec.compile_options();
-  request.emit_ptx_only = spec.arch.rfind("compute_", 0) == 0;
   log(LogLevel::debug, "compiling {} ({})", name, key.hex());
   const auto start = std::chrono::steady_clock::now();
   CompileResult compiled;
   try {
     compiled = nvrtc_compile(request, !config_.dump_dir.empty());
   } catch (const CompileError& error) {
-    if (!config_.dump_dir.empty()) dump(spec, "", request.headers, "", error.log());
+    if (!config_.dump_dir.empty()) dump(request, "", "", error.log());
     throw;
   }
   const double elapsed = milliseconds_since(start);
   counters_.compiles.fetch_add(1, std::memory_order_relaxed);
   log(LogLevel::info, "compiled {} in {:.0f} ms", name, elapsed);
-  if (!config_.dump_dir.empty()) dump(spec, compiled.source, request.headers, compiled.ptx, compiled.log);
+  if (!config_.dump_dir.empty()) dump(request, compiled.source, compiled.ptx, compiled.log);
 
   auto variant = std::make_shared<CompiledVariant>();
   variant->spec = spec;
@@ -272,27 +250,24 @@ void JitEngine::record(const KernelSpec& spec) {
   ::close(fd);
 }
 
-void JitEngine::dump(const KernelSpec& spec, const std::string& source,
-                     const std::vector<std::pair<std::string, std::string>>& headers,
-                     const std::string& ptx, const std::string& log_text) {
+void JitEngine::dump(const CompileRequest& request, const std::string& source, const std::string& ptx,
+                     const std::string& log_text) {
   std::error_code ec;
   std::filesystem::create_directories(config_.dump_dir, ec);
-  const std::string base = (config_.dump_dir / spec.name()).string();
+  const std::string base = (config_.dump_dir / request.variant_name).string();
   auto write = [&](const std::string& path, const std::string& text) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out << text;
     if (!out) log_once(LogLevel::warn, "dump-" + path, "ASTRAI_JIT_DUMP: cannot write {}", path);
   };
   std::string full_source = source;
-  for (const auto& [header_name, text] : headers)
+  for (const auto& [header_name, text] : request.headers)
     full_source += fmt::format("\n// ---- {} ----\n{}", header_name, text);
   write(base + ".cu", full_source);
   if (!ptx.empty()) write(base + ".ptx", ptx);
-  write(base + ".log", fmt::format("options:{}\n{}\n", [&] {
-          std::string joined;
-          for (const auto& option : spec.compile_options()) joined += " " + option;
-          return joined;
-        }(), log_text));
+  std::string options;
+  for (const auto& option : request.options) options += " " + option;
+  write(base + ".log", fmt::format("options:{}\n{}\n", options, log_text));
 }
 
 }  // namespace astrai::detail

@@ -17,6 +17,7 @@
 #include "cache/disk_cache.hpp"
 #include "runtime/env_config.hpp"
 #include "runtime/kernel_spec.hpp"
+#include "runtime/nvrtc_compiler.hpp"
 
 namespace astrai::detail {
 
@@ -51,6 +52,7 @@ class JitEngine {
   // CacheMissError under ASTRAI_JIT_STRICT.
   std::shared_ptr<const CompiledVariant> get(const KernelSpec& spec, VariantSource* source = nullptr);
 
+  // The key of compile_request(spec) (runtime/compile_plan.hpp).
   CacheKey key_for(const KernelSpec& spec) const;
   // The compile target for a device of compute capability major.minor: "sm_90a" on Hopper and
   // other arch-specific targets, "sm_XY" elsewhere, "compute_XY" (PTX) for an arch newer than
@@ -69,8 +71,7 @@ class JitEngine {
   std::shared_ptr<const CompiledVariant> from_entry(const KernelSpec& spec, const CacheKey& key,
                                                     CacheEntryData&& entry);
   void record(const KernelSpec& spec);
-  void dump(const KernelSpec& spec, const std::string& source,
-            const std::vector<std::pair<std::string, std::string>>& headers, const std::string& ptx,
+  void dump(const CompileRequest& request, const std::string& source, const std::string& ptx,
             const std::string& log);
 
   EnvConfig config_;

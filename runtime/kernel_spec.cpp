@@ -15,10 +15,6 @@ namespace detail {
 
 namespace {
 
-const char* device_type_name(DType dtype) {
-  return dtype == DType::bf16 ? "astrai::bf16_t" : "astrai::fp16_t";
-}
-
 bool parse_prefixed_int(const std::string& field, const char* prefix, int* value) {
   const std::size_t length = std::char_traits<char>::length(prefix);
   if (field.compare(0, length, prefix) != 0 || field.size() == length || field.size() > length + 6)
@@ -32,38 +28,23 @@ bool parse_prefixed_int(const std::string& field, const char* prefix, int* value
   return true;
 }
 
-bool is_power_of_two(int value) { return value > 0 && (value & (value - 1)) == 0; }
-
-bool is_paged(KernelKind kind) {
-  return kind == KernelKind::paged_decode || kind == KernelKind::paged_prefill;
-}
-
 }  // namespace
 
-const char* kernel_kind_name(KernelKind kind) {
-  switch (kind) {
-    case KernelKind::paged_decode: return "paged_decode";
-    case KernelKind::rotary_emb: return "rotary_emb";
-    case KernelKind::decode: return "decode";
-    case KernelKind::prefill: return "prefill";
-    case KernelKind::paged_prefill: return "paged_prefill";
-  }
-  return "?";
-}
+const char* kernel_kind_name(KernelKind kind) { return kernel_family(kind).name; }
 
 const std::vector<std::string>& kernel_kind_names() {
-  static const std::vector<std::string> names = {"paged_decode", "rotary_emb", "decode", "prefill",
-                                                 "paged_prefill"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> list;
+    for (const KernelFamily* family : kernel_families()) list.emplace_back(family->name);
+    return list;
+  }();
   return names;
 }
 
 bool parse_kernel_kind(const std::string& text, KernelKind* kind) {
-  if (text == "paged_decode") *kind = KernelKind::paged_decode;
-  else if (text == "rotary_emb") *kind = KernelKind::rotary_emb;
-  else if (text == "decode") *kind = KernelKind::decode;
-  else if (text == "prefill") *kind = KernelKind::prefill;
-  else if (text == "paged_prefill") *kind = KernelKind::paged_prefill;
-  else return false;
+  const KernelFamily* family = find_kernel_family(text);
+  if (!family) return false;
+  *kind = family->kind;
   return true;
 }
 
@@ -83,11 +64,13 @@ int arch_number(const std::string& arch) {
 }
 
 std::string KernelSpec::name() const {
-  std::string result = fmt::format("{}.{}.hd{}", kernel_kind_name(kind), dtype_name(dtype), head_dim);
-  if (is_paged(kind)) result += fmt::format(".ps{}", page_size);
-  if (kind != KernelKind::rotary_emb) result += fmt::format(".g{}", group_size);
+  const KernelFamily& info = family();
+  std::string result = fmt::format("{}.{}.hd{}", info.name, dtype_name(dtype), head_dim);
+  if (info.paged) result += fmt::format(".ps{}", page_size);
+  if (info.grouped) result += fmt::format(".g{}", group_size);
   if (flags != 0) result += fmt::format(".f{:x}", flags);
   if (force_no_mma) result += ".nomma";
+  if (wgmma) result += ".wgmma";
   result += "." + arch;
   return result;
 }
@@ -115,13 +98,14 @@ KernelSpec KernelSpec::parse(const std::string& name) {
   else throw fail("unknown dtype '" + fields[1] + "'");
   if (!parse_prefixed_int(fields[2], "hd", &spec.head_dim)) throw fail("bad head dim field '" + fields[2] + "'");
   std::size_t next = 3;
-  if (is_paged(spec.kind)) {
+  const KernelFamily& info = spec.family();
+  if (info.paged) {
     if (fields.size() < 6) throw fail("too few fields");
     if (!parse_prefixed_int(fields[next], "ps", &spec.page_size))
       throw fail("bad page size field '" + fields[next] + "'");
     ++next;
   }
-  if (spec.kind != KernelKind::rotary_emb) {
+  if (info.grouped) {
     if (fields.size() < next + 2) throw fail("too few fields");
     if (!parse_prefixed_int(fields[next], "g", &spec.group_size))
       throw fail("bad group field '" + fields[next] + "'");
@@ -138,6 +122,10 @@ KernelSpec KernelSpec::parse(const std::string& name) {
     spec.force_no_mma = true;
     ++next;
   }
+  if (next < fields.size() - 1 && fields[next] == "wgmma") {
+    spec.wgmma = true;
+    ++next;
+  }
   if (next != fields.size() - 1) throw fail("unexpected field '" + fields[next] + "'");
   spec.arch = fields.back();
   // One spelling per variant: rejects a trailing '.', leading zeros and an "f0" flags field.
@@ -146,39 +134,23 @@ KernelSpec KernelSpec::parse(const std::string& name) {
   return spec;
 }
 
-std::string KernelSpec::main_file() const {
-  switch (kind) {
-    case KernelKind::paged_decode: return "paged_decode.cuh";
-    case KernelKind::rotary_emb: return "rotary_emb.cuh";
-    case KernelKind::decode: return "paged_decode.cuh";  // the same kernel, contiguous addressing
-    case KernelKind::prefill:
-    case KernelKind::paged_prefill: return "prefill.cuh";
-  }
-  return "";
-}
+std::string KernelSpec::main_file() const { return wgmma ? family().hopper.main_file : family().main_file; }
 
 std::vector<std::string> KernelSpec::instantiations() const {
-  const char* type = device_type_name(dtype);
-  switch (kind) {
-    case KernelKind::paged_decode:
-      return {fmt::format("astrai::paged_decode_kernel<{}, {}, {}, {}, {}>", type, head_dim,
-                          page_size, group_size, flags),
-              fmt::format("astrai::split_combine_kernel<{}, {}>", type, head_dim)};
-    case KernelKind::rotary_emb:
-      return {fmt::format("astrai::rotary_emb_kernel<{}, {}>", type, head_dim)};
-    case KernelKind::decode:  // page size 0 selects contiguous KV addressing
-      return {fmt::format("astrai::paged_decode_kernel<{}, {}, 0, {}, {}>", type, head_dim,
-                          group_size, flags),
-              fmt::format("astrai::split_combine_kernel<{}, {}>", type, head_dim)};
-    case KernelKind::prefill:
-    case KernelKind::paged_prefill:
-      return {fmt::format("astrai::prefill_kernel<{}, {}, {}, {}, {}>", type, head_dim,
-                          kind == KernelKind::prefill ? 0 : page_size, group_size, flags)};
-  }
-  return {};
+  return wgmma ? family().hopper.instantiations(*this) : family().instantiations(*this);
 }
 
-bool KernelSpec::uses_mma() const { return !force_no_mma && arch_number(arch) >= 80; }
+bool hopper_serves(const KernelSpec& spec) {
+  const HopperImplementation& hopper = spec.family().hopper;
+  return hopper.main_file != nullptr && spec.arch == "sm_90a" && !spec.force_no_mma && spec.flags == 0 &&
+         hopper.serves(spec.head_dim, spec.page_size);
+}
+
+bool target_uses_mma(const std::string& arch, bool force_no_mma) {
+  return !force_no_mma && arch_number(arch) >= 80;
+}
+
+bool KernelSpec::uses_mma() const { return target_uses_mma(arch, force_no_mma); }
 
 std::vector<std::string> KernelSpec::compile_options() const {
   std::vector<std::string> options = {"--std=c++17", "--gpu-architecture=" + arch,
@@ -189,31 +161,49 @@ std::vector<std::string> KernelSpec::compile_options() const {
 
 void KernelSpec::validate() const {
   const std::string variant = name();
-  const int number = arch_number(arch);
-  if (number < 75)
+  const KernelFamily& info = family();
+  const FamilyLimits& limits = info.limits;
+  if (arch_number(arch) < 75)
     throw InvalidArgument(fmt::format("{}: arch '{}' is not supported (allowed: sm_75 or newer, "
                                       "e.g. sm_80, sm_89, sm_90a)", variant, arch));
-  if (kind != KernelKind::rotary_emb) {
-    if (head_dim % 16 != 0 || head_dim < 32 || head_dim > 256)
-      throw InvalidArgument(fmt::format("{}: head_dim {} is not supported (allowed: 32..256, step 16)",
-                                        variant, head_dim));
-    if (!is_paged(kind) && page_size != 0)
-      throw InvalidArgument(fmt::format("{}: {} takes no page size", variant, kernel_kind_name(kind)));
-    if (is_paged(kind) && (!is_power_of_two(page_size) || page_size > 256))
-      throw InvalidArgument(fmt::format("{}: page_size {} is not supported (allowed: a power of two "
-                                        "in 1..256)", variant, page_size));
-    if (group_size < 1 || group_size > 128)
-      throw InvalidArgument(fmt::format("{}: group size {} is not supported (allowed: 1..128)",
-                                        variant, group_size));
-  } else {
-    if (head_dim % 8 != 0 || head_dim < 8 || head_dim > 512)
-      throw InvalidArgument(fmt::format("{}: head_dim {} is not supported (allowed: 8..512, step 8)",
-                                        variant, head_dim));
-    if (page_size != 0 || group_size != 0)
-      throw InvalidArgument(fmt::format("{}: rotary_emb takes no page size or group", variant));
-  }
-  if (flags != 0)
-    throw InvalidArgument(fmt::format("{}: flags {:#x} are not supported (allowed: 0)", variant, flags));
+  if (!limits.head_dim.contains(head_dim))
+    throw InvalidArgument(fmt::format("{}: head_dim {} is not supported (allowed: {})", variant,
+                                      head_dim, limits.head_dim.allowed()));
+  if (!info.paged && !info.grouped && (page_size != 0 || group_size != 0))
+    throw InvalidArgument(fmt::format("{}: {} takes no page size or group", variant, info.name));
+  if (!info.paged && page_size != 0)
+    throw InvalidArgument(fmt::format("{}: {} takes no page size", variant, info.name));
+  if (info.paged && !limits.page_size_ok(page_size))
+    throw InvalidArgument(fmt::format("{}: page_size {} is not supported (allowed: {})", variant,
+                                      page_size, limits.page_size_allowed()));
+  if (info.grouped && !limits.group_ok(group_size))
+    throw InvalidArgument(fmt::format("{}: group size {} is not supported (allowed: {})", variant,
+                                      group_size, limits.group_allowed()));
+  if ((flags & ~info.supported_flags) != 0)
+    throw InvalidArgument(fmt::format("{}: flags {:#x} are not supported (allowed: {})", variant,
+                                      flags, info.supported_flags == 0
+                                                 ? std::string("0")
+                                                 : fmt::format("bits of {:#x}", info.supported_flags)));
+  if (wgmma && info.hopper.main_file == nullptr)
+    throw InvalidArgument(fmt::format("{}: {} has no sm_90a (wgmma) implementation", variant, info.name));
+  if (wgmma && arch != "sm_90a")
+    throw InvalidArgument(fmt::format("{}: wgmma variants exist only for sm_90a, not '{}'", variant, arch));
+  if (wgmma && (force_no_mma || flags != 0))
+    throw InvalidArgument(fmt::format("{}: wgmma variants take no feature flags and no .nomma", variant));
+  if (wgmma && !info.hopper.serves(head_dim, page_size))
+    throw InvalidArgument(fmt::format("{}: the sm_90a implementation does not serve head_dim {}{} (the "
+                                      "portable variant does)",
+                                      variant, head_dim, info.paged ? fmt::format(" with page_size {}", page_size) : ""));
+}
+
+std::string KernelSpec::warm_command() const {
+  const KernelFamily& info = family();
+  std::string command = fmt::format("astrai-jit warm --arch {} --kernels {} --dtypes {} --head-dims {}",
+                                    arch, info.name, dtype_name(dtype), head_dim);
+  if (info.paged) command += fmt::format(" --page-sizes {}", page_size);
+  if (info.grouped) command += fmt::format(" --group-sizes {}", group_size);
+  if (force_no_mma) command += " --no-mma";
+  return command;
 }
 
 }  // namespace detail

@@ -47,11 +47,16 @@ CompileResult nvrtc_compile(const CompileRequest& request, bool want_ptx_text) {
   CompileResult result;
   result.source = fmt::format("// {}\n#include \"{}\"\n", request.variant_name, request.main_file);
 
+  // NVRTC takes C strings: copy the viewed headers once (a compile costs far more).
+  std::vector<std::string> names(request.headers.size());
+  std::vector<std::string> texts(request.headers.size());
   std::vector<const char*> header_texts;
   std::vector<const char*> header_names;
-  for (const auto& [name, text] : request.headers) {
-    header_names.push_back(name.c_str());
-    header_texts.push_back(text.c_str());
+  for (std::size_t i = 0; i < request.headers.size(); ++i) {
+    names[i] = std::string(request.headers[i].first);
+    texts[i] = std::string(request.headers[i].second);
+    header_names.push_back(names[i].c_str());
+    header_texts.push_back(texts[i].c_str());
   }
   nvrtcProgram raw = nullptr;
   check(nvrtcCreateProgram(&raw, result.source.c_str(), (request.variant_name + ".cu").c_str(),

@@ -6,15 +6,21 @@
 #include <vector>
 
 #include "cache/disk_cache.hpp"
+#include "runtime/kernel_sources.hpp"
 
 namespace astrai::detail {
 
+// Everything one NVRTC compile depends on (runtime/compile_plan.hpp builds it from a spec and
+// hashes it into the cache key).
 struct CompileRequest {
   std::string variant_name;
-  std::string main_file;  // name of the embedded header that holds the kernels
-  std::vector<std::pair<std::string, std::string>> headers;  // (file name, bytes)
+  std::string main_file;  // name of the header that holds the kernels
+  // (file name, bytes) of every header the program can include; the bytes are viewed, not
+  // owned (the embedded kernel sources, or a caller's static text).
+  std::vector<SourceView> headers;
   std::vector<std::string> name_expressions;
-  std::vector<std::string> options;
+  std::vector<std::string> options;  // normalized; order kept
+  std::string arch;                  // target with suffix: "sm_90a", "compute_120"
   bool emit_ptx_only = false;  // target newer than NVRTC knows: PTX for the driver to finish
 };
 

@@ -1,4 +1,5 @@
-// Argument checks for every public call, run before anything is launched. Pure CPU code.
+// Argument checks for every public call, run before anything is launched. Pure CPU code;
+// each is defined with its family in runtime/families/<family>.cpp.
 #pragma once
 
 #include "astrai/runtime.hpp"

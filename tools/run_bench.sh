@@ -6,7 +6,7 @@
 set -uo pipefail
 build=${BUILD:-build}
 out=${OUT:-bench-out}
-bin="$build/tools/astrai-bench"
+bin="$build/bench/astrai-bench"
 if [ ! -x "$bin" ]; then
   echo "run_bench.sh: $bin not found; build the astrai-bench target first (BUILD=<build dir>)" >&2
   exit 2

@@ -18,11 +18,12 @@
 #include <vector>
 
 #include "astrai/error.hpp"
+#include "astrai/export.hpp"
 
 namespace astrai {
 
 enum class DType { bf16, fp16 };
-const char* dtype_name(DType dtype);
+ASTRAI_API const char* dtype_name(DType dtype);
 
 // Paged decode attention: one new query token per sequence against a paged KV cache.
 struct PagedDecodeArgs {
@@ -193,9 +194,9 @@ struct RotaryArgs {
 // Bytes of split-KV workspace that is always enough for a paged_decode (or, with the same
 // shape, decode) call on a device with `num_sms` multiprocessors, whatever the kernel's
 // occupancy turns out to be (0 if it never splits). Lets callers provide their own workspace.
-std::size_t paged_decode_workspace_bytes(const PagedDecodeArgs& args, int num_sms);
+ASTRAI_API std::size_t paged_decode_workspace_bytes(const PagedDecodeArgs& args, int num_sms);
 
-class Runtime {
+class ASTRAI_API Runtime {
  public:
   // The process-wide runtime. Reads the ASTRAI_JIT_* environment once, on first use.
   static Runtime& get();

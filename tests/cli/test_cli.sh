@@ -135,6 +135,22 @@ expect_out "^warm: 2 variants"
 expect_out '^rotary_emb\.bf16\.hd64\.nomma\.sm_80'
 expect_out '^rotary_emb\.bf16\.hd64\.nomma\.sm_89'
 
+check "the strict-mode hint of every family warms exactly the missed variant"
+# The commands KernelSpec::warm_command() prints (pinned per family in test_kernel_family.cpp).
+while read -r variant flags; do
+  run warm --dry-run $flags </dev/null
+  expect_rc 0
+  expect_out "^warm: 1 variants"
+  expect_out "^${variant//./\\.}( |$)"
+done <<'HINTS'
+paged_decode.fp16.hd64.ps16.g6.sm_90a --arch sm_90a --kernels paged_decode --dtypes fp16 --head-dims 64 --page-sizes 16 --group-sizes 6
+rotary_emb.fp16.hd64.sm_90a --arch sm_90a --kernels rotary_emb --dtypes fp16 --head-dims 64
+decode.fp16.hd64.g6.sm_90a --arch sm_90a --kernels decode --dtypes fp16 --head-dims 64 --group-sizes 6
+prefill.fp16.hd64.g6.sm_90a --arch sm_90a --kernels prefill --dtypes fp16 --head-dims 64 --group-sizes 6
+paged_prefill.fp16.hd64.ps16.g6.sm_90a --arch sm_90a --kernels paged_prefill --dtypes fp16 --head-dims 64 --page-sizes 16 --group-sizes 6
+paged_decode.bf16.hd128.ps1.g4.nomma.sm_90a --arch sm_90a --kernels paged_decode --dtypes bf16 --head-dims 128 --page-sizes 1 --group-sizes 4 --no-mma
+HINTS
+
 check "warm --dry-run --arch auto (the default) resolves to a target"
 run warm --dry-run --kernels rotary_emb --head-dims 64
 expect_rc 0

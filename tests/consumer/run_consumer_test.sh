@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Proves a separate CMake project can use astrai::jit through find_package (after install)
-# and through add_subdirectory. Usage: run_consumer_test.sh SOURCE_DIR WORK_DIR CMAKE BUILD_DIR
+# Proves a separate CMake project can use astrai::jit through find_package (after install, and
+# from the build tree) and through add_subdirectory. Usage: run_consumer_test.sh SOURCE_DIR WORK_DIR CMAKE BUILD_DIR
 set -euo pipefail
 source_dir=$1
 work=$2
@@ -20,9 +20,16 @@ echo "== find_package consumer"
 "$cmake" --build "$work/find" >/dev/null
 "$work/find/consumer"
 
-echo "== add_subdirectory consumer"
+echo "== build-tree consumer (find_package from $build_dir, no install)"
+"$cmake" -S "$source_dir/tests/consumer" -B "$work/tree" "${generator[@]}" \
+  -Dastrai_jit_DIR="$build_dir" -DCMAKE_BUILD_TYPE=Release >/dev/null
+"$cmake" --build "$work/tree" >/dev/null
+"$work/tree/consumer"
+
+echo "== add_subdirectory consumer (shared library: only the exported API is visible)"
 "$cmake" -S "$source_dir/tests/consumer" -B "$work/sub" "${generator[@]}" \
-  -DUSE_SUBDIRECTORY=ON -DASTRAI_SOURCE_DIR="$source_dir" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  -DUSE_SUBDIRECTORY=ON -DASTRAI_SOURCE_DIR="$source_dir" -DCMAKE_BUILD_TYPE=Release \
+  -DBUILD_SHARED_LIBS=ON >/dev/null
 "$cmake" --build "$work/sub" >/dev/null
 "$work/sub/consumer"
 echo "consumer test passed"

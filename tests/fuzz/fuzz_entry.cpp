@@ -9,7 +9,7 @@
 
 #include "cache/disk_cache.hpp"
 #include "runtime/jit_engine.hpp"
-#include "tests/fuzz/fuzz_support.hpp"
+#include "tests/support/fuzz.hpp"
 
 using astrai::detail::BinaryKind;
 using astrai::detail::CacheEntryData;

@@ -10,7 +10,7 @@
 
 #include "astrai/error.hpp"
 #include "runtime/env_config.hpp"
-#include "tests/fuzz/fuzz_support.hpp"
+#include "tests/support/fuzz.hpp"
 
 using astrai::fuzz::require;
 

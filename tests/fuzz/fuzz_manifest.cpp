@@ -8,7 +8,7 @@
 
 #include "astrai/error.hpp"
 #include "runtime/kernel_spec.hpp"
-#include "tests/fuzz/fuzz_support.hpp"
+#include "tests/support/fuzz.hpp"
 
 using astrai::detail::KernelSpec;
 using astrai::fuzz::require;

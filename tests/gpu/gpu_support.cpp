@@ -12,46 +12,6 @@ namespace astrai::gpu_test {
 using detail::check_cu;
 using detail::driver;
 
-DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
-  check_cu(driver().cuMemAlloc(&pointer_, bytes), "cuMemAlloc", -1);
-}
-
-DeviceBuffer::~DeviceBuffer() {
-  if (pointer_) driver().cuMemFree(pointer_);
-}
-
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : pointer_(other.pointer_), bytes_(other.bytes_) {
-  other.pointer_ = 0;
-  other.bytes_ = 0;
-}
-
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
-  if (this != &other) {
-    if (pointer_) driver().cuMemFree(pointer_);
-    pointer_ = other.pointer_;
-    bytes_ = other.bytes_;
-    other.pointer_ = 0;
-    other.bytes_ = 0;
-  }
-  return *this;
-}
-
-void DeviceBuffer::upload(const void* host, std::size_t bytes, std::size_t offset) {
-  check_cu(driver().cuMemcpyHtoD(pointer_ + offset, host, bytes), "cuMemcpyHtoD", -1);
-}
-
-void DeviceBuffer::download(void* host, std::size_t bytes, std::size_t offset) const {
-  check_cu(driver().cuMemcpyDtoH(host, pointer_ + offset, bytes), "cuMemcpyDtoH", -1);
-}
-
-void DeviceBuffer::fill_byte(unsigned char value) {
-  // cuMemsetD8 runs on the legacy stream and may return before it is done; a kernel on a
-  // non-blocking stream would race with it, so wait here.
-  check_cu(driver().cuMemsetD8(pointer_, value, bytes_), "cuMemsetD8", -1);
-  check_cu(driver().cuCtxSynchronize(), "cuCtxSynchronize", -1);
-}
-
 void synchronize() { check_cu(driver().cuCtxSynchronize(), "cuCtxSynchronize", -1); }
 
 std::uint16_t float_to_bits(float value, DType dtype) {
@@ -141,9 +101,27 @@ int sweep_count(int fallback) {
   return std::max(0, std::atoi(value));
 }
 
-bool mma_forced_off() {
-  const char* value = std::getenv("ASTRAI_JIT_NO_MMA");
+namespace {
+
+bool env_flag(const char* name) {
+  const char* value = std::getenv(name);
   return value && (std::string(value) == "1" || std::string(value) == "true");
+}
+
+}  // namespace
+
+bool mma_forced_off() { return env_flag("ASTRAI_JIT_NO_MMA"); }
+bool wgmma_forced_off() { return env_flag("ASTRAI_JIT_NO_WGMMA"); }
+
+int device_compute_capability() {
+  CUdevice device = 0;
+  check_cu(driver().cuDeviceGet(&device, 0), "cuDeviceGet", 0);
+  int major = 0, minor = 0;
+  check_cu(driver().cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
+           "cuDeviceGetAttribute", 0);
+  check_cu(driver().cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
+           "cuDeviceGetAttribute", 0);
+  return major * 10 + minor;
 }
 
 }  // namespace astrai::gpu_test

@@ -1,4 +1,5 @@
-// Helpers for the GPU suite: device buffers, host bf16/fp16 conversion, random data, checks.
+// Helpers for the GPU suite: host bf16/fp16 conversion, random data, checks (device buffers
+// come from tests/support).
 #pragma once
 
 #include <cstdint>
@@ -9,41 +10,11 @@
 
 #include "astrai/runtime.hpp"
 #include "runtime/driver_api.hpp"
+#include "tests/support/device_buffer.hpp"
 
 namespace astrai::gpu_test {
 
-// Device memory owned for the scope of a test case.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(std::size_t bytes);
-  ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& other) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  void* get() const { return reinterpret_cast<void*>(pointer_); }
-  std::size_t bytes() const { return bytes_; }
-  void upload(const void* host, std::size_t bytes, std::size_t offset = 0);
-  void download(void* host, std::size_t bytes, std::size_t offset = 0) const;
-  void fill_byte(unsigned char value);
-
-  template <typename T> static DeviceBuffer from(const std::vector<T>& host) {
-    DeviceBuffer buffer(std::max<std::size_t>(host.size() * sizeof(T), 16));
-    if (!host.empty()) buffer.upload(host.data(), host.size() * sizeof(T));
-    return buffer;
-  }
-  template <typename T> std::vector<T> to_host(std::size_t count) const {
-    std::vector<T> host(count);
-    if (count) download(host.data(), count * sizeof(T));
-    return host;
-  }
-
- private:
-  CUdeviceptr pointer_ = 0;
-  std::size_t bytes_ = 0;
-};
+using testing::DeviceBuffer;
 
 void synchronize();
 
@@ -74,6 +45,9 @@ void note_worst(const std::string& kernel, DType dtype, const Comparison& compar
 void print_worst();
 
 bool mma_forced_off();
+bool wgmma_forced_off();  // ASTRAI_JIT_NO_WGMMA
+// Compute capability of device 0 as major * 10 + minor (90 on an H100/H200).
+int device_compute_capability();
 
 // Extra cases for the random sweeps: ASTRAI_TEST_SWEEP, else `fallback`.
 int sweep_count(int fallback);

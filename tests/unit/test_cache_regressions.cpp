@@ -1,4 +1,4 @@
-// Regression tests for cache defects found by the torture harness (tools/cache_torture.cpp).
+// Regression tests for cache defects found by the torture harness (tests/torture/).
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -11,7 +11,7 @@
 #include "runtime/jit_engine.hpp"
 #include "runtime/kernel_spec.hpp"
 #include "runtime/logging.hpp"
-#include "tests/unit/test_support.hpp"
+#include "tests/support/support.hpp"
 
 namespace fs = std::filesystem;
 using astrai::detail::BinaryKind;

@@ -18,7 +18,7 @@
 
 #include "cache/disk_cache.hpp"
 #include "runtime/logging.hpp"
-#include "tests/unit/test_support.hpp"
+#include "tests/support/support.hpp"
 
 namespace fs = std::filesystem;
 using astrai::detail::BinaryKind;

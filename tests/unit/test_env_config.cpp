@@ -13,7 +13,7 @@
 
 #include "astrai/error.hpp"
 #include "runtime/env_config.hpp"
-#include "tests/unit/test_support.hpp"
+#include "tests/support/support.hpp"
 
 namespace {
 
@@ -61,12 +61,13 @@ bool get_flag(const EnvConfig& config, const std::string& name) {
   if (name == "ASTRAI_JIT_FORCE_COMPILE") return config.force_compile;
   if (name == "ASTRAI_JIT_STRICT") return config.strict;
   if (name == "ASTRAI_JIT_NO_MMA") return config.no_mma;
+  if (name == "ASTRAI_JIT_NO_WGMMA") return config.no_wgmma;
   FAIL("not a boolean variable: " << name);
   return false;
 }
 
 const std::vector<std::string> kBoolVariables = {"ASTRAI_JIT_FORCE_COMPILE", "ASTRAI_JIT_STRICT",
-                                                 "ASTRAI_JIT_NO_MMA"};
+                                                 "ASTRAI_JIT_NO_MMA", "ASTRAI_JIT_NO_WGMMA"};
 
 constexpr std::uint64_t KiB = 1024ULL;
 constexpr std::uint64_t MiB = 1024ULL * KiB;
@@ -82,8 +83,8 @@ TEST_CASE("the known variables are listed once each, sorted") {
   const std::vector<std::string> expected = {
       "ASTRAI_JIT_ARCH",      "ASTRAI_JIT_CACHE",          "ASTRAI_JIT_CACHE_DIR",
       "ASTRAI_JIT_DUMP",      "ASTRAI_JIT_FORCE_COMPILE",  "ASTRAI_JIT_LOG",
-      "ASTRAI_JIT_MAX_CACHE_SIZE", "ASTRAI_JIT_NO_MMA",    "ASTRAI_JIT_RECORD",
-      "ASTRAI_JIT_STRICT"};
+      "ASTRAI_JIT_MAX_CACHE_SIZE", "ASTRAI_JIT_NO_MMA",    "ASTRAI_JIT_NO_WGMMA",
+      "ASTRAI_JIT_RECORD",    "ASTRAI_JIT_STRICT"};
   CHECK(known == expected);
   CHECK(std::is_sorted(known.begin(), known.end()));
   CHECK(std::adjacent_find(known.begin(), known.end()) == known.end());
@@ -133,6 +134,10 @@ TEST_CASE("a boolean variable only affects its own field") {
   EnvConfig no_mma = parse_one("ASTRAI_JIT_NO_MMA", "on");
   CHECK(no_mma.no_mma);
   CHECK_FALSE(no_mma.strict);
+  CHECK_FALSE(no_mma.no_wgmma);
+  EnvConfig no_wgmma = parse_one("ASTRAI_JIT_NO_WGMMA", "1");
+  CHECK(no_wgmma.no_wgmma);
+  CHECK_FALSE(no_wgmma.no_mma);
 }
 
 TEST_CASE("a bad boolean value is rejected with the variable, the value and the spellings") {

@@ -12,7 +12,7 @@
 
 #include "cache/disk_cache.hpp"
 #include "cache/file_lock.hpp"
-#include "tests/unit/test_support.hpp"
+#include "tests/support/support.hpp"
 
 namespace fs = std::filesystem;
 using astrai::detail::CacheKey;

@@ -16,7 +16,8 @@
 #include "runtime/kernel_spec.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/nvrtc_compiler.hpp"
-#include "tests/unit/test_support.hpp"
+#include "tests/support/specs.hpp"
+#include "tests/support/support.hpp"
 
 namespace fs = std::filesystem;
 using astrai::DType;
@@ -39,23 +40,11 @@ namespace {
 
 // The cheapest variant to compile, and one attention variant.
 KernelSpec rotary_spec(DType dtype = DType::bf16, const std::string& arch = "sm_80") {
-  KernelSpec spec;
-  spec.kind = KernelKind::rotary_emb;
-  spec.dtype = dtype;
-  spec.head_dim = 64;
-  spec.arch = arch;
-  return spec;
+  return astrai::testing::rotary_spec(dtype, 64, arch);
 }
 
 KernelSpec paged_spec(const std::string& arch = "sm_80") {
-  KernelSpec spec;
-  spec.kind = KernelKind::paged_decode;
-  spec.dtype = DType::bf16;
-  spec.head_dim = 64;
-  spec.page_size = 16;
-  spec.group_size = 4;
-  spec.arch = arch;
-  return spec;
+  return astrai::testing::paged_decode_spec(DType::bf16, 64, 16, 4, arch);
 }
 
 EnvConfig config_for(const fs::path& dir, CacheMode mode = CacheMode::read_write) {

@@ -5,15 +5,16 @@
 #include <vector>
 
 #include "astrai/error.hpp"
+#include "runtime/compile_plan.hpp"
 #include "runtime/kernel_sources.hpp"
 #include "runtime/kernel_spec.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "tests/support/specs.hpp"
 
 using astrai::DType;
 using astrai::detail::BinaryKind;
 using astrai::detail::CompileRequest;
 using astrai::detail::CompileResult;
-using astrai::detail::kernel_source_closure;
 using astrai::detail::KernelKind;
 using astrai::detail::KernelSpec;
 using astrai::detail::nvrtc_compile;
@@ -22,51 +23,21 @@ namespace {
 
 KernelSpec paged(DType dtype, int head_dim, int page_size, int group, const std::string& arch,
                  bool no_mma = false) {
-  KernelSpec spec;
-  spec.kind = KernelKind::paged_decode;
-  spec.dtype = dtype;
-  spec.head_dim = head_dim;
-  spec.page_size = page_size;
-  spec.group_size = group;
-  spec.arch = arch;
-  spec.force_no_mma = no_mma;
-  return spec;
+  return astrai::testing::paged_decode_spec(dtype, head_dim, page_size, group, arch, no_mma);
 }
 
 KernelSpec prefill(KernelKind kind, DType dtype, int head_dim, int page_size, int group,
                    const std::string& arch, bool no_mma = false) {
-  KernelSpec spec;
-  spec.kind = kind;
-  spec.dtype = dtype;
-  spec.head_dim = head_dim;
-  spec.page_size = kind == KernelKind::paged_prefill ? page_size : 0;
-  spec.group_size = group;
-  spec.arch = arch;
-  spec.force_no_mma = no_mma;
-  return spec;
+  return astrai::testing::make_spec(kind, dtype, head_dim, kind == KernelKind::paged_prefill ? page_size : 0,
+                                    group, arch, no_mma);
 }
 
 KernelSpec rotary(DType dtype, int head_dim, const std::string& arch) {
-  KernelSpec spec;
-  spec.kind = KernelKind::rotary_emb;
-  spec.dtype = dtype;
-  spec.head_dim = head_dim;
-  spec.arch = arch;
-  return spec;
+  return astrai::testing::rotary_spec(dtype, head_dim, arch);
 }
 
 // The request the JIT engine builds for a spec.
-CompileRequest request_for(const KernelSpec& spec) {
-  CompileRequest request;
-  request.variant_name = spec.name();
-  request.main_file = spec.main_file();
-  const auto& closure = kernel_source_closure(spec.main_file());
-  request.headers.assign(closure.begin(), closure.end());
-  request.name_expressions = spec.instantiations();
-  request.options = spec.compile_options();
-  request.emit_ptx_only = spec.arch.rfind("compute_", 0) == 0;
-  return request;
-}
+CompileRequest request_for(const KernelSpec& spec) { return astrai::detail::compile_request(spec); }
 
 bool contains(const std::string& text, const std::string& needle) {
   return text.find(needle) != std::string::npos;

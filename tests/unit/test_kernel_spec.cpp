@@ -8,6 +8,7 @@
 #include "astrai/error.hpp"
 #include "runtime/kernel_sources.hpp"
 #include "runtime/kernel_spec.hpp"
+#include "tests/support/specs.hpp"
 
 using astrai::DType;
 using astrai::detail::arch_number;
@@ -20,25 +21,11 @@ namespace {
 
 KernelSpec paged(DType dtype, int head_dim, int page_size, int group, const std::string& arch,
                  bool no_mma = false) {
-  KernelSpec spec;
-  spec.kind = KernelKind::paged_decode;
-  spec.dtype = dtype;
-  spec.head_dim = head_dim;
-  spec.page_size = page_size;
-  spec.group_size = group;
-  spec.arch = arch;
-  spec.force_no_mma = no_mma;
-  return spec;
+  return astrai::testing::paged_decode_spec(dtype, head_dim, page_size, group, arch, no_mma);
 }
 
 KernelSpec rotary(DType dtype, int head_dim, const std::string& arch, bool no_mma = false) {
-  KernelSpec spec;
-  spec.kind = KernelKind::rotary_emb;
-  spec.dtype = dtype;
-  spec.head_dim = head_dim;
-  spec.arch = arch;
-  spec.force_no_mma = no_mma;
-  return spec;
+  return astrai::testing::rotary_spec(dtype, head_dim, arch, no_mma);
 }
 
 bool same_fields(const KernelSpec& a, const KernelSpec& b) {

@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "tests/unit/test_support.hpp"
+#include "tests/support/support.hpp"
 
 int main(int argc, char** argv) {
   if (argc >= 3 && std::strcmp(argv[1], "--child") == 0) return astrai::testing::run_child(argc, argv);

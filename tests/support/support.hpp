@@ -1,4 +1,5 @@
-// Shared helpers for the unit tests: temp directories, environment overrides, child processes.
+// Helpers shared by the test suites and harnesses: temp directories, environment overrides,
+// child processes, files.
 #pragma once
 
 #include <filesystem>

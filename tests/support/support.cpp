@@ -1,4 +1,4 @@
-#include "tests/unit/test_support.hpp"
+#include "tests/support/support.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>

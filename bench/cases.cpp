@@ -1,0 +1,438 @@
+// The case table and each kernel's case: inputs, the timed call, the amount of work.
+#include "bench/bench.hpp"
+
+namespace astrai::bench {
+
+std::vector<CaseDef> all_cases() {
+  std::vector<CaseDef> cases;
+  auto paged_decode = [&](int head_dim, int heads, int kv_heads, int page, int batch, int len,
+                          bool ragged, std::string ratio_to, std::string ratio_label) {
+    CaseDef c;
+    c.kind = CaseKind::paged_decode;
+    c.kernel = "paged_decode";
+    c.label = fmt::format("hd{}{}.ps{}.B{}xL{}{}", head_dim,
+                          heads == 32 && kv_heads == 8 ? std::string()
+                                                       : fmt::format(".h{}kv{}", heads, kv_heads),
+                          page, batch, len, ragged ? ".ragged" : "");
+    c.batch = batch;
+    c.len = len;
+    c.n_heads = heads;
+    c.n_kv_heads = kv_heads;
+    c.head_dim = head_dim;
+    c.page_size = page;
+    c.ragged = ragged;
+    c.ratio_to = std::move(ratio_to);
+    c.ratio_label = std::move(ratio_label);
+    cases.push_back(c);
+  };
+  const std::string uniform = "paged_decode/hd128.ps16.B32xL4096";
+  const std::string astrai16 = "paged_decode/hd64.h24kv4.ps16.B32xL4096";
+  paged_decode(128, 32, 8, 16, 64, 8192, false, "", "");
+  paged_decode(128, 32, 8, 16, 16, 32768, false, "", "");
+  paged_decode(128, 32, 8, 16, 32, 4096, false, "", "");
+  paged_decode(128, 32, 8, 16, 1, 1024, false, "", "");
+  paged_decode(128, 32, 8, 16, 1, 32768, false, "", "");
+  paged_decode(128, 32, 8, 1, 32, 4096, false, uniform, "TB/s vs ps16");
+  paged_decode(128, 32, 8, 16, 32, 4096, true, uniform, "TB/s vs uniform");
+  paged_decode(64, 24, 4, 16, 32, 4096, false, "", "");
+  paged_decode(64, 24, 4, 1, 32, 4096, false, astrai16, "TB/s vs ps16");
+
+  auto decode = [&](int batch, int len) {
+    CaseDef c;
+    c.kind = CaseKind::decode;
+    c.kernel = "decode";
+    c.label = fmt::format("hd128.B{}xL{}", batch, len);
+    c.batch = batch;
+    c.len = len;
+    c.n_heads = 32;
+    c.n_kv_heads = 8;
+    c.head_dim = 128;
+    cases.push_back(c);
+  };
+  decode(64, 8192);
+  decode(32, 4096);
+  decode(1, 1024);
+
+  auto prefill = [&](CaseKind kind, int head_dim, bool causal, int batch, int len, int page) {
+    CaseDef c;
+    c.kind = kind;
+    c.kernel = kind == CaseKind::prefill ? "prefill" : "paged_prefill";
+    c.label = fmt::format("hd{}{}.{}.B{}x{}", head_dim, page ? fmt::format(".ps{}", page) : std::string(),
+                          causal ? "causal" : "full", batch, len);
+    c.batch = batch;
+    c.len = len;
+    c.n_heads = 32;
+    c.n_kv_heads = 8;
+    c.head_dim = head_dim;
+    c.page_size = page;
+    c.causal = causal;
+    if (kind == CaseKind::paged_prefill) {
+      c.ratio_to = "prefill/hd128.causal.B2x8192";
+      c.ratio_label = "TFLOP/s vs prefill";
+    }
+    cases.push_back(c);
+  };
+  prefill(CaseKind::prefill, 128, true, 2, 8192, 0);
+  prefill(CaseKind::prefill, 128, false, 4, 4096, 0);
+  prefill(CaseKind::prefill, 64, true, 2, 8192, 0);
+  prefill(CaseKind::prefill, 256, true, 2, 8192, 0);
+  prefill(CaseKind::paged_prefill, 128, true, 2, 8192, 16);
+
+  auto rotary = [&](int tokens) {
+    CaseDef c;
+    c.kind = CaseKind::rotary;
+    c.kernel = "rotary_emb";
+    c.label = fmt::format("hd128.T{}", tokens);
+    c.len = tokens;
+    c.batch = 1;
+    c.n_heads = 32;
+    c.head_dim = 128;
+    cases.push_back(c);
+  };
+  rotary(16384);
+  rotary(64);
+
+  auto jit = [&](CaseKind kind, const char* label) {
+    CaseDef c;
+    c.kind = kind;
+    c.kernel = "jit";
+    c.label = label;
+    cases.push_back(c);
+  };
+  jit(CaseKind::jit_compile, "compile");
+  jit(CaseKind::jit_load, "load");
+  jit(CaseKind::jit_host, "host_overhead");
+  return cases;
+}
+
+
+PagedLayout make_paged_layout(std::vector<std::int32_t> lens, int page_size, std::mt19937& rng) {
+  PagedLayout layout;
+  layout.lens = std::move(lens);
+  int max_len = 1;
+  for (int len : layout.lens) {
+    max_len = std::max(max_len, len);
+    layout.total_tokens += len;
+    layout.pages_read += (len + page_size - 1) / page_size;
+  }
+  layout.width = (max_len + page_size - 1) / page_size;
+  layout.num_pages = static_cast<int>(std::max<std::int64_t>(1, layout.pages_read));
+  std::vector<std::int32_t> physical(static_cast<std::size_t>(layout.num_pages));
+  std::iota(physical.begin(), physical.end(), 0);
+  std::shuffle(physical.begin(), physical.end(), rng);
+  const std::size_t batch = layout.lens.size();
+  layout.table.assign(batch * static_cast<std::size_t>(layout.width), 0);
+  std::size_t next = 0;
+  for (std::size_t b = 0; b < batch; ++b) {
+    const int pages = (layout.lens[b] + page_size - 1) / page_size;
+    for (int p = 0; p < pages; ++p) layout.table[b * layout.width + static_cast<std::size_t>(p)] = physical[next++];
+  }
+  return layout;
+}
+
+std::uint64_t seed_of(const std::string& name) { return std::hash<std::string>{}(name) | 1u; }
+
+void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
+  std::mt19937 rng(static_cast<std::uint32_t>(seed_of(def.name())));
+  std::vector<std::int32_t> lens(static_cast<std::size_t>(def.batch), def.len);
+  if (def.ragged) {
+    std::uniform_int_distribution<int> length(1, 2 * def.len);
+    for (auto& len : lens) len = length(rng);
+  }
+  const PagedLayout layout = make_paged_layout(lens, def.page_size, rng);
+  if (def.ragged)
+    result->notes.push_back(fmt::format("mean length {:.0f}",
+                                        static_cast<double>(layout.total_tokens) / def.batch));
+  const int group = def.n_heads / def.n_kv_heads;
+  result->variant = variant_name(KernelKind::paged_decode, def.head_dim, def.page_size, group);
+
+  const std::size_t pool_elems = static_cast<std::size_t>(layout.num_pages) * def.page_size * def.n_kv_heads * def.head_dim;
+  const std::size_t q_elems = static_cast<std::size_t>(def.batch) * def.n_heads * def.head_dim;
+  const std::size_t set_bytes = 2 * pool_elems * 2 + 2 * q_elems * 2;
+  const std::size_t shared_bytes = (layout.table.size() + layout.lens.size()) * 4;
+  const int sets = choose_sets(set_bytes, shared_bytes, &result->notes);
+  result->sets = sets;
+
+  struct Set {
+    DeviceBuffer k, v, q, out;
+  };
+  std::vector<Set> buffers;
+  for (int s = 0; s < sets; ++s) {
+    Set set{DeviceBuffer(pool_elems * 2), DeviceBuffer(pool_elems * 2), DeviceBuffer(q_elems * 2),
+            DeviceBuffer(q_elems * 2)};
+    const std::uint64_t seed = seed_of(def.name()) + 4u * static_cast<std::uint64_t>(s);
+    fill_bf16(set.k, pool_elems, seed);
+    fill_bf16(set.v, pool_elems, seed + 1);
+    fill_bf16(set.q, q_elems, seed + 2);
+    fill_bf16(set.out, q_elems, seed + 3);
+    buffers.push_back(std::move(set));
+  }
+  const DeviceBuffer table = DeviceBuffer::from(layout.table);
+  const DeviceBuffer seq_lens = DeviceBuffer::from(layout.lens);
+  sync_all();
+
+  astrai::PagedDecodeArgs base;
+  base.dtype = DType::bf16;
+  base.batch = def.batch;
+  base.n_heads = def.n_heads;
+  base.n_kv_heads = def.n_kv_heads;
+  base.head_dim = def.head_dim;
+  base.page_size = def.page_size;
+  base.num_pages = layout.num_pages;
+  base.max_pages_per_seq = layout.width;
+  base.page_table = table.as<const std::int32_t>();
+  base.seq_lens = seq_lens.as<const std::int32_t>();
+  const Call call = [&](int s, CUstream stream) {
+    astrai::PagedDecodeArgs args = base;
+    const Set& set = buffers[static_cast<std::size_t>(s)];
+    args.q = set.q.ptr();
+    args.k_cache = set.k.ptr();
+    args.v_cache = set.v.ptr();
+    args.out = set.out.ptr();
+    args.stream = stream;
+    Runtime::get().paged_decode(args);
+  };
+  const Timing timing = time_calls(sets, call);
+  const double kv_bytes = static_cast<double>(layout.total_tokens) * def.n_kv_heads * def.head_dim * 2 * 2;
+  const double bytes = kv_bytes + 2.0 * static_cast<double>(q_elems) * 2 +
+                       static_cast<double>(layout.pages_read) * 4 + static_cast<double>(def.batch) * 4;
+  finish(result, timing, bytes, false);
+}
+
+void Bench::case_decode(const CaseDef& def, CaseResult* result) {
+  const int group = def.n_heads / def.n_kv_heads;
+  result->variant = variant_name(KernelKind::decode, def.head_dim, 0, group);
+  const std::size_t kv_elems = static_cast<std::size_t>(def.batch) * def.len * def.n_kv_heads * def.head_dim;
+  const std::size_t q_elems = static_cast<std::size_t>(def.batch) * def.n_heads * def.head_dim;
+  const std::size_t set_bytes = 2 * kv_elems * 2 + 2 * q_elems * 2;
+  const int sets = choose_sets(set_bytes, 0, &result->notes);
+  result->sets = sets;
+  struct Set {
+    DeviceBuffer k, v, q, out;
+  };
+  std::vector<Set> buffers;
+  for (int s = 0; s < sets; ++s) {
+    Set set{DeviceBuffer(kv_elems * 2), DeviceBuffer(kv_elems * 2), DeviceBuffer(q_elems * 2),
+            DeviceBuffer(q_elems * 2)};
+    const std::uint64_t seed = seed_of(def.name()) + 4u * static_cast<std::uint64_t>(s);
+    fill_bf16(set.k, kv_elems, seed);
+    fill_bf16(set.v, kv_elems, seed + 1);
+    fill_bf16(set.q, q_elems, seed + 2);
+    fill_bf16(set.out, q_elems, seed + 3);
+    buffers.push_back(std::move(set));
+  }
+  sync_all();
+  astrai::DecodeArgs base;
+  base.dtype = DType::bf16;
+  base.batch = def.batch;
+  base.kv_len = def.len;
+  base.n_heads = def.n_heads;
+  base.n_kv_heads = def.n_kv_heads;
+  base.head_dim = def.head_dim;
+  const Call call = [&](int s, CUstream stream) {
+    astrai::DecodeArgs args = base;
+    const Set& set = buffers[static_cast<std::size_t>(s)];
+    args.q = set.q.ptr();
+    args.k = set.k.ptr();
+    args.v = set.v.ptr();
+    args.out = set.out.ptr();
+    args.stream = stream;
+    Runtime::get().decode(args);
+  };
+  const Timing timing = time_calls(sets, call);
+  const double bytes = 2.0 * static_cast<double>(kv_elems) * 2 + 2.0 * static_cast<double>(q_elems) * 2;
+  finish(result, timing, bytes, false);
+}
+
+double attention_flops(const CaseDef& def) {
+  const double flops = 4.0 * def.batch * def.n_heads * static_cast<double>(def.len) * def.len * def.head_dim;
+  return def.causal ? flops / 2 : flops;
+}
+
+void Bench::case_prefill(const CaseDef& def, CaseResult* result) {
+  const int group = def.n_heads / def.n_kv_heads;
+  result->variant = variant_name(KernelKind::prefill, def.head_dim, 0, group);
+  const std::size_t q_elems = static_cast<std::size_t>(def.batch) * def.len * def.n_heads * def.head_dim;
+  const std::size_t kv_elems = static_cast<std::size_t>(def.batch) * def.len * def.n_kv_heads * def.head_dim;
+  const std::size_t set_bytes = 2 * q_elems * 2 + 2 * kv_elems * 2;
+  const int sets = choose_sets(set_bytes, 0, &result->notes);
+  result->sets = sets;
+  struct Set {
+    DeviceBuffer q, k, v, out;
+  };
+  std::vector<Set> buffers;
+  for (int s = 0; s < sets; ++s) {
+    Set set{DeviceBuffer(q_elems * 2), DeviceBuffer(kv_elems * 2), DeviceBuffer(kv_elems * 2),
+            DeviceBuffer(q_elems * 2)};
+    const std::uint64_t seed = seed_of(def.name()) + 4u * static_cast<std::uint64_t>(s);
+    fill_bf16(set.q, q_elems, seed);
+    fill_bf16(set.k, kv_elems, seed + 1);
+    fill_bf16(set.v, kv_elems, seed + 2);
+    fill_bf16(set.out, q_elems, seed + 3);
+    buffers.push_back(std::move(set));
+  }
+  sync_all();
+  astrai::PrefillArgs base;
+  base.dtype = DType::bf16;
+  base.batch = def.batch;
+  base.q_len = def.len;
+  base.kv_len = def.len;
+  base.n_heads = def.n_heads;
+  base.n_kv_heads = def.n_kv_heads;
+  base.head_dim = def.head_dim;
+  base.causal_offset = def.causal ? 0 : -1;  // a fresh prompt: kv_len - q_len
+  const Call call = [&](int s, CUstream stream) {
+    astrai::PrefillArgs args = base;
+    const Set& set = buffers[static_cast<std::size_t>(s)];
+    args.q = set.q.ptr();
+    args.k = set.k.ptr();
+    args.v = set.v.ptr();
+    args.out = set.out.ptr();
+    args.stream = stream;
+    Runtime::get().prefill(args);
+  };
+  const Timing timing = time_calls(sets, call);
+  finish(result, timing, attention_flops(def), true);
+}
+
+void Bench::case_paged_prefill(const CaseDef& def, CaseResult* result) {
+  std::mt19937 rng(static_cast<std::uint32_t>(seed_of(def.name())));
+  const PagedLayout layout =
+      make_paged_layout(std::vector<std::int32_t>(static_cast<std::size_t>(def.batch), def.len), def.page_size, rng);
+  const int group = def.n_heads / def.n_kv_heads;
+  result->variant = variant_name(KernelKind::paged_prefill, def.head_dim, def.page_size, group);
+  const int total_q = def.batch * def.len;
+  std::vector<std::int32_t> qo_indptr(static_cast<std::size_t>(def.batch) + 1);
+  for (int b = 0; b <= def.batch; ++b) qo_indptr[static_cast<std::size_t>(b)] = b * def.len;
+  const std::size_t pool_elems = static_cast<std::size_t>(layout.num_pages) * def.page_size * def.n_kv_heads * def.head_dim;
+  const std::size_t q_elems = static_cast<std::size_t>(total_q) * def.n_heads * def.head_dim;
+  const std::size_t set_bytes = 2 * pool_elems * 2 + 2 * q_elems * 2;
+  const std::size_t shared_bytes = (layout.table.size() + layout.lens.size() + qo_indptr.size()) * 4;
+  const int sets = choose_sets(set_bytes, shared_bytes, &result->notes);
+  result->sets = sets;
+  struct Set {
+    DeviceBuffer q, k, v, out;
+  };
+  std::vector<Set> buffers;
+  for (int s = 0; s < sets; ++s) {
+    Set set{DeviceBuffer(q_elems * 2), DeviceBuffer(pool_elems * 2), DeviceBuffer(pool_elems * 2),
+            DeviceBuffer(q_elems * 2)};
+    const std::uint64_t seed = seed_of(def.name()) + 4u * static_cast<std::uint64_t>(s);
+    fill_bf16(set.q, q_elems, seed);
+    fill_bf16(set.k, pool_elems, seed + 1);
+    fill_bf16(set.v, pool_elems, seed + 2);
+    fill_bf16(set.out, q_elems, seed + 3);
+    buffers.push_back(std::move(set));
+  }
+  const DeviceBuffer table = DeviceBuffer::from(layout.table);
+  const DeviceBuffer seq_lens = DeviceBuffer::from(layout.lens);
+  const DeviceBuffer indptr = DeviceBuffer::from(qo_indptr);
+  sync_all();
+  astrai::PagedPrefillArgs base;
+  base.dtype = DType::bf16;
+  base.batch = def.batch;
+  base.total_q = total_q;
+  base.max_q_len = def.len;
+  base.n_heads = def.n_heads;
+  base.n_kv_heads = def.n_kv_heads;
+  base.head_dim = def.head_dim;
+  base.page_size = def.page_size;
+  base.num_pages = layout.num_pages;
+  base.max_pages_per_seq = layout.width;
+  base.causal = def.causal;
+  base.qo_indptr = indptr.as<const std::int32_t>();
+  base.page_table = table.as<const std::int32_t>();
+  base.seq_lens = seq_lens.as<const std::int32_t>();
+  const Call call = [&](int s, CUstream stream) {
+    astrai::PagedPrefillArgs args = base;
+    const Set& set = buffers[static_cast<std::size_t>(s)];
+    args.q = set.q.ptr();
+    args.k_cache = set.k.ptr();
+    args.v_cache = set.v.ptr();
+    args.out = set.out.ptr();
+    args.stream = stream;
+    Runtime::get().paged_prefill(args);
+  };
+  const Timing timing = time_calls(sets, call);
+  finish(result, timing, attention_flops(def), true);
+}
+
+void Bench::case_rotary(const CaseDef& def, CaseResult* result) {
+  result->variant = variant_name(KernelKind::rotary_emb, def.head_dim, 0, 0);
+  const std::size_t x_elems = static_cast<std::size_t>(def.len) * def.n_heads * def.head_dim;
+  const std::size_t pairs = static_cast<std::size_t>(def.len) * (def.head_dim / 2);
+  const std::size_t set_bytes = x_elems * 2 + pairs * 8;
+  const int sets = choose_sets(set_bytes, 0, &result->notes);
+  result->sets = sets;
+  struct Set {
+    DeviceBuffer x, freqs;
+  };
+  std::vector<Set> buffers;
+  for (int s = 0; s < sets; ++s) {
+    Set set{DeviceBuffer(x_elems * 2), DeviceBuffer(pairs * 8)};
+    const std::uint64_t seed = seed_of(def.name()) + 2u * static_cast<std::uint64_t>(s);
+    fill_bf16(set.x, x_elems, seed);
+    fill_rotation(set.freqs, pairs, seed + 1);
+    buffers.push_back(std::move(set));
+  }
+  sync_all();
+  astrai::RotaryArgs base;
+  base.dtype = DType::bf16;
+  base.batch = 1;
+  base.seq_len = def.len;
+  base.n_heads = def.n_heads;
+  base.head_dim = def.head_dim;
+  const Call call = [&](int s, CUstream stream) {
+    astrai::RotaryArgs args = base;
+    const Set& set = buffers[static_cast<std::size_t>(s)];
+    args.x = set.x.ptr();
+    args.out = set.x.ptr();  // in place
+    args.freqs = set.freqs.as<const float>();
+    args.stream = stream;
+    Runtime::get().rotary_emb(args);
+  };
+  const Timing timing = time_calls(sets, call);
+  const double bytes = 2.0 * static_cast<double>(x_elems) * 2 + static_cast<double>(pairs) * 8;
+  finish(result, timing, bytes, false);
+}
+
+CaseResult Bench::run_case(const CaseDef& def, const std::map<std::string, CaseResult>& earlier) {
+  CaseResult result;
+  result.def = def;
+  if (context_broken_) {
+    result.status = "skipped";
+    result.error = "skipped: the CUDA context is unusable after an earlier error (" + broken_reason_ + ")";
+    return result;
+  }
+  try {
+    loaded_before_ = Runtime::get().loaded_variants();
+    switch (def.kind) {
+      case CaseKind::paged_decode: case_paged_decode(def, &result); break;
+      case CaseKind::decode: case_decode(def, &result); break;
+      case CaseKind::prefill: case_prefill(def, &result); break;
+      case CaseKind::paged_prefill: case_paged_prefill(def, &result); break;
+      case CaseKind::rotary: case_rotary(def, &result); break;
+      default: break;
+    }
+  } catch (const std::exception& error) {
+    result.status = "error";
+    result.error = "error: " + strip_prefix(error.what());
+    // A fault in a kernel leaves the context unusable for every later case: say so once.
+    const CUresult state = driver().cuCtxSynchronize();
+    if (state != CUDA_SUCCESS) {
+      context_broken_ = true;
+      broken_reason_ = astrai::detail::cu_result_name(state);
+    }
+  }
+  if (result.status == "ok" && !def.ratio_to.empty()) {
+    auto it = earlier.find(def.ratio_to);
+    if (it != earlier.end() && it->second.status == "ok" && it->second.rate > 0)
+      result.ratio = result.rate / it->second.rate;
+    else if (it == earlier.end())
+      result.notes.push_back("select " + def.ratio_to + " too for the ratio");
+  }
+  return result;
+}
+
+
+}  // namespace astrai::bench

@@ -1,0 +1,30 @@
+#include "runtime/compile_plan.hpp"
+
+namespace astrai::detail {
+
+CompileRequest compile_request(const KernelSpec& spec) {
+  CompileRequest request;
+  request.variant_name = spec.name();
+  request.main_file = spec.main_file();
+  const auto& closure = kernel_source_closure(request.main_file);
+  request.headers.assign(closure.begin(), closure.end());
+  request.name_expressions = spec.instantiations();
+  request.options = spec.compile_options();
+  request.arch = spec.arch;
+  request.emit_ptx_only = spec.arch.rfind("compute_", 0) == 0;
+  return request;
+}
+
+CacheKey compile_request_key(const CompileRequest& request, const NvrtcVersion& version) {
+  CacheKeyInputs inputs;
+  inputs.variant_name = request.variant_name;
+  for (const auto& expression : request.name_expressions) inputs.instantiation += expression + ";";
+  inputs.shared_sources = &request.headers;
+  inputs.options = request.options;
+  inputs.arch = request.arch;
+  inputs.nvrtc_major = version.major;
+  inputs.nvrtc_minor = version.minor;
+  return compute_cache_key(inputs);
+}
+
+}  // namespace astrai::detail

@@ -1,0 +1,93 @@
+#include "runtime/families/decode_launch.hpp"
+
+#include <fmt/format.h>
+
+#include "runtime/launch_heuristics.hpp"
+
+namespace astrai::detail {
+
+std::vector<std::string> decode_instantiations(const KernelSpec& spec, int page_size) {
+  const char* type = device_type_name(spec.dtype);
+  return {fmt::format("astrai::paged_decode_kernel<{}, {}, {}, {}, {}>", type, spec.head_dim, page_size,
+                      spec.group_size, spec.flags),
+          fmt::format("astrai::split_combine_kernel<{}, {}>", type, spec.head_dim)};
+}
+
+void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeParams params) {
+  Device& device = impl.current_device();
+  const int group = params.n_heads / params.n_kv_heads;
+  KernelSpec spec;
+  spec.kind = launch.family.kind;
+  spec.dtype = launch.dtype;
+  spec.head_dim = launch.head_dim;
+  spec.page_size = launch.page_size;
+  spec.group_size = group;
+  spec.flags = launch.flags;
+  const int smem = paged_decode_smem_bytes(launch.head_dim);
+  const LoadedVariant& variant = impl.variant(device, spec, {kDecodeThreads, smem});
+  const int head_tiles = (group + kDecodeHeadsPerTile - 1) / kDecodeHeadsPerTile;
+  // The plan is a pure function of the shape; remember the last one per thread (hot path).
+  struct PlanMemo {
+    const LoadedVariant* variant = nullptr;
+    int batch = -1, n_kv_heads = -1, capacity = -1;
+    DecodeSplitPlan plan;
+  };
+  thread_local PlanMemo memo;
+  if (memo.variant != &variant || memo.batch != params.batch || memo.n_kv_heads != params.n_kv_heads ||
+      memo.capacity != params.kv_capacity) {
+    memo.plan = plan_decode_splits(params.batch, params.n_kv_heads, head_tiles, params.kv_capacity,
+                                   variant.resident_ctas);
+    memo.variant = &variant;
+    memo.batch = params.batch;
+    memo.n_kv_heads = params.n_kv_heads;
+    memo.capacity = params.kv_capacity;
+  }
+  const DecodeSplitPlan plan = memo.plan;
+  params.tokens_per_split = plan.tokens_per_split;
+  params.workspace.num_splits = plan.num_splits;
+  if (plan.num_splits > 1) {
+    const std::size_t bytes = decode_workspace_bytes(plan, params.batch, params.n_heads, launch.head_dim);
+    CUdeviceptr base = 0;
+    if (launch.workspace) {
+      if (launch.workspace_bytes < bytes)
+        throw InvalidArgument(fmt::format("{}: workspace_bytes {} is too small (this shape needs >= "
+                                          "{}; see paged_decode_workspace_bytes)",
+                                          launch.family.name, launch.workspace_bytes, bytes));
+      base = reinterpret_cast<CUdeviceptr>(launch.workspace);
+    } else {
+      base = device.workspace(launch.stream, bytes, launch.family.name);
+    }
+    const std::size_t rows = static_cast<std::size_t>(plan.num_splits) * params.batch * params.n_heads;
+    const std::size_t out_bytes = ((rows * launch.head_dim * sizeof(float) + 255) / 256) * 256;
+    params.workspace.partial_out = reinterpret_cast<float*>(base);
+    params.workspace.partial_lse = reinterpret_cast<float*>(base + out_bytes);
+  }
+  LaunchConfig attention{};
+  attention.name = launch.family.name;
+  attention.grid = {static_cast<unsigned>(plan.num_splits), static_cast<unsigned>(params.n_kv_heads * head_tiles),
+                    static_cast<unsigned>(params.batch)};
+  attention.block = kDecodeThreads;
+  attention.smem = static_cast<unsigned>(smem);
+  attention.stream = launch.stream;
+  device.launch(variant.functions[0], attention, &params);
+  if (plan.num_splits > 1) {
+    CombineParams combine{};
+    combine.workspace = params.workspace;
+    combine.lse = params.lse;
+    combine.out = params.out;
+    combine.out_stride_batch = params.out_stride_batch;
+    combine.out_stride_head = params.out_stride_head;
+    combine.batch = params.batch;
+    combine.n_heads = params.n_heads;
+    LaunchConfig merge{};
+    merge.name = "cuLaunchKernel(split_combine)";
+    merge.grid = {static_cast<unsigned>(params.batch * params.n_heads), 1, 1};
+    merge.block = 128;
+    merge.smem = 0;
+    merge.stream = launch.stream;
+    merge.programmatic_dependent = true;
+    device.launch(variant.functions[1], merge, &combine);
+  }
+}
+
+}  // namespace astrai::detail

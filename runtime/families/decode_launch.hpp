@@ -1,0 +1,54 @@
+// The launch paged_decode and decode share: both run kernel_src/paged_decode.cuh (decode with
+// page size 0), with the same split plan, workspace and split-combine kernel.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "astrai/runtime.hpp"
+#include "kernel_src/kernel_params.h"
+#include "runtime/runtime_impl.hpp"
+
+namespace astrai::detail {
+
+// What differs between paged and contiguous decode at launch time.
+struct DecodeLaunch {
+  const KernelFamily& family;
+  DType dtype;
+  int head_dim;
+  int page_size;  // 0 for contiguous decode
+  CUstream stream;
+  void* workspace;  // caller-provided, or null for the runtime's own
+  std::size_t workspace_bytes;
+  std::uint32_t flags = 0;  // the family's feature bits this call compiles in
+};
+
+// Picks the split plan from the capacity, places the workspace, launches the attention kernel
+// and, when split, the combine kernel (a programmatic dependent launch where supported).
+void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeParams params);
+
+// The fields paged and contiguous decode fill alike: query, output, LSE, mask, shape, scale.
+template <typename Args>
+PagedDecodeParams common_decode_params(const Args& args) {
+  PagedDecodeParams params{};
+  params.q = args.q;
+  params.q_stride_batch = args.q_stride_batch;
+  params.q_stride_head = args.q_stride_head;
+  params.mask = args.mask;
+  params.mask_stride_batch = args.mask_stride_batch;
+  params.lse = args.lse;
+  params.out = args.out;
+  params.out_stride_batch = args.out_stride_batch;
+  params.out_stride_head = args.out_stride_head;
+  params.batch = args.batch;
+  params.n_heads = args.n_heads;
+  params.n_kv_heads = args.n_kv_heads;
+  params.scale_log2 = args.scale * kLog2e;
+  return params;
+}
+
+// Instantiations of kernel_src/paged_decode.cuh: the attention kernel (page size 0 selects
+// contiguous addressing), then the split combine.
+std::vector<std::string> decode_instantiations(const KernelSpec& spec, int page_size);
+
+}  // namespace astrai::detail

@@ -1,0 +1,166 @@
+// paged_decode: one new query token per sequence against a paged KV cache
+// (kernel_src/paged_decode.cuh). Descriptor, argument checks and launch.
+#include <algorithm>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "runtime/families/arg_checks.hpp"
+#include "runtime/families/decode_launch.hpp"
+#include "runtime/launch_heuristics.hpp"
+#include "runtime/validation.hpp"
+
+namespace astrai {
+
+namespace detail {
+
+const KernelFamily& paged_decode_family() {
+  static const KernelFamily family{
+      KernelKind::paged_decode,
+      "paged_decode",
+      /*paged=*/true,
+      /*grouped=*/true,
+      /*warm_by_default=*/true,
+      "paged_decode.cuh",
+      [](const KernelSpec& spec) { return decode_instantiations(spec, spec.page_size); },
+      /*limits=*/{{32, 256, 16}, 256, 128},
+      /*supported_flags=*/0,
+      /*warm=*/{{{64, 6}, {128, 4}}, {64, 128}, {4, 6}, {1, 16}},
+  };
+  return family;
+}
+
+namespace {
+
+// Largest page-table capacity whose split plan stays in 32-bit token arithmetic: a plan rounds
+// the capacity up to whole blocks and may add up to kMaxSplits - 1 blocks of slack, and the
+// kernel computes split_begin + tokens_per_split in int.
+constexpr long long kMaxTableTokens =
+    (std::numeric_limits<int>::max() / kDecodeBlockTokens - (kMaxSplits - 1)) * 1LL * kDecodeBlockTokens;
+
+}  // namespace
+
+PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& input) {
+  const KernelFamily& family = paged_decode_family();
+  const char* kCall = family.name;
+  PagedDecodeArgs a = input;
+  require_dtype(kCall, a.dtype);
+  require_batch(kCall, a.batch);
+  require_attention_heads(family, a.n_heads, a.n_kv_heads, a.head_dim);
+  require_page_size(family, a.page_size);
+  require_positive(kCall, "num_pages", a.num_pages);
+  require_positive(kCall, "max_pages_per_seq", a.max_pages_per_seq);
+  if (1LL * a.max_pages_per_seq * a.page_size > kMaxTableTokens)
+    fail_argument(kCall, fmt::format("max_pages_per_seq {} x page_size {} = {} tokens exceeds the limit of {} "
+                                     "tokens", a.max_pages_per_seq, a.page_size,
+                                     1LL * a.max_pages_per_seq * a.page_size, kMaxTableTokens));
+  a.scale = resolve_scale(kCall, a.scale, a.head_dim);
+
+  const std::int64_t d = a.head_dim;
+  if (a.page_table_stride == 0) a.page_table_stride = a.max_pages_per_seq;
+
+  resolve_token_strides(kCall, {"q_stride_batch", &a.q_stride_batch}, {"q_stride_head", &a.q_stride_head},
+                        a.n_heads, d, 0);
+  resolve_kv_strides(kCall, {"k_stride_page", &a.k_stride_page}, {"k_stride_token", &a.k_stride_token},
+                     {"k_stride_head", &a.k_stride_head}, a.n_kv_heads, d, a.page_size);
+  resolve_kv_strides(kCall, {"v_stride_page", &a.v_stride_page}, {"v_stride_token", &a.v_stride_token},
+                     {"v_stride_head", &a.v_stride_head}, a.n_kv_heads, d, a.page_size);
+  // Outputs must not overlap, or blocks would race on them.
+  resolve_token_strides(kCall, {"out_stride_batch", &a.out_stride_batch}, {"out_stride_head", &a.out_stride_head},
+                        a.n_heads, d, a.batch);
+  if (a.page_table_stride < a.max_pages_per_seq)
+    fail_argument(kCall, fmt::format("page_table_stride {} is smaller than max_pages_per_seq {}",
+                                     a.page_table_stride, a.max_pages_per_seq));
+
+  if (a.batch > 0) {
+    require_pointer(kCall, "q", a.q, 16);
+    require_pointer(kCall, "k_cache", a.k_cache, 16);
+    require_pointer(kCall, "v_cache", a.v_cache, 16);
+    require_pointer(kCall, "out", a.out, 16);
+    require_pointer(kCall, "page_table", a.page_table, 4);
+    require_pointer(kCall, "seq_lens", a.seq_lens, 4);
+  }
+  if (a.page_table_rows == 0) a.page_table_rows = a.batch;
+  if (a.page_table_rows < 0)
+    fail_argument(kCall, fmt::format("page_table_rows {} is not valid (allowed: >= 0; 0 means batch)",
+                                     a.page_table_rows));
+  if (a.req_indices == nullptr && a.page_table_rows < a.batch)
+    fail_argument(kCall, fmt::format("page_table_rows {} is smaller than batch {} without req_indices",
+                                     a.page_table_rows, a.batch));
+  require_optional_alignment(kCall, "req_indices", a.req_indices, 4);
+  const std::int64_t capacity = static_cast<std::int64_t>(a.max_pages_per_seq) * a.page_size;
+  if (a.mask_stride_batch == 0) a.mask_stride_batch = capacity;
+  if (a.mask != nullptr && a.batch > 1 && a.mask_stride_batch < capacity)
+    fail_argument(kCall, fmt::format("mask_stride_batch {} is smaller than the mask row length {} "
+                                     "(max_pages_per_seq x page_size)", a.mask_stride_batch, capacity));
+  if (a.mask_stride_batch < 0)
+    fail_argument(kCall, fmt::format("mask_stride_batch {} is not valid (allowed: >= 0)", a.mask_stride_batch));
+  if ((a.new_k == nullptr) != (a.new_v == nullptr))
+    fail_argument(kCall, fmt::format("new_k = {} and new_v = {}: the fused append needs both or neither",
+                                     a.new_k, a.new_v));
+  if (a.new_k != nullptr) {
+    resolve_token_strides(kCall, {"new_k_stride_batch", &a.new_k_stride_batch},
+                          {"new_k_stride_head", &a.new_k_stride_head}, a.n_kv_heads, d, 0);
+    resolve_token_strides(kCall, {"new_v_stride_batch", &a.new_v_stride_batch},
+                          {"new_v_stride_head", &a.new_v_stride_head}, a.n_kv_heads, d, 0);
+    require_pointer(kCall, "new_k", a.new_k, 16);
+    require_pointer(kCall, "new_v", a.new_v, 16);
+  }
+  require_optional_alignment(kCall, "lse", a.lse, 4);
+  // The documented contract (astrai/runtime.hpp) is 16-byte alignment; the kernels read and
+  // write the workspace as floats.
+  require_optional_alignment(kCall, "workspace", a.workspace, 16);
+  return a;
+}
+
+}  // namespace detail
+
+std::size_t paged_decode_workspace_bytes(const PagedDecodeArgs& input, int num_sms) {
+  const PagedDecodeArgs args = detail::resolve_paged_decode_args(input);
+  const int group = args.n_heads / args.n_kv_heads;
+  const int head_tiles = (group + kDecodeHeadsPerTile - 1) / kDecodeHeadsPerTile;
+  // The plan depends on the kernel's occupancy, known once it is loaded: take the largest
+  // workspace over every occupancy a 128-thread CTA can have.
+  std::size_t bytes = 0;
+  for (int per_sm = 1; per_sm <= 16; ++per_sm) {
+    const auto plan = detail::plan_decode_splits(args.batch, args.n_kv_heads, head_tiles,
+                                                 1LL * args.max_pages_per_seq * args.page_size,
+                                                 per_sm * num_sms);
+    bytes = std::max(bytes, detail::decode_workspace_bytes(plan, args.batch, args.n_heads, args.head_dim));
+  }
+  return bytes;
+}
+
+void Runtime::paged_decode(const PagedDecodeArgs& input) {
+  const PagedDecodeArgs args = detail::resolve_paged_decode_args(input);
+  if (args.batch == 0) return;
+  PagedDecodeParams params = detail::common_decode_params(args);
+  params.k_cache = args.k_cache;
+  params.v_cache = args.v_cache;
+  params.k_stride_page = args.k_stride_page;
+  params.k_stride_token = args.k_stride_token;
+  params.k_stride_head = args.k_stride_head;
+  params.v_stride_page = args.v_stride_page;
+  params.v_stride_token = args.v_stride_token;
+  params.v_stride_head = args.v_stride_head;
+  params.page_table = args.page_table;
+  params.page_table_stride = args.page_table_stride;
+  params.req_indices = args.req_indices;
+  params.page_table_rows = args.page_table_rows;
+  params.seq_lens = args.seq_lens;
+  params.kv_capacity = args.max_pages_per_seq * args.page_size;
+  params.new_k = args.new_k;
+  params.new_v = args.new_v;
+  params.new_k_stride_batch = args.new_k_stride_batch;
+  params.new_k_stride_head = args.new_k_stride_head;
+  params.new_v_stride_batch = args.new_v_stride_batch;
+  params.new_v_stride_head = args.new_v_stride_head;
+  params.num_pages = args.num_pages;
+  params.max_pages_per_seq = args.max_pages_per_seq;
+  detail::launch_decode(*impl_,
+                        {detail::paged_decode_family(), args.dtype, args.head_dim, args.page_size,
+                         static_cast<CUstream>(args.stream), args.workspace, args.workspace_bytes},
+                        params);
+}
+
+}  // namespace astrai

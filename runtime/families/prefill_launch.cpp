@@ -1,0 +1,125 @@
+#include "runtime/families/prefill_launch.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "kernel_src/hopper_params.h"
+#include "runtime/logging.hpp"
+#include "runtime/tensor_map.hpp"
+
+namespace astrai::detail {
+
+std::vector<std::string> prefill_instantiations(const KernelSpec& spec, int page_size) {
+  return {fmt::format("astrai::prefill_kernel<{}, {}, {}, {}, {}>", device_type_name(spec.dtype),
+                      spec.head_dim, page_size, spec.group_size, spec.flags)};
+}
+
+std::vector<std::string> prefill_sm90_instantiations(const KernelSpec& spec, int page_size) {
+  return {fmt::format("astrai::prefill_sm90_kernel<{}, {}, {}, {}>", device_type_name(spec.dtype), spec.head_dim,
+                      page_size, spec.group_size)};
+}
+
+bool prefill_sm90_serves(int head_dim, int page_size) {
+  return prefill_sm90_head_dim(head_dim) && (page_size == 0 || page_size >= 8);
+}
+
+namespace {
+
+// The TMA views of q, K and V the Hopper kernel reads (kernel_src/prefill_sm90.cuh): contiguous
+// q {d, q_len, heads, batch}, K/V {d, kv_len, kv_heads, batch}; paged q {d, total_q, heads, 1},
+// K/V {d, kv_heads, page_size, num_pages} in boxes of up to 16 tokens.
+struct PrefillMaps {
+  TensorMapShape q, k, v;
+};
+
+PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_size) {
+  using U = std::uint64_t;
+  const U d = static_cast<U>(head_dim);
+  PrefillMaps maps;
+  const std::uint32_t block_n = static_cast<std::uint32_t>(prefill_sm90_block_n(head_dim));
+  if (page_size == 0) {
+    const U kv_rows = static_cast<U>(std::max(p.kv_len, 1));  // kv_len 0 loads nothing
+    maps.q = {p.q, {d, U(p.q_len), U(p.n_heads), U(p.batch)}, {p.q_stride_seq, p.q_stride_head, p.q_stride_batch},
+              {64, 128, 1, 1}};
+    maps.k = {p.k, {d, kv_rows, U(p.n_kv_heads), U(p.batch)}, {p.k_stride_seq, p.k_stride_head, p.k_stride_batch},
+              {64, block_n, 1, 1}};
+    maps.v = {p.v, {d, kv_rows, U(p.n_kv_heads), U(p.batch)}, {p.v_stride_seq, p.v_stride_head, p.v_stride_batch},
+              {64, block_n, 1, 1}};
+  } else {
+    const std::uint32_t box = static_cast<std::uint32_t>(std::min(page_size, 16));
+    const U pages = static_cast<U>(std::max(p.num_pages, 1));
+    maps.q = {p.q, {d, U(std::max(p.total_q, 1)), U(p.n_heads), 1},
+              {p.q_stride_seq, p.q_stride_head, p.q_stride_seq * std::max(p.total_q, 1)}, {64, 128, 1, 1}};
+    maps.k = {p.k, {d, U(p.n_kv_heads), U(page_size), pages}, {p.k_stride_head, p.k_stride_seq, p.k_stride_page},
+              {64, 1, box, 1}};
+    maps.v = {p.v, {d, U(p.n_kv_heads), U(page_size), pages}, {p.v_stride_head, p.v_stride_seq, p.v_stride_page},
+              {64, 1, box, 1}};
+  }
+  return maps;
+}
+
+// Launches the Hopper kernel when it serves the call; false leaves it to the portable one.
+bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, const char* launch_name,
+                         int max_q_len, const PrefillParams& params, void* stream) {
+  if (!device.uses_wgmma() || params.mask != nullptr || !prefill_sm90_serves(spec.head_dim, spec.page_size))
+    return false;
+  const PrefillMaps maps = prefill_map_shapes(params, spec.head_dim, spec.page_size);
+  for (const auto& [what, shape] : {std::pair{"q", &maps.q}, std::pair{"k", &maps.k}, std::pair{"v", &maps.v}}) {
+    const std::string problem = tensor_map_problem(*shape);
+    if (!problem.empty()) {
+      log(LogLevel::debug, "{}: portable kernel, {} cannot be read through TMA: {}", launch_name, what, problem);
+      return false;
+    }
+  }
+  const bool fp16 = spec.dtype == DType::fp16;
+  CUtensorMap map_q = encode_tensor_map(maps.q, fp16, device.ordinal());
+  CUtensorMap map_k = encode_tensor_map(maps.k, fp16, device.ordinal());
+  CUtensorMap map_v = encode_tensor_map(maps.v, fp16, device.ordinal());
+  spec.wgmma = true;
+  const int smem = prefill_sm90_smem_bytes(spec.head_dim, prefill_sm90_block_n(spec.head_dim));
+  const LoadedVariant& variant = impl.variant(device, spec, {kPrefillSm90Threads, smem});
+  PrefillParams launch_params = params;
+  void* arguments[] = {&launch_params, &map_q, &map_k, &map_v};
+  LaunchConfig config{};
+  config.name = launch_name;
+  config.grid = {static_cast<unsigned>((static_cast<long long>(max_q_len) + kPrefillSm90BlockM - 1) /
+                                       kPrefillSm90BlockM),
+                 static_cast<unsigned>(params.n_heads), static_cast<unsigned>(params.batch)};
+  config.block = kPrefillSm90Threads;
+  config.smem = static_cast<unsigned>(smem);
+  config.stream = static_cast<CUstream>(stream);
+  device.launch(variant.functions[0], config, arguments);
+  return true;
+}
+
+}  // namespace
+
+void launch_prefill(Runtime::Impl& impl, const KernelFamily& family, const char* launch_name, DType dtype,
+                    int head_dim, int page_size, int max_q_len, const PrefillParams& params, void* stream) {
+  Device& device = impl.current_device();
+  KernelSpec spec;
+  spec.kind = family.kind;
+  spec.dtype = dtype;
+  spec.head_dim = head_dim;
+  spec.page_size = page_size;
+  spec.group_size = params.n_heads / params.n_kv_heads;
+  if (launch_prefill_sm90(impl, device, spec, launch_name, max_q_len, params, stream)) return;
+  // The tensor-core and CUDA-core paths tile differently: which one runs on this device.
+  const bool mma = device.uses_mma();
+  const int smem = mma ? prefill_smem_bytes(head_dim) : prefill_core_smem_bytes(head_dim);
+  const LoadedVariant& variant = impl.variant(device, spec, {kPrefillThreads, smem});
+  const int block_q = mma ? prefill_block_q(head_dim) : kPrefillCoreBlockQ;
+  const long long q_tiles = (static_cast<long long>(max_q_len) + block_q - 1) / block_q;
+  PrefillParams launch_params = params;
+  LaunchConfig config{};
+  config.name = launch_name;
+  config.grid = {static_cast<unsigned>(q_tiles), static_cast<unsigned>(params.n_heads),
+                 static_cast<unsigned>(params.batch)};
+  config.block = kPrefillThreads;
+  config.smem = static_cast<unsigned>(smem);
+  config.stream = static_cast<CUstream>(stream);
+  device.launch(variant.functions[0], config, &launch_params);
+}
+
+}  // namespace astrai::detail

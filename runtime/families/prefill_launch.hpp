@@ -1,0 +1,22 @@
+// The launch prefill and paged_prefill share: one portable template (kernel_src/prefill.cuh)
+// for contiguous and paged KV, tiled differently on the tensor-core and CUDA-core paths, and
+// the Hopper template (kernel_src/prefill_sm90.cuh: TMA and wgmma) on sm_90a where it serves
+// the call.
+#pragma once
+
+#include "kernel_src/kernel_params.h"
+#include "runtime/runtime_impl.hpp"
+
+namespace astrai::detail {
+
+// Instantiation of kernel_src/prefill.cuh; page size 0 selects contiguous KV.
+std::vector<std::string> prefill_instantiations(const KernelSpec& spec, int page_size);
+// Instantiation of kernel_src/prefill_sm90.cuh, and the shapes it compiles for: head dims
+// 64, 128, 192, 256; contiguous KV or pages of at least 8 tokens.
+std::vector<std::string> prefill_sm90_instantiations(const KernelSpec& spec, int page_size);
+bool prefill_sm90_serves(int head_dim, int page_size);
+
+void launch_prefill(Runtime::Impl& impl, const KernelFamily& family, const char* launch_name, DType dtype,
+                    int head_dim, int page_size, int max_q_len, const PrefillParams& params, void* stream);
+
+}  // namespace astrai::detail

@@ -1,0 +1,48 @@
+#include "runtime/kernel_family.hpp"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace astrai::detail {
+
+std::string SteppedRange::allowed() const { return fmt::format("{}..{}, step {}", min, max, step); }
+
+bool FamilyLimits::page_size_ok(long long page_size) const {
+  return page_size > 0 && (page_size & (page_size - 1)) == 0 && page_size <= max_page_size;
+}
+
+std::string FamilyLimits::page_size_allowed() const {
+  return fmt::format("a power of two in 1..{}", max_page_size);
+}
+
+std::string FamilyLimits::group_allowed() const { return fmt::format("1..{}", max_group); }
+
+const std::vector<const KernelFamily*>& kernel_families() {
+  static const std::vector<const KernelFamily*> families = [] {
+    std::vector<const KernelFamily*> list = {&paged_decode_family(), &rotary_emb_family(),
+                                             &decode_family(), &prefill_family(),
+                                             &paged_prefill_family()};
+    // Indexed by KernelKind: each descriptor sits at its own kind's position.
+    for (std::size_t i = 0; i < list.size(); ++i)
+      if (static_cast<std::size_t>(list[i]->kind) != i) throw std::logic_error("kernel family table order");
+    return list;
+  }();
+  return families;
+}
+
+const KernelFamily& kernel_family(KernelKind kind) {
+  return *kernel_families().at(static_cast<std::size_t>(kind));
+}
+
+const KernelFamily* find_kernel_family(std::string_view name) {
+  for (const KernelFamily* family : kernel_families())
+    if (name == family->name) return family;
+  return nullptr;
+}
+
+const char* device_type_name(DType dtype) {
+  return dtype == DType::bf16 ? "astrai::bf16_t" : "astrai::fp16_t";
+}
+
+}  // namespace astrai::detail

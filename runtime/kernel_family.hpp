@@ -1,0 +1,91 @@
+// What one kernel family is, in one place: the fields of its variant names, its template and
+// instantiation, its limits and the shapes `astrai-jit warm` compiles by default. The spec
+// parser and printer, the CLI, the strict-mode hint and the argument checks all read these
+// descriptors; each family defines its own in runtime/families/<family>.cpp, beside its
+// argument checks and its launch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "astrai/runtime.hpp"
+
+namespace astrai::detail {
+
+// The order is the one `warm` compiles and lists families in.
+enum class KernelKind { paged_decode, rotary_emb, decode, prefill, paged_prefill };
+
+struct KernelSpec;
+
+// Values min..max in steps of `step` (min itself a multiple of step).
+struct SteppedRange {
+  int min = 0;
+  int max = 0;
+  int step = 1;
+  bool contains(int value) const { return value >= min && value <= max && value % step == 0; }
+  std::string allowed() const;  // "32..256, step 16"
+};
+
+struct FamilyLimits {
+  SteppedRange head_dim;
+  int max_page_size = 0;  // paged families: a power of two in 1..max_page_size
+  int max_group = 0;      // grouped families: query heads per KV head in 1..max_group
+
+  bool page_size_ok(long long page_size) const;
+  std::string page_size_allowed() const;  // "a power of two in 1..256"
+  bool group_ok(long long group) const { return group >= 1 && group <= max_group; }
+  std::string group_allowed() const;      // "1..128"
+};
+
+// What `astrai-jit warm` compiles for a family when no shape flag says otherwise.
+struct WarmDefaults {
+  std::vector<std::pair<int, int>> shapes;  // (head_dim, group) with no --head-dims/--group-sizes
+  std::vector<int> head_dims;               // with --group-sizes only
+  std::vector<int> groups;                  // with --head-dims only
+  std::vector<int> page_sizes;              // paged families, without --page-sizes
+};
+
+// A family's Hopper (sm_90a) implementation: TMA and wgmma kernels in their own header, compiled
+// as "<...>.wgmma.sm_90a" variants for the shapes it serves; the portable kernels handle the rest.
+struct HopperImplementation {
+  const char* main_file = nullptr;  // null: the family has none
+  std::vector<std::string> (*instantiations)(const KernelSpec& spec) = nullptr;
+  bool (*serves)(int head_dim, int page_size) = nullptr;
+};
+
+struct KernelFamily {
+  KernelKind kind;
+  const char* name;          // first field of a variant name, `--kernels` value
+  bool paged;                // the name carries ".ps<page size>"; warm takes --page-sizes
+  bool grouped;              // the name carries ".g<group>"; warm takes --group-sizes
+  bool warm_by_default;      // compiled by `warm` without --kernels
+  const char* main_file;     // the kernel_src header holding the kernels
+  // Name expressions NVRTC instantiates: the main kernel first, then helpers (split combine).
+  std::vector<std::string> (*instantiations)(const KernelSpec& spec);
+  FamilyLimits limits;
+  // Feature bits a variant may set (KernelSpec::flags, the ".f<hex>" name field); each bit is
+  // a compile-time switch of the template.
+  std::uint32_t supported_flags = 0;
+  WarmDefaults warm;
+  HopperImplementation hopper = {};
+};
+
+// Every family, in KernelKind order.
+const std::vector<const KernelFamily*>& kernel_families();
+const KernelFamily& kernel_family(KernelKind kind);
+const KernelFamily* find_kernel_family(std::string_view name);  // null when unknown
+
+// One accessor per family, defined in runtime/families/<family>.cpp.
+const KernelFamily& paged_decode_family();
+const KernelFamily& rotary_emb_family();
+const KernelFamily& decode_family();
+const KernelFamily& prefill_family();
+const KernelFamily& paged_prefill_family();
+
+// The NVRTC spelling of a dtype in instantiations: "astrai::bf16_t".
+const char* device_type_name(DType dtype);
+
+}  // namespace astrai::detail

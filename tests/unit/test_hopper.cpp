@@ -1,0 +1,184 @@
+// The Hopper (sm_90a) path on any machine: its variants' names and limits, every variant built
+// with NVRTC through the compile plan and its PTX checked for the instructions the design rests
+// on (and its log for the ptxas warnings that mean wgmma was serialized or setmaxnreg ignored),
+// and the tensor-map rules that send a call to the portable kernel.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "astrai/error.hpp"
+#include "kernel_src/hopper_params.h"
+#include "runtime/compile_plan.hpp"
+#include "runtime/kernel_sources.hpp"
+#include "runtime/kernel_spec.hpp"
+#include "runtime/tensor_map.hpp"
+
+using astrai::DType;
+using astrai::detail::CompileRequest;
+using astrai::detail::CompileResult;
+using astrai::detail::KernelKind;
+using astrai::detail::KernelSpec;
+using astrai::detail::TensorMapShape;
+
+namespace {
+
+KernelSpec hopper_prefill(KernelKind kind, DType dtype, int head_dim, int page_size, int group) {
+  KernelSpec spec;
+  spec.kind = kind;
+  spec.dtype = dtype;
+  spec.head_dim = head_dim;
+  spec.page_size = page_size;
+  spec.group_size = group;
+  spec.arch = "sm_90a";
+  spec.wgmma = true;
+  return spec;
+}
+
+bool contains(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+// ptxas speaks of lost performance only when a wgmma pipeline was broken.
+void check_log_clean(const CompileResult& result) {
+  INFO("NVRTC log: " << result.log);
+  CHECK_FALSE(contains(result.log, "C75"));
+  CHECK_FALSE(contains(result.log, "Performance Loss"));
+}
+
+// The benchmark's GEMM is no family variant: its request is built here as the benchmark does.
+CompileResult compile_gemm(const std::string& arch) {
+  CompileRequest request;
+  request.variant_name = "gemm_bf16_sm90";
+  request.main_file = "hopper_gemm.cuh";
+  const auto& closure = astrai::detail::kernel_source_closure(request.main_file);
+  request.headers.assign(closure.begin(), closure.end());
+  request.name_expressions = {"astrai_gemm_bf16_sm90"};
+  request.options = {"--std=c++17", "--gpu-architecture=" + arch, "--device-as-default-execution-space"};
+  return astrai::detail::nvrtc_compile(request, true);
+}
+
+TensorMapShape good_shape(const void* base) {
+  // q of [2, 100, 8, 128]: {d, q_len, heads, batch}.
+  return {base, {128, 100, 8, 2}, {8 * 128, 128, 100 * 8 * 128}, {64, 128, 1, 1}};
+}
+
+}  // namespace
+
+TEST_SUITE("hopper") {
+  TEST_CASE("wgmma variants are named by their path and parse back") {
+    const KernelSpec prefill = hopper_prefill(KernelKind::prefill, DType::bf16, 128, 0, 4);
+    CHECK(prefill.name() == "prefill.bf16.hd128.g4.wgmma.sm_90a");
+    const KernelSpec paged = hopper_prefill(KernelKind::paged_prefill, DType::fp16, 64, 16, 1);
+    CHECK(paged.name() == "paged_prefill.fp16.hd64.ps16.g1.wgmma.sm_90a");
+    for (const KernelSpec& spec : {prefill, paged}) {
+      const KernelSpec parsed = KernelSpec::parse(spec.name());
+      CHECK(parsed.wgmma);
+      CHECK(parsed == spec);
+      CHECK(parsed.main_file() == "prefill_sm90.cuh");
+    }
+    KernelSpec portable = prefill;
+    portable.wgmma = false;
+    CHECK(portable.main_file() == "prefill.cuh");
+    CHECK(astrai::detail::compile_request(prefill).main_file != astrai::detail::compile_request(portable).main_file);
+  }
+
+  TEST_CASE("a wgmma variant outside what the Hopper kernels serve is refused by name") {
+    auto refused = [](const std::string& name, const std::string& why) {
+      CAPTURE(name);
+      CHECK_THROWS_WITH_AS(KernelSpec::parse(name), doctest::Contains(why.c_str()), astrai::InvalidArgument);
+    };
+    refused("prefill.bf16.hd128.g4.wgmma.sm_89", "wgmma variants exist only for sm_90a, not 'sm_89'");
+    refused("prefill.bf16.hd128.g4.wgmma.sm_90", "only for sm_90a");
+    refused("prefill.bf16.hd96.g4.wgmma.sm_90a", "does not serve head_dim 96");
+    refused("paged_prefill.bf16.hd128.ps4.g4.wgmma.sm_90a", "does not serve head_dim 128 with page_size 4");
+    refused("paged_decode.bf16.hd128.ps16.g4.wgmma.sm_90a", "paged_decode has no sm_90a (wgmma) implementation");
+    refused("prefill.bf16.hd128.g4.nomma.wgmma.sm_90a", "no .nomma");
+  }
+
+  TEST_CASE("warm pairs a portable sm_90a spec with its Hopper variant exactly where one serves it") {
+    KernelSpec spec = hopper_prefill(KernelKind::prefill, DType::bf16, 128, 0, 4);
+    spec.wgmma = false;
+    CHECK(astrai::detail::hopper_serves(spec));
+    spec.head_dim = 80;
+    CHECK_FALSE(astrai::detail::hopper_serves(spec));
+    spec.head_dim = 256;
+    spec.arch = "sm_89";
+    CHECK_FALSE(astrai::detail::hopper_serves(spec));
+    spec.arch = "sm_90a";
+    spec.force_no_mma = true;
+    CHECK_FALSE(astrai::detail::hopper_serves(spec));
+    KernelSpec paged = hopper_prefill(KernelKind::paged_prefill, DType::bf16, 64, 8, 1);
+    paged.wgmma = false;
+    CHECK(astrai::detail::hopper_serves(paged));
+    paged.page_size = 1;
+    CHECK_FALSE(astrai::detail::hopper_serves(paged));
+    KernelSpec decode = paged;
+    decode.kind = KernelKind::paged_decode;
+    decode.page_size = 16;
+    CHECK_FALSE(astrai::detail::hopper_serves(decode));
+  }
+
+  TEST_CASE("the sm_90a GEMM uses TMA, mbarriers, wgmma and setmaxnreg, and ptxas keeps its pipeline") {
+    const auto result = compile_gemm("sm_90a");
+    CHECK(contains(result.ptx, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"));
+    CHECK(contains(result.ptx, "cp.async.bulk.tensor.2d"));
+    CHECK(contains(result.ptx, "mbarrier.try_wait.parity"));
+    CHECK(contains(result.ptx, "setmaxnreg.inc.sync.aligned.u32 232"));
+    check_log_clean(result);
+  }
+
+  TEST_CASE("plain sm_90 refuses the Hopper kernels: wgmma exists only on sm_90a") {
+    CHECK_THROWS_AS(compile_gemm("sm_90"), astrai::CompileError);
+  }
+
+  TEST_CASE("sm_90a prefill variants (contiguous and paged) compile to wgmma SS and RS over TMA loads, unserialized") {
+    for (DType dtype : {DType::bf16, DType::fp16}) {
+      for (const auto& [kind, head_dim, page_size] :
+           std::vector<std::tuple<KernelKind, int, int>>{{KernelKind::prefill, 64, 0},
+                                                         {KernelKind::prefill, 128, 0},
+                                                         {KernelKind::prefill, 192, 0},
+                                                         {KernelKind::prefill, 256, 0},
+                                                         {KernelKind::paged_prefill, 128, 8},
+                                                         {KernelKind::paged_prefill, 64, 16},
+                                                         {KernelKind::paged_prefill, 256, 256}}) {
+        const KernelSpec spec = hopper_prefill(kind, dtype, head_dim, page_size, 4);
+        CAPTURE(spec.name());
+        const auto result = astrai::detail::nvrtc_compile(astrai::detail::compile_request(spec), true);
+        const std::string types = dtype == DType::bf16 ? "bf16.bf16" : "f16.f16";
+        const int block_n = astrai::prefill_sm90_block_n(head_dim);
+        CHECK(contains(result.ptx, fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", block_n, types)));
+        CHECK(contains(result.ptx, fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", head_dim, types)));
+        CHECK(contains(result.ptx, "cp.async.bulk.tensor.4d"));
+        CHECK(contains(result.ptx, "setmaxnreg.dec.sync.aligned.u32 24"));
+        CHECK(contains(result.ptx, "bar.sync"));  // the ping-pong between consumer warpgroups
+        check_log_clean(result);
+      }
+    }
+  }
+
+  TEST_CASE("tensor maps: what the driver accepts, and each rule that sends a call to the portable kernel") {
+    alignas(16) static unsigned char storage[64];
+    CHECK(astrai::detail::tensor_map_problem(good_shape(storage)) == "");
+    TensorMapShape shape = good_shape(storage + 8);
+    CHECK(contains(astrai::detail::tensor_map_problem(shape), "not 16-byte aligned"));
+    shape = good_shape(storage);
+    shape.strides[1] = 100;  // 200 bytes
+    CHECK(contains(astrai::detail::tensor_map_problem(shape), "stride of dim 2 is 200 bytes"));
+    shape = good_shape(storage);
+    shape.strides[2] = std::int64_t{1} << 39;  // 2^40 bytes
+    CHECK(contains(astrai::detail::tensor_map_problem(shape), "below 2^40"));
+    shape = good_shape(storage);
+    shape.dims[1] = 0;
+    CHECK(contains(astrai::detail::tensor_map_problem(shape), "dim 1 has size 0"));
+    shape = good_shape(storage);
+    shape.box[1] = 257;
+    CHECK(contains(astrai::detail::tensor_map_problem(shape), "box 1 has size 257"));
+    shape = good_shape(storage);
+    shape.strides.pop_back();
+    CHECK(contains(astrai::detail::tensor_map_problem(shape), "rank 4 with 2 strides"));
+  }
+}

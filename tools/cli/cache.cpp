@@ -1,0 +1,102 @@
+// `astrai-jit cache list | stats | verify | prune | clear`.
+#include "tools/cli/cli.hpp"
+
+namespace astrai::cli {
+
+// Cache verbs manage the directory whatever ASTRAI_JIT_CACHE says, except that a read-only
+// configuration is never written to. `write` asks for a cache that may remove files.
+DiskCache open_cache(const EnvConfig& config, bool write) {
+  const CacheMode mode =
+      write && config.cache_mode != CacheMode::read_only ? CacheMode::read_write : CacheMode::read_only;
+  return DiskCache(config.cache_dir, mode, 0);
+}
+
+void require_writable(const EnvConfig& config, const char* verb) {
+  if (config.cache_mode == CacheMode::read_only)
+    throw astrai::ConfigError(fmt::format(
+        "cache {}: the cache {} is read-only (ASTRAI_JIT_CACHE=ro); nothing removed", verb,
+        config.cache_dir.string()));
+}
+
+int run_cache_list(const EnvConfig& config) {
+  DiskCache cache = open_cache(config, false);
+  std::uint64_t total = 0;
+  const auto entries = cache.list();
+  for (const auto& entry : entries) {
+    total += entry.size_bytes;
+    fmt::print("{:>10}  {}  {}  {}\n", format_bytes(entry.size_bytes), iso_time(entry.last_used),
+               entry.key_hex, entry.variant_name);
+  }
+  fmt::print("total: {} entries, {} ({} bytes) in {}\n", entries.size(), format_bytes(total), total,
+             config.cache_dir.string());
+  return kExitOk;
+}
+
+std::string cap_text(std::uint64_t max_bytes) {
+  if (max_bytes == 0) return "unlimited";
+  return fmt::format("{} ({} bytes)", format_bytes(max_bytes), max_bytes);
+}
+
+int run_cache_stats(const EnvConfig& config) {
+  DiskCache cache = open_cache(config, false);
+  const auto stats = cache.stats();
+  fmt::print("directory: {}\n", config.cache_dir.string());
+  fmt::print("mode: {}\n", cache_mode_name(config.cache_mode));
+  fmt::print("entries: {}\n", stats.entries);
+  fmt::print("total bytes: {} ({})\n", stats.total_bytes, format_bytes(stats.total_bytes));
+  fmt::print("cap: {}\n", cap_text(config.max_cache_bytes));
+  return kExitOk;
+}
+
+int run_cache_verify(const EnvConfig& config, bool repair) {
+  const bool can_repair = repair && config.cache_mode != CacheMode::read_only;
+  if (repair && !can_repair)
+    fmt::print(stderr, "astrai-jit: warning: ASTRAI_JIT_CACHE=ro: damaged entries are reported, "
+                       "not removed\n");
+  DiskCache cache = open_cache(config, can_repair);
+  const auto entries = cache.verify(can_repair);
+  std::size_t damaged = 0;
+  for (const auto& entry : entries) {
+    if (entry.valid) continue;
+    ++damaged;
+    const bool removed = can_repair && !fs::exists(entry.path);
+    fmt::print("damaged: {} {} ({}){}\n", entry.key_hex, entry.variant_name, entry.path.string(),
+               removed ? " - removed" : "");
+  }
+  fmt::print("verify: {} entries checked, {} damaged{}\n", entries.size(), damaged,
+             damaged > 0 ? (can_repair ? ", removed" : ", kept") : "");
+  return damaged > 0 ? kExitFailed : kExitOk;
+}
+
+int run_cache_prune(const EnvConfig& config, const std::string& max_size) {
+  std::uint64_t limit = config.max_cache_bytes;
+  if (!max_size.empty()) {
+    const auto parsed = astrai::detail::parse_byte_size(trim(max_size));
+    if (!parsed)
+      throw astrai::InvalidArgument(fmt::format(
+          "--max-size '{}' is not a size (allowed: bytes with an optional K, M, G, T, KiB, MiB, "
+          "GiB or TiB suffix, e.g. 512M, 10GiB)", max_size));
+    limit = *parsed;
+  } else if (limit == 0) {
+    throw astrai::InvalidArgument(
+        "cache prune: no size limit: give --max-size SIZE or set ASTRAI_JIT_MAX_CACHE_SIZE");
+  }
+  require_writable(config, "prune");
+  DiskCache cache = open_cache(config, true);
+  const std::uint64_t freed = cache.prune(limit);
+  const auto stats = cache.stats();
+  fmt::print("prune: freed {} bytes ({}); {} entries, {} bytes remain (limit {} bytes)\n", freed,
+             format_bytes(freed), stats.entries, stats.total_bytes, limit);
+  return kExitOk;
+}
+
+int run_cache_clear(const EnvConfig& config) {
+  require_writable(config, "clear");
+  DiskCache cache = open_cache(config, true);
+  const std::uint64_t removed = cache.clear();
+  fmt::print("clear: removed {} entries from {}\n", removed, config.cache_dir.string());
+  return kExitOk;
+}
+
+
+}  // namespace astrai::cli

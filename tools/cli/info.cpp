@@ -1,0 +1,88 @@
+// `astrai-jit info`: NVRTC, driver, devices, cache and the ASTRAI_JIT_* settings in effect.
+#include "tools/cli/cli.hpp"
+
+namespace astrai::cli {
+
+void print_devices(const EnvConfig& config) {
+  std::string why;
+  if (!astrai::detail::driver_available(&why)) {
+    fmt::print("driver: not available ({})\n", why);
+    fmt::print("devices: none (no CUDA driver or GPU available; `warm --arch auto` uses {})\n",
+               kFallbackArch);
+    return;
+  }
+  try {
+    const auto& api = astrai::detail::driver();
+    fmt::print("driver: CUDA {}.{} ({})\n", api.driver_version / 1000,
+               (api.driver_version % 1000) / 10, api.driver_version);
+    // An engine without a disk cache gives the target mapping the runtime uses (with
+    // ASTRAI_JIT_ARCH applied).
+    EnvConfig engine_config = config;
+    engine_config.cache_mode = CacheMode::off;
+    const JitEngine engine(engine_config);
+    int count = 0;
+    astrai::detail::check_cu(api.cuDeviceGetCount(&count), "cuDeviceGetCount", -1);
+    fmt::print("devices: {}\n", count);
+    for (int ordinal = 0; ordinal < count; ++ordinal) {
+      try {
+        CUdevice device = 0;
+        astrai::detail::check_cu(api.cuDeviceGet(&device, ordinal), "cuDeviceGet", ordinal);
+        char name[256] = {};
+        astrai::detail::check_cu(api.cuDeviceGetName(name, sizeof name - 1, device),
+                                 "cuDeviceGetName", ordinal);
+        int major = 0, minor = 0, sms = 0;
+        astrai::detail::check_cu(
+            api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
+            "cuDeviceGetAttribute", ordinal);
+        astrai::detail::check_cu(
+            api.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
+            "cuDeviceGetAttribute", ordinal);
+        astrai::detail::check_cu(
+            api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
+            "cuDeviceGetAttribute", ordinal);
+        std::size_t memory = 0;
+        astrai::detail::check_cu(api.cuDeviceTotalMem(&memory, device), "cuDeviceTotalMem", ordinal);
+        fmt::print("  device {}: {}, compute capability {}.{}, {} SMs, {} memory\n", ordinal, name,
+                   major, minor, sms, format_bytes(memory));
+        fmt::print("    target: {}\n", engine.target_for_device(major, minor));
+      } catch (const astrai::Error& error) {
+        fmt::print("  device {}: query failed: {}\n", ordinal, error.what());
+      }
+    }
+  } catch (const astrai::Error& error) {
+    fmt::print("driver: query failed: {}\n", error.what());
+  }
+}
+
+int run_info(const EnvConfig& config) {
+  const auto version = astrai::detail::nvrtc_version();
+  std::vector<std::string> archs;
+  for (int arch : astrai::detail::nvrtc_supported_archs()) archs.push_back(fmt::format("sm_{}", arch));
+  fmt::print("NVRTC: {}\n", version.text());
+  fmt::print("  supported archs: {}\n", archs.empty() ? std::string("(unknown)") : join(archs, " "));
+  if (!config.arch_override.empty()) fmt::print("  ASTRAI_JIT_ARCH: {}\n", config.arch_override);
+  std::fflush(stdout);
+
+  print_devices(config);
+
+  DiskCache cache = open_cache(config, false);
+  const auto stats = cache.stats();
+  fmt::print("cache:\n");
+  fmt::print("  directory: {}\n", config.cache_dir.string());
+  fmt::print("  mode: {}\n", cache_mode_name(config.cache_mode));
+  fmt::print("  entries: {}\n", stats.entries);
+  fmt::print("  total size: {} ({} bytes)\n", format_bytes(stats.total_bytes), stats.total_bytes);
+  fmt::print("  cap: {}\n", cap_text(config.max_cache_bytes));
+
+  fmt::print("environment:\n");
+  if (config.variables_set.empty()) fmt::print("  (no ASTRAI_JIT_* variables set)\n");
+  for (const auto& [name, value] : config.variables_set) {
+    const bool unknown = std::find(config.unknown_variables.begin(), config.unknown_variables.end(),
+                                   name) != config.unknown_variables.end();
+    fmt::print("  {}={}{}\n", name, value, unknown ? "   (unknown, ignored)" : "");
+  }
+  return kExitOk;
+}
+
+
+}  // namespace astrai::cli

@@ -1,0 +1,316 @@
+// `astrai-jit warm`: the variant selection (from the kernel family descriptors, or a manifest)
+// and the parallel compile.
+#include "tools/cli/cli.hpp"
+
+namespace astrai::cli {
+
+// The targets behind `--arch auto`: one per distinct local GPU.
+std::vector<std::string> auto_archs(const JitEngine& engine) {
+  if (!engine.config().arch_override.empty()) return {engine.config().arch_override};
+  std::string why;
+  if (astrai::detail::driver_available(&why)) {
+    try {
+      const auto& api = astrai::detail::driver();
+      int count = 0;
+      astrai::detail::check_cu(api.cuDeviceGetCount(&count), "cuDeviceGetCount", -1);
+      std::vector<std::string> targets;
+      for (int ordinal = 0; ordinal < count; ++ordinal) {
+        CUdevice device = 0;
+        int major = 0;
+        int minor = 0;
+        astrai::detail::check_cu(api.cuDeviceGet(&device, ordinal), "cuDeviceGet", ordinal);
+        astrai::detail::check_cu(
+            api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
+            "cuDeviceGetAttribute", ordinal);
+        astrai::detail::check_cu(
+            api.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
+            "cuDeviceGetAttribute", ordinal);
+        const std::string target = engine.target_for_device(major, minor);
+        if (std::find(targets.begin(), targets.end(), target) == targets.end())
+          targets.push_back(target);
+      }
+      if (!targets.empty()) return targets;
+      why = "the driver reports no devices";
+    } catch (const astrai::Error& error) {
+      why = error.what();
+    }
+  }
+  fmt::print(stderr, "astrai-jit: no GPU found ({}); --arch auto uses {}\n", why, kFallbackArch);
+  return {kFallbackArch};
+}
+
+std::vector<std::string> resolve_archs(const std::vector<std::string>& requested,
+                                       const JitEngine& engine) {
+  const std::vector<int> supported = astrai::detail::nvrtc_supported_archs();
+  std::vector<std::string> archs;
+  auto add = [&archs](const std::string& arch) {
+    if (std::find(archs.begin(), archs.end(), arch) == archs.end()) archs.push_back(arch);
+  };
+  for (const auto& raw : requested) {
+    const std::string text = trim(raw);
+    if (text == "auto") {
+      for (const auto& arch : auto_archs(engine)) add(arch);
+      continue;
+    }
+    const std::optional<std::string> arch = astrai::detail::normalize_arch(text);
+    if (!arch)
+      throw astrai::InvalidArgument(fmt::format(
+          "--arch '{}' is not a valid target (allowed: auto, or an arch like sm_75, sm_80, "
+          "sm_89, sm_90a, 8.9)", raw));
+    const int number = astrai::detail::arch_number(*arch);
+    if (number < 75)
+      throw astrai::InvalidArgument(fmt::format(
+          "--arch '{}' is not supported (allowed: sm_75 or newer, e.g. sm_80, sm_89, sm_90a)", raw));
+    if (!supported.empty() &&
+        std::find(supported.begin(), supported.end(), number) == supported.end()) {
+      std::vector<std::string> names;
+      for (int value : supported) names.push_back(fmt::format("sm_{}", value));
+      throw astrai::InvalidArgument(fmt::format(
+          "--arch '{}': NVRTC {} cannot compile for it (supported: {})", raw,
+          astrai::detail::nvrtc_version().text(), join(names, ", ")));
+    }
+    add(*arch);
+  }
+  return archs;
+}
+
+std::vector<KernelKind> resolve_kernels(const std::vector<std::string>& requested) {
+  std::vector<KernelKind> kinds;
+  for (const auto& raw : requested) {
+    KernelKind kind{};
+    if (!astrai::detail::parse_kernel_kind(trim(raw), &kind))
+      throw astrai::InvalidArgument(fmt::format("--kernels '{}' is not a kernel (allowed: {})", raw,
+                                                join(astrai::detail::kernel_kind_names(), ", ")));
+    if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) kinds.push_back(kind);
+  }
+  std::sort(kinds.begin(), kinds.end());
+  return kinds;
+}
+
+std::vector<DType> resolve_dtypes(const std::vector<std::string>& requested) {
+  std::vector<DType> dtypes;
+  for (const auto& raw : requested) {
+    const std::string text = trim(raw);
+    DType dtype{};
+    if (text == "bf16") dtype = DType::bf16;
+    else if (text == "fp16") dtype = DType::fp16;
+    else throw astrai::InvalidArgument(fmt::format("--dtypes '{}' is not a dtype (allowed: bf16, fp16)", raw));
+    if (std::find(dtypes.begin(), dtypes.end(), dtype) == dtypes.end()) dtypes.push_back(dtype);
+  }
+  return dtypes;
+}
+
+// Variants of a manifest file (as written by ASTRAI_JIT_RECORD). Throws InvalidArgument naming
+// file:line for a bad line.
+std::vector<KernelSpec> read_manifest(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw astrai::InvalidArgument(fmt::format("--manifest: cannot read '{}'", path));
+  std::vector<KernelSpec> specs;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    const std::size_t hash = line.find('#');
+    if (hash != std::string::npos) line.erase(hash);
+    const std::string text = trim(line);
+    if (text.empty()) continue;
+    try {
+      specs.push_back(KernelSpec::parse(text));
+    } catch (const astrai::Error& error) {
+      throw astrai::InvalidArgument(fmt::format("{}:{}: {}", path, number, error.what()));
+    }
+  }
+  if (in.bad()) throw astrai::InvalidArgument(fmt::format("--manifest: error reading '{}'", path));
+  return specs;
+}
+
+// The families `warm` compiles without --kernels.
+std::vector<std::string> default_kernel_names() {
+  std::vector<std::string> names;
+  for (const auto* family : astrai::detail::kernel_families())
+    if (family->warm_by_default) names.emplace_back(family->name);
+  return names;
+}
+
+bool has_flag_selection(const WarmOptions& options) {
+  return !options.archs.empty() || !options.kernels.empty() || !options.dtypes.empty() ||
+         !options.head_dims.empty() || !options.page_sizes.empty() || !options.group_sizes.empty();
+}
+
+// Builds the deduplicated, validated list of variants `warm` compiles.
+std::vector<KernelSpec> build_selection(const WarmOptions& options, const JitEngine& engine) {
+  std::vector<KernelSpec> specs;
+  std::set<std::string> seen;
+  auto add = [&](const KernelSpec& spec) {
+    spec.validate();
+    if (seen.insert(spec.name()).second) specs.push_back(spec);
+  };
+
+  std::vector<KernelSpec> manifest;
+  if (!options.manifest.empty()) manifest = read_manifest(options.manifest);
+
+  if (options.manifest.empty() || has_flag_selection(options)) {
+    const std::vector<std::string> archs =
+        resolve_archs(options.archs.empty() ? std::vector<std::string>{"auto"} : options.archs, engine);
+    const std::vector<KernelKind> kinds = resolve_kernels(
+        options.kernels.empty() ? default_kernel_names() : options.kernels);
+    const std::vector<DType> dtypes =
+        resolve_dtypes(options.dtypes.empty() ? std::vector<std::string>{"bf16"} : options.dtypes);
+    const bool no_mma = options.no_mma || engine.config().no_mma;
+    const bool shape_flags = !options.head_dims.empty() || !options.group_sizes.empty();
+
+    for (const auto& arch : archs) {
+      for (KernelKind kind : kinds) {
+        const astrai::detail::KernelFamily& family = astrai::detail::kernel_family(kind);
+        const astrai::detail::WarmDefaults& defaults = family.warm;
+        // (head_dim, group) pairs: the family's default set, or the cross product of the flags
+        // (each falling back to the family's default list); group 0 for ungrouped families.
+        std::vector<std::pair<int, int>> shapes;
+        if (!shape_flags) {
+          shapes = defaults.shapes;
+        } else {
+          const std::vector<int> head_dims =
+              options.head_dims.empty() ? defaults.head_dims : unique_values(options.head_dims);
+          std::vector<int> groups = {0};
+          if (family.grouped)
+            groups = options.group_sizes.empty() ? defaults.groups : unique_values(options.group_sizes);
+          for (int head_dim : head_dims)
+            for (int group : groups) shapes.emplace_back(head_dim, group);
+        }
+        std::vector<int> page_sizes = {0};
+        if (family.paged)
+          page_sizes = options.page_sizes.empty() ? defaults.page_sizes : unique_values(options.page_sizes);
+        for (DType dtype : dtypes) {
+          KernelSpec spec;
+          spec.kind = kind;
+          spec.dtype = dtype;
+          spec.arch = arch;
+          spec.force_no_mma = no_mma && astrai::detail::arch_number(arch) >= 80;
+          for (const auto& [head_dim, group] : shapes) {
+            for (int page_size : page_sizes) {
+              spec.head_dim = head_dim;
+              spec.group_size = group;
+              spec.page_size = page_size;
+              add(spec);
+              // On sm_90a the runtime takes the Hopper kernel where it serves a call and the
+              // portable one otherwise (masks, other head dims): warm both.
+              if (astrai::detail::hopper_serves(spec) && !engine.config().no_wgmma) {
+                KernelSpec hopper = spec;
+                hopper.wgmma = true;
+                add(hopper);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  for (const auto& spec : manifest) add(spec);
+  return specs;
+}
+
+// Compiles (or finds on disk) every spec with `jobs` threads, printing a line as each finishes.
+WarmTotals compile_all(JitEngine& engine, const std::vector<KernelSpec>& specs, int jobs) {
+  WarmTotals totals;
+  std::mutex output_mutex;
+  std::atomic<std::size_t> next{0};
+  std::size_t done = 0;
+  const std::size_t total = specs.size();
+
+  auto work = [&]() {
+    for (std::size_t index = next++; index < total; index = next++) {
+      const KernelSpec& spec = specs[index];
+      const std::string name = spec.name();
+      const auto start = std::chrono::steady_clock::now();
+      VariantSource source = VariantSource::compiled;
+      std::string error;
+      std::size_t binary_bytes = 0;
+      try {
+        auto variant = engine.get(spec, &source);
+        binary_bytes = variant->binary.size();
+      } catch (const std::exception& caught) {
+        error = caught.what();
+        if (error.empty()) error = "unknown error";
+      }
+      const double elapsed = seconds_since(start);
+
+      std::lock_guard<std::mutex> lock(output_mutex);
+      ++done;
+      if (!error.empty()) {
+        ++totals.failed;
+        fmt::print(stderr, "astrai-jit: {} failed:\n{}\n", name, error);
+        std::fflush(stderr);
+        fmt::print("[{}/{}] {} FAILED: {}\n", done, total, name, first_line(error));
+      } else if (source == VariantSource::compiled) {
+        ++totals.compiled;
+        totals.bytes += binary_bytes;
+        fmt::print("[{}/{}] {} {:.2f} s\n", done, total, name, elapsed);
+      } else {
+        ++totals.cached;
+        fmt::print("[{}/{}] {} cached\n", done, total, name);
+      }
+      std::fflush(stdout);
+    }
+  };
+
+  const int threads = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(jobs), total));
+  std::vector<std::thread> workers;
+  for (int i = 1; i < threads; ++i) workers.emplace_back(work);
+  work();
+  for (auto& worker : workers) worker.join();
+  return totals;
+}
+
+int run_warm(const WarmOptions& options, EnvConfig config) {
+  apply_cache_dir_override(options.cache_dir, &config);
+  if (config.strict) {
+    astrai::detail::log(astrai::detail::LogLevel::info,
+                        "ASTRAI_JIT_STRICT ignored by warm (it exists to fill the cache)");
+    config.strict = false;
+  }
+  if (!options.dry_run) {
+    if (config.cache_mode == CacheMode::off)
+      fmt::print(stderr, "astrai-jit: warning: ASTRAI_JIT_CACHE=off: compiled kernels are not "
+                         "stored, warm only checks that they compile\n");
+    else if (config.cache_mode == CacheMode::read_only)
+      fmt::print(stderr, "astrai-jit: warning: ASTRAI_JIT_CACHE=ro: compiled kernels are not "
+                         "stored in {}\n", config.cache_dir.string());
+  }
+  JitEngine engine(config);
+  const std::vector<KernelSpec> specs = build_selection(options, engine);
+
+  if (options.dry_run) {
+    std::size_t cached = 0;
+    std::size_t failed = 0;
+    for (const auto& spec : specs) {
+      bool present = false;
+      try {
+        present = !config.force_compile && engine.cache().contains(engine.key_for(spec), spec.name());
+      } catch (const astrai::Error& error) {
+        ++failed;
+        print_error(fmt::format("{}: {}", spec.name(), error.what()));
+      }
+      cached += present ? 1 : 0;
+      fmt::print("{}{}\n", spec.name(), present ? " cached" : "");
+    }
+    fmt::print("warm: {} variants, {} already cached (dry run, nothing compiled)\n", specs.size(),
+               cached);
+    return failed > 0 ? kExitFailed : kExitOk;
+  }
+
+  if (specs.empty()) fmt::print(stderr, "astrai-jit: warning: nothing selected to warm\n");
+  const auto start = std::chrono::steady_clock::now();
+  const WarmTotals totals = compile_all(engine, specs, options.jobs);
+  fmt::print("warm: {} variants, {} compiled, {} already cached, {} failed, {} bytes, {:.2f} s wall\n",
+             specs.size(), totals.compiled, totals.cached, totals.failed, totals.bytes,
+             seconds_since(start));
+  // A cache that could not be written (read-only or full disk) leaves the work undone.
+  if (config.cache_mode == CacheMode::read_write && totals.compiled > 0 &&
+      !engine.cache().usable_for_write()) {
+    print_error(fmt::format("the compiled kernels could not be stored in {}",
+                            config.cache_dir.string()));
+    return kExitFailed;
+  }
+  return totals.failed > 0 ? kExitFailed : kExitOk;
+}
+
+
+}  // namespace astrai::cli

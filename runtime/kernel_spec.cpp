@@ -203,6 +203,8 @@ std::string KernelSpec::warm_command() const {
   if (info.paged) command += fmt::format(" --page-sizes {}", page_size);
   if (info.grouped) command += fmt::format(" --group-sizes {}", group_size);
   if (force_no_mma) command += " --no-mma";
+  if (wgmma) command += " --wgmma";
+  else if (hopper_serves(*this)) command += " --no-wgmma";
   return command;
 }
 

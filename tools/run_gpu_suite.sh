@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the GPU suite on a machine with a GPU: the tensor-core path, the CUDA-core path
-# (ASTRAI_JIT_NO_MMA=1), then compute-sanitizer's memcheck, racecheck and initcheck over the
+# Runs the GPU suite on a machine with a GPU: the tensor-core path (on sm_90a: the Hopper prefill
+# kernels), the CUDA-core path (ASTRAI_JIT_NO_MMA=1), on sm_90a the portable prefill kernels
+# (ASTRAI_JIT_NO_WGMMA=1), then compute-sanitizer's memcheck, racecheck and initcheck over the
 # whole suite on both paths (random sweeps cut to SAN_SWEEP extra cases, default 10, to bound
 # the time). The two plain runs, and then the six sanitizer runs, go in parallel, spread over
 # the visible GPUs; all share one cache directory, warmed by the plain runs.
@@ -49,6 +50,11 @@ wait_jobs() {
 
 start_job gpu_mma ASTRAI_TEST_SWEEP=${ASTRAI_TEST_SWEEP:-60} -- "$bin"
 start_job gpu_nomma ASTRAI_TEST_SWEEP=${ASTRAI_TEST_SWEEP:-60} ASTRAI_JIT_NO_MMA=1 -- "$bin"
+# On sm_90a the default path runs the Hopper prefill kernels; this one the portable mma.sync ones.
+if nvidia-smi --query-gpu=compute_cap --format=csv,noheader | grep -q '^9\.0'; then
+  start_job gpu_nowgmma ASTRAI_TEST_SWEEP=${ASTRAI_TEST_SWEEP:-60} ASTRAI_JIT_NO_WGMMA=1 -- "$bin" \
+    --test-suite=prefill,paged_prefill
+fi
 wait_jobs
 
 if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then

@@ -128,6 +128,18 @@ expect_out "^warm: 6 variants"   # paged: 2 head dims x 1 group x 2 page sizes; 
 expect_count '^paged_decode\.' 4
 expect_count '^rotary_emb\.' 2
 
+check "warm --dry-run on sm_90a pairs each prefill variant the Hopper kernels serve with its .wgmma variant"
+run warm --dry-run --arch sm_90a --kernels prefill,paged_prefill --head-dims 96,128 --group-sizes 4 \
+    --page-sizes 1,16
+expect_rc 0
+expect_out "^warm: 8 variants"   # prefill 2 + 1 wgmma (hd128); paged 4 + 1 wgmma (hd128, ps16)
+expect_out '^prefill\.bf16\.hd128\.g4\.wgmma\.sm_90a( |$)'
+expect_out '^paged_prefill\.bf16\.hd128\.ps16\.g4\.wgmma\.sm_90a( |$)'
+expect_count '\.wgmma\.' 2
+run warm --dry-run --arch sm_90a --kernels prefill --head-dims 128 --group-sizes 4 --no-mma
+expect_rc 0
+expect_count '\.wgmma\.' 0
+
 check "warm --dry-run accepts repeated flags, arch spellings and --no-mma"
 run warm --dry-run --arch sm_80 --arch 8.9 --kernels rotary_emb --head-dims 64 --no-mma
 expect_rc 0
@@ -146,8 +158,10 @@ done <<'HINTS'
 paged_decode.fp16.hd64.ps16.g6.sm_90a --arch sm_90a --kernels paged_decode --dtypes fp16 --head-dims 64 --page-sizes 16 --group-sizes 6
 rotary_emb.fp16.hd64.sm_90a --arch sm_90a --kernels rotary_emb --dtypes fp16 --head-dims 64
 decode.fp16.hd64.g6.sm_90a --arch sm_90a --kernels decode --dtypes fp16 --head-dims 64 --group-sizes 6
-prefill.fp16.hd64.g6.sm_90a --arch sm_90a --kernels prefill --dtypes fp16 --head-dims 64 --group-sizes 6
-paged_prefill.fp16.hd64.ps16.g6.sm_90a --arch sm_90a --kernels paged_prefill --dtypes fp16 --head-dims 64 --page-sizes 16 --group-sizes 6
+prefill.fp16.hd64.g6.sm_90a --arch sm_90a --kernels prefill --dtypes fp16 --head-dims 64 --group-sizes 6 --no-wgmma
+paged_prefill.fp16.hd64.ps16.g6.sm_90a --arch sm_90a --kernels paged_prefill --dtypes fp16 --head-dims 64 --page-sizes 16 --group-sizes 6 --no-wgmma
+prefill.bf16.hd128.g4.wgmma.sm_90a --arch sm_90a --kernels prefill --dtypes bf16 --head-dims 128 --group-sizes 4 --wgmma
+paged_prefill.fp16.hd80.ps16.g6.sm_90a --arch sm_90a --kernels paged_prefill --dtypes fp16 --head-dims 80 --page-sizes 16 --group-sizes 6
 paged_decode.bf16.hd128.ps1.g4.nomma.sm_90a --arch sm_90a --kernels paged_decode --dtypes bf16 --head-dims 128 --page-sizes 1 --group-sizes 4 --no-mma
 HINTS
 

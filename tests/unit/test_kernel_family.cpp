@@ -125,10 +125,11 @@ TEST_CASE("the strict-mode hint names the warm flags of every family") {
                                "--head-dims 64"},
       {KernelKind::decode, "astrai-jit warm --arch sm_90a --kernels decode --dtypes fp16 --head-dims 64 "
                            "--group-sizes 6"},
+      // Portable prefill variants the Hopper kernels also serve: warm would add the .wgmma twin.
       {KernelKind::prefill, "astrai-jit warm --arch sm_90a --kernels prefill --dtypes fp16 --head-dims 64 "
-                            "--group-sizes 6"},
+                            "--group-sizes 6 --no-wgmma"},
       {KernelKind::paged_prefill, "astrai-jit warm --arch sm_90a --kernels paged_prefill --dtypes fp16 "
-                                  "--head-dims 64 --page-sizes 16 --group-sizes 6"},
+                                  "--head-dims 64 --page-sizes 16 --group-sizes 6 --no-wgmma"},
   };
   TempDir dir;
   EnvConfig config;

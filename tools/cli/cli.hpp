@@ -74,6 +74,10 @@ constexpr const char* kWarmFooter =
     "  together with any other selection flag (--arch included) both sets are warmed.\n"
     "  --no-mma (or ASTRAI_JIT_NO_MMA=1) selects the no-tensor-core variants on sm_80 and newer\n"
     "  for the flag selection; manifest lines are taken as written.\n"
+    "  On sm_90a, prefill and paged_prefill variants that the Hopper kernels serve (head dims\n"
+    "  64, 128, 192, 256; pages of 8 tokens or more) are warmed twice: the portable variant\n"
+    "  (masked calls) and the .wgmma one. --no-wgmma (or ASTRAI_JIT_NO_WGMMA=1) keeps only the\n"
+    "  portable ones, --wgmma only the Hopper ones.\n"
     "  --arch auto: the target of each local GPU (ASTRAI_JIT_ARCH overrides); sm_90a when no GPU\n"
     "  is found.\n"
     "\n"
@@ -122,6 +126,8 @@ struct WarmOptions {
   std::string cache_dir;
   int jobs = 0;
   bool no_mma = false;
+  bool no_wgmma = false;    // portable variants only on sm_90a
+  bool wgmma_only = false;  // Hopper variants only on sm_90a
   bool dry_run = false;
 };
 

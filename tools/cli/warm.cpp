@@ -155,6 +155,7 @@ std::vector<KernelSpec> build_selection(const WarmOptions& options, const JitEng
     const std::vector<DType> dtypes =
         resolve_dtypes(options.dtypes.empty() ? std::vector<std::string>{"bf16"} : options.dtypes);
     const bool no_mma = options.no_mma || engine.config().no_mma;
+    const bool no_wgmma = options.no_wgmma || engine.config().no_wgmma;
     const bool shape_flags = !options.head_dims.empty() || !options.group_sizes.empty();
 
     for (const auto& arch : archs) {
@@ -189,13 +190,14 @@ std::vector<KernelSpec> build_selection(const WarmOptions& options, const JitEng
               spec.head_dim = head_dim;
               spec.group_size = group;
               spec.page_size = page_size;
-              add(spec);
               // On sm_90a the runtime takes the Hopper kernel where it serves a call and the
-              // portable one otherwise (masks, other head dims): warm both.
-              if (astrai::detail::hopper_serves(spec) && !engine.config().no_wgmma) {
-                KernelSpec hopper = spec;
-                hopper.wgmma = true;
-                add(hopper);
+              // portable one otherwise (masks, other head dims): warm both unless told.
+              const bool hopper = astrai::detail::hopper_serves(spec) && !no_wgmma;
+              if (!hopper || !options.wgmma_only) add(spec);
+              if (hopper) {
+                KernelSpec wgmma = spec;
+                wgmma.wgmma = true;
+                add(wgmma);
               }
             }
           }

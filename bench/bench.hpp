@@ -535,6 +535,7 @@ struct DeviceInfo {
   std::string bench_target;
   std::string runtime_target;  // what the runtime compiles for (ASTRAI_JIT_ARCH honored)
   bool runtime_no_mma = false;
+  bool runtime_no_wgmma = false;  // ASTRAI_JIT_NO_WGMMA
 };
 
 using Call = std::function<void(int set, CUstream stream)>;

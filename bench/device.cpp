@@ -130,6 +130,7 @@ void Bench::open_device() {
   JitEngine probe(astrai::detail::load_env_config_from_process());
   info_.runtime_target = probe.target_for_device(info_.cc_major, info_.cc_minor);
   info_.runtime_no_mma = probe.config().no_mma && astrai::detail::arch_number(info_.runtime_target) >= 80;
+  info_.runtime_no_wgmma = probe.config().no_wgmma;
 }
 
 void Bench::compile_kernels() {
@@ -351,6 +352,8 @@ std::string Bench::variant_name(KernelKind kind, int head_dim, int page_size, in
   spec.group_size = group;
   spec.force_no_mma = info_.runtime_no_mma;
   spec.arch = info_.runtime_target;
+  // The runtime takes the Hopper kernel for every call it serves (the bench's calls have no mask).
+  spec.wgmma = astrai::detail::hopper_serves(spec) && !info_.runtime_no_wgmma;
   return spec.name();
 }
 

@@ -129,6 +129,7 @@ Json report_json(const Bench& bench, const Options& options, const std::vector<C
                          .set("compute_capability", fmt::format("{}.{}", info.cc_major, info.cc_minor))
                          .set("runtime_target", info.runtime_target)
                          .set("runtime_no_mma", info.runtime_no_mma)
+                         .set("runtime_no_wgmma", info.runtime_no_wgmma)
                          .set("bench_target", info.bench_target)
                          .set("total_memory_bytes", static_cast<std::uint64_t>(info.total_mem))
                          .set("l2_bytes", static_cast<std::uint64_t>(info.l2_bytes))

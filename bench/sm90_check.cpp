@@ -121,8 +121,8 @@ void compile(Module* out, const std::string& main_file, const std::vector<std::s
   astrai::detail::CompileRequest request;
   request.variant_name = label;
   request.main_file = main_file;
-  for (const auto& [name, text] : astrai::detail::kernel_source_closure(main_file))
-    request.headers.emplace_back(std::string(name), std::string(text));
+  const auto& closure = astrai::detail::kernel_source_closure(main_file);  // static storage
+  request.headers.assign(closure.begin(), closure.end());
   request.name_expressions = names;
   request.options = {"--std=c++17", "--gpu-architecture=sm_90a", "--device-as-default-execution-space"};
   const auto start = std::chrono::steady_clock::now();

@@ -31,6 +31,12 @@ std::size_t paged_decode_workspace_bytes(const PagedDecodeArgs& input, int num_s
   return bytes;
 }
 
+void validate_args(const PagedDecodeArgs& args) { detail::resolve_paged_decode_args(args); }
+void validate_args(const DecodeArgs& args) { detail::resolve_decode_args(args); }
+void validate_args(const PrefillArgs& args) { detail::resolve_prefill_args(args); }
+void validate_args(const PagedPrefillArgs& args) { detail::resolve_paged_prefill_args(args); }
+void validate_args(const RotaryArgs& args) { detail::resolve_rotary_args(args); }
+
 Runtime& Runtime::get() {
   static Runtime runtime;
   return runtime;

@@ -195,6 +195,16 @@ struct RotaryArgs {
 // occupancy turns out to be (0 if it never splits). Lets callers provide their own workspace.
 std::size_t paged_decode_workspace_bytes(const PagedDecodeArgs& args, int num_sms);
 
+// The argument checks of the matching Runtime call, on their own: throws InvalidArgument as
+// that call would, touches no GPU and does not start the runtime (pointers are checked for
+// null and alignment only). For bindings that report every argument error before asking
+// which device a pointer is on.
+void validate_args(const PagedDecodeArgs& args);
+void validate_args(const DecodeArgs& args);
+void validate_args(const PrefillArgs& args);
+void validate_args(const PagedPrefillArgs& args);
+void validate_args(const RotaryArgs& args);
+
 class Runtime {
  public:
   // The process-wide runtime. Reads the ASTRAI_JIT_* environment once, on first use.

@@ -2,8 +2,8 @@
 
 Each op writes into tensors it is given and returns nothing; ``mutates_args`` names them (out,
 the optional LSE, and for the fused append the two caches), so functionalization, torch.compile
-and CUDA graph capture see every write. The fake implementations have nothing to compute: the
-outputs already exist with their final shapes. A stream of -1 means the current PyTorch stream
+and CUDA graph capture see every write. The fake implementations have nothing to compute (the
+outputs already exist with their final shapes); they check that every tensor is on one device. A stream of -1 means the current PyTorch stream
 when the op runs.
 """
 from __future__ import annotations
@@ -27,6 +27,15 @@ def _stream(device: torch.device, stream: int) -> int:
     return torch._C._cuda_getCurrentRawStream(device.index)
 
 
+def _same_device(call: str, **tensors: Optional[Tensor]) -> None:
+    # The extension's device check, on fake tensors while tracing (same message).
+    first_name, first = next(iter(tensors.items()))
+    for name, t in tensors.items():
+        if t is not None and t.device != first.device:
+            raise ValueError(f"{call}: {name} is on {t.device} but {first_name} is on {first.device} "
+                             f"(allowed: every tensor on one CUDA device)")
+
+
 def _run(fn, device: torch.device, *args) -> None:
     if device.type == "cuda" and device.index != torch.cuda.current_device():
         with torch.cuda.device(device):
@@ -45,7 +54,8 @@ def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor
 
 @paged_decode.register_fake
 def _(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask, req_indices, scale, stream) -> None:
-    return None
+    _same_device("paged_decode", q=q, k_cache=k_cache, v_cache=v_cache, page_table=page_table,
+                 seq_lens=seq_lens, out=out, lse=lse, mask=mask, req_indices=req_indices)
 
 
 @torch.library.custom_op("astrai_jit::paged_decode_append", mutates_args=("k_cache", "v_cache", "out", "lse"))
@@ -60,7 +70,9 @@ def paged_decode_append(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table:
 @paged_decode_append.register_fake
 def _(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask, req_indices, new_k, new_v, scale,
       stream) -> None:
-    return None
+    _same_device("paged_decode", q=q, k_cache=k_cache, v_cache=v_cache, page_table=page_table,
+                 seq_lens=seq_lens, out=out, lse=lse, mask=mask, req_indices=req_indices, new_k=new_k,
+                 new_v=new_v)
 
 
 @torch.library.custom_op("astrai_jit::decode", mutates_args=("out", "lse"))
@@ -71,7 +83,7 @@ def decode(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor], 
 
 @decode.register_fake
 def _(q, k, v, out, lse, mask, causal_offset, scale, stream) -> None:
-    return None
+    _same_device("decode", q=q, k=k, v=v, out=out, lse=lse, mask=mask)
 
 
 @torch.library.custom_op("astrai_jit::prefill", mutates_args=("out", "lse"))
@@ -82,7 +94,7 @@ def prefill(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor],
 
 @prefill.register_fake
 def _(q, k, v, out, lse, mask, causal_offset, scale, stream) -> None:
-    return None
+    _same_device("prefill", q=q, k=k, v=v, out=out, lse=lse, mask=mask)
 
 
 @torch.library.custom_op("astrai_jit::paged_prefill", mutates_args=("out", "lse"))
@@ -96,7 +108,8 @@ def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tenso
 @paged_prefill.register_fake
 def _(q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse, mask, max_q_len, causal, scale,
       stream) -> None:
-    return None
+    _same_device("paged_prefill", q=q, k_cache=k_cache, v_cache=v_cache, page_table=page_table,
+                 seq_lens=seq_lens, qo_indptr=qo_indptr, out=out, lse=lse, mask=mask)
 
 
 @torch.library.custom_op("astrai_jit::rotary_emb", mutates_args=("out",))
@@ -106,7 +119,7 @@ def rotary_emb(x: Tensor, freqs_cis: Tensor, out: Tensor, stream: int) -> None:
 
 @rotary_emb.register_fake
 def _(x, freqs_cis, out, stream) -> None:
-    return None
+    _same_device("rotary_emb", x=x, freqs_cis=freqs_cis, out=out)
 
 
 @torch.library.custom_op("astrai_jit::rotary_emb_", mutates_args=("x",))
@@ -116,7 +129,7 @@ def rotary_emb_(x: Tensor, freqs_cis: Tensor, stream: int) -> None:
 
 @rotary_emb_.register_fake
 def _(x, freqs_cis, stream) -> None:
-    return None
+    _same_device("rotary_emb", x=x, freqs_cis=freqs_cis)
 
 
 OPS = {

@@ -3,8 +3,8 @@
 Shapes and strides come from the tensors, so non-contiguous views work without a copy; outputs
 are allocated when not given; kernels run on the current PyTorch stream of the tensors' device
 unless ``stream=`` is given. Eager calls go straight to the extension; under ``torch.compile``
-the same call goes through the registered custom ops (``torch.ops.astrai_jit.*``), so the graph
-has no break.
+(or any tracing with tensor subclasses) the same call goes through the registered custom ops
+(``torch.ops.astrai_jit.*``), so the graph has no break.
 """
 from __future__ import annotations
 
@@ -19,7 +19,13 @@ from ._loader import import_extension
 _C = import_extension()
 
 Tensor = torch.Tensor
-_is_compiling = torch.compiler.is_compiling
+_compiling = torch.compiler.is_compiling
+
+
+def _traced(t: Tensor) -> bool:
+    # torch.compile, or a tensor subclass (fake, functional, proxy tensors while tracing): go
+    # through the custom op so the call is recorded. Plain eager tensors take the direct path.
+    return _compiling() or type(t) is not torch.Tensor
 
 
 def _resolve_scale(scale: Optional[float]) -> float:
@@ -94,7 +100,7 @@ def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor
     out = _out_like(call, q, out)
     lse = _lse(return_lse, q.shape[:2], q.device)
     s = _resolve_scale(scale)
-    if _is_compiling():
+    if _traced(q):
         handle = -1 if stream is None else stream_handle(q.device, stream)
         if new_k is not None or new_v is not None:
             torch.ops.astrai_jit.paged_decode_append(q, k_cache, v_cache, page_table, seq_lens, out, lse,
@@ -122,7 +128,7 @@ def decode(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sca
     out = _out_like(call, q, out)
     lse = _lse(return_lse, (q.shape[0], q.shape[-2]), q.device)
     s = _resolve_scale(scale)
-    if _is_compiling():
+    if _traced(q):
         handle = -1 if stream is None else stream_handle(q.device, stream)
         torch.ops.astrai_jit.decode(q, k, v, out, lse, mask, int(causal_offset), s, handle)
     else:
@@ -146,7 +152,7 @@ def prefill(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sc
     out = _out_like(call, q, out)
     lse = _lse(return_lse, q.shape[:3], q.device)
     s = _resolve_scale(scale)
-    if _is_compiling():
+    if _traced(q):
         handle = -1 if stream is None else stream_handle(q.device, stream)
         torch.ops.astrai_jit.prefill(q, k, v, out, lse, mask, int(causal_offset), s, handle)
     else:
@@ -171,7 +177,7 @@ def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tenso
     lse = _lse(return_lse, q.shape[:2], q.device)
     s = _resolve_scale(scale)
     m = -1 if max_q_len is None else int(max_q_len)
-    if _is_compiling():
+    if _traced(q):
         handle = -1 if stream is None else stream_handle(q.device, stream)
         torch.ops.astrai_jit.paged_prefill(q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse,
                                            mask, m, bool(causal), s, handle)
@@ -191,7 +197,7 @@ def rotary_emb(x: Tensor, freqs_cis: Tensor, out: Optional[Tensor] = None, *, st
     call = "rotary_emb"
     _check_tensor(call, "x", x)
     out = _out_like(call, x, out)
-    if _is_compiling():
+    if _traced(x):
         handle = -1 if stream is None else stream_handle(x.device, stream)
         if out is x:
             torch.ops.astrai_jit.rotary_emb_(x, freqs_cis, handle)

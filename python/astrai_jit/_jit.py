@@ -18,7 +18,8 @@ _C = _loader.import_extension()
 
 def cli_path() -> str:
     """Path of the packaged ``astrai-jit`` executable."""
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bin", "astrai-jit")
+    # Next to the extension module (an editable install keeps the sources elsewhere).
+    return os.path.join(os.path.dirname(os.path.abspath(_C.__file__)), "_bin", "astrai-jit")
 
 
 def cli_env(base: Optional[Dict[str, str]] = None) -> Dict[str, str]:

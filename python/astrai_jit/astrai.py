@@ -175,7 +175,7 @@ def torch_rotary_emb(x: Tensor, freqs_cis: Tensor) -> Tensor:
 def apply_rotary_emb(x: Tensor, freqs_cis: Tensor) -> Tensor:
     """The kernel in inference (CUDA bf16/fp16 tensor, grad disabled), else the complex multiply."""
     if (not torch.is_grad_enabled() and x.is_cuda and freqs_cis.is_cuda and x.dtype in _KERNEL_DTYPES
-            and x.shape[-1] % 8 == 0):
+            and freqs_cis.dtype == torch.float32 and x.shape[-1] % 8 == 0):
         return _ops.rotary_emb(x, freqs_cis)
     return torch_rotary_emb(x, freqs_cis)
 

@@ -9,6 +9,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -200,10 +201,11 @@ int as_int(const char* call, const char* what, std::size_t value) {
   return static_cast<int>(value);
 }
 
-void paged_decode(const Input& q, const Input& k_cache, const Input& v_cache, const Input& page_table,
-                  const Input& seq_lens, Output out, Opt<Output> lse, Opt<Input> mask,
-                  Opt<Input> req_indices, Opt<Input> new_k, Opt<Input> new_v, double scale,
-                  std::uintptr_t stream) {
+astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, const Input& v_cache,
+                                          const Input& page_table, const Input& seq_lens, Output& out,
+                                          Opt<Output>& lse, const Opt<Input>& mask,
+                                          const Opt<Input>& req_indices, const Opt<Input>& new_k,
+                                          const Opt<Input>& new_v, double scale, std::uintptr_t stream) {
   constexpr const char* kCall = "paged_decode";
   Checker c(kCall);
   astrai::PagedDecodeArgs a;
@@ -306,8 +308,33 @@ void paged_decode(const Input& q, const Input& k_cache, const Input& v_cache, co
   a.stream = reinterpret_cast<void*>(stream);
   astrai::validate_args(a);
   c.devices();
+  return a;
+}
+
+void paged_decode(const Input& q, const Input& k_cache, const Input& v_cache, const Input& page_table,
+                  const Input& seq_lens, Output out, Opt<Output> lse, Opt<Input> mask,
+                  Opt<Input> req_indices, Opt<Input> new_k, Opt<Input> new_v, double scale,
+                  std::uintptr_t stream) {
+  const astrai::PagedDecodeArgs a = paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
+                                                      req_indices, new_k, new_v, scale, stream);
   nb::gil_scoped_release release;
   astrai::Runtime::get().paged_decode(a);
+}
+
+// For the host-overhead benchmark: mean host microseconds of `calls` back-to-back C++
+// paged_decode calls with these arguments (checked and converted once, as a C++ caller would).
+double time_paged_decode_calls(const Input& q, const Input& k_cache, const Input& v_cache,
+                               const Input& page_table, const Input& seq_lens, Output out, double scale,
+                               std::uintptr_t stream, int calls) {
+  Opt<Output> lse;
+  const astrai::PagedDecodeArgs a = paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, {},
+                                                      {}, {}, {}, scale, stream);
+  nb::gil_scoped_release release;
+  astrai::Runtime& runtime = astrai::Runtime::get();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) runtime.paged_decode(a);
+  const std::chrono::duration<double, std::micro> elapsed = std::chrono::steady_clock::now() - start;
+  return calls > 0 ? elapsed.count() / calls : 0.0;
 }
 
 // q and out as [batch, n_heads, head_dim] or [batch, 1, n_heads, head_dim]: returns the index
@@ -662,5 +689,8 @@ NB_MODULE(_C, m) {
         nb::arg("scale"), nb::arg("stream"), "Prefill over a paged KV cache, ragged batch.");
   m.def("rotary_emb", &rotary_emb, nb::arg("x"), nb::arg("freqs_cis"), nb::arg("out"), nb::arg("stream"),
         "Rotary embedding over interleaved pairs (out may be x).");
+  m.def("_time_paged_decode_calls", &time_paged_decode_calls, nb::arg("q"), nb::arg("k_cache"),
+        nb::arg("v_cache"), nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("out"), nb::arg("scale"),
+        nb::arg("stream"), nb::arg("calls"), "Benchmark helper: mean host us per C++ paged_decode call.");
   m.def("loaded_variants", &loaded_variants, "Variant names this process has loaded.");
 }

@@ -175,7 +175,7 @@ def test_cuda_graph_capture_and_replay_after_one_warm_up():
         astrai_jit.paged_decode(q, kc, vc, table, lens, out=out)  # warm-up: compile, workspace
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=stream):  # capture on the stream that was warmed up
         astrai_jit.paged_decode(q, kc, vc, table, lens, out=out)
     eager = astrai_jit.paged_decode(q, kc, vc, table, lens)
     out.fill_(float("nan"))

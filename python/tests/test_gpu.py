@@ -254,3 +254,9 @@ def test_second_gpu_runs_on_its_own_device():
     got = astrai_jit.paged_decode(q, kc, vc, table, lens)
     assert got.device == torch.device("cuda:1")
     assert close(got, paged_ref(q, kc, vc, table, lens)[0])[0]
+
+
+def test_loaded_variants_lists_what_ran():
+    q, kc, vc, table, lens = paged_case(2, 8, 2, 64, 16, 4, torch.bfloat16)
+    astrai_jit.paged_decode(q, kc, vc, table, lens)
+    assert any(name.startswith("paged_decode.bf16.hd64.ps16.g4") for name in astrai_jit.loaded_variants())

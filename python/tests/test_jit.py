@@ -51,7 +51,10 @@ def test_bad_warm_choice_raises_with_the_cli_message(tmp_path):
 
 
 def test_loaded_variants_is_empty_without_calls():
-    assert astrai_jit.loaded_variants() == []
+    code = "import astrai_jit; print(astrai_jit.loaded_variants())"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
 
 
 def test_import_needs_neither_torch_nor_a_gpu():

@@ -27,7 +27,7 @@ using Output = nb::ndarray<>;
 template <typename T>
 using Opt = std::optional<T>;
 
-enum class Kind { attention, int32, boolean, float32 };
+enum class Kind { int32, boolean, float32 };
 
 template <typename T>
 std::string shape_string(const T& t) {
@@ -73,33 +73,38 @@ class Checker {
  public:
   explicit Checker(const char* call) : call_(call) {}
 
-  // Returns the attention dtype (bf16 / fp16) of `t`, or checks the fixed dtype of the kind.
+  // The attention dtype (bf16 / fp16) of `t`; anything else is a TypeError.
   template <typename T>
-  astrai::DType dtype(const char* name, const T& t, Kind kind) {
+  astrai::DType attention_dtype(const char* name, const T& t) {
+    const nb::dlpack::dtype d = t.dtype();
+    const auto code = static_cast<nb::dlpack::dtype_code>(d.code);
+    if (d.lanes == 1 && d.bits == 16 && code == nb::dlpack::dtype_code::Bfloat) return astrai::DType::bf16;
+    if (d.lanes == 1 && d.bits == 16 && code == nb::dlpack::dtype_code::Float) return astrai::DType::fp16;
+    type_error(name, d, "bfloat16, float16");
+  }
+
+  // Checks the fixed dtype of an index, mask or LSE tensor.
+  template <typename T>
+  void dtype(const char* name, const T& t, Kind kind) {
     const nb::dlpack::dtype d = t.dtype();
     const auto code = static_cast<nb::dlpack::dtype_code>(d.code);
     const bool scalar = d.lanes == 1;
     switch (kind) {
-      case Kind::attention:
-        if (scalar && code == nb::dlpack::dtype_code::Bfloat && d.bits == 16) return astrai::DType::bf16;
-        if (scalar && code == nb::dlpack::dtype_code::Float && d.bits == 16) return astrai::DType::fp16;
-        type_error(name, d, "bfloat16, float16");
       case Kind::int32:
-        if (scalar && code == nb::dlpack::dtype_code::Int && d.bits == 32) return astrai::DType::bf16;
-        type_error(name, d, "int32");
+        if (!(scalar && code == nb::dlpack::dtype_code::Int && d.bits == 32)) type_error(name, d, "int32");
+        return;
       case Kind::boolean:
-        if (scalar && code == nb::dlpack::dtype_code::Bool && d.bits == 8) return astrai::DType::bf16;
-        type_error(name, d, "bool");
+        if (!(scalar && code == nb::dlpack::dtype_code::Bool && d.bits == 8)) type_error(name, d, "bool");
+        return;
       case Kind::float32:
-        if (scalar && code == nb::dlpack::dtype_code::Float && d.bits == 32) return astrai::DType::bf16;
-        type_error(name, d, "float32");
+        if (!(scalar && code == nb::dlpack::dtype_code::Float && d.bits == 32)) type_error(name, d, "float32");
+        return;
     }
-    type_error(name, d, "?");
   }
 
   template <typename T>
   void same_dtype(const char* name, const T& t, astrai::DType expected) {
-    if (dtype(name, t, Kind::attention) != expected)
+    if (attention_dtype(name, t) != expected)
       throw nb::type_error((std::string(call_) + ": " + name + " has dtype " + dtype_string(t.dtype()) +
                             " (allowed: " + (expected == astrai::DType::bf16 ? "bfloat16" : "float16") +
                             ", the dtype of q)").c_str());
@@ -215,7 +220,7 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
   c.rank("page_table", page_table, 2, "[batch, max_pages_per_seq]");
   c.rank("seq_lens", seq_lens, 1, "[batch]");
   c.rank("out", out, 3, "[batch, n_heads, head_dim]");
-  a.dtype = c.dtype("q", q, Kind::attention);
+  a.dtype = c.attention_dtype("q", q);
   c.same_dtype("k_cache", k_cache, a.dtype);
   c.same_dtype("v_cache", v_cache, a.dtype);
   c.dtype("page_table", page_table, Kind::int32);
@@ -358,7 +363,7 @@ void decode(const Input& q, const Input& k, const Input& v, Output out, Opt<Outp
   c.rank("k", k, 4, "[batch, kv_len, n_kv_heads, head_dim]");
   c.rank("v", v, 4, "[batch, kv_len, n_kv_heads, head_dim]");
   c.rank("out", out, q.ndim(), "the shape of q");
-  a.dtype = c.dtype("q", q, Kind::attention);
+  a.dtype = c.attention_dtype("q", q);
   c.same_dtype("k", k, a.dtype);
   c.same_dtype("v", v, a.dtype);
   c.same_dtype("out", out, a.dtype);
@@ -427,7 +432,7 @@ void prefill(const Input& q, const Input& k, const Input& v, Output out, Opt<Out
   c.rank("k", k, 4, "[batch, kv_len, n_kv_heads, head_dim]");
   c.rank("v", v, 4, "[batch, kv_len, n_kv_heads, head_dim]");
   c.rank("out", out, 4, "[batch, q_len, n_heads, head_dim]");
-  a.dtype = c.dtype("q", q, Kind::attention);
+  a.dtype = c.attention_dtype("q", q);
   c.same_dtype("k", k, a.dtype);
   c.same_dtype("v", v, a.dtype);
   c.same_dtype("out", out, a.dtype);
@@ -504,7 +509,7 @@ void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, c
   c.rank("seq_lens", seq_lens, 1, "[batch]");
   c.rank("qo_indptr", qo_indptr, 1, "[batch + 1]");
   c.rank("out", out, 3, "[total_q, n_heads, head_dim]");
-  a.dtype = c.dtype("q", q, Kind::attention);
+  a.dtype = c.attention_dtype("q", q);
   c.same_dtype("k_cache", k_cache, a.dtype);
   c.same_dtype("v_cache", v_cache, a.dtype);
   c.dtype("page_table", page_table, Kind::int32);
@@ -584,7 +589,7 @@ void rotary_emb(const Input& x, const Input& freqs, Output out, std::uintptr_t s
   const bool tokens = x.ndim() == 3;
   c.rank("x", x, tokens ? 3 : 4, "[tokens, n_heads, head_dim] or [batch, seq, n_heads, head_dim]");
   c.rank("out", out, x.ndim(), "the shape of x");
-  a.dtype = c.dtype("x", x, Kind::attention);
+  a.dtype = c.attention_dtype("x", x);
   c.same_dtype("out", out, a.dtype);
   c.same_shape("out", out, "x", x);
   const std::size_t s = tokens ? 0 : 1;

@@ -13,7 +13,7 @@ from typing import Optional, Tuple, Union
 
 import torch
 
-from . import _library
+from . import _library  # noqa: F401  (registers torch.ops.astrai_jit.*)
 from ._loader import import_extension
 
 _C = import_extension()

@@ -1,6 +1,4 @@
 """Shared fixtures: GPU tests are marked `gpu` and skip without a CUDA device."""
-import os
-import sys
 
 import pytest
 

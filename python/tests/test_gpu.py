@@ -1,7 +1,6 @@
 """GPU suite (marked `gpu`, skipped without a CUDA device): every op against float64
 references in bf16 and fp16, non-contiguous views, the fused append, CUDA graph capture and
 replay, torch.compile(fullgraph=True), opcheck, and the JIT backend against the SDPA backend."""
-import math
 
 import pytest
 import torch

@@ -3,9 +3,16 @@
 #include "astrai/runtime.hpp"
 
 #include "runtime/logging.hpp"
+#include "runtime/validation.hpp"
 #include "runtime/runtime_impl.hpp"
 
 namespace astrai {
+
+void validate_args(const PagedDecodeArgs& args) { detail::resolve_paged_decode_args(args); }
+void validate_args(const DecodeArgs& args) { detail::resolve_decode_args(args); }
+void validate_args(const PrefillArgs& args) { detail::resolve_prefill_args(args); }
+void validate_args(const PagedPrefillArgs& args) { detail::resolve_paged_prefill_args(args); }
+void validate_args(const RotaryArgs& args) { detail::resolve_rotary_args(args); }
 
 Runtime& Runtime::get() {
   static Runtime runtime;

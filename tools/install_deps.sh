@@ -2,7 +2,7 @@
 # Installs the build dependencies from Debian/Ubuntu packages. The CUDA toolkit (NVRTC and
 # cuda.h) is expected at /usr/local/cuda or on the PATH; it is not installed here.
 set -euo pipefail
-packages=(cmake ninja-build g++ libfmt-dev libxxhash-dev doctest-dev libcli11-dev)
+packages=(cmake ninja-build g++ libfmt-dev libxxhash-dev doctest-dev libcli11-dev python3-venv python3-dev)
 missing=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")

@@ -196,6 +196,16 @@ struct RotaryArgs {
 // occupancy turns out to be (0 if it never splits). Lets callers provide their own workspace.
 ASTRAI_API std::size_t paged_decode_workspace_bytes(const PagedDecodeArgs& args, int num_sms);
 
+// The argument checks of the matching Runtime call, on their own: throws InvalidArgument as
+// that call would, touches no GPU and does not start the runtime (pointers are checked for
+// null and alignment only). For bindings that report every argument error before asking
+// which device a pointer is on.
+ASTRAI_API void validate_args(const PagedDecodeArgs& args);
+ASTRAI_API void validate_args(const DecodeArgs& args);
+ASTRAI_API void validate_args(const PrefillArgs& args);
+ASTRAI_API void validate_args(const PagedPrefillArgs& args);
+ASTRAI_API void validate_args(const RotaryArgs& args);
+
 class ASTRAI_API Runtime {
  public:
   // The process-wide runtime. Reads the ASTRAI_JIT_* environment once, on first use.

@@ -316,4 +316,29 @@ TEST_CASE("bad arguments to every public call throw InvalidArgument before any G
   paged_prefill.page_size = 6;
   CHECK_THROWS_AS(runtime.paged_prefill(paged_prefill), astrai::InvalidArgument);
 }
+TEST_CASE("validate_args checks as the call would, without a GPU or the runtime") {
+  CHECK_NOTHROW(astrai::validate_args(valid_paged()));
+  CHECK_NOTHROW(astrai::validate_args(valid_rotary()));
+  CHECK_NOTHROW(astrai::validate_args(valid_decode()));
+  CHECK_NOTHROW(astrai::validate_args(valid_prefill()));
+  CHECK_NOTHROW(astrai::validate_args(valid_paged_prefill()));
+  PagedDecodeArgs paged = valid_paged();
+  paged.head_dim = 72;
+  CHECK_THROWS_WITH_AS(astrai::validate_args(paged),
+                       "paged_decode: head_dim 72 is not a multiple of 16 (allowed: 32..256, step 16)",
+                       astrai::InvalidArgument);
+  RotaryArgs rotary = valid_rotary();
+  rotary.head_dim = 12;
+  CHECK_THROWS_AS(astrai::validate_args(rotary), astrai::InvalidArgument);
+  astrai::DecodeArgs decode = valid_decode();
+  decode.n_heads = 0;
+  CHECK_THROWS_AS(astrai::validate_args(decode), astrai::InvalidArgument);
+  PrefillArgs prefill = valid_prefill();
+  prefill.causal_offset = -3;
+  CHECK_THROWS_AS(astrai::validate_args(prefill), astrai::InvalidArgument);
+  PagedPrefillArgs paged_prefill = valid_paged_prefill();
+  paged_prefill.page_size = 6;
+  CHECK_THROWS_AS(astrai::validate_args(paged_prefill), astrai::InvalidArgument);
+}
+
 }  // TEST_SUITE

@@ -1,0 +1,208 @@
+"""The functional API over PyTorch tensors, mirroring the C++ calls.
+
+Shapes and strides come from the tensors, so non-contiguous views work without a copy; outputs
+are allocated when not given; kernels run on the current PyTorch stream of the tensors' device
+unless ``stream=`` is given. Eager calls go straight to the extension; under ``torch.compile``
+(or any tracing with tensor subclasses) the same call goes through the registered custom ops
+(``torch.ops.astrai_jit.*``), so the graph has no break.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple, Union
+
+import torch
+
+from . import _library  # noqa: F401  (registers torch.ops.astrai_jit.*)
+from ._loader import import_extension
+
+_C = import_extension()
+
+Tensor = torch.Tensor
+_compiling = torch.compiler.is_compiling
+
+
+def _traced(t: Tensor) -> bool:
+    # torch.compile, or a tensor subclass (fake, functional, proxy tensors while tracing): go
+    # through the custom op so the call is recorded. Plain eager tensors take the direct path.
+    return _compiling() or type(t) is not torch.Tensor
+
+
+def _resolve_scale(scale: Optional[float]) -> float:
+    # The runtime reads scale <= 0 as 1/sqrt(head_dim).
+    if scale is None:
+        return 0.0
+    scale = float(scale)
+    if not scale > 0.0 or math.isinf(scale):
+        raise ValueError(f"scale {scale} is not a positive finite number (allowed: > 0, or None for "
+                         f"1/sqrt(head_dim))")
+    return scale
+
+
+def stream_handle(device: torch.device, stream) -> int:
+    """The raw CUstream for a call: ``stream`` (a torch.cuda.Stream, or an int handle), else
+    the current PyTorch stream of ``device`` (0 for a device that is not CUDA)."""
+    if stream is not None:
+        handle = getattr(stream, "cuda_stream", stream)
+        if not isinstance(handle, int):
+            raise TypeError(f"stream {stream!r} is not a stream (allowed: torch.cuda.Stream, an int "
+                            f"CUstream handle, or None for the current stream)")
+        return handle
+    if device.type != "cuda":
+        return 0
+    return torch._C._cuda_getCurrentRawStream(device.index)
+
+
+def _call(fn, device: torch.device, *args):
+    # The runtime launches on the current device's primary context: switch when the tensors live
+    # on another GPU.
+    if device.type == "cuda" and device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            fn(*args)
+    else:
+        fn(*args)
+
+
+def _check_tensor(call: str, name: str, value) -> None:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{call}: {name} is a {type(value).__name__} (allowed: torch.Tensor)")
+
+
+def _out_like(call: str, q: Tensor, out: Optional[Tensor]) -> Tensor:
+    _check_tensor(call, "q", q)
+    if out is None:
+        return torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    _check_tensor(call, "out", out)
+    return out
+
+
+def _lse(return_lse: bool, shape, device) -> Optional[Tensor]:
+    return torch.empty(shape, dtype=torch.float32, device=device) if return_lse else None
+
+
+def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor, seq_lens: Tensor, *,
+                 out: Optional[Tensor] = None, scale: Optional[float] = None, mask: Optional[Tensor] = None,
+                 req_indices: Optional[Tensor] = None, new_k: Optional[Tensor] = None,
+                 new_v: Optional[Tensor] = None, return_lse: bool = False,
+                 stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """Decode attention over a paged KV cache: one query token per sequence.
+
+    q ``[batch, n_heads, head_dim]``; k_cache, v_cache ``[num_pages, page_size, n_kv_heads,
+    head_dim]`` (bf16 or fp16, any strides with a contiguous head_dim); page_table int32
+    ``[rows, max_pages_per_seq]``; seq_lens int32 ``[batch]`` with the current token included;
+    mask bool ``[batch, max_pages_per_seq * page_size]`` (True = keep); req_indices int32
+    ``[batch]`` picks each request's page-table row; new_k, new_v ``[batch, n_kv_heads,
+    head_dim]`` are used at position ``seq_len - 1`` and written into the caches (fused append).
+    Returns out ``[batch, n_heads, head_dim]``, and with ``return_lse`` the f32 log-sum-exp
+    ``[batch, n_heads]``.
+    """
+    call = "paged_decode"
+    out = _out_like(call, q, out)
+    lse = _lse(return_lse, q.shape[:2], q.device)
+    s = _resolve_scale(scale)
+    if _traced(q):
+        handle = -1 if stream is None else stream_handle(q.device, stream)
+        if new_k is not None or new_v is not None:
+            torch.ops.astrai_jit.paged_decode_append(q, k_cache, v_cache, page_table, seq_lens, out, lse,
+                                                     mask, req_indices, new_k, new_v, s, handle)
+        else:
+            torch.ops.astrai_jit.paged_decode(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
+                                              req_indices, s, handle)
+    else:
+        _call(_C.paged_decode, q.device, q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
+              req_indices, new_k, new_v, s, stream_handle(q.device, stream))
+    return (out, lse) if return_lse else out
+
+
+def decode(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, scale: Optional[float] = None,
+           mask: Optional[Tensor] = None, causal_offset: int = -1, return_lse: bool = False,
+           stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """Decode attention over a contiguous KV cache.
+
+    q ``[batch, 1, n_heads, head_dim]`` (or ``[batch, n_heads, head_dim]``); k, v ``[batch,
+    kv_len, n_kv_heads, head_dim]``; mask bool ``[batch, kv_len]`` or ``[batch, 1, kv_len]``;
+    ``causal_offset`` -1 attends to every key, ``p >= 0`` to keys ``0..p``. Returns out like q
+    (and the f32 LSE ``[batch, n_heads]`` with ``return_lse``).
+    """
+    call = "decode"
+    out = _out_like(call, q, out)
+    lse = _lse(return_lse, (q.shape[0], q.shape[-2]), q.device)
+    s = _resolve_scale(scale)
+    if _traced(q):
+        handle = -1 if stream is None else stream_handle(q.device, stream)
+        torch.ops.astrai_jit.decode(q, k, v, out, lse, mask, int(causal_offset), s, handle)
+    else:
+        _call(_C.decode, q.device, q, k, v, out, lse, mask, int(causal_offset), s,
+              stream_handle(q.device, stream))
+    return (out, lse) if return_lse else out
+
+
+def prefill(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, scale: Optional[float] = None,
+            mask: Optional[Tensor] = None, causal_offset: int = -1, return_lse: bool = False,
+            stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """Prefill attention over a contiguous KV cache.
+
+    q ``[batch, q_len, n_heads, head_dim]``; k, v ``[batch, kv_len, n_kv_heads, head_dim]``;
+    mask bool ``[batch, kv_len]`` or ``[batch, q_len, kv_len]`` (a size-1 batch or q_len
+    broadcasts); ``causal_offset`` -1 is non-causal, ``p >= 0`` puts the first query at
+    position p (a fresh prompt: ``kv_len - q_len``). Returns out like q (and the f32 LSE
+    ``[batch, q_len, n_heads]`` with ``return_lse``).
+    """
+    call = "prefill"
+    out = _out_like(call, q, out)
+    lse = _lse(return_lse, q.shape[:3], q.device)
+    s = _resolve_scale(scale)
+    if _traced(q):
+        handle = -1 if stream is None else stream_handle(q.device, stream)
+        torch.ops.astrai_jit.prefill(q, k, v, out, lse, mask, int(causal_offset), s, handle)
+    else:
+        _call(_C.prefill, q.device, q, k, v, out, lse, mask, int(causal_offset), s,
+              stream_handle(q.device, stream))
+    return (out, lse) if return_lse else out
+
+
+def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor, seq_lens: Tensor,
+                  qo_indptr: Tensor, *, out: Optional[Tensor] = None, scale: Optional[float] = None,
+                  mask: Optional[Tensor] = None, causal: bool = True, max_q_len: Optional[int] = None,
+                  return_lse: bool = False, stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """Prefill over a paged KV cache for a ragged batch (chunked prefill).
+
+    q ``[total_q, n_heads, head_dim]``, request b's queries at rows ``qo_indptr[b] ..
+    qo_indptr[b + 1]`` (int32 ``[batch + 1]``); paged KV as for :func:`paged_decode`, seq_lens
+    the KV length including the new tokens. ``max_q_len`` (the longest request's query count)
+    sizes the grid; None uses total_q, always enough, and needs no device-to-host copy.
+    """
+    call = "paged_prefill"
+    out = _out_like(call, q, out)
+    lse = _lse(return_lse, q.shape[:2], q.device)
+    s = _resolve_scale(scale)
+    m = -1 if max_q_len is None else int(max_q_len)
+    if _traced(q):
+        handle = -1 if stream is None else stream_handle(q.device, stream)
+        torch.ops.astrai_jit.paged_prefill(q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse,
+                                           mask, m, bool(causal), s, handle)
+    else:
+        _call(_C.paged_prefill, q.device, q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse,
+              mask, m, bool(causal), s, stream_handle(q.device, stream))
+    return (out, lse) if return_lse else out
+
+
+def rotary_emb(x: Tensor, freqs_cis: Tensor, out: Optional[Tensor] = None, *, stream=None) -> Tensor:
+    """Rotary embedding over interleaved pairs.
+
+    x ``[tokens, n_heads, head_dim]`` or ``[batch, seq, n_heads, head_dim]``; freqs_cis f32
+    ``(cos, sin)`` pairs ``[tokens, head_dim / 2, 2]``, ``[batch or 1, seq, head_dim / 2, 2]``
+    or ``[seq, head_dim / 2, 2]`` (shared over the batch). ``out=x`` rotates in place.
+    """
+    call = "rotary_emb"
+    _check_tensor(call, "x", x)
+    out = _out_like(call, x, out)
+    if _traced(x):
+        handle = -1 if stream is None else stream_handle(x.device, stream)
+        if out is x:
+            torch.ops.astrai_jit.rotary_emb_(x, freqs_cis, handle)
+        else:
+            torch.ops.astrai_jit.rotary_emb(x, freqs_cis, out, handle)
+    else:
+        _call(_C.rotary_emb, x.device, x, freqs_cis, out, stream_handle(x.device, stream))
+    return out

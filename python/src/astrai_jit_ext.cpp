@@ -1,0 +1,701 @@
+// astrai_jit._C: the runtime's calls over DLPack tensors (torch, CuPy, JAX...). Shapes and
+// strides come from the tensors; every argument is checked here (dtypes, ranks, shapes, then
+// the runtime's own limits, then devices) before anything touches a GPU, and a bad one raises
+// TypeError (a dtype) or astrai_jit.InvalidArgument, a ValueError (anything else), naming the
+// argument, its value and what is allowed.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <chrono>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "astrai/runtime.hpp"
+
+namespace nb = nanobind;
+
+namespace {
+
+using Input = nb::ndarray<nb::ro>;
+using Output = nb::ndarray<>;
+template <typename T>
+using Opt = std::optional<T>;
+
+enum class Kind { int32, boolean, float32 };
+
+template <typename T>
+std::string shape_string(const T& t) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < t.ndim(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(t.shape(i));
+  }
+  return s + "]";
+}
+
+std::string dtype_string(nb::dlpack::dtype d) {
+  std::string base;
+  switch (static_cast<nb::dlpack::dtype_code>(d.code)) {
+    case nb::dlpack::dtype_code::Int: base = "int"; break;
+    case nb::dlpack::dtype_code::UInt: base = "uint"; break;
+    case nb::dlpack::dtype_code::Float: base = "float"; break;
+    case nb::dlpack::dtype_code::Bfloat: base = "bfloat"; break;
+    case nb::dlpack::dtype_code::Complex: base = "complex"; break;
+    case nb::dlpack::dtype_code::Bool: return "bool";
+    default: base = "code" + std::to_string(d.code) + "_"; break;
+  }
+  return base + std::to_string(d.bits);
+}
+
+std::string device_string(int type, int id) {
+  switch (type) {
+    case nb::device::cpu::value: return "cpu";
+    case nb::device::cuda::value: return "cuda:" + std::to_string(id);
+    case nb::device::cuda_host::value: return "cuda_host";
+    case nb::device::cuda_managed::value: return "cuda_managed:" + std::to_string(id);
+    default: return "device type " + std::to_string(type);
+  }
+}
+
+[[noreturn]] void invalid(const char* call, const std::string& message) {
+  throw astrai::InvalidArgument(std::string(call) + ": " + message);
+}
+
+// One call's argument checks. Tensors are recorded as they are checked so the device check,
+// which runs last, covers all of them.
+class Checker {
+ public:
+  explicit Checker(const char* call) : call_(call) {}
+
+  // The attention dtype (bf16 / fp16) of `t`; anything else is a TypeError.
+  template <typename T>
+  astrai::DType attention_dtype(const char* name, const T& t) {
+    const nb::dlpack::dtype d = t.dtype();
+    const auto code = static_cast<nb::dlpack::dtype_code>(d.code);
+    if (d.lanes == 1 && d.bits == 16 && code == nb::dlpack::dtype_code::Bfloat) return astrai::DType::bf16;
+    if (d.lanes == 1 && d.bits == 16 && code == nb::dlpack::dtype_code::Float) return astrai::DType::fp16;
+    type_error(name, d, "bfloat16, float16");
+  }
+
+  // Checks the fixed dtype of an index, mask or LSE tensor.
+  template <typename T>
+  void dtype(const char* name, const T& t, Kind kind) {
+    const nb::dlpack::dtype d = t.dtype();
+    const auto code = static_cast<nb::dlpack::dtype_code>(d.code);
+    const bool scalar = d.lanes == 1;
+    switch (kind) {
+      case Kind::int32:
+        if (!(scalar && code == nb::dlpack::dtype_code::Int && d.bits == 32)) type_error(name, d, "int32");
+        return;
+      case Kind::boolean:
+        if (!(scalar && code == nb::dlpack::dtype_code::Bool && d.bits == 8)) type_error(name, d, "bool");
+        return;
+      case Kind::float32:
+        if (!(scalar && code == nb::dlpack::dtype_code::Float && d.bits == 32)) type_error(name, d, "float32");
+        return;
+    }
+  }
+
+  template <typename T>
+  void same_dtype(const char* name, const T& t, astrai::DType expected) {
+    if (attention_dtype(name, t) != expected)
+      throw nb::type_error((std::string(call_) + ": " + name + " has dtype " + dtype_string(t.dtype()) +
+                            " (allowed: " + (expected == astrai::DType::bf16 ? "bfloat16" : "float16") +
+                            ", the dtype of q)").c_str());
+  }
+
+  template <typename T>
+  void rank(const char* name, const T& t, std::size_t ndim, const char* layout) {
+    tensors_.push_back({name, t.device_type(), t.device_id()});
+    if (t.ndim() != ndim)
+      invalid(call_, std::string(name) + " has shape " + shape_string(t) + " (allowed: " + layout + ")");
+  }
+
+  // Checks dim `i` of `t` against `expected`, described as `what`.
+  template <typename T>
+  void dim(const char* name, const T& t, std::size_t i, std::int64_t expected, const char* what) {
+    if (static_cast<std::int64_t>(t.shape(i)) != expected)
+      invalid(call_, std::string(name) + " has shape " + shape_string(t) + ": dim " + std::to_string(i) +
+                         " is " + std::to_string(t.shape(i)) + " (allowed: " + std::to_string(expected) +
+                         ", " + what + ")");
+  }
+
+  template <typename T, typename R>
+  void same_shape(const char* name, const T& t, const char* ref_name, const R& ref) {
+    bool same = t.ndim() == ref.ndim();
+    for (std::size_t i = 0; same && i < t.ndim(); ++i) same = t.shape(i) == ref.shape(i);
+    if (!same)
+      invalid(call_, std::string(name) + " has shape " + shape_string(t) + " (allowed: " + shape_string(ref) +
+                         ", the shape of " + ref_name + ")");
+  }
+
+  // Stride of dim `i` in elements, for a runtime that reads 0 as "contiguous": a dim of size 1
+  // is never stepped over, so it gets the contiguous value; a broadcast (stride 0) or negative
+  // stride over a real dim is refused.
+  template <typename T>
+  std::int64_t stride(const char* name, const T& t, std::size_t i) {
+    std::int64_t natural = 1;
+    for (std::size_t j = i + 1; j < t.ndim(); ++j) natural *= static_cast<std::int64_t>(t.shape(j));
+    if (t.shape(i) <= 1) return natural > 0 ? natural : 1;
+    const std::int64_t s = t.stride(i);
+    if (s <= 0)
+      invalid(call_, std::string(name) + " has stride " + std::to_string(s) + " in dim " + std::to_string(i) +
+                         " (allowed: a positive stride; broadcast or flipped views need .contiguous())");
+    return s;
+  }
+
+  // The innermost dim must be contiguous (the kernels load it in vectors).
+  template <typename T>
+  void unit_last(const char* name, const T& t) {
+    const std::size_t last = t.ndim() - 1;
+    if (t.shape(last) > 1 && t.stride(last) != 1)
+      invalid(call_, std::string(name) + " has stride " + std::to_string(t.stride(last)) +
+                         " in its last dim (allowed: 1, the innermost dim must be contiguous)");
+  }
+
+  // Every stride must match a C-contiguous layout (for arguments that take no strides).
+  template <typename T>
+  void contiguous(const char* name, const T& t) {
+    std::int64_t expected = 1;
+    for (std::size_t k = t.ndim(); k-- > 0;) {
+      if (t.shape(k) > 1 && t.stride(k) != expected)
+        invalid(call_, std::string(name) + " is not contiguous (allowed: a contiguous tensor; call .contiguous())");
+      expected *= static_cast<std::int64_t>(t.shape(k));
+    }
+  }
+
+  // Runs last: every tensor on one CUDA device.
+  void devices() {
+    if (tensors_.empty()) return;
+    const Seen& first = tensors_.front();
+    for (const Seen& seen : tensors_) {
+      if (seen.type != first.type || seen.id != first.id)
+        invalid(call_, std::string(seen.name) + " is on " + device_string(seen.type, seen.id) + " but " +
+                           first.name + " is on " + device_string(first.type, first.id) +
+                           " (allowed: every tensor on one CUDA device)");
+    }
+    if (first.type != nb::device::cuda::value)
+      invalid(call_, std::string(first.name) + " is on " + device_string(first.type, first.id) +
+                         " (allowed: a CUDA device)");
+  }
+
+ private:
+  struct Seen {
+    const char* name;
+    int type;
+    int id;
+  };
+
+  [[noreturn]] void type_error(const char* name, nb::dlpack::dtype d, const char* allowed) {
+    throw nb::type_error((std::string(call_) + ": " + name + " has dtype " + dtype_string(d) +
+                          " (allowed: " + allowed + ")").c_str());
+  }
+
+  const char* call_;
+  std::vector<Seen> tensors_;
+};
+
+int as_int(const char* call, const char* what, std::size_t value) {
+  if (value > 0x7fffffffULL) invalid(call, std::string(what) + " " + std::to_string(value) + " is too large");
+  return static_cast<int>(value);
+}
+
+astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, const Input& v_cache,
+                                          const Input& page_table, const Input& seq_lens, Output& out,
+                                          Opt<Output>& lse, const Opt<Input>& mask,
+                                          const Opt<Input>& req_indices, const Opt<Input>& new_k,
+                                          const Opt<Input>& new_v, double scale, std::uintptr_t stream) {
+  constexpr const char* kCall = "paged_decode";
+  Checker c(kCall);
+  astrai::PagedDecodeArgs a;
+  c.rank("q", q, 3, "[batch, n_heads, head_dim]");
+  c.rank("k_cache", k_cache, 4, "[num_pages, page_size, n_kv_heads, head_dim]");
+  c.rank("v_cache", v_cache, 4, "[num_pages, page_size, n_kv_heads, head_dim]");
+  c.rank("page_table", page_table, 2, "[batch, max_pages_per_seq]");
+  c.rank("seq_lens", seq_lens, 1, "[batch]");
+  c.rank("out", out, 3, "[batch, n_heads, head_dim]");
+  a.dtype = c.attention_dtype("q", q);
+  c.same_dtype("k_cache", k_cache, a.dtype);
+  c.same_dtype("v_cache", v_cache, a.dtype);
+  c.dtype("page_table", page_table, Kind::int32);
+  c.dtype("seq_lens", seq_lens, Kind::int32);
+  c.same_dtype("out", out, a.dtype);
+  a.batch = as_int(kCall, "batch", q.shape(0));
+  a.n_heads = as_int(kCall, "n_heads", q.shape(1));
+  a.head_dim = as_int(kCall, "head_dim", q.shape(2));
+  a.num_pages = as_int(kCall, "num_pages", k_cache.shape(0));
+  a.page_size = as_int(kCall, "page_size", k_cache.shape(1));
+  a.n_kv_heads = as_int(kCall, "n_kv_heads", k_cache.shape(2));
+  a.max_pages_per_seq = as_int(kCall, "max_pages_per_seq", page_table.shape(1));
+  c.dim("k_cache", k_cache, 3, a.head_dim, "head_dim of q");
+  c.same_shape("v_cache", v_cache, "k_cache", k_cache);
+  c.dim("seq_lens", seq_lens, 0, a.batch, "batch of q");
+  c.same_shape("out", out, "q", q);
+  for (auto [name, t] : {std::pair{"q", &q}, {"k_cache", &k_cache}, {"v_cache", &v_cache}, {"page_table", &page_table}})
+    c.unit_last(name, *t);
+  c.unit_last("out", out);
+  c.contiguous("seq_lens", seq_lens);
+  a.q = q.data();
+  a.q_stride_batch = c.stride("q", q, 0);
+  a.q_stride_head = c.stride("q", q, 1);
+  a.k_cache = k_cache.data();
+  a.k_stride_page = c.stride("k_cache", k_cache, 0);
+  a.k_stride_token = c.stride("k_cache", k_cache, 1);
+  a.k_stride_head = c.stride("k_cache", k_cache, 2);
+  a.v_cache = v_cache.data();
+  a.v_stride_page = c.stride("v_cache", v_cache, 0);
+  a.v_stride_token = c.stride("v_cache", v_cache, 1);
+  a.v_stride_head = c.stride("v_cache", v_cache, 2);
+  a.page_table = static_cast<const std::int32_t*>(page_table.data());
+  a.page_table_stride = c.stride("page_table", page_table, 0);
+  a.page_table_rows = as_int(kCall, "page_table rows", page_table.shape(0));
+  a.seq_lens = static_cast<const std::int32_t*>(seq_lens.data());
+  a.out = out.data();
+  a.out_stride_batch = c.stride("out", out, 0);
+  a.out_stride_head = c.stride("out", out, 1);
+  if (req_indices) {
+    c.rank("req_indices", *req_indices, 1, "[batch]");
+    c.dtype("req_indices", *req_indices, Kind::int32);
+    c.dim("req_indices", *req_indices, 0, a.batch, "batch of q");
+    c.contiguous("req_indices", *req_indices);
+    a.req_indices = static_cast<const std::int32_t*>(req_indices->data());
+  } else if (a.page_table_rows < a.batch) {
+    invalid(kCall, "page_table has shape " + shape_string(page_table) + ": " + std::to_string(a.page_table_rows) +
+                       " rows for batch " + std::to_string(a.batch) +
+                       " (allowed: at least batch rows, or req_indices naming the row of each request)");
+  }
+  if (mask) {
+    c.rank("mask", *mask, 2, "[batch, max_pages_per_seq * page_size]");
+    c.dtype("mask", *mask, Kind::boolean);
+    c.dim("mask", *mask, 0, a.batch, "batch of q");
+    c.dim("mask", *mask, 1, static_cast<std::int64_t>(a.max_pages_per_seq) * a.page_size,
+          "max_pages_per_seq * page_size");
+    c.unit_last("mask", *mask);
+    a.mask = static_cast<const bool*>(mask->data());
+    a.mask_stride_batch = c.stride("mask", *mask, 0);
+  }
+  if (new_k.has_value() != new_v.has_value())
+    invalid(kCall, std::string(new_k ? "new_k is given but new_v is not" : "new_v is given but new_k is not") +
+                       " (allowed: both or neither)");
+  if (new_k) {
+    const Input* kv[2] = {&*new_k, &*new_v};
+    const char* names[2] = {"new_k", "new_v"};
+    for (int i = 0; i < 2; ++i) {
+      c.rank(names[i], *kv[i], 3, "[batch, n_kv_heads, head_dim]");
+      c.same_dtype(names[i], *kv[i], a.dtype);
+      c.dim(names[i], *kv[i], 0, a.batch, "batch of q");
+      c.dim(names[i], *kv[i], 1, a.n_kv_heads, "n_kv_heads of k_cache");
+      c.dim(names[i], *kv[i], 2, a.head_dim, "head_dim of q");
+      c.unit_last(names[i], *kv[i]);
+    }
+    a.new_k = new_k->data();
+    a.new_k_stride_batch = c.stride("new_k", *new_k, 0);
+    a.new_k_stride_head = c.stride("new_k", *new_k, 1);
+    a.new_v = new_v->data();
+    a.new_v_stride_batch = c.stride("new_v", *new_v, 0);
+    a.new_v_stride_head = c.stride("new_v", *new_v, 1);
+  }
+  if (lse) {
+    c.rank("lse", *lse, 2, "[batch, n_heads]");
+    c.dtype("lse", *lse, Kind::float32);
+    c.dim("lse", *lse, 0, a.batch, "batch of q");
+    c.dim("lse", *lse, 1, a.n_heads, "n_heads of q");
+    c.contiguous("lse", *lse);
+    a.lse = static_cast<float*>(lse->data());
+  }
+  a.scale = static_cast<float>(scale);
+  a.stream = reinterpret_cast<void*>(stream);
+  astrai::validate_args(a);
+  c.devices();
+  return a;
+}
+
+void paged_decode(const Input& q, const Input& k_cache, const Input& v_cache, const Input& page_table,
+                  const Input& seq_lens, Output out, Opt<Output> lse, Opt<Input> mask,
+                  Opt<Input> req_indices, Opt<Input> new_k, Opt<Input> new_v, double scale,
+                  std::uintptr_t stream) {
+  const astrai::PagedDecodeArgs a = paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
+                                                      req_indices, new_k, new_v, scale, stream);
+  nb::gil_scoped_release release;
+  astrai::Runtime::get().paged_decode(a);
+}
+
+// For the host-overhead benchmark: mean host microseconds of `calls` back-to-back C++
+// paged_decode calls with these arguments (checked and converted once, as a C++ caller would).
+double time_paged_decode_calls(const Input& q, const Input& k_cache, const Input& v_cache,
+                               const Input& page_table, const Input& seq_lens, Output out, double scale,
+                               std::uintptr_t stream, int calls) {
+  Opt<Output> lse;
+  const astrai::PagedDecodeArgs a = paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, {},
+                                                      {}, {}, {}, scale, stream);
+  nb::gil_scoped_release release;
+  astrai::Runtime& runtime = astrai::Runtime::get();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) runtime.paged_decode(a);
+  const std::chrono::duration<double, std::micro> elapsed = std::chrono::steady_clock::now() - start;
+  return calls > 0 ? elapsed.count() / calls : 0.0;
+}
+
+// q and out as [batch, n_heads, head_dim] or [batch, 1, n_heads, head_dim]: returns the index
+// of the heads dim.
+std::size_t decode_heads_dim(Checker& c, const char* name, const Input& t) {
+  if (t.ndim() == 4) {
+    c.rank(name, t, 4, "[batch, 1, n_heads, head_dim] or [batch, n_heads, head_dim]");
+    c.dim(name, t, 1, 1, "one query token per sequence");
+    return 2;
+  }
+  c.rank(name, t, 3, "[batch, 1, n_heads, head_dim] or [batch, n_heads, head_dim]");
+  return 1;
+}
+
+void decode(const Input& q, const Input& k, const Input& v, Output out, Opt<Output> lse, Opt<Input> mask,
+            int causal_offset, double scale, std::uintptr_t stream) {
+  constexpr const char* kCall = "decode";
+  Checker c(kCall);
+  astrai::DecodeArgs a;
+  const std::size_t h = decode_heads_dim(c, "q", q);
+  c.rank("k", k, 4, "[batch, kv_len, n_kv_heads, head_dim]");
+  c.rank("v", v, 4, "[batch, kv_len, n_kv_heads, head_dim]");
+  c.rank("out", out, q.ndim(), "the shape of q");
+  a.dtype = c.attention_dtype("q", q);
+  c.same_dtype("k", k, a.dtype);
+  c.same_dtype("v", v, a.dtype);
+  c.same_dtype("out", out, a.dtype);
+  a.batch = as_int(kCall, "batch", q.shape(0));
+  a.n_heads = as_int(kCall, "n_heads", q.shape(h));
+  a.head_dim = as_int(kCall, "head_dim", q.shape(h + 1));
+  a.kv_len = as_int(kCall, "kv_len", k.shape(1));
+  a.n_kv_heads = as_int(kCall, "n_kv_heads", k.shape(2));
+  c.dim("k", k, 0, a.batch, "batch of q");
+  c.dim("k", k, 3, a.head_dim, "head_dim of q");
+  c.same_shape("v", v, "k", k);
+  c.same_shape("out", out, "q", q);
+  for (auto [name, t] : {std::pair{"q", &q}, {"k", &k}, {"v", &v}}) c.unit_last(name, *t);
+  c.unit_last("out", out);
+  a.q = q.data();
+  a.q_stride_batch = c.stride("q", q, 0);
+  a.q_stride_head = c.stride("q", q, h);
+  a.k = k.data();
+  a.k_stride_batch = c.stride("k", k, 0);
+  a.k_stride_seq = c.stride("k", k, 1);
+  a.k_stride_head = c.stride("k", k, 2);
+  a.v = v.data();
+  a.v_stride_batch = c.stride("v", v, 0);
+  a.v_stride_seq = c.stride("v", v, 1);
+  a.v_stride_head = c.stride("v", v, 2);
+  a.out = out.data();
+  a.out_stride_batch = c.stride("out", out, 0);
+  a.out_stride_head = c.stride("out", out, h);
+  if (mask) {
+    if (mask->ndim() == 3) {
+      c.rank("mask", *mask, 3, "[batch, kv_len] or [batch, 1, kv_len]");
+      c.dim("mask", *mask, 1, 1, "one query token per sequence");
+    } else {
+      c.rank("mask", *mask, 2, "[batch, kv_len] or [batch, 1, kv_len]");
+    }
+    c.dtype("mask", *mask, Kind::boolean);
+    c.dim("mask", *mask, 0, a.batch, "batch of q");
+    c.dim("mask", *mask, mask->ndim() - 1, a.kv_len, "kv_len of k");
+    c.unit_last("mask", *mask);
+    a.mask = static_cast<const bool*>(mask->data());
+    a.mask_stride_batch = c.stride("mask", *mask, 0);
+  }
+  if (lse) {
+    c.rank("lse", *lse, 2, "[batch, n_heads]");
+    c.dtype("lse", *lse, Kind::float32);
+    c.dim("lse", *lse, 0, a.batch, "batch of q");
+    c.dim("lse", *lse, 1, a.n_heads, "n_heads of q");
+    c.contiguous("lse", *lse);
+    a.lse = static_cast<float*>(lse->data());
+  }
+  a.causal_offset = causal_offset;
+  a.scale = static_cast<float>(scale);
+  a.stream = reinterpret_cast<void*>(stream);
+  astrai::validate_args(a);
+  c.devices();
+  nb::gil_scoped_release release;
+  astrai::Runtime::get().decode(a);
+}
+
+void prefill(const Input& q, const Input& k, const Input& v, Output out, Opt<Output> lse, Opt<Input> mask,
+             int causal_offset, double scale, std::uintptr_t stream) {
+  constexpr const char* kCall = "prefill";
+  Checker c(kCall);
+  astrai::PrefillArgs a;
+  c.rank("q", q, 4, "[batch, q_len, n_heads, head_dim]");
+  c.rank("k", k, 4, "[batch, kv_len, n_kv_heads, head_dim]");
+  c.rank("v", v, 4, "[batch, kv_len, n_kv_heads, head_dim]");
+  c.rank("out", out, 4, "[batch, q_len, n_heads, head_dim]");
+  a.dtype = c.attention_dtype("q", q);
+  c.same_dtype("k", k, a.dtype);
+  c.same_dtype("v", v, a.dtype);
+  c.same_dtype("out", out, a.dtype);
+  a.batch = as_int(kCall, "batch", q.shape(0));
+  a.q_len = as_int(kCall, "q_len", q.shape(1));
+  a.n_heads = as_int(kCall, "n_heads", q.shape(2));
+  a.head_dim = as_int(kCall, "head_dim", q.shape(3));
+  a.kv_len = as_int(kCall, "kv_len", k.shape(1));
+  a.n_kv_heads = as_int(kCall, "n_kv_heads", k.shape(2));
+  c.dim("k", k, 0, a.batch, "batch of q");
+  c.dim("k", k, 3, a.head_dim, "head_dim of q");
+  c.same_shape("v", v, "k", k);
+  c.same_shape("out", out, "q", q);
+  for (auto [name, t] : {std::pair{"q", &q}, {"k", &k}, {"v", &v}}) c.unit_last(name, *t);
+  c.unit_last("out", out);
+  a.q = q.data();
+  a.q_stride_batch = c.stride("q", q, 0);
+  a.q_stride_seq = c.stride("q", q, 1);
+  a.q_stride_head = c.stride("q", q, 2);
+  a.k = k.data();
+  a.k_stride_batch = c.stride("k", k, 0);
+  a.k_stride_seq = c.stride("k", k, 1);
+  a.k_stride_head = c.stride("k", k, 2);
+  a.v = v.data();
+  a.v_stride_batch = c.stride("v", v, 0);
+  a.v_stride_seq = c.stride("v", v, 1);
+  a.v_stride_head = c.stride("v", v, 2);
+  a.out = out.data();
+  a.out_stride_batch = c.stride("out", out, 0);
+  a.out_stride_seq = c.stride("out", out, 1);
+  a.out_stride_head = c.stride("out", out, 2);
+  if (mask) {
+    const bool per_query = mask->ndim() == 3;
+    c.rank("mask", *mask, per_query ? 3 : 2, "[batch, kv_len] or [batch, q_len, kv_len]");
+    c.dtype("mask", *mask, Kind::boolean);
+    if (mask->shape(0) != 1) c.dim("mask", *mask, 0, a.batch, "batch of q, or 1");
+    if (per_query && mask->shape(1) != 1) c.dim("mask", *mask, 1, a.q_len, "q_len of q, or 1");
+    c.dim("mask", *mask, mask->ndim() - 1, a.kv_len, "kv_len of k");
+    c.unit_last("mask", *mask);
+    a.mask = static_cast<const bool*>(mask->data());
+    a.mask_batch = as_int(kCall, "mask batch", mask->shape(0));
+    a.mask_q_len = per_query ? as_int(kCall, "mask q_len", mask->shape(1)) : 1;
+    a.mask_stride_batch = c.stride("mask", *mask, 0);
+    a.mask_stride_q = per_query ? c.stride("mask", *mask, 1) : a.kv_len;
+  }
+  if (lse) {
+    c.rank("lse", *lse, 3, "[batch, q_len, n_heads]");
+    c.dtype("lse", *lse, Kind::float32);
+    c.dim("lse", *lse, 0, a.batch, "batch of q");
+    c.dim("lse", *lse, 1, a.q_len, "q_len of q");
+    c.dim("lse", *lse, 2, a.n_heads, "n_heads of q");
+    c.contiguous("lse", *lse);
+    a.lse = static_cast<float*>(lse->data());
+  }
+  a.causal_offset = causal_offset;
+  a.scale = static_cast<float>(scale);
+  a.stream = reinterpret_cast<void*>(stream);
+  astrai::validate_args(a);
+  c.devices();
+  nb::gil_scoped_release release;
+  astrai::Runtime::get().prefill(a);
+}
+
+void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, const Input& page_table,
+                   const Input& seq_lens, const Input& qo_indptr, Output out, Opt<Output> lse,
+                   Opt<Input> mask, int max_q_len, bool causal, double scale, std::uintptr_t stream) {
+  constexpr const char* kCall = "paged_prefill";
+  Checker c(kCall);
+  astrai::PagedPrefillArgs a;
+  c.rank("q", q, 3, "[total_q, n_heads, head_dim]");
+  c.rank("k_cache", k_cache, 4, "[num_pages, page_size, n_kv_heads, head_dim]");
+  c.rank("v_cache", v_cache, 4, "[num_pages, page_size, n_kv_heads, head_dim]");
+  c.rank("page_table", page_table, 2, "[batch, max_pages_per_seq]");
+  c.rank("seq_lens", seq_lens, 1, "[batch]");
+  c.rank("qo_indptr", qo_indptr, 1, "[batch + 1]");
+  c.rank("out", out, 3, "[total_q, n_heads, head_dim]");
+  a.dtype = c.attention_dtype("q", q);
+  c.same_dtype("k_cache", k_cache, a.dtype);
+  c.same_dtype("v_cache", v_cache, a.dtype);
+  c.dtype("page_table", page_table, Kind::int32);
+  c.dtype("seq_lens", seq_lens, Kind::int32);
+  c.dtype("qo_indptr", qo_indptr, Kind::int32);
+  c.same_dtype("out", out, a.dtype);
+  a.batch = as_int(kCall, "batch", seq_lens.shape(0));
+  a.total_q = as_int(kCall, "total_q", q.shape(0));
+  a.max_q_len = max_q_len < 0 ? a.total_q : max_q_len;
+  a.n_heads = as_int(kCall, "n_heads", q.shape(1));
+  a.head_dim = as_int(kCall, "head_dim", q.shape(2));
+  a.num_pages = as_int(kCall, "num_pages", k_cache.shape(0));
+  a.page_size = as_int(kCall, "page_size", k_cache.shape(1));
+  a.n_kv_heads = as_int(kCall, "n_kv_heads", k_cache.shape(2));
+  a.max_pages_per_seq = as_int(kCall, "max_pages_per_seq", page_table.shape(1));
+  c.dim("k_cache", k_cache, 3, a.head_dim, "head_dim of q");
+  c.same_shape("v_cache", v_cache, "k_cache", k_cache);
+  c.dim("qo_indptr", qo_indptr, 0, static_cast<std::int64_t>(a.batch) + 1, "batch + 1, batch from seq_lens");
+  if (page_table.shape(0) < static_cast<std::size_t>(a.batch))
+    invalid(kCall, "page_table has shape " + shape_string(page_table) + ": " + std::to_string(page_table.shape(0)) +
+                       " rows for batch " + std::to_string(a.batch) + " (allowed: at least batch rows)");
+  c.same_shape("out", out, "q", q);
+  for (auto [name, t] : {std::pair{"q", &q}, {"k_cache", &k_cache}, {"v_cache", &v_cache}, {"page_table", &page_table}})
+    c.unit_last(name, *t);
+  c.unit_last("out", out);
+  c.contiguous("seq_lens", seq_lens);
+  c.contiguous("qo_indptr", qo_indptr);
+  a.q = q.data();
+  a.q_stride_token = c.stride("q", q, 0);
+  a.q_stride_head = c.stride("q", q, 1);
+  a.k_cache = k_cache.data();
+  a.k_stride_page = c.stride("k_cache", k_cache, 0);
+  a.k_stride_token = c.stride("k_cache", k_cache, 1);
+  a.k_stride_head = c.stride("k_cache", k_cache, 2);
+  a.v_cache = v_cache.data();
+  a.v_stride_page = c.stride("v_cache", v_cache, 0);
+  a.v_stride_token = c.stride("v_cache", v_cache, 1);
+  a.v_stride_head = c.stride("v_cache", v_cache, 2);
+  a.page_table = static_cast<const std::int32_t*>(page_table.data());
+  a.page_table_stride = c.stride("page_table", page_table, 0);
+  a.seq_lens = static_cast<const std::int32_t*>(seq_lens.data());
+  a.qo_indptr = static_cast<const std::int32_t*>(qo_indptr.data());
+  a.out = out.data();
+  a.out_stride_token = c.stride("out", out, 0);
+  a.out_stride_head = c.stride("out", out, 1);
+  if (mask) {
+    c.rank("mask", *mask, 2, "[total_q, max_pages_per_seq * page_size]");
+    c.dtype("mask", *mask, Kind::boolean);
+    c.dim("mask", *mask, 0, a.total_q, "total_q of q");
+    c.dim("mask", *mask, 1, static_cast<std::int64_t>(a.max_pages_per_seq) * a.page_size,
+          "max_pages_per_seq * page_size");
+    c.unit_last("mask", *mask);
+    a.mask = static_cast<const bool*>(mask->data());
+    a.mask_stride_q = c.stride("mask", *mask, 0);
+  }
+  if (lse) {
+    c.rank("lse", *lse, 2, "[total_q, n_heads]");
+    c.dtype("lse", *lse, Kind::float32);
+    c.dim("lse", *lse, 0, a.total_q, "total_q of q");
+    c.dim("lse", *lse, 1, a.n_heads, "n_heads of q");
+    c.contiguous("lse", *lse);
+    a.lse = static_cast<float*>(lse->data());
+  }
+  a.causal = causal;
+  a.scale = static_cast<float>(scale);
+  a.stream = reinterpret_cast<void*>(stream);
+  astrai::validate_args(a);
+  c.devices();
+  nb::gil_scoped_release release;
+  astrai::Runtime::get().paged_prefill(a);
+}
+
+void rotary_emb(const Input& x, const Input& freqs, Output out, std::uintptr_t stream) {
+  constexpr const char* kCall = "rotary_emb";
+  Checker c(kCall);
+  astrai::RotaryArgs a;
+  const bool tokens = x.ndim() == 3;
+  c.rank("x", x, tokens ? 3 : 4, "[tokens, n_heads, head_dim] or [batch, seq, n_heads, head_dim]");
+  c.rank("out", out, x.ndim(), "the shape of x");
+  a.dtype = c.attention_dtype("x", x);
+  c.same_dtype("out", out, a.dtype);
+  c.same_shape("out", out, "x", x);
+  const std::size_t s = tokens ? 0 : 1;
+  a.batch = tokens ? 1 : as_int(kCall, "batch", x.shape(0));
+  a.seq_len = as_int(kCall, "seq", x.shape(s));
+  a.n_heads = as_int(kCall, "n_heads", x.shape(s + 1));
+  a.head_dim = as_int(kCall, "head_dim", x.shape(s + 2));
+  const bool freqs_batched = freqs.ndim() == 4;
+  if (tokens) {
+    c.rank("freqs_cis", freqs, 3, "[tokens, head_dim / 2, 2]");
+  } else if (freqs_batched) {
+    c.rank("freqs_cis", freqs, 4, "[batch, seq, head_dim / 2, 2] or [seq, head_dim / 2, 2]");
+    if (freqs.shape(0) != 1) c.dim("freqs_cis", freqs, 0, a.batch, "batch of x, or 1");
+  } else {
+    c.rank("freqs_cis", freqs, 3, "[batch, seq, head_dim / 2, 2] or [seq, head_dim / 2, 2]");
+  }
+  c.dtype("freqs_cis", freqs, Kind::float32);
+  const std::size_t fs = freqs_batched ? 1 : 0;
+  c.dim("freqs_cis", freqs, fs, a.seq_len, tokens ? "tokens of x" : "seq of x");
+  c.dim("freqs_cis", freqs, fs + 1, a.head_dim / 2, "head_dim / 2 of x");
+  c.dim("freqs_cis", freqs, fs + 2, 2, "(cos, sin) pairs");
+  c.unit_last("x", x);
+  c.unit_last("out", out);
+  if ((freqs.shape(fs + 1) > 1 && freqs.stride(fs + 1) != 2) || freqs.stride(fs + 2) != 1)
+    invalid(kCall, "freqs_cis is not contiguous in its last two dims (allowed: [..., head_dim / 2, 2] contiguous)");
+  a.x = x.data();
+  a.x_stride_batch = tokens ? 0 : c.stride("x", x, 0);
+  a.x_stride_seq = c.stride("x", x, s);
+  a.x_stride_head = c.stride("x", x, s + 1);
+  a.out = out.data();
+  a.out_stride_batch = tokens ? 0 : c.stride("out", out, 0);
+  a.out_stride_seq = c.stride("out", out, s);
+  a.out_stride_head = c.stride("out", out, s + 1);
+  a.freqs = static_cast<const float*>(freqs.data());
+  a.freqs_stride_batch = freqs_batched && freqs.shape(0) > 1 ? c.stride("freqs_cis", freqs, 0) : 0;
+  a.freqs_stride_seq = c.stride("freqs_cis", freqs, fs);
+  a.stream = reinterpret_cast<void*>(stream);
+  astrai::validate_args(a);
+  c.devices();
+  nb::gil_scoped_release release;
+  astrai::Runtime::get().rotary_emb(a);
+}
+
+std::vector<std::string> loaded_variants() { return astrai::Runtime::get().loaded_variants(); }
+
+}  // namespace
+
+NB_MODULE(_C, m) {
+  m.doc() = "astrai-jit runtime calls over DLPack tensors (use the astrai_jit package)";
+
+  // The Python exception types. InvalidArgument is also a ValueError, so callers catching the
+  // standard type see it.
+  static PyObject* error = PyErr_NewException("astrai_jit.Error", PyExc_RuntimeError, nullptr);
+  nb::object invalid_bases = nb::make_tuple(nb::handle(error), nb::handle(PyExc_ValueError));
+  static PyObject* invalid_argument =
+      PyErr_NewException("astrai_jit.InvalidArgument", invalid_bases.ptr(), nullptr);
+  static PyObject* compile_error = PyErr_NewException("astrai_jit.CompileError", error, nullptr);
+  static PyObject* cuda_error = PyErr_NewException("astrai_jit.CudaError", error, nullptr);
+  static PyObject* config_error = PyErr_NewException("astrai_jit.ConfigError", error, nullptr);
+  static PyObject* cache_miss_error = PyErr_NewException("astrai_jit.CacheMissError", error, nullptr);
+  m.attr("Error") = nb::handle(error);
+  m.attr("InvalidArgument") = nb::handle(invalid_argument);
+  m.attr("CompileError") = nb::handle(compile_error);
+  m.attr("CudaError") = nb::handle(cuda_error);
+  m.attr("ConfigError") = nb::handle(config_error);
+  m.attr("CacheMissError") = nb::handle(cache_miss_error);
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const astrai::InvalidArgument& e) {
+      PyErr_SetString(invalid_argument, e.what());
+    } catch (const astrai::CompileError& e) {
+      std::string message = e.what();
+      if (!e.log().empty() && message.find(e.log()) == std::string::npos) message += "\n" + e.log();
+      PyErr_SetString(compile_error, message.c_str());
+    } catch (const astrai::CudaError& e) {
+      PyErr_SetString(cuda_error, e.what());
+    } catch (const astrai::ConfigError& e) {
+      PyErr_SetString(config_error, e.what());
+    } catch (const astrai::CacheMissError& e) {
+      PyErr_SetString(cache_miss_error, e.what());
+    } catch (const astrai::Error& e) {
+      PyErr_SetString(error, e.what());
+    }
+  });
+
+  m.def("paged_decode", &paged_decode, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
+        nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("out"), nb::arg("lse").none(),
+        nb::arg("mask").none(), nb::arg("req_indices").none(), nb::arg("new_k").none(),
+        nb::arg("new_v").none(), nb::arg("scale"), nb::arg("stream"),
+        "Paged decode attention; every tensor through DLPack, out (and lse) written in place.");
+  m.def("decode", &decode, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(),
+        nb::arg("mask").none(), nb::arg("causal_offset"), nb::arg("scale"), nb::arg("stream"),
+        "Decode attention over a contiguous KV cache.");
+  m.def("prefill", &prefill, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(),
+        nb::arg("mask").none(), nb::arg("causal_offset"), nb::arg("scale"), nb::arg("stream"),
+        "Prefill attention over a contiguous KV cache.");
+  m.def("paged_prefill", &paged_prefill, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
+        nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("qo_indptr"), nb::arg("out"),
+        nb::arg("lse").none(), nb::arg("mask").none(), nb::arg("max_q_len"), nb::arg("causal"),
+        nb::arg("scale"), nb::arg("stream"), "Prefill over a paged KV cache, ragged batch.");
+  m.def("rotary_emb", &rotary_emb, nb::arg("x"), nb::arg("freqs_cis"), nb::arg("out"), nb::arg("stream"),
+        "Rotary embedding over interleaved pairs (out may be x).");
+  m.def("_time_paged_decode_calls", &time_paged_decode_calls, nb::arg("q"), nb::arg("k_cache"),
+        nb::arg("v_cache"), nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("out"), nb::arg("scale"),
+        nb::arg("stream"), nb::arg("calls"), "Benchmark helper: mean host us per C++ paged_decode call.");
+  m.def("loaded_variants", &loaded_variants, "Variant names this process has loaded.");
+}

@@ -1,0 +1,262 @@
+"""Bad input raises TypeError / ValueError naming the argument, before any GPU work (CPU)."""
+import re
+
+import pytest
+import torch
+
+import astrai_jit
+
+bf16 = torch.bfloat16
+
+
+def paged_inputs(batch=2, n_heads=8, n_kv_heads=2, head_dim=64, page_size=16, num_pages=10, max_pages=4,
+                 device="cpu", dtype=bf16):
+    q = torch.randn(batch, n_heads, head_dim, dtype=dtype, device=device)
+    k = torch.randn(num_pages, page_size, n_kv_heads, head_dim, dtype=dtype, device=device)
+    v = torch.randn_like(k)
+    table = torch.zeros(batch, max_pages, dtype=torch.int32, device=device)
+    lens = torch.ones(batch, dtype=torch.int32, device=device)
+    return q, k, v, table, lens
+
+
+def raises(kind, pattern):
+    return pytest.raises(kind, match=re.escape(pattern))
+
+
+class TestPagedDecode:
+    def test_cpu_tensors_are_refused_naming_the_device(self):
+        with raises(ValueError, "paged_decode: q is on cpu (allowed: a CUDA device)"):
+            astrai_jit.paged_decode(*paged_inputs())
+
+    def test_invalid_argument_is_a_value_error_and_an_astrai_error(self):
+        with pytest.raises(astrai_jit.InvalidArgument) as info:
+            astrai_jit.paged_decode(*paged_inputs())
+        assert isinstance(info.value, ValueError) and isinstance(info.value, astrai_jit.Error)
+
+    def test_int64_page_table_is_a_type_error(self):
+        q, k, v, table, lens = paged_inputs()
+        with raises(TypeError, "paged_decode: page_table has dtype int64 (allowed: int32)"):
+            astrai_jit.paged_decode(q, k, v, table.long(), lens)
+
+    def test_int64_seq_lens_is_a_type_error(self):
+        q, k, v, table, lens = paged_inputs()
+        with raises(TypeError, "paged_decode: seq_lens has dtype int64 (allowed: int32)"):
+            astrai_jit.paged_decode(q, k, v, table, lens.long())
+
+    def test_float32_q_is_a_type_error(self):
+        q, k, v, table, lens = paged_inputs()
+        with raises(TypeError, "paged_decode: q has dtype float32 (allowed: bfloat16, float16)"):
+            astrai_jit.paged_decode(q.float(), k, v, table, lens)
+
+    def test_cache_dtype_must_match_q(self):
+        q, k, v, table, lens = paged_inputs()
+        with raises(TypeError, "paged_decode: k_cache has dtype float16 (allowed: bfloat16, the dtype of q)"):
+            astrai_jit.paged_decode(q, k.half(), v, table, lens)
+
+    def test_head_dim_mismatch_names_both_shapes(self):
+        q, k, v, table, lens = paged_inputs()
+        with raises(ValueError, "paged_decode: k_cache has shape [10, 16, 2, 64]: dim 3 is 64 (allowed: 48"):
+            astrai_jit.paged_decode(q[..., :48], k, v, table, lens)
+
+    def test_v_cache_shape_must_match_k_cache(self):
+        q, k, v, table, lens = paged_inputs()
+        with raises(ValueError, "paged_decode: v_cache has shape [10, 8, 2, 64] (allowed: [10, 16, 2, 64]"):
+            astrai_jit.paged_decode(q, k, v[:, :8], table, lens)
+
+    def test_wrong_rank(self):
+        q, k, v, table, lens = paged_inputs()
+        with raises(ValueError, "paged_decode: q has shape [2, 1, 8, 64] (allowed: [batch, n_heads, head_dim])"):
+            astrai_jit.paged_decode(q[:, None], k, v, table, lens)
+
+    def test_seq_lens_batch(self):
+        q, k, v, table, lens = paged_inputs()
+        with raises(ValueError, "paged_decode: seq_lens has shape [3]: dim 0 is 3 (allowed: 2, batch of q)"):
+            astrai_jit.paged_decode(q, k, v, table, torch.ones(3, dtype=torch.int32))
+
+    @pytest.mark.parametrize("head_dim,message", [
+        (72, "head_dim 72 is not a multiple of 16 (allowed: 32..256, step 16)"),
+        (16, "head_dim 16"),
+        (272, "head_dim 272"),
+    ])
+    def test_unsupported_head_dims_use_the_runtime_message(self, head_dim, message):
+        with raises(ValueError, "paged_decode: " + message):
+            astrai_jit.paged_decode(*paged_inputs(head_dim=head_dim))
+
+    def test_page_size_not_a_power_of_two(self):
+        with raises(ValueError, "page_size 12"):
+            astrai_jit.paged_decode(*paged_inputs(page_size=12))
+
+    def test_gqa_group_must_divide(self):
+        with raises(ValueError, "n_heads 8"):
+            astrai_jit.paged_decode(*paged_inputs(n_kv_heads=3))
+
+    def test_mask_dtype_and_width(self):
+        q, k, v, table, lens = paged_inputs()
+        with raises(TypeError, "paged_decode: mask has dtype uint8 (allowed: bool)"):
+            astrai_jit.paged_decode(q, k, v, table, lens, mask=torch.ones(2, 64, dtype=torch.uint8))
+        with raises(ValueError, "paged_decode: mask has shape [2, 32]: dim 1 is 32 (allowed: 64, "
+                                "max_pages_per_seq * page_size)"):
+            astrai_jit.paged_decode(q, k, v, table, lens, mask=torch.ones(2, 32, dtype=torch.bool))
+
+    def test_new_k_without_new_v(self):
+        q, k, v, table, lens = paged_inputs()
+        with raises(ValueError, "paged_decode: new_k is given but new_v is not (allowed: both or neither)"):
+            astrai_jit.paged_decode(q, k, v, table, lens, new_k=torch.randn(2, 2, 64, dtype=bf16))
+
+    def test_new_k_heads(self):
+        q, k, v, table, lens = paged_inputs()
+        new = torch.randn(2, 4, 64, dtype=bf16)
+        with raises(ValueError, "paged_decode: new_k has shape [2, 4, 64]: dim 1 is 4 (allowed: 2, n_kv_heads"):
+            astrai_jit.paged_decode(q, k, v, table, lens, new_k=new, new_v=new)
+
+    def test_page_table_rows_without_req_indices(self):
+        q, k, v, table, lens = paged_inputs()
+        with raises(ValueError, "page_table has shape [1, 4]: 1 rows for batch 2"):
+            astrai_jit.paged_decode(q, k, v, table[:1], lens)
+
+    def test_req_indices_dtype(self):
+        q, k, v, table, lens = paged_inputs()
+        with raises(TypeError, "paged_decode: req_indices has dtype int64 (allowed: int32)"):
+            astrai_jit.paged_decode(q, k, v, table, lens, req_indices=torch.zeros(2, dtype=torch.long))
+
+    def test_broadcast_view_is_refused(self):
+        q, k, v, table, lens = paged_inputs()
+        q = q[:1].expand(2, -1, -1)
+        with raises(ValueError, "paged_decode: q has stride 0 in dim 0"):
+            astrai_jit.paged_decode(q, k, v, table, lens)
+
+    def test_non_contiguous_head_dim_is_refused(self):
+        q, k, v, table, lens = paged_inputs(head_dim=64)
+        wide = torch.randn(2, 8, 128, dtype=bf16)[..., ::2]
+        with raises(ValueError, "paged_decode: q has stride 2 in its last dim"):
+            astrai_jit.paged_decode(wide, k, v, table, lens)
+
+    def test_strided_views_pass_the_checks(self):
+        # A KV pool interleaving K and V: both views are non-contiguous and accepted (the call
+        # then stops only at the device check).
+        q, k, v, table, lens = paged_inputs()
+        pool = torch.randn(10, 16, 2, 2, 64, dtype=bf16)
+        with raises(ValueError, "paged_decode: q is on cpu"):
+            astrai_jit.paged_decode(q, pool[:, :, 0], pool[:, :, 1], table, lens)
+
+    def test_tensors_on_two_gpus_while_tracing(self):
+        # Fake tensors carry their device without a GPU: the op's fake implementation refuses
+        # a cache on another GPU (the extension gives the same message on real tensors).
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        with FakeTensorMode():
+            q, k, v, table, lens = paged_inputs(device="cuda:0")
+            k1 = k.to("cuda:1")
+            with raises(ValueError, "paged_decode: k_cache is on cuda:1 but q is on cuda:0 "
+                                    "(allowed: every tensor on one CUDA device)"):
+                astrai_jit.paged_decode(q, k1, v, table, lens)
+
+    def test_cpu_and_cuda_tensors_mixed_while_tracing(self):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        with FakeTensorMode():
+            q, k, v, table, lens = paged_inputs(device="cuda:0")
+            with raises(ValueError, "paged_decode: page_table is on cpu but q is on cuda:0"):
+                astrai_jit.paged_decode(q, k, v, table.cpu(), lens)
+
+    def test_bad_scale(self):
+        with raises(ValueError, "scale -1.0 is not a positive finite number"):
+            astrai_jit.paged_decode(*paged_inputs(), scale=-1.0)
+
+    def test_not_a_tensor(self):
+        q, k, v, table, lens = paged_inputs()
+        with raises(TypeError, "paged_decode: q is a list (allowed: torch.Tensor)"):
+            astrai_jit.paged_decode([1.0], k, v, table, lens)
+
+
+class TestDecodeAndPrefill:
+    def test_decode_cpu(self):
+        q = torch.randn(2, 1, 8, 64, dtype=bf16)
+        k = torch.randn(2, 20, 2, 64, dtype=bf16)
+        with raises(ValueError, "decode: q is on cpu (allowed: a CUDA device)"):
+            astrai_jit.decode(q, k, k)
+
+    def test_decode_q_len_must_be_one(self):
+        q = torch.randn(2, 3, 8, 64, dtype=bf16)
+        k = torch.randn(2, 20, 2, 64, dtype=bf16)
+        with raises(ValueError, "decode: q has shape [2, 3, 8, 64]: dim 1 is 3 (allowed: 1"):
+            astrai_jit.decode(q, k, k)
+
+    def test_decode_mask_width(self):
+        q = torch.randn(2, 1, 8, 64, dtype=bf16)
+        k = torch.randn(2, 20, 2, 64, dtype=bf16)
+        with raises(ValueError, "decode: mask has shape [2, 19]: dim 1 is 19 (allowed: 20, kv_len of k)"):
+            astrai_jit.decode(q, k, k, mask=torch.ones(2, 19, dtype=torch.bool))
+
+    def test_prefill_batch_mismatch(self):
+        q = torch.randn(2, 5, 8, 64, dtype=bf16)
+        k = torch.randn(3, 20, 2, 64, dtype=bf16)
+        with raises(ValueError, "prefill: k has shape [3, 20, 2, 64]: dim 0 is 3 (allowed: 2, batch of q)"):
+            astrai_jit.prefill(q, k, k)
+
+    def test_prefill_mask_q_len(self):
+        q = torch.randn(2, 5, 8, 64, dtype=bf16)
+        k = torch.randn(2, 20, 2, 64, dtype=bf16)
+        with raises(ValueError, "prefill: mask has shape [2, 4, 20]: dim 1 is 4 (allowed: 5, q_len of q, or 1)"):
+            astrai_jit.prefill(q, k, k, mask=torch.ones(2, 4, 20, dtype=torch.bool))
+
+    def test_prefill_bad_causal_offset(self):
+        q = torch.randn(2, 5, 8, 64, dtype=bf16)
+        k = torch.randn(2, 20, 2, 64, dtype=bf16)
+        with raises(ValueError, "prefill: causal_offset -2"):
+            astrai_jit.prefill(q, k, k, causal_offset=-2)
+
+    def test_prefill_head_dim(self):
+        q = torch.randn(2, 5, 8, 40, dtype=torch.float16)
+        k = torch.randn(2, 20, 2, 40, dtype=torch.float16)
+        with raises(ValueError, "prefill: head_dim 40 is not a multiple of 16"):
+            astrai_jit.prefill(q, k, k)
+
+    def test_prefill_out_shape(self):
+        q = torch.randn(2, 5, 8, 64, dtype=bf16)
+        k = torch.randn(2, 20, 2, 64, dtype=bf16)
+        with raises(ValueError, "prefill: out has shape [2, 4, 8, 64] (allowed: [2, 5, 8, 64], the shape of q)"):
+            astrai_jit.prefill(q, k, k, out=torch.empty(2, 4, 8, 64, dtype=bf16))
+
+    def test_paged_prefill_indptr(self):
+        q, k, v, table, lens = paged_inputs()
+        q = torch.randn(7, 8, 64, dtype=bf16)
+        with raises(ValueError, "paged_prefill: qo_indptr has shape [2]: dim 0 is 2 (allowed: 3"):
+            astrai_jit.paged_prefill(q, k, v, table, lens, torch.tensor([0, 7], dtype=torch.int32))
+        with raises(TypeError, "paged_prefill: qo_indptr has dtype int64 (allowed: int32)"):
+            astrai_jit.paged_prefill(q, k, v, table, lens, torch.tensor([0, 3, 7]))
+        with raises(ValueError, "paged_prefill: q is on cpu"):
+            astrai_jit.paged_prefill(q, k, v, table, lens, torch.tensor([0, 3, 7], dtype=torch.int32))
+
+
+class TestRotary:
+    def test_cpu(self):
+        x = torch.randn(4, 6, 8, 64, dtype=bf16)
+        f = torch.randn(4, 6, 32, 2)
+        with raises(ValueError, "rotary_emb: x is on cpu (allowed: a CUDA device)"):
+            astrai_jit.rotary_emb(x, f)
+
+    def test_freqs_dtype(self):
+        x = torch.randn(6, 8, 64, dtype=bf16)
+        with raises(TypeError, "rotary_emb: freqs_cis has dtype bfloat16 (allowed: float32)"):
+            astrai_jit.rotary_emb(x, torch.randn(6, 32, 2, dtype=bf16))
+
+    def test_freqs_width(self):
+        x = torch.randn(6, 8, 64, dtype=bf16)
+        with raises(ValueError, "rotary_emb: freqs_cis has shape [6, 16, 2]: dim 1 is 16 (allowed: 32, "
+                                "head_dim / 2 of x)"):
+            astrai_jit.rotary_emb(x, torch.randn(6, 16, 2))
+
+    def test_head_dim(self):
+        x = torch.randn(6, 8, 12, dtype=bf16)
+        with raises(ValueError, "rotary_emb: head_dim 12"):
+            astrai_jit.rotary_emb(x, torch.randn(6, 6, 2))
+
+
+class TestDlpack:
+    def test_the_module_takes_any_dlpack_array(self):
+        np = pytest.importorskip("numpy")
+        x = np.zeros((6, 8, 64), dtype=np.float32)
+        with raises(TypeError, "rotary_emb: x has dtype float32 (allowed: bfloat16, float16)"):
+            astrai_jit._C.rotary_emb(x, np.zeros((6, 32, 2), dtype=np.float32), x, 0)
+        x = np.zeros((6, 8, 64), dtype=np.float16)
+        with raises(ValueError, "rotary_emb: x is on cpu"):
+            astrai_jit._C.rotary_emb(x, np.zeros((6, 32, 2), dtype=np.float32), x, 0)

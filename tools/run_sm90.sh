@@ -9,7 +9,8 @@
 #      kernel), PyTorch's cuDNN and FA2 on the same shapes (bench/torch_reference.py), and the
 #      benchmark's prefill rows (ceilings measured, GEMM included).
 # Usage: tools/run_sm90.sh BUILD_DIR. Logs under $OUT (or ./sm90-logs). Environment:
-# ASTRAI_TEST_SWEEP (default 20), SAN_SWEEP (default 3), STEP_TIMEOUT (seconds, default 240).
+# ASTRAI_TEST_SWEEP (default 20), SAN_SWEEP (default 3), STEP_TIMEOUT (seconds, default 240),
+# SKIP_SUITES=1 and SKIP_SANITIZERS=1 leave out steps 1 and 2.
 set -uo pipefail
 build=${1:-build}
 out=${OUT:-sm90-logs}
@@ -40,7 +41,7 @@ run_parallel() {  # name=command ... ; each line "name: exit N after S s" and th
 sweep=${ASTRAI_TEST_SWEEP:-20}
 san=${SAN_SWEEP:-3}
 suites=--test-suite=prefill,paged_prefill
-run_parallel \
+[ "${SKIP_SUITES:-0}" = 1 ] || run_parallel \
   "gpu_default=ASTRAI_TEST_SWEEP=$sweep timeout $limit $tests" \
   "gpu_nowgmma=ASTRAI_TEST_SWEEP=$sweep ASTRAI_JIT_NO_WGMMA=1 timeout $limit $tests $suites" \
   "gpu_nomma=ASTRAI_TEST_SWEEP=$sweep ASTRAI_JIT_NO_MMA=1 timeout $limit $tests $suites"
@@ -49,7 +50,7 @@ for tool in memcheck racecheck synccheck; do
   jobs+=("${tool}_suite=ASTRAI_TEST_SWEEP=$san timeout $limit compute-sanitizer --tool $tool --error-exitcode 9 $tests $suites")
   jobs+=("${tool}_check=timeout $limit compute-sanitizer --tool $tool --error-exitcode 9 $check --small")
 done
-run_parallel "${jobs[@]}"
+[ "${SKIP_SANITIZERS:-0}" = 1 ] || run_parallel "${jobs[@]}"
 
 timeout "$limit" "$check" > "$out/sm90-check.txt" 2>&1 || status=1
 grep -E "FAIL|TIME|failure|NVRTC" "$out/sm90-check.txt"

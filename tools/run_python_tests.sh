@@ -7,10 +7,11 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=${1:-$root/build-python}
 python=${PYTHON:-python3}
+mkdir -p "$work"
+work=$(cd "$work" && pwd)  # the script changes directory below
 venv=$work/venv
 export PATH=/usr/local/cuda/bin:$PATH
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
-mkdir -p "$work"
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 pip=("$venv/bin/python" -m pip --disable-pip-version-check)
 "$venv/bin/python" -c "import torch, pytest, numpy, nanobind, scikit_build_core" 2>/dev/null ||

@@ -18,6 +18,12 @@ std::string FamilyLimits::page_size_allowed() const {
 
 std::string FamilyLimits::group_allowed() const { return fmt::format("1..{}", max_group); }
 
+FamilyLimits attention_limits(bool paged) { return {{32, 256, 16}, paged ? 256 : 0, 128}; }
+
+WarmDefaults attention_warm_defaults(bool paged) {
+  return {{{64, 6}, {128, 4}}, {64, 128}, {4, 6}, paged ? std::vector<int>{1, 16} : std::vector<int>{}};
+}
+
 const std::vector<const KernelFamily*>& kernel_families() {
   static const std::vector<const KernelFamily*> families = [] {
     std::vector<const KernelFamily*> list = {&paged_decode_family(), &rotary_emb_family(),

@@ -73,6 +73,12 @@ struct KernelFamily {
   HopperImplementation hopper = {};
 };
 
+// What the attention families share: head dims 32..256 in steps of 16, GQA groups up to 128,
+// page sizes up to 256 (paged), and the default warm set: AstrAI 1B (head_dim 64, group 6) and
+// Llama-3-8B (head_dim 128, group 4), page sizes 1 and 16 (paged).
+FamilyLimits attention_limits(bool paged);
+WarmDefaults attention_warm_defaults(bool paged);
+
 // Every family, in KernelKind order.
 const std::vector<const KernelFamily*>& kernel_families();
 const KernelFamily& kernel_family(KernelKind kind);

@@ -21,9 +21,9 @@ const KernelFamily& decode_family() {
       /*warm_by_default=*/false,
       "paged_decode.cuh",
       [](const KernelSpec& spec) { return decode_instantiations(spec, 0); },
-      /*limits=*/{{32, 256, 16}, 0, 128},
+      attention_limits(/*paged=*/false),
       /*supported_flags=*/0,
-      /*warm=*/{{{64, 6}, {128, 4}}, {64, 128}, {4, 6}, {}},
+      attention_warm_defaults(/*paged=*/false),
   };
   return family;
 }

@@ -23,9 +23,9 @@ const KernelFamily& paged_decode_family() {
       /*warm_by_default=*/true,
       "paged_decode.cuh",
       [](const KernelSpec& spec) { return decode_instantiations(spec, spec.page_size); },
-      /*limits=*/{{32, 256, 16}, 256, 128},
+      attention_limits(/*paged=*/true),
       /*supported_flags=*/0,
-      /*warm=*/{{{64, 6}, {128, 4}}, {64, 128}, {4, 6}, {1, 16}},
+      attention_warm_defaults(/*paged=*/true),
   };
   return family;
 }

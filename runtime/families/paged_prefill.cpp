@@ -22,9 +22,9 @@ const KernelFamily& paged_prefill_family() {
       /*warm_by_default=*/false,
       "prefill.cuh",
       [](const KernelSpec& spec) { return prefill_instantiations(spec, spec.page_size); },
-      /*limits=*/{{32, 256, 16}, 256, 128},
+      attention_limits(/*paged=*/true),
       /*supported_flags=*/0,
-      /*warm=*/{{{64, 6}, {128, 4}}, {64, 128}, {4, 6}, {1, 16}},
+      attention_warm_defaults(/*paged=*/true),
       /*hopper=*/{"prefill_sm90.cuh", [](const KernelSpec& spec) { return prefill_sm90_instantiations(spec, spec.page_size); },
                   [](int head_dim, int page_size) { return prefill_sm90_serves(head_dim, page_size); }},
   };

@@ -22,9 +22,9 @@ const KernelFamily& prefill_family() {
       /*warm_by_default=*/false,
       "prefill.cuh",
       [](const KernelSpec& spec) { return prefill_instantiations(spec, 0); },
-      /*limits=*/{{32, 256, 16}, 0, 128},
+      attention_limits(/*paged=*/false),
       /*supported_flags=*/0,
-      /*warm=*/{{{64, 6}, {128, 4}}, {64, 128}, {4, 6}, {}},
+      attention_warm_defaults(/*paged=*/false),
       /*hopper=*/{"prefill_sm90.cuh", [](const KernelSpec& spec) { return prefill_sm90_instantiations(spec, 0); },
                   [](int head_dim, int) { return prefill_sm90_serves(head_dim, 0); }},
   };

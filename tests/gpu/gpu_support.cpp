@@ -1,5 +1,7 @@
 #include "tests/gpu/gpu_support.hpp"
 
+#include "tests/support/half.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -22,10 +24,7 @@ std::uint16_t float_to_bits(float value, DType dtype) {
     bits += 0x7fffu + ((bits >> 16) & 1u);
     return static_cast<std::uint16_t>(bits >> 16);
   }
-  const _Float16 half = static_cast<_Float16>(value);
-  std::uint16_t bits;
-  std::memcpy(&bits, &half, 2);
-  return bits;
+  return testing::float_to_half_bits(value);
 }
 
 float bits_to_float(std::uint16_t bits, DType dtype) {
@@ -35,9 +34,7 @@ float bits_to_float(std::uint16_t bits, DType dtype) {
     std::memcpy(&value, &wide, 4);
     return value;
   }
-  _Float16 half;
-  std::memcpy(&half, &bits, 2);
-  return static_cast<float>(half);
+  return testing::half_bits_to_float(bits);
 }
 
 std::vector<std::uint16_t> random_elements(std::size_t count, DType dtype, std::mt19937& rng) {

@@ -134,7 +134,10 @@ TEST_CASE("changing any input changes the key") {
   };
 
   std::set<std::string> seen = {base_key.hex()};
-  for (auto& [what, change] : changes) {
+  for (auto& entry : changes) {
+    // A named variable, not a structured binding: clang 14 cannot capture those in CAPTURE.
+    const auto& what = entry.first;
+    auto& change = entry.second;
     CAPTURE(what);
     CacheKeyInputs changed = base;
     change(changed);

@@ -164,7 +164,10 @@ TEST_CASE("parse rejects malformed names with a message that quotes the text") {
       {"paged_decode.bf16.hd128.ps16.g4..sm_90a", "unexpected field ''"},
       {"paged_decode.bf16.hd128.ps16.g4.sm_90a.sm_90a", "unexpected field 'sm_90a'"},
   };
-  for (const auto& [text, why] : cases) {
+  for (const auto& entry : cases) {
+    // Named variables, not structured bindings: clang 14 cannot capture those in CAPTURE.
+    const std::string& text = entry.first;
+    const std::string& why = entry.second;
     CAPTURE(text);
     const std::string expected = "variant name '" + text + "' is malformed: " + why;
     CHECK_THROWS_WITH_AS(KernelSpec::parse(text), doctest::Contains(expected.c_str()),
@@ -201,7 +204,10 @@ TEST_CASE("parse rejects names whose fields are well formed but unsupported") {
       {"rotary_emb.bf16.hd12.sm_89", "head_dim 12 is not supported"},
       {"rotary_emb.bf16.hd64.f2.sm_89", "flags 0x2 are not supported"},
   };
-  for (const auto& [text, why] : cases) {
+  for (const auto& entry : cases) {
+    // Named variables, not structured bindings: clang 14 cannot capture those in CAPTURE.
+    const std::string& text = entry.first;
+    const std::string& why = entry.second;
     CAPTURE(text);
     CHECK_THROWS_WITH_AS(KernelSpec::parse(text), doctest::Contains(text.c_str()),
                          astrai::InvalidArgument);
@@ -378,7 +384,9 @@ TEST_CASE("kernel kind names parse back to their kinds") {
 TEST_CASE("the paged decode closure holds exactly its transitive includes") {
   const auto& closure = kernel_source_closure("paged_decode.cuh");
   std::set<std::string> names;
-  for (const auto& [name, text] : closure) {
+  for (const auto& source : closure) {
+    const std::string_view name = source.first;
+    const std::string_view text = source.second;
     CAPTURE(std::string(name));
     CHECK(text == kernel_source(name));  // exact bytes, and the embedded storage itself
     CHECK(text.data() == kernel_source(name).data());

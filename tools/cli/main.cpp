@@ -50,10 +50,10 @@ void add_warm_command(CLI::App& app, Commands* commands) {
   warm->add_option("--head-dims", options.head_dims, "Head dims, e.g. 64,128")
       ->delimiter(',')->type_name("LIST");
   warm->add_option("--page-sizes", options.page_sizes,
-                   "paged_decode page sizes [default: 1,16]")
+                   "Page sizes of the paged kernels [default: 1,16]")
       ->delimiter(',')->type_name("LIST");
   warm->add_option("--group-sizes", options.group_sizes,
-                   "paged_decode query heads per KV head, e.g. 4,6")
+                   "Query heads per KV head of the attention kernels, e.g. 4,6")
       ->delimiter(',')->type_name("LIST");
   warm->add_option("--manifest", options.manifest,
                    "File of variant names, one per line (as written by ASTRAI_JIT_RECORD); "

@@ -1,7 +1,7 @@
 // astrai-jit: command-line front end of the JIT runtime.
 //
 //   astrai-jit warm   compile kernel variants ahead of time into the disk cache
-//   astrai-jit cache  list | stats | verify | prune | clear the disk cache
+//   astrai-jit cache  list | stats | verify | prune | clear | export | import
 //   astrai-jit info   NVRTC, driver, devices, cache and ASTRAI_JIT_* settings
 //
 // Nothing here needs a GPU: `warm` compiles through JitEngine (NVRTC only) and `info` reports
@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "astrai/error.hpp"
+#include "cache/cache_archive.hpp"
 #include "cache/disk_cache.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/env_config.hpp"
@@ -161,6 +162,19 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 EnvConfig load_config() {
   EnvConfig config = astrai::detail::load_env_config_from_process();
   astrai::detail::Logger::instance().set_level(config.log_level);
+  // ASTRAI_JIT_ARCH is checked like `warm --arch`: NVRTC must be able to compile for it.
+  if (!config.arch_override.empty()) {
+    const std::vector<int> supported = astrai::detail::nvrtc_supported_archs();
+    const int number = astrai::detail::arch_number(config.arch_override);
+    if (!supported.empty() &&
+        std::find(supported.begin(), supported.end(), number) == supported.end()) {
+      std::vector<std::string> names;
+      for (int arch : supported) names.push_back(fmt::format("sm_{}", arch));
+      throw astrai::ConfigError(fmt::format(
+          "ASTRAI_JIT_ARCH={}: NVRTC {} cannot compile for it (supported: {})",
+          config.arch_override, astrai::detail::nvrtc_version().text(), join(names, ", ")));
+    }
+  }
   for (const auto& name : config.unknown_variables)
     astrai::detail::log_once(astrai::detail::LogLevel::warn, "unknown-env-" + name,
                              "unknown environment variable {} ignored (known: {})", name,
@@ -317,22 +331,17 @@ std::vector<T> unique_values(const std::vector<T>& values) {
 // Variants of a manifest file (as written by ASTRAI_JIT_RECORD). Throws InvalidArgument naming
 // file:line for a bad line.
 std::vector<KernelSpec> read_manifest(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw astrai::InvalidArgument(fmt::format("--manifest: cannot read '{}'", path));
   std::vector<KernelSpec> specs;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    const std::size_t hash = line.find('#');
-    if (hash != std::string::npos) line.erase(hash);
-    const std::string text = trim(line);
-    if (text.empty()) continue;
+  for (const auto& line : astrai::detail::read_manifest_lines(path)) {
     try {
-      specs.push_back(KernelSpec::parse(text));
+      specs.push_back(KernelSpec::parse(line.text));
     } catch (const astrai::Error& error) {
-      throw astrai::InvalidArgument(fmt::format("{}:{}: {}", path, number, error.what()));
+      // The message echoes the line: cut it short and make it printable.
+      throw astrai::InvalidArgument(fmt::format("{}:{}: {}", astrai::detail::echo_text(path),
+                                                line.number,
+                                                astrai::detail::echo_text(error.what())));
     }
   }
-  if (in.bad()) throw astrai::InvalidArgument(fmt::format("--manifest: error reading '{}'", path));
   return specs;
 }
 
@@ -504,7 +513,7 @@ int run_warm(const WarmOptions& options, EnvConfig config) {
     for (const auto& spec : specs) {
       bool present = false;
       try {
-        present = !config.force_compile && engine.cache().contains(engine.key_for(spec), spec.name());
+        present = !config.force_compile && engine.cached(spec);
       } catch (const astrai::Error& error) {
         ++failed;
         print_error(fmt::format("{}: {}", spec.name(), error.what()));
@@ -540,6 +549,9 @@ struct CacheOptions {
   std::string cache_dir;
   bool no_repair = false;
   std::string max_size;
+  std::string manifest;
+  std::string output;
+  std::string archive;
 };
 
 // Cache verbs manage the directory whatever ASTRAI_JIT_CACHE says, except that a read-only
@@ -547,13 +559,24 @@ struct CacheOptions {
 DiskCache open_cache(const EnvConfig& config, bool write) {
   const CacheMode mode =
       write && config.cache_mode != CacheMode::read_only ? CacheMode::read_write : CacheMode::read_only;
-  return DiskCache(config.cache_dir, mode, 0);
+  return DiskCache(config.cache_dir, mode, 0, config.cache_sharing);
+}
+
+// Maintenance of a path that is not a usable cache (missing, not a directory, a symbolic
+// link, refused by the trust rule) is a usage error: nothing there is touched.
+void require_usable(const DiskCache& cache, const char* verb) {
+  std::string why;
+  bool missing = false;
+  if (!cache.check_usable(&why, &missing) || missing)
+    throw astrai::ConfigError(fmt::format("cache {}: {} is not a usable cache ({})", verb,
+                                          cache.root().string(),
+                                          missing ? why + " (nothing to do)" : why));
 }
 
 void require_writable(const EnvConfig& config, const char* verb) {
   if (config.cache_mode == CacheMode::read_only)
     throw astrai::ConfigError(fmt::format(
-        "cache {}: the cache {} is read-only (ASTRAI_JIT_CACHE=ro); nothing removed", verb,
+        "cache {}: the cache {} is read-only (ASTRAI_JIT_CACHE=ro); nothing changed", verb,
         config.cache_dir.string()));
 }
 
@@ -593,18 +616,37 @@ int run_cache_verify(const EnvConfig& config, bool repair) {
     fmt::print(stderr, "astrai-jit: warning: ASTRAI_JIT_CACHE=ro: damaged entries are reported, "
                        "not removed\n");
   DiskCache cache = open_cache(config, can_repair);
+  require_usable(cache, "verify");
   const auto entries = cache.verify(can_repair);
   std::size_t damaged = 0;
+  std::size_t refused = 0;
+  std::size_t other_format = 0;
   for (const auto& entry : entries) {
+    if (entry.other_format) {
+      ++other_format;
+      fmt::print("other format: {} {} ({}): written by another library version, kept\n",
+                 entry.key_hex, entry.variant_name, entry.path.string());
+      continue;
+    }
     if (entry.valid) continue;
+    if (entry.foreign) {
+      ++refused;
+      fmt::print("refused: {} {} ({}): {} - kept, never loaded\n", entry.key_hex,
+                 entry.variant_name, entry.path.string(), entry.problem);
+      continue;
+    }
     ++damaged;
-    const bool removed = can_repair && !fs::exists(entry.path);
-    fmt::print("damaged: {} {} ({}){}\n", entry.key_hex, entry.variant_name, entry.path.string(),
-               removed ? " - removed" : "");
+    std::error_code ec;
+    const bool removed = can_repair && !fs::exists(fs::symlink_status(entry.path, ec));
+    fmt::print("damaged: {} {} ({}): {}{}\n", entry.key_hex, entry.variant_name,
+               entry.path.string(), entry.problem, removed ? " - removed" : "");
   }
-  fmt::print("verify: {} entries checked, {} damaged{}\n", entries.size(), damaged,
-             damaged > 0 ? (can_repair ? ", removed" : ", kept") : "");
-  return damaged > 0 ? kExitFailed : kExitOk;
+  fmt::print("verify: {} entries checked, {} damaged{}{}{}\n", entries.size(), damaged,
+             damaged > 0 ? (can_repair ? ", removed" : ", kept") : "",
+             refused > 0 ? fmt::format(", {} refused (not trusted)", refused) : std::string(),
+             other_format > 0 ? fmt::format(", {} of another format", other_format)
+                              : std::string());
+  return damaged + refused > 0 ? kExitFailed : kExitOk;
 }
 
 int run_cache_prune(const EnvConfig& config, const std::string& max_size) {
@@ -622,6 +664,7 @@ int run_cache_prune(const EnvConfig& config, const std::string& max_size) {
   }
   require_writable(config, "prune");
   DiskCache cache = open_cache(config, true);
+  require_usable(cache, "prune");
   const std::uint64_t freed = cache.prune(limit);
   const auto stats = cache.stats();
   fmt::print("prune: freed {} bytes ({}); {} entries, {} bytes remain (limit {} bytes)\n", freed,
@@ -632,9 +675,42 @@ int run_cache_prune(const EnvConfig& config, const std::string& max_size) {
 int run_cache_clear(const EnvConfig& config) {
   require_writable(config, "clear");
   DiskCache cache = open_cache(config, true);
+  require_usable(cache, "clear");
   const std::uint64_t removed = cache.clear();
   fmt::print("clear: removed {} entries from {}\n", removed, config.cache_dir.string());
   return kExitOk;
+}
+
+int run_cache_export(const EnvConfig& config, const CacheOptions& options) {
+  std::vector<std::string> variants;
+  if (!options.manifest.empty()) {
+    for (const auto& spec : read_manifest(options.manifest)) variants.push_back(spec.name());
+    if (variants.empty())
+      throw astrai::InvalidArgument(fmt::format("--manifest: '{}' names no variant",
+                                                astrai::detail::echo_text(options.manifest)));
+  }
+  DiskCache cache = open_cache(config, false);
+  require_usable(cache, "export");
+  const auto report = astrai::detail::export_cache(cache, variants, options.output);
+  for (const auto& problem : report.problems) fmt::print(stderr, "astrai-jit: {}\n", problem);
+  fmt::print("export: {} entries, {} ({} bytes) from {} to {}\n", report.entries,
+             format_bytes(report.bytes), report.bytes, config.cache_dir.string(), options.output);
+  return report.problems.empty() ? kExitOk : kExitFailed;
+}
+
+int run_cache_import(const EnvConfig& config, const CacheOptions& options) {
+  require_writable(config, "import");
+  DiskCache cache = open_cache(config, true);
+  if (!cache.usable_for_write())
+    throw astrai::ConfigError(fmt::format("cache import: {} is not a usable cache",
+                                          config.cache_dir.string()));
+  const auto report = astrai::detail::import_archive(cache, options.archive);
+  for (const auto& problem : report.problems) fmt::print(stderr, "astrai-jit: {}\n", problem);
+  fmt::print("import: {} entries, {} ({} bytes) into {}{}\n", report.entries,
+             format_bytes(report.bytes), report.bytes, config.cache_dir.string(),
+             report.problems.empty() ? std::string()
+                                     : fmt::format(", {} rejected", report.problems.size()));
+  return report.problems.empty() ? kExitOk : kExitFailed;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -707,6 +783,12 @@ int run_info(const EnvConfig& config) {
   fmt::print("cache:\n");
   fmt::print("  directory: {}\n", config.cache_dir.string());
   fmt::print("  mode: {}\n", cache_mode_name(config.cache_mode));
+  fmt::print("  trust: {}\n",
+             config.cache_sharing.enabled()
+                 ? fmt::format("shared with group {}", config.cache_sharing.name)
+                 : std::string("owner only"));
+  for (const auto& layer : config.cache_layers)
+    fmt::print("  read-only layer: {}\n", layer.string());
   fmt::print("  entries: {}\n", stats.entries);
   fmt::print("  total size: {} ({} bytes)\n", format_bytes(stats.total_bytes), stats.total_bytes);
   fmt::print("  cap: {}\n", cap_text(config.max_cache_bytes));
@@ -732,6 +814,8 @@ struct Commands {
   CLI::App* cache_verify = nullptr;
   CLI::App* cache_prune = nullptr;
   CLI::App* cache_clear = nullptr;
+  CLI::App* cache_export = nullptr;
+  CLI::App* cache_import = nullptr;
   CLI::App* info = nullptr;
   WarmOptions warm_options;
   CacheOptions cache_options;
@@ -798,7 +882,9 @@ void add_cache_command(CLI::App& app, Commands* commands) {
   cache->footer(with_exit_codes(
       "The cache verbs act on the configured directory (ASTRAI_JIT_CACHE_DIR, or --cache-dir)\n"
       "even when ASTRAI_JIT_CACHE=off; with ASTRAI_JIT_CACHE=ro nothing is removed (verify only\n"
-      "reports, prune and clear fail with exit code 2)."));
+      "reports, prune, clear and import fail with exit code 2). verify, prune, clear and export\n"
+      "of a path that is not a usable cache (missing, not a directory, a symbolic link, owned by\n"
+      "another user or writable by others) exit 2 and touch nothing."));
   commands->cache = cache;
 
   commands->cache_list = cache->add_subcommand(
@@ -817,8 +903,23 @@ void add_cache_command(CLI::App& app, Commands* commands) {
                    "ASTRAI_JIT_MAX_CACHE_SIZE; one of them is required]")
       ->type_name("SIZE");
   commands->cache_clear = cache->add_subcommand("clear", "Remove every entry, lock and temp file");
+  commands->cache_export = cache->add_subcommand(
+      "export", "Write the cache's sound entries (or a manifest's variants) to an archive file");
+  commands->cache_export
+      ->add_option("--manifest", options.manifest,
+                   "Export only these variants (a file as written by ASTRAI_JIT_RECORD)")
+      ->type_name("FILE");
+  commands->cache_export->add_option("-o,--output", options.output, "Archive to write")
+      ->type_name("FILE")
+      ->required();
+  commands->cache_import = cache->add_subcommand(
+      "import", "Check every entry of an archive written by `cache export` and store it");
+  commands->cache_import->add_option("archive", options.archive, "Archive to read")
+      ->type_name("FILE")
+      ->required();
   for (CLI::App* verb : {commands->cache_list, commands->cache_stats, commands->cache_verify,
-                         commands->cache_prune, commands->cache_clear})
+                         commands->cache_prune, commands->cache_clear, commands->cache_export,
+                         commands->cache_import})
     add_cache_dir_option(verb, &options);
 }
 
@@ -868,6 +969,8 @@ int dispatch(const Commands& commands) {
   if (*commands.cache_verify) return run_cache_verify(config, !commands.cache_options.no_repair);
   if (*commands.cache_prune) return run_cache_prune(config, commands.cache_options.max_size);
   if (*commands.cache_clear) return run_cache_clear(config);
+  if (*commands.cache_export) return run_cache_export(config, commands.cache_options);
+  if (*commands.cache_import) return run_cache_import(config, commands.cache_options);
   print_error("no command given (run with --help)");
   return kExitUsage;
 }

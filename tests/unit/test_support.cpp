@@ -22,6 +22,8 @@ TempDir::TempDir() {
     auto candidate = base / ("astrai-test-" + std::to_string(::getpid()) + "-" +
                              std::to_string(rng() % 1000000000ULL));
     if (std::filesystem::create_directory(candidate)) {
+      // Explicit: a cache root here must not turn group-writable under a umask like 002.
+      std::filesystem::permissions(candidate, std::filesystem::perms(0755));
       path_ = candidate;
       return;
     }

@@ -564,7 +564,9 @@ DiskCache open_cache(const EnvConfig& config, bool write) {
 
 // Maintenance of a path that is not a usable cache (missing, not a directory, a symbolic
 // link, refused by the trust rule) is a usage error: nothing there is touched.
-void require_usable(const DiskCache& cache, const char* verb) {
+// Checked before a writable DiskCache is opened (which would create a missing directory).
+void require_usable(const EnvConfig& config, const char* verb) {
+  const DiskCache cache(config.cache_dir, CacheMode::read_only, 0, config.cache_sharing);
   std::string why;
   bool missing = false;
   if (!cache.check_usable(&why, &missing) || missing)
@@ -615,8 +617,8 @@ int run_cache_verify(const EnvConfig& config, bool repair) {
   if (repair && !can_repair)
     fmt::print(stderr, "astrai-jit: warning: ASTRAI_JIT_CACHE=ro: damaged entries are reported, "
                        "not removed\n");
+  require_usable(config, "verify");
   DiskCache cache = open_cache(config, can_repair);
-  require_usable(cache, "verify");
   const auto entries = cache.verify(can_repair);
   std::size_t damaged = 0;
   std::size_t refused = 0;
@@ -663,8 +665,8 @@ int run_cache_prune(const EnvConfig& config, const std::string& max_size) {
         "cache prune: no size limit: give --max-size SIZE or set ASTRAI_JIT_MAX_CACHE_SIZE");
   }
   require_writable(config, "prune");
+  require_usable(config, "prune");
   DiskCache cache = open_cache(config, true);
-  require_usable(cache, "prune");
   const std::uint64_t freed = cache.prune(limit);
   const auto stats = cache.stats();
   fmt::print("prune: freed {} bytes ({}); {} entries, {} bytes remain (limit {} bytes)\n", freed,
@@ -674,8 +676,8 @@ int run_cache_prune(const EnvConfig& config, const std::string& max_size) {
 
 int run_cache_clear(const EnvConfig& config) {
   require_writable(config, "clear");
+  require_usable(config, "clear");
   DiskCache cache = open_cache(config, true);
-  require_usable(cache, "clear");
   const std::uint64_t removed = cache.clear();
   fmt::print("clear: removed {} entries from {}\n", removed, config.cache_dir.string());
   return kExitOk;
@@ -689,8 +691,8 @@ int run_cache_export(const EnvConfig& config, const CacheOptions& options) {
       throw astrai::InvalidArgument(fmt::format("--manifest: '{}' names no variant",
                                                 astrai::detail::echo_text(options.manifest)));
   }
+  require_usable(config, "export");
   DiskCache cache = open_cache(config, false);
-  require_usable(cache, "export");
   const auto report = astrai::detail::export_cache(cache, variants, options.output);
   for (const auto& problem : report.problems) fmt::print(stderr, "astrai-jit: {}\n", problem);
   fmt::print("export: {} entries, {} ({} bytes) from {} to {}\n", report.entries,

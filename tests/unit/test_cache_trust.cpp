@@ -803,7 +803,7 @@ TEST_CASE("two users in one group share a cache; a user outside the group cannot
   CHECK(private_view.list().empty());
 }
 
-TEST_CASE("a thread waiting for another thread's compile does not block other memory hits") {
+TEST_CASE("threads waiting for another thread's compile do not block other memory hits") {
   QuietLog quiet;
   TempDir dir;
   JitEngine engine(config_for(dir.path() / "cache", CacheMode::off));

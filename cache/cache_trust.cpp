@@ -39,6 +39,17 @@ std::string CacheTrust::check(const struct stat& status) const {
   return {};
 }
 
+bool is_own_group(gid_t group) {
+  if (::getegid() == group) return true;
+  const int count = ::getgroups(0, nullptr);
+  if (count <= 0) return false;
+  std::vector<gid_t> groups(static_cast<std::size_t>(count));
+  const int got = ::getgroups(count, groups.data());
+  for (int i = 0; i < got; ++i)
+    if (groups[static_cast<std::size_t>(i)] == group) return true;
+  return false;
+}
+
 bool parse_cache_sharing(const std::string& text, CacheSharing* sharing, std::string* why) {
   *sharing = CacheSharing{};
   if (text.empty() || text == "0" || text == "off" || text == "no" || text == "false") return true;

@@ -51,6 +51,10 @@ class CacheTrust {
   uid_t uid_ = 0;
 };
 
+// Whether the process is a member of `group` (effective or supplementary). A shared cache's
+// group must be one of ours: a directory of a group we are not in is someone else's.
+bool is_own_group(gid_t group);
+
 // Parses ASTRAI_JIT_CACHE_SHARED: "" or "0"/"off"/"no"/"false" = off, "group" (the cache
 // root's group), a group name or a numeric gid. nullopt-like failure: returns false and sets
 // `why` (an unknown group name).

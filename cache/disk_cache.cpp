@@ -543,6 +543,10 @@ DiskCache::Chain DiskCache::open_chain(const char* sub, bool create) const {
       break;
     case CacheSharing::Kind::named_group: chain.trust = CacheTrust::shared_with(sharing_.gid); break;
   }
+  if (chain.trust.shared() && !is_own_group(chain.trust.group()))
+    return stop(root, root_,
+                fmt::format("shared with group {}, which is not one of this process's groups",
+                            chain.trust.group()));
   if (create) share_directory(&root, chain.trust);
   if (std::string why = chain.trust.check(root.status_info); !why.empty())
     return stop(root, root_, why);
@@ -582,8 +586,19 @@ void warn_refused(const fs::path& path, const std::string& why) {
 
 }  // namespace
 
+namespace {
+
+// "/a/cache/" would make open() follow a link at "cache" despite O_NOFOLLOW: drop the slash.
+fs::path without_trailing_separator(fs::path path) {
+  while (!path.empty() && !path.has_filename() && path != path.root_path())
+    path = path.parent_path();
+  return path;
+}
+
+}  // namespace
+
 DiskCache::DiskCache(fs::path root, CacheMode mode, std::uint64_t max_bytes, CacheSharing sharing)
-    : root_(std::move(root)),
+    : root_(without_trailing_separator(std::move(root))),
       entries_dir_(root_ / "v1"),
       mode_(mode),
       sharing_(std::move(sharing)),
@@ -1022,7 +1037,7 @@ bool DiskCache::read_entry_file(const CacheEntryInfo& info, std::vector<char>* b
   const std::string name = info.path.filename().string();
   const Chain chain = open_chain(shard.c_str(), false);
   if (chain.status != OpenStatus::ok) {
-    *why = chain.why;
+    *why = chain.status == OpenStatus::missing ? "cannot open: " + errno_text(ENOENT) : chain.why;
     return false;
   }
   const int raw_fd =

@@ -324,7 +324,10 @@ void JitEngine::dump(const KernelSpec& spec, const std::string& source,
                      const std::string& ptx, const std::string& log_text) {
   // The dump directory is created private; an existing one must be ours and writable by
   // nobody else, and no file in it is written through a symbolic link or a second name.
-  const std::filesystem::path& dir = config_.dump_dir;
+  std::filesystem::path dir = config_.dump_dir;
+  while (!dir.empty() && !dir.has_filename() && dir != dir.root_path()) dir = dir.parent_path();
+  std::error_code ignored;  // the open below reports what matters
+  if (dir.has_parent_path()) std::filesystem::create_directories(dir.parent_path(), ignored);
   ::mkdir(dir.c_str(), 0700);
   const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   struct stat dir_info {};

@@ -625,6 +625,22 @@ TEST_CASE("a read-only layer serves hits and is never written") {
   CHECK_FALSE(fs::exists(dir.path() / "missing-layer"));
 }
 
+TEST_CASE("a trailing slash does not make the root's symbolic link followed") {
+  QuietLog quiet;
+  TempDir dir;
+  {
+    DiskCache victim(dir.path() / "victim", CacheMode::read_write, 0);
+    REQUIRE(victim.store(make_key(1), make_entry("v.sm_80")));
+  }
+  fs::create_directory_symlink(dir.path() / "victim", dir.path() / "link");
+  const auto before = snapshot(dir.path() / "victim");
+  DiskCache cache(dir.path().string() + "/link/", CacheMode::read_write, 0);
+  CHECK_FALSE(cache.load(make_key(1), "v.sm_80").has_value());
+  CHECK_FALSE(cache.store(make_key(2), make_entry("w.sm_80")));
+  CHECK(cache.clear() == 0);
+  CHECK(snapshot(dir.path() / "victim") == before);
+}
+
 TEST_CASE("a damaged entry in a read-only layer is skipped, kept and compiled into the user cache") {
   QuietLog quiet;
   TempDir dir;
@@ -782,21 +798,28 @@ TEST_CASE("two users in one group share a cache; a user outside the group cannot
   CHECK(get_as(1501, 1500) == 10);  // compiles and publishes
   CHECK(get_as(1502, 1500) == 11);  // another member of the group loads it
   CHECK(get_as(1503, 1600) == 10);  // outside the group: no access, compiles in memory
-  DiskCache view(root, CacheMode::read_only, 0, [] {
-    CacheSharing sharing;
-    sharing.kind = CacheSharing::Kind::directory_group;
-    return sharing;
-  }());
-  const auto entries = view.list();
+  std::vector<fs::path> entries;
+  for (fs::recursive_directory_iterator it(root), end; it != end; ++it)
+    if (it->path().extension() == ".cubin") entries.push_back(it->path());
   REQUIRE(entries.size() == 1);
   struct stat info {};
-  REQUIRE(::stat(entries[0].path.c_str(), &info) == 0);
+  REQUIRE(::stat(entries[0].c_str(), &info) == 0);
   CHECK(info.st_uid == 1501);
   CHECK(info.st_gid == 1500);
   CHECK((info.st_mode & 07777) == 0660);
-  REQUIRE(::stat(entries[0].path.parent_path().c_str(), &info) == 0);
+  REQUIRE(::stat(entries[0].parent_path().c_str(), &info) == 0);
   CHECK((info.st_mode & 07777) == 02770);
   CHECK(info.st_gid == 1500);
+  // A process outside the group may not trust it even in shared mode (root can open it).
+  {
+    QuietLog quiet;
+    CacheSharing sharing;
+    sharing.kind = CacheSharing::Kind::directory_group;
+    DiskCache outsider(root, CacheMode::read_only, 0, sharing);
+    std::string why;
+    CHECK_FALSE(outsider.check_usable(&why));
+    CHECK(why.find("not one of this process's groups") != std::string::npos);
+  }
   // Without the shared mode the owner-only rule refuses the group-writable tree.
   QuietLog quiet;
   DiskCache private_view(root, CacheMode::read_only, 0);

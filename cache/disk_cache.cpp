@@ -641,8 +641,9 @@ void DiskCache::degrade(const std::string& why) {
     degraded_ = true;
   }
   log_once(LogLevel::warn, "disk-cache-degraded:" + root_.string(),
-           "kernel cache at {} is not usable ({}); compiled kernels are kept in memory only",
-           root_.string(), why);
+           "kernel cache at {} is not usable ({}); {}", root_.string(), why,
+           mode_ == CacheMode::read_write ? "compiled kernels are kept in memory only"
+                                          : "nothing is loaded from it");
 }
 
 fs::path DiskCache::entry_path(const CacheKey& key, const std::string& variant_name) const {

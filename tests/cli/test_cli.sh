@@ -249,6 +249,25 @@ run warm --manifest "$WORK/rotary_manifest.txt" --cache-dir "$WORK/imported"
 expect_rc 0
 expect_out "^warm: 1 variants, 0 compiled, 1 already cached, 0 failed, "
 
+check "a read-only layer (ASTRAI_JIT_CACHE_PATH) serves warm and is never written"
+before=$(find "$WORK/imported" | sort | xargs ls -ld --time-style=+%s.%N)
+set +e
+ASTRAI_JIT_CACHE_PATH="$WORK/imported" "$BIN" warm --manifest "$WORK/rotary_manifest.txt" \
+    --cache-dir "$WORK/layered" >"$OUT" 2>"$ERR"
+RC=$?
+set -e
+expect_rc 0
+expect_out "^warm: 1 variants, 0 compiled, 1 already cached, 0 failed, "
+[[ "$(find "$WORK/imported" | sort | xargs ls -ld --time-style=+%s.%N)" == "$before" ]] \
+  || fail "the read-only layer changed"
+set +e
+ASTRAI_JIT_CACHE_PATH="$WORK/imported" "$BIN" info >"$OUT" 2>"$ERR"
+RC=$?
+set -e
+expect_rc 0
+expect_out "^  read-only layer: $WORK/imported$"
+expect_out '^  trust: owner only$'
+
 check "cache export --manifest names the variants it could not find and exits 1"
 printf '%s\n%s\n' "$ROTARY" "$PAGED" >"$WORK/both_manifest.txt"
 run cache export --manifest "$WORK/both_manifest.txt" -o "$WORK/partial.astrai"

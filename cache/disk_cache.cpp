@@ -280,7 +280,8 @@ DirResult open_dir_at(int parent_fd, const char* name, bool create, mode_t mode)
 void share_directory(DirResult* dir, const CacheTrust& trust) {
   if (!trust.shared() || !dir->fd) return;
   struct stat& info = dir->status_info;
-  if (info.st_uid != ::geteuid()) return;
+  // Never "repair" a directory others could write: it stays refused.
+  if (info.st_uid != ::geteuid() || (info.st_mode & S_IWOTH)) return;
   if (info.st_gid != trust.group() && ::fchown(dir->fd.get(), static_cast<uid_t>(-1), trust.group()) != 0)
     return;
   if ((info.st_mode & 07777) != trust.directory_mode())

@@ -462,6 +462,23 @@ TEST_CASE("a lock file owned by another user is refused at once instead of stall
   astrai::testing::wait_child(holder);
 }
 
+TEST_CASE("a wait of more than a few seconds for a compile lock is logged at warn") {
+  TempDir dir;
+  DiskCache cache(dir.path() / "cache", CacheMode::read_write, 0);
+  { REQUIRE(cache.lock_key(make_key(1), std::chrono::milliseconds(10))); }
+  const fs::path lock = dir.path() / "cache" / "v1" / "locks" / (make_key(1).hex() + ".lock");
+  const int holder = astrai::testing::spawn_child("trust-hold-lock", {lock.string()});
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  LogCapture log(dir.path() / "log.txt");
+  CHECK_FALSE(cache.lock_key(make_key(1), std::chrono::milliseconds(5500)));
+  const std::string output = log.finish();
+  ::kill(holder, SIGKILL);
+  astrai::testing::wait_child(holder);
+  CHECK(count_of(output, "warn: waiting for compile lock " + make_key(1).hex() + ".lock held by "
+                         "another process") == 1);
+  CHECK(count_of(output, "warn: waited 5500 ms for compile lock") == 1);
+}
+
 TEST_CASE("an entry file over 64 MiB is refused before it is read") {
   TempDir dir;
   DiskCache cache(dir.path() / "cache", CacheMode::read_write, 0);

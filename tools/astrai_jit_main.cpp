@@ -58,8 +58,9 @@ constexpr const char* kFallbackArch = "sm_90a";
 constexpr const char* kExitCodesFooter =
     "Exit codes:\n"
     "  0  success\n"
-    "  1  work failed: a kernel did not compile, `cache verify` found damaged entries, or an\n"
-    "     internal error (a missing GPU is not a failure for `info`)\n"
+    "  1  work failed: a kernel did not compile, `cache verify` found damaged or refused\n"
+    "     entries, `cache export` missed a manifest variant, `cache import` rejected an entry,\n"
+    "     or an internal error (a missing GPU is not a failure for `info`)\n"
     "  2  usage or configuration error: bad flag or value, bad manifest line, bad ASTRAI_JIT_*\n"
     "     environment value";
 

@@ -69,7 +69,7 @@ std::unique_ptr<FileLock> FileLock::acquire_at(int dir_fd, const std::string& na
                                                std::chrono::milliseconds max_wait,
                                                Outcome* outcome, std::string* why) {
   set_outcome(outcome, Outcome::unavailable);
-  const int fd = open_lock_file(dir_fd, name.c_str(), trust.file_mode());
+  int fd = open_lock_file(dir_fd, name.c_str(), trust.file_mode());
   if (fd < 0) {
     if (why) *why = errno == ELOOP ? "a symbolic link" : std::generic_category().message(errno);
     return nullptr;
@@ -91,6 +91,7 @@ std::unique_ptr<FileLock> FileLock::acquire_at(int dir_fd, const std::string& na
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + max_wait;
   bool warned = false;
+  bool reopened = false;
   for (;;) {
     if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
       set_outcome(outcome, Outcome::acquired);
@@ -101,6 +102,20 @@ std::unique_ptr<FileLock> FileLock::acquire_at(int dir_fd, const std::string& na
     }
     const int error = errno;
     if (error == EINTR) continue;
+    if (error == EBADF && !reopened) {
+      reopened = true;
+      // NFS emulates flock with byte-range locks, which need a descriptor open for writing:
+      // reopen the same file (never through a link) read-write, once.
+      const int writable = ::openat(dir_fd, name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+      struct stat again {};
+      if (writable >= 0 && ::fstat(writable, &again) == 0 && again.st_dev == status.st_dev &&
+          again.st_ino == status.st_ino) {
+        ::close(fd);
+        fd = writable;
+        continue;
+      }
+      if (writable >= 0) ::close(writable);
+    }
     if (error != EWOULDBLOCK) {
       // ENOLCK and friends: the file system cannot lock at all.
       ::close(fd);

@@ -636,7 +636,7 @@ bool DiskCache::check_usable(std::string* why, bool* missing) const {
   return chain.status == OpenStatus::missing;
 }
 
-void DiskCache::degrade(const std::string& why) {
+void DiskCache::degrade(const std::string& why) const {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     degraded_ = true;
@@ -645,6 +645,13 @@ void DiskCache::degrade(const std::string& why) {
            "kernel cache at {} is not usable ({}); {}", root_.string(), why,
            mode_ == CacheMode::read_write ? "compiled kernels are kept in memory only"
                                           : "nothing is loaded from it");
+}
+
+void DiskCache::report_refused(const Chain& chain) const {
+  if (chain.where == root_ || chain.where == entries_dir_)
+    degrade(fmt::format("{}: {}", chain.where.string(), chain.why));
+  else
+    warn_refused(chain.where, chain.why);
 }
 
 fs::path DiskCache::entry_path(const CacheKey& key, const std::string& variant_name) const {
@@ -669,12 +676,7 @@ std::optional<CacheEntryData> DiskCache::load(const CacheKey& key,
   const std::string hex = key.hex();
   const Chain chain = open_chain(hex.substr(0, 2).c_str(), false);
   if (chain.status != OpenStatus::ok) {
-    if (chain.status == OpenStatus::refused) {
-      if (chain.where == root_ || chain.where == entries_dir_)
-        degrade(fmt::format("{}: {}", chain.where.string(), chain.why));
-      else
-        warn_refused(chain.where, chain.why);
-    }
+    if (chain.status == OpenStatus::refused) report_refused(chain);
     return std::nullopt;
   }
   const std::string name = hex + "." + variant_name + std::string(kEntrySuffix);
@@ -823,11 +825,7 @@ bool DiskCache::store(const CacheKey& key, const CacheEntryData& entry) {
     Chain chain = open_chain(hex.substr(0, 2).c_str(), true);
     int error = 0;
     if (chain.status == OpenStatus::refused) {
-      if (chain.where == root_ || chain.where == entries_dir_) {
-        degrade(fmt::format("{}: {}", chain.where.string(), chain.why));
-      } else {
-        warn_refused(chain.where, chain.why);
-      }
+      report_refused(chain);
       return false;
     }
     if (chain.status != OpenStatus::ok) {
@@ -902,7 +900,7 @@ std::unique_ptr<FileLock> DiskCache::lock_key(const CacheKey& key,
   const Chain chain = open_chain("locks", true);
   const std::string name = key.hex() + std::string(kLockSuffix);
   if (chain.status != OpenStatus::ok) {
-    if (chain.status == OpenStatus::refused) warn_refused(chain.where, chain.why);
+    if (chain.status == OpenStatus::refused) report_refused(chain);
     log(LogLevel::debug, "cannot use compile lock {}: {}", (chain.where / name).string(), chain.why);
     return nullptr;
   }
@@ -972,7 +970,7 @@ DiskCache::Scan DiskCache::scan(bool with_foreign) const {
   Scan result;
   const Chain chain = open_chain(nullptr, false);
   if (chain.status != OpenStatus::ok) {
-    if (chain.status == OpenStatus::refused) warn_refused(chain.where, chain.why);
+    if (chain.status == OpenStatus::refused) report_refused(chain);
     return result;
   }
   for_each_name(chain.v1.get(), [&](const std::string& shard_name) {
@@ -1181,7 +1179,7 @@ std::uint64_t DiskCache::clear() {
       ::unlinkat(locks.sub.get(), name.c_str(), 0);
     });
   } else if (locks.status == OpenStatus::refused) {
-    warn_refused(locks.where, locks.why);
+    report_refused(locks);
   }
   return removed;
 }

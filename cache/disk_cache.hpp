@@ -146,14 +146,17 @@ class DiskCache {
   std::uint64_t prune_to(std::uint64_t max_bytes, const std::filesystem::path* keep);
   struct Scan;
   Scan scan(bool with_foreign) const;
-  void degrade(const std::string& why);
+  // Marks the cache unusable for writes, with one warning (const: a scan may find out).
+  void degrade(const std::string& why) const;
+  // One warning for a path refused by the trust rule; a refused root or v1 degrades.
+  void report_refused(const Chain& chain) const;
   std::filesystem::path root_;
   std::filesystem::path entries_dir_;  // root_/v1
   CacheMode mode_;
   CacheSharing sharing_;
   std::uint64_t max_bytes_;
   mutable std::mutex mutex_;
-  bool degraded_ = false;
+  mutable bool degraded_ = false;
 };
 
 }  // namespace astrai::detail

@@ -6,6 +6,12 @@
 // An entry is published atomically: written to a temp file in the same directory, fsynced,
 // then renamed into place. Readers verify the header and the payload checksum; a damaged entry
 // is removed (one warning) and treated as a miss.
+//
+// Trust (cache/cache_trust.hpp): every directory and file is opened relative to its parent's
+// descriptor with O_NOFOLLOW and checked with fstat before use. A symbolic link anywhere below
+// the root, or at the root itself, is never followed; a directory or entry that another user
+// could have written is a miss with one warning, and is never loaded, written through or
+// removed. Directories are created 0700 and files 0600 (shared caches: 02770 and 0660).
 #pragma once
 
 #include <chrono>
@@ -18,6 +24,7 @@
 #include <vector>
 
 #include "cache/cache_key.hpp"
+#include "cache/cache_trust.hpp"
 #include "cache/file_lock.hpp"
 
 namespace astrai::detail {
@@ -40,6 +47,11 @@ struct CacheEntryInfo {
   std::uint64_t size_bytes = 0;
   std::filesystem::file_time_type last_used;
   bool valid = false;  // header and checksum verified (only filled by verify())
+  std::string problem;        // why it is not valid (verify)
+  bool other_format = false;  // written with another entry format: not ours to judge (verify)
+  bool foreign = false;       // refused by the trust rule (verify): never read or removed
+  std::uint64_t device = 0;   // identity of the file seen by the scan: only that file is removed
+  std::uint64_t inode = 0;
 };
 
 struct CacheStats {
@@ -54,22 +66,38 @@ struct CacheStats {
 //   u32 variant-name length, u32 nvrtc-version length, variant name bytes, nvrtc version bytes,
 //   payload bytes.
 inline constexpr std::uint32_t kEntryFormatVersion = 2;
+// Larger entry files are refused before anything is allocated (a cubin is a few MiB at most).
+inline constexpr std::uint64_t kMaxEntryFileBytes = std::uint64_t{64} << 20;
 std::vector<char> encode_entry(const CacheEntryData& entry);
 // Returns nullopt (never throws) for anything malformed: short, wrong magic/version,
 // size mismatch, checksum mismatch. `error` (optional) receives a short reason.
 std::optional<CacheEntryData> decode_entry(const char* data, std::size_t size,
                                            std::string* error = nullptr);
+// True for a file that starts like an entry but carries another format version: written by
+// another build of the library sharing the cache. Such a file is a miss, not damage.
+bool is_other_entry_format(const char* data, std::size_t size);
+
+// Checks a kernel binary before it reaches the driver: PTX must end in NUL; a cubin must be a
+// 64-bit little-endian ELF whose header, program and section tables and section contents lie
+// inside the payload. Returns false with a short reason.
+bool check_kernel_binary(BinaryKind kind, const char* data, std::size_t size, std::string* why);
 
 class DiskCache {
  public:
   // `max_bytes` 0 = unlimited. An unusable directory (cannot create, read-only, a file)
   // degrades to memory-only: every operation becomes a miss / no-op, with one warning.
-  DiskCache(std::filesystem::path root, CacheMode mode, std::uint64_t max_bytes);
+  // `sharing` opts into a cache shared by a group (ASTRAI_JIT_CACHE_SHARED).
+  DiskCache(std::filesystem::path root, CacheMode mode, std::uint64_t max_bytes,
+            CacheSharing sharing = {});
 
   const std::filesystem::path& root() const { return root_; }
   CacheMode mode() const { return mode_; }
   bool usable_for_read() const;
   bool usable_for_write() const;
+  // For maintenance commands: false, with the reason, when the root or v1 exists but cannot be
+  // used (not a directory, a symbolic link, refused by the trust rule). `missing` is set when
+  // the root or v1 does not exist.
+  bool check_usable(std::string* why, bool* missing = nullptr) const;
 
   // Hit: entry verified, access time refreshed (for LRU). Damaged entry: removed, warning,
   // nullopt. Entry whose variant name differs from `variant_name`: treated as damaged.
@@ -80,6 +108,12 @@ class DiskCache {
   // Prunes to max_bytes afterwards when a cap is set.
   bool store(const CacheKey& key, const CacheEntryData& entry);
 
+  // Stores an entry file taken from elsewhere (cache import) under its file name
+  // ("<32 hex>.<variant>.cubin") after checking it like a load does: header, checksum, the
+  // variant against the name, the binary kind against the target. False with a reason.
+  bool import_entry(const std::string& file_name, const std::vector<char>& bytes,
+                    std::string* why);
+
   // Per-key cross-process lock; nullptr when locking is impossible or timed out (the caller
   // compiles anyway). Stale locks of dead processes never block (flock is released on exit).
   std::unique_ptr<FileLock> lock_key(const CacheKey& key, std::chrono::milliseconds max_wait);
@@ -87,9 +121,16 @@ class DiskCache {
   bool contains(const CacheKey& key, const std::string& variant_name) const;
   std::filesystem::path entry_path(const CacheKey& key, const std::string& variant_name) const;
 
+  // Reads one listed entry's file and checks it fully (header, checksum, names, kind); the
+  // file's bytes go to `bytes`. Used by verify and export.
+  bool read_entry_file(const CacheEntryInfo& info, std::vector<char>* bytes,
+                       std::string* why) const;
+
   std::vector<CacheEntryInfo> list() const;
   CacheStats stats() const;
-  // Checks every entry; removes damaged ones when `repair`. Returns all entries with `valid`.
+  // Checks every entry; removes damaged ones when `repair`. Returns all entries with `valid`
+  // and `problem`, including entries refused by the trust rule (`foreign`, never removed)
+  // and entries of another format (`other_format`, valid, never removed).
   std::vector<CacheEntryInfo> verify(bool repair);
   // Removes least-recently-used entries until the total is <= max_bytes. Returns bytes freed.
   std::uint64_t prune(std::uint64_t max_bytes);
@@ -97,13 +138,25 @@ class DiskCache {
   std::uint64_t clear();
 
  private:
-  void degrade(const std::string& why);
+  struct Chain;
+  // Opens root, v1 and (when `sub` is not null) v1/<sub>, creating them when `create`.
+  Chain open_chain(const char* sub, bool create) const;
+  bool remove_listed(const std::filesystem::path& path, std::uint64_t device,
+                     std::uint64_t inode) const;
+  std::uint64_t prune_to(std::uint64_t max_bytes, const std::filesystem::path* keep);
+  struct Scan;
+  Scan scan(bool with_foreign) const;
+  // Marks the cache unusable for writes, with one warning (const: a scan may find out).
+  void degrade(const std::string& why) const;
+  // One warning for a path refused by the trust rule; a refused root or v1 degrades.
+  void report_refused(const Chain& chain) const;
   std::filesystem::path root_;
   std::filesystem::path entries_dir_;  // root_/v1
   CacheMode mode_;
+  CacheSharing sharing_;
   std::uint64_t max_bytes_;
   mutable std::mutex mutex_;
-  bool degraded_ = false;
+  mutable bool degraded_ = false;
 };
 
 }  // namespace astrai::detail

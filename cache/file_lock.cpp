@@ -16,25 +16,32 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <system_error>
 #include <thread>
 
+#include "runtime/logging.hpp"
+
 namespace astrai::detail {
 
 namespace {
 
 constexpr std::chrono::milliseconds kPollInterval{5};
+// A wait this long is worth a warning: a compile of ours stalls behind another process.
+constexpr std::chrono::seconds kSlowWait{5};
 
 void set_outcome(FileLock::Outcome* outcome, FileLock::Outcome value) {
   if (outcome) *outcome = value;
 }
 
-int open_lock_file(const std::filesystem::path& path) {
+int open_lock_file(int dir_fd, const char* name, mode_t mode) {
   for (;;) {
-    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    // Read-only: flock needs no write access, and a lock file is never written.
+    int fd = ::openat(dir_fd, name, O_RDONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+                      mode);
     if (fd >= 0 || errno != EINTR) return fd;
   }
 }
@@ -45,22 +52,70 @@ std::unique_ptr<FileLock> FileLock::acquire(const std::filesystem::path& path,
                                             std::chrono::milliseconds max_wait,
                                             Outcome* outcome) {
   set_outcome(outcome, Outcome::unavailable);
-  if (path.empty()) return nullptr;
-  if (path.has_parent_path()) {
-    std::error_code ignored;  // open() below reports the real problem
-    std::filesystem::create_directories(path.parent_path(), ignored);
-  }
-  const int fd = open_lock_file(path);
-  if (fd < 0) return nullptr;
+  if (path.empty() || path.filename().empty()) return nullptr;
+  const std::filesystem::path parent = path.has_parent_path() ? path.parent_path() : ".";
+  std::error_code ignored;  // openat() below reports the real problem
+  std::filesystem::create_directories(parent, ignored);
+  const int dir_fd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return nullptr;
+  auto lock = acquire_at(dir_fd, path.filename().string(), CacheTrust::owner_only(), max_wait,
+                         outcome);
+  ::close(dir_fd);
+  return lock;
+}
 
-  const auto deadline = std::chrono::steady_clock::now() + max_wait;
+std::unique_ptr<FileLock> FileLock::acquire_at(int dir_fd, const std::string& name,
+                                               const CacheTrust& trust,
+                                               std::chrono::milliseconds max_wait,
+                                               Outcome* outcome, std::string* why) {
+  set_outcome(outcome, Outcome::unavailable);
+  int fd = open_lock_file(dir_fd, name.c_str(), trust.file_mode());
+  if (fd < 0) {
+    if (why) *why = errno == ELOOP ? "a symbolic link" : std::generic_category().message(errno);
+    return nullptr;
+  }
+  struct stat status {};
+  std::string problem;
+  if (::fstat(fd, &status) != 0)
+    problem = std::generic_category().message(errno);
+  else if (!S_ISREG(status.st_mode))
+    problem = "not a regular file";
+  else
+    problem = trust.check(status);
+  if (!problem.empty()) {
+    ::close(fd);
+    if (why) *why = problem;
+    return nullptr;
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + max_wait;
+  bool warned = false;
+  bool reopened = false;
   for (;;) {
     if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
       set_outcome(outcome, Outcome::acquired);
-      return std::unique_ptr<FileLock>(new FileLock(fd, path));
+      if (warned)
+        log(LogLevel::warn, "got compile lock {} after {:.1f} s", name,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      return std::unique_ptr<FileLock>(new FileLock(fd, name));
     }
     const int error = errno;
     if (error == EINTR) continue;
+    if (error == EBADF && !reopened) {
+      reopened = true;
+      // NFS emulates flock with byte-range locks, which need a descriptor open for writing:
+      // reopen the same file (never through a link) read-write, once.
+      const int writable = ::openat(dir_fd, name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+      struct stat again {};
+      if (writable >= 0 && ::fstat(writable, &again) == 0 && again.st_dev == status.st_dev &&
+          again.st_ino == status.st_ino) {
+        ::close(fd);
+        fd = writable;
+        continue;
+      }
+      if (writable >= 0) ::close(writable);
+    }
     if (error != EWOULDBLOCK) {
       // ENOLCK and friends: the file system cannot lock at all.
       ::close(fd);
@@ -71,6 +126,13 @@ std::unique_ptr<FileLock> FileLock::acquire(const std::filesystem::path& path,
       ::close(fd);
       set_outcome(outcome, Outcome::timed_out);
       return nullptr;
+    }
+    if (!warned && now - start >= kSlowWait) {
+      warned = true;
+      log(LogLevel::warn,
+          "waiting for compile lock {} held by another process (up to {} s, then compiling "
+          "without it)",
+          name, std::chrono::duration_cast<std::chrono::seconds>(max_wait).count());
     }
     const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
     std::this_thread::sleep_for(remaining < kPollInterval ? remaining + std::chrono::milliseconds(1)

@@ -35,11 +35,17 @@ constexpr const char* kArchVar = "ASTRAI_JIT_ARCH";
 constexpr const char* kNoMmaVar = "ASTRAI_JIT_NO_MMA";
 constexpr const char* kNoWgmmaVar = "ASTRAI_JIT_NO_WGMMA";
 constexpr const char* kDumpVar = "ASTRAI_JIT_DUMP";
+constexpr const char* kCachePathVar = "ASTRAI_JIT_CACHE_PATH";
+constexpr const char* kCacheSharedVar = "ASTRAI_JIT_CACHE_SHARED";
 
 constexpr const char* kBoolAllowed = "1, 0, true, false, yes, no, on, off";
 constexpr const char* kCacheAllowed = "rw, ro, off";
 constexpr const char* kLogAllowed = "off, error, warn, info, debug";
 constexpr const char* kArchAllowed = "an arch like sm_80, sm_89, sm_90a, or 8.9";
+constexpr const char* kCachePathAllowed =
+    "a colon-separated list of absolute directories, e.g. /opt/astrai-jit/cache:/mnt/kernels";
+constexpr const char* kCacheSharedAllowed =
+    "off, group (the cache directory's group), a group name or a numeric gid";
 constexpr const char* kSizeAllowed =
     "a whole number of bytes, optionally followed by B, K, M, G, T, KiB, MiB, GiB, TiB, KB, "
     "MB, GB or TB (all powers of 1024), e.g. 1048576, 512M, 10GiB; 0 = unlimited";
@@ -136,7 +142,32 @@ std::filesystem::path default_cache_dir(const std::map<std::string, std::string>
   }
   std::filesystem::path home = password_home();
   if (!home.empty()) return home / ".cache" / "astrai-jit";
-  return std::filesystem::path("/tmp") / ("astrai-jit-" + std::to_string(::getuid()));
+  // Never a predictable name in a world-writable directory (another user could create it
+  // first): the per-user runtime directory, else no disk cache at all (memory only).
+  if (const std::string* runtime = lookup(others, "XDG_RUNTIME_DIR")) {
+    std::filesystem::path base(*runtime);
+    if (!runtime->empty() && base.is_absolute()) return base / "astrai-jit";
+  }
+  return {};
+}
+
+std::vector<std::filesystem::path> parse_cache_layers(const std::string& value) {
+  std::vector<std::filesystem::path> layers;
+  std::size_t begin = 0;
+  for (;;) {
+    const std::size_t end = value.find(':', begin);
+    const std::string part(trim(std::string_view(value).substr(
+        begin, end == std::string::npos ? std::string::npos : end - begin)));
+    if (!part.empty()) {
+      std::filesystem::path path(part);
+      if (!path.is_absolute()) throw_invalid(kCachePathVar, value, kCachePathAllowed);
+      if (std::find(layers.begin(), layers.end(), path.lexically_normal()) == layers.end())
+        layers.push_back(path.lexically_normal());
+    }
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  return layers;
 }
 
 }  // namespace
@@ -145,7 +176,8 @@ const std::vector<std::string>& known_env_variables() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> list = {kCacheDirVar, kCacheVar,        kForceCompileVar, kStrictVar,
                                      kRecordVar,   kMaxCacheSizeVar, kLogVar,          kArchVar,
-                                     kNoMmaVar,    kNoWgmmaVar,      kDumpVar};
+                                     kNoMmaVar,    kNoWgmmaVar,      kDumpVar,         kCachePathVar,
+                                     kCacheSharedVar};
     std::sort(list.begin(), list.end());
     return list;
   }();
@@ -271,6 +303,15 @@ EnvConfig parse_env_config(const std::vector<std::string>& environment) {
 
   if (const std::string* value = get(kCacheVar))
     config.cache_mode = parse_cache_mode(kCacheVar, *value);
+  if (const std::string* value = get(kCachePathVar)) config.cache_layers = parse_cache_layers(*value);
+  if (const std::string* value = get(kCacheSharedVar)) {
+    std::string why;
+    if (!parse_cache_sharing(lowercase(trim(*value)) == "group" ? std::string("group")
+                                                                 : std::string(trim(*value)),
+                             &config.cache_sharing, &why))
+      throw ConfigError(fmt::format("{}={} is not valid: {} (allowed: {})", kCacheSharedVar,
+                                    *value, why, kCacheSharedAllowed));
+  }
   if (const std::string* value = get(kForceCompileVar))
     config.force_compile = parse_bool(kForceCompileVar, *value);
   if (const std::string* value = get(kStrictVar)) config.strict = parse_bool(kStrictVar, *value);
@@ -292,6 +333,14 @@ EnvConfig parse_env_config(const std::vector<std::string>& environment) {
     if (!text.empty()) {
       std::optional<std::string> arch = normalize_arch(std::string(text));
       if (!arch) throw_invalid(kArchVar, *value, kArchAllowed);
+      // Validated like `warm --arch`: sm_75 is the oldest target the kernels support.
+      int number = 0;
+      for (char c : *arch)
+        if (is_digit(c)) number = number * 10 + (c - '0');
+      if (number < kMinArchNumber)
+        throw ConfigError(fmt::format("{}={} is not supported (allowed: sm_75 or newer, e.g. "
+                                      "sm_80, sm_89, sm_90a)",
+                                      kArchVar, *value));
       config.arch_override = *arch;
     }
   }
@@ -309,7 +358,8 @@ EnvConfig load_env_config_from_process() {
     for (char** entry = environ; *entry != nullptr; ++entry) {
       std::string_view text(*entry);
       if (text.compare(0, kPrefix.size(), kPrefix) == 0 ||
-          text.compare(0, 15, "XDG_CACHE_HOME=") == 0 || text.compare(0, 5, "HOME=") == 0)
+          text.compare(0, 15, "XDG_CACHE_HOME=") == 0 || text.compare(0, 5, "HOME=") == 0 ||
+          text.compare(0, 16, "XDG_RUNTIME_DIR=") == 0)
         environment.emplace_back(text);
     }
   }

@@ -16,6 +16,10 @@ namespace astrai::detail {
 struct EnvConfig {
   std::filesystem::path cache_dir;     // ASTRAI_JIT_CACHE_DIR, else $XDG_CACHE_HOME/astrai-jit, else ~/.cache/astrai-jit
   CacheMode cache_mode = CacheMode::read_write;  // ASTRAI_JIT_CACHE = rw | ro | off
+  // ASTRAI_JIT_CACHE_PATH: read-only cache layers searched, in order, before cache_dir
+  // (colon-separated absolute paths; never written).
+  std::vector<std::filesystem::path> cache_layers;
+  CacheSharing cache_sharing;          // ASTRAI_JIT_CACHE_SHARED = group | <group name> | <gid>
   bool force_compile = false;          // ASTRAI_JIT_FORCE_COMPILE = 0|1|true|false|yes|no|on|off
   bool strict = false;                 // ASTRAI_JIT_STRICT (bool)
   std::filesystem::path record_file;   // ASTRAI_JIT_RECORD=<file>; empty = off
@@ -40,6 +44,9 @@ const std::vector<std::string>& known_env_variables();
 EnvConfig parse_env_config(const std::vector<std::string>& environment);
 // Same, over the process environment.
 EnvConfig load_env_config_from_process();
+
+// The oldest target the kernels support (also the floor of `warm --arch`).
+inline constexpr int kMinArchNumber = 75;
 
 // Normalizes an arch string ("89", "8.9", "sm89", "sm_89", "sm_90a", "90a") to "sm_89"/"sm_90a".
 // Returns nullopt when it is not an arch (letters, out-of-range numbers: major 3..15, minor 0..9).

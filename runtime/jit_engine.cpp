@@ -1,11 +1,11 @@
 #include "runtime/jit_engine.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 
 #include <fmt/format.h>
 
@@ -83,7 +83,22 @@ bool decode_variant_payload(const std::vector<char>& payload, std::vector<std::s
 
 JitEngine::JitEngine(EnvConfig config)
     : config_(std::move(config)),
-      cache_(config_.cache_dir, config_.cache_mode, config_.max_cache_bytes) {}
+      cache_(config_.cache_dir, config_.cache_mode, config_.max_cache_bytes,
+             config_.cache_sharing) {
+  if (config_.cache_mode == CacheMode::off) return;
+  for (const auto& layer : config_.cache_layers)
+    if (layer != config_.cache_dir)
+      layers_.push_back(
+          std::make_unique<DiskCache>(layer, CacheMode::read_only, 0, config_.cache_sharing));
+}
+
+bool JitEngine::cached(const KernelSpec& spec) const {
+  const CacheKey key = key_for(spec);
+  const std::string name = spec.name();
+  for (const auto& layer : layers_)
+    if (layer->contains(key, name)) return true;
+  return cache_.contains(key, name);
+}
 
 CacheKey JitEngine::key_for(const KernelSpec& spec) const {
   return compile_request_key(compile_request(spec), nvrtc_version());
@@ -108,16 +123,22 @@ std::string JitEngine::target_for_device(int major, int minor) const {
 std::shared_ptr<const CompiledVariant> JitEngine::get(const KernelSpec& spec, VariantSource* source) {
   const std::string name = spec.name();
   std::promise<std::shared_ptr<const CompiledVariant>> promise;
+  std::shared_future<std::shared_ptr<const CompiledVariant>> in_flight;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = variants_.find(name);
-    if (it != variants_.end()) {
-      auto future = it->second;
-      counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
-      if (source) *source = VariantSource::memory;
-      return future.get();  // waits for an in-flight compile of the same variant
+    if (it == variants_.end()) {
+      variants_.emplace(name, promise.get_future().share());
+    } else {
+      in_flight = it->second;
     }
-    variants_.emplace(name, promise.get_future().share());
+  }
+  if (in_flight.valid()) {
+    // Wait for an in-flight compile of the same variant without the engine's lock, so that
+    // other variants' memory hits and compiles go on meanwhile.
+    counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
+    if (source) *source = VariantSource::memory;
+    return in_flight.get();
   }
   record(spec);
   try {
@@ -149,6 +170,11 @@ std::shared_ptr<const CompiledVariant> JitEngine::from_entry(const KernelSpec& s
   if (!decode_variant_symbols(entry.payload, &variant->symbols, &offset) ||
       variant->symbols.size() != spec.instantiations().size())
     return nullptr;
+  // Nothing malformed reaches the driver: PTX ends in NUL, a cubin's ELF tables lie inside it.
+  std::string why;
+  if (!check_kernel_binary(entry.kind, entry.payload.data() + offset,
+                           entry.payload.size() - offset, &why))
+    return nullptr;
   // The binary is the payload's tail: take the buffer over instead of copying it (a cached
   // load sits on the path of a server's first call).
   variant->binary = std::move(entry.payload);
@@ -163,22 +189,30 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
   const CompileRequest request = compile_request(spec);
   const CacheKey key = compile_request_key(request, nvrtc_version());
 
-  auto try_disk = [&]() -> std::shared_ptr<const CompiledVariant> {
-    if (config_.force_compile) return nullptr;
-    auto entry = cache_.load(key, name);
+  // The read-only layers first, then the user cache. A bad entry in a layer is skipped with a
+  // warning (never repaired there) and the variant comes from the next one or a compile.
+  auto try_cache = [&](DiskCache& cache) -> std::shared_ptr<const CompiledVariant> {
+    auto entry = cache.load(key, name);
     if (!entry) return nullptr;
     auto variant = from_entry(spec, key, std::move(*entry));
     if (!variant) {
-      log_once(LogLevel::warn, "bad-payload-" + key.hex(),
-               "cache entry for {} has a malformed payload or the wrong binary kind; "
+      log_once(LogLevel::warn, "bad-payload-" + cache.root().string() + key.hex(),
+               "cache entry for {} in {} has a malformed payload, binary or binary kind; "
                "recompiling",
-               name);
+               name, cache.root().string());
       return nullptr;
     }
     counters_.disk_hits.fetch_add(1, std::memory_order_relaxed);
     if (source) *source = VariantSource::disk;
-    log(LogLevel::debug, "loaded {} from the cache ({})", name, key.hex());
+    log(LogLevel::debug, "loaded {} from the cache at {} ({})", name, cache.root().string(),
+        key.hex());
     return variant;
+  };
+  auto try_disk = [&]() -> std::shared_ptr<const CompiledVariant> {
+    if (config_.force_compile) return nullptr;
+    for (const auto& layer : layers_)
+      if (auto hit = try_cache(*layer)) return hit;
+    return try_cache(cache_);
   };
 
   if (auto hit = try_disk()) return hit;
@@ -236,11 +270,24 @@ void JitEngine::record(const KernelSpec& spec) {
   const std::string name = spec.name();
   std::lock_guard<std::mutex> lock(record_mutex_);
   if (!recorded_.insert(name).second) return;
-  // One O_APPEND write per line: lines from concurrent processes never interleave.
-  const int fd = ::open(config_.record_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  // One O_APPEND write per line: lines from concurrent processes never interleave. Never
+  // through a symbolic link, and only into a regular file of ours with no other name (a hard
+  // link planted in a shared directory would point elsewhere).
+  const int fd = ::open(config_.record_file.c_str(),
+                        O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
   if (fd < 0) {
     log_once(LogLevel::warn, "record-open", "ASTRAI_JIT_RECORD: cannot open {}: {}",
-             config_.record_file.string(), std::strerror(errno));
+             config_.record_file.string(),
+             errno == ELOOP ? "a symbolic link (never followed)" : std::strerror(errno));
+    return;
+  }
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode) || info.st_nlink != 1 ||
+      info.st_uid != ::geteuid()) {
+    log_once(LogLevel::warn, "record-open",
+             "ASTRAI_JIT_RECORD: not writing {}: not a regular file of ours with a single link",
+             config_.record_file.string());
+    ::close(fd);
     return;
   }
   const std::string line = name + "\n";
@@ -252,22 +299,57 @@ void JitEngine::record(const KernelSpec& spec) {
 
 void JitEngine::dump(const CompileRequest& request, const std::string& source, const std::string& ptx,
                      const std::string& log_text) {
-  std::error_code ec;
-  std::filesystem::create_directories(config_.dump_dir, ec);
-  const std::string base = (config_.dump_dir / request.variant_name).string();
-  auto write = [&](const std::string& path, const std::string& text) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out) log_once(LogLevel::warn, "dump-" + path, "ASTRAI_JIT_DUMP: cannot write {}", path);
+  // The dump directory is created private; an existing one must be ours and writable by
+  // nobody else, and no file in it is written through a symbolic link or a second name.
+  std::filesystem::path dir = config_.dump_dir;
+  while (!dir.empty() && !dir.has_filename() && dir != dir.root_path()) dir = dir.parent_path();
+  std::error_code ignored;  // the open below reports what matters
+  if (dir.has_parent_path()) std::filesystem::create_directories(dir.parent_path(), ignored);
+  ::mkdir(dir.c_str(), 0700);
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat dir_info {};
+  std::string refused;
+  if (dir_fd < 0)
+    refused = errno == ELOOP ? "a symbolic link (never followed)" : std::strerror(errno);
+  else if (::fstat(dir_fd, &dir_info) != 0)
+    refused = std::strerror(errno);
+  else
+    refused = CacheTrust::owner_only().check(dir_info);
+  if (!refused.empty()) {
+    log_once(LogLevel::warn, "dump-dir", "ASTRAI_JIT_DUMP: not writing to {}: {}", dir.string(),
+             refused);
+    if (dir_fd >= 0) ::close(dir_fd);
+    return;
+  }
+  auto write = [&](const std::string& suffix, const std::string& text) {
+    const std::string name = request.variant_name + suffix;
+    const int fd = ::openat(dir_fd, name.c_str(),
+                            O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+    struct stat info {};
+    bool ok = fd >= 0 && ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) &&
+              info.st_nlink == 1 && info.st_uid == ::geteuid() && ::ftruncate(fd, 0) == 0;
+    for (std::size_t done = 0; ok && done < text.size();) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      ok = n > 0;
+      if (ok) done += static_cast<std::size_t>(n);
+    }
+    if (fd >= 0) ::close(fd);
+    if (!ok)
+      log_once(LogLevel::warn, "dump-" + name, "ASTRAI_JIT_DUMP: cannot write {}",
+               (dir / name).string());
   };
   std::string full_source = source;
   for (const auto& [header_name, text] : request.headers)
     full_source += fmt::format("\n// ---- {} ----\n{}", header_name, text);
-  write(base + ".cu", full_source);
-  if (!ptx.empty()) write(base + ".ptx", ptx);
-  std::string options;
-  for (const auto& option : request.options) options += " " + option;
-  write(base + ".log", fmt::format("options:{}\n{}\n", options, log_text));
+  write(".cu", full_source);
+  if (!ptx.empty()) write(".ptx", ptx);
+  write(".log", fmt::format("options:{}\n{}\n", [&] {
+          std::string joined;
+          for (const auto& option : request.options) joined += " " + option;
+          return joined;
+        }(), log_text));
+  ::close(dir_fd);
 }
 
 }  // namespace astrai::detail

@@ -61,6 +61,10 @@ class JitEngine {
 
   const EnvConfig& config() const { return config_; }
   DiskCache& cache() { return cache_; }
+  // The read-only layers (ASTRAI_JIT_CACHE_PATH), searched in order before cache().
+  const std::vector<std::unique_ptr<DiskCache>>& layers() const { return layers_; }
+  // Whether a layer or the cache holds a trusted entry for the spec (no checksum check).
+  bool cached(const KernelSpec& spec) const;
   const JitCounters& counters() const { return counters_; }
 
   // How long a process waits for another's compile of the same key before compiling itself.
@@ -76,6 +80,7 @@ class JitEngine {
 
   EnvConfig config_;
   DiskCache cache_;
+  std::vector<std::unique_ptr<DiskCache>> layers_;
   JitCounters counters_;
   std::mutex mutex_;
   std::unordered_map<std::string, std::shared_future<std::shared_ptr<const CompiledVariant>>> variants_;

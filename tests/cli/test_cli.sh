@@ -257,7 +257,7 @@ expect_out "damaged: [0-9a-f]{32} ${PAGED//./\\.}"
 check "cache verify exits 1 on the damaged entry and removes it"
 run cache verify
 expect_rc 1
-expect_out "damaged: [0-9a-f]{32} ${PAGED//./\\.}"
+expect_out "damaged: [0-9a-f]{32} ${PAGED//./\\.} \(.*\): checksum mismatch - removed$"
 expect_out '2 entries checked, 1 damaged'
 [[ ! -e "$entry" ]] || fail "verify did not remove the damaged entry $entry"
 
@@ -265,6 +265,102 @@ check "the next cache verify passes"
 run cache verify
 expect_rc 0
 expect_out '1 entries checked, 0 damaged'
+
+check "cache export writes the sound entries; import into an empty cache serves them"
+run cache export -o "$WORK/kernels.astrai"
+expect_rc 0
+expect_out "^export: 1 entries, .* to $WORK/kernels\.astrai$"
+run cache import "$WORK/kernels.astrai" --cache-dir "$WORK/imported"
+expect_rc 0
+expect_out "^import: 1 entries, .* into $WORK/imported$"
+[[ "$(stat -c %a "$WORK/imported")" == 700 ]] || fail "the imported cache is not private (0700)"
+echo "$ROTARY" >"$WORK/rotary_manifest.txt"
+run warm --manifest "$WORK/rotary_manifest.txt" --cache-dir "$WORK/imported"
+expect_rc 0
+expect_out "^warm: 1 variants, 0 compiled, 1 already cached, 0 failed, "
+
+check "a read-only layer (ASTRAI_JIT_CACHE_PATH) serves warm and is never written"
+before=$(find "$WORK/imported" | sort | xargs ls -ld --time-style=+%s.%N)
+set +e
+ASTRAI_JIT_CACHE_PATH="$WORK/imported" "$BIN" warm --manifest "$WORK/rotary_manifest.txt" \
+    --cache-dir "$WORK/layered" >"$OUT" 2>"$ERR"
+RC=$?
+set -e
+expect_rc 0
+expect_out "^warm: 1 variants, 0 compiled, 1 already cached, 0 failed, "
+[[ "$(find "$WORK/imported" | sort | xargs ls -ld --time-style=+%s.%N)" == "$before" ]] \
+  || fail "the read-only layer changed"
+set +e
+ASTRAI_JIT_CACHE_PATH="$WORK/imported" "$BIN" info >"$OUT" 2>"$ERR"
+RC=$?
+set -e
+expect_rc 0
+expect_out "^  read-only layer: $WORK/imported$"
+expect_out '^  trust: owner only$'
+
+check "cache export --manifest names the variants it could not find and exits 1"
+printf '%s\n%s\n' "$ROTARY" "$PAGED" >"$WORK/both_manifest.txt"
+run cache export --manifest "$WORK/both_manifest.txt" -o "$WORK/partial.astrai"
+expect_rc 1
+expect_out "^export: 1 entries"
+expect_err "not in the cache: ${PAGED//./\\.}"
+
+check "cache import of a file that is not an archive exits 1; of a directory exits 2"
+echo "hello" >"$WORK/not-an-archive"
+run cache import "$WORK/not-an-archive" --cache-dir "$WORK/imported"
+expect_rc 1
+expect_err "not a sound archive: "
+run cache import "$WORK" --cache-dir "$WORK/imported"
+expect_rc 2
+expect_err "is not a regular file"
+
+check "cache clear of a cache whose v1 is a symbolic link exits 2 and deletes nothing"
+mkdir -p "$WORK/linked"
+ln -s "$WORK/imported/v1" "$WORK/linked/v1"
+chmod 700 "$WORK/linked"
+before=$(find "$WORK/imported" -type f | sort | xargs sha1sum)
+for verb in clear verify "prune --max-size 0"; do
+  # shellcheck disable=SC2086
+  run cache $verb --cache-dir "$WORK/linked"
+  expect_rc 2
+  expect_err "symbolic link"
+done
+[[ "$(find "$WORK/imported" -type f | sort | xargs sha1sum)" == "$before" ]] \
+  || fail "maintenance followed the symbolic link"
+
+check "cache verify, clear and prune of a missing directory exit 2"
+for verb in verify clear "prune --max-size 0"; do
+  # shellcheck disable=SC2086
+  run cache $verb --cache-dir "$WORK/no-such-cache"
+  expect_rc 2
+  expect_err "no-such-cache"
+done
+[[ ! -e "$WORK/no-such-cache" ]] || fail "a maintenance verb created the cache directory"
+
+check "a cache writable by others is refused: verify exits 2"
+cp -a "$WORK/imported" "$WORK/open"
+chmod 777 "$WORK/open"
+run cache verify --cache-dir "$WORK/open"
+expect_rc 2
+expect_err "writable by others"
+
+check "a manifest that is a directory, or has an overlong line, exits 2 with the text cut short"
+run warm --manifest "$WORK"
+expect_rc 2
+expect_err "is not a regular file"
+head -c 5000 /dev/zero | tr '\0' 'A' >"$WORK/long_manifest.txt"
+run warm --manifest "$WORK/long_manifest.txt"
+expect_rc 2
+expect_err "long_manifest\.txt:1: line longer than 1024 characters"
+[[ $(wc -c <"$ERR") -lt 600 ]] || fail "the overlong line was echoed in full"
+
+check "ASTRAI_JIT_ARCH is validated like --arch"
+set +e
+ASTRAI_JIT_ARCH=sm_70 "$BIN" warm --dry-run >"$OUT" 2>"$ERR"
+RC=$?
+set -e
+expect_rc 2
+expect_err 'ASTRAI_JIT_ARCH=sm_70 is not supported'
 
 check "cache prune without a size (no --max-size, no ASTRAI_JIT_MAX_CACHE_SIZE) exits 2"
 run cache prune

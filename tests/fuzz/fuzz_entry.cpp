@@ -1,6 +1,7 @@
-// libFuzzer target: cache entry files (decode_entry) and the variant payload inside them
-// (decode_variant_payload). Neither may crash, leak or misbehave on any bytes; whatever decodes
-// re-encodes to exactly the same bytes (one encoding per entry), and a rejection names a reason.
+// libFuzzer target: cache entry files (decode_entry), the variant payload inside them
+// (decode_variant_payload) and the binary check before the driver (check_kernel_binary). None
+// may crash, leak or misbehave on any bytes; whatever decodes re-encodes to exactly the same
+// bytes (one encoding per entry), and a rejection names a reason.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -28,6 +29,11 @@ void check_payload(const std::vector<char>& payload) {
   require(!binary.empty(), "a decoded payload has an empty binary");
   require(astrai::detail::encode_variant_payload(symbols, binary) == payload,
           "a decoded payload does not re-encode to the same bytes");
+  for (const BinaryKind kind : {BinaryKind::cubin, BinaryKind::ptx}) {
+    std::string why;
+    if (!astrai::detail::check_kernel_binary(kind, binary.data(), binary.size(), &why))
+      require(!why.empty(), "a refused binary gives no reason");
+  }
 }
 
 }  // namespace

@@ -23,6 +23,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
       "ASTRAI_JIT_DUMP=d\nASTRAI_JIT_CACHE_DIR=relative/dir\n",
       "HOME=/home/u\nXDG_CACHE_HOME=rel\nASTRAI_JIT_ARCH=sm_90a\nASTRAI_JIT_CAHCE=rw\n",
       "ASTRAI_JIT_MAX_CACHE_SIZE=18446744073709551615\nASTRAI_JIT_ARCH=sm_100f\n=x\nnoequals\n",
+      "ASTRAI_JIT_CACHE_PATH=/opt/a:/mnt/b::/c/\nASTRAI_JIT_CACHE_SHARED=group\n",
+      "ASTRAI_JIT_CACHE_SHARED=1500\nASTRAI_JIT_CACHE_PATH=rel\nXDG_RUNTIME_DIR=/run/user/1\n",
   });
   return 0;
 }
@@ -49,8 +51,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             "a configuration error does not name the variable");
     return 0;
   }
-  require(!config.cache_dir.empty() && config.cache_dir.is_absolute(),
+  // Empty means memory only (no HOME, no user database entry, no XDG_RUNTIME_DIR).
+  require(config.cache_dir.empty() || config.cache_dir.is_absolute(),
           "the cache directory is not absolute");
+  for (const auto& layer : config.cache_layers)
+    require(layer.is_absolute(), "a read-only cache layer is not absolute");
   require(config.arch_override.empty() ||
               astrai::detail::normalize_arch(config.arch_override) == config.arch_override,
           "the arch override is not normalized");

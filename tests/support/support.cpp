@@ -1,5 +1,6 @@
 #include "tests/support/support.hpp"
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <random>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 namespace astrai::testing {
 
@@ -22,6 +24,8 @@ TempDir::TempDir() {
     auto candidate = base / ("astrai-test-" + std::to_string(::getpid()) + "-" +
                              std::to_string(rng() % 1000000000ULL));
     if (std::filesystem::create_directory(candidate)) {
+      // Explicit: a cache root here must not turn group-writable under a umask like 002.
+      std::filesystem::permissions(candidate, std::filesystem::perms(0755));
       path_ = candidate;
       return;
     }
@@ -146,6 +150,29 @@ std::string read_file(const std::filesystem::path& path) {
 void write_file(const std::filesystem::path& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+StderrCapture::StderrCapture(std::filesystem::path file) : file_(std::move(file)) {
+  std::fflush(stderr);
+  saved_ = ::dup(2);
+  const int fd = ::open(file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ::dup2(fd, 2);
+  ::close(fd);
+}
+
+StderrCapture::~StderrCapture() { restore(); }
+
+std::string StderrCapture::finish() {
+  restore();
+  return read_file(file_);
+}
+
+void StderrCapture::restore() {
+  if (saved_ < 0) return;
+  std::fflush(stderr);
+  ::dup2(saved_, 2);
+  ::close(saved_);
+  saved_ = -1;
 }
 
 }  // namespace astrai::testing

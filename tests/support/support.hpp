@@ -49,6 +49,22 @@ int spawn_child(const std::string& verb, const std::vector<std::string>& args,
 // Waits for a pid; returns its exit status (or 128 + signal).
 int wait_child(int pid);
 
+// Redirects stderr (descriptor 2) into `file` for the scope; finish() restores it and returns
+// what was written.
+class StderrCapture {
+ public:
+  explicit StderrCapture(std::filesystem::path file);
+  ~StderrCapture();
+  StderrCapture(const StderrCapture&) = delete;
+  StderrCapture& operator=(const StderrCapture&) = delete;
+  std::string finish();
+
+ private:
+  void restore();
+  std::filesystem::path file_;
+  int saved_ = -1;
+};
+
 std::string read_file(const std::filesystem::path& path);
 void write_file(const std::filesystem::path& path, const std::string& bytes);
 

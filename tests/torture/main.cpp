@@ -10,6 +10,10 @@
 //            removes or replaces the entry and returns the correct binary.
 //   hostile  read-only, full, vanishing and file-shaped cache paths: every get() succeeds and
 //            each process prints exactly one warning.
+//   trust    another local user's attacks: a rewritten entry in a world-writable cache,
+//            foreign and group-writable entries, symbolic links at every path, a held lock;
+//            plus a group-shared cache, read-only layers and export/import. Nothing foreign is
+//            loaded, nothing outside the cache changes, every binary is correct.
 //
 // Each verb prints its figures and exits 1 when a guarantee was violated (2: usage error).
 // Every run works in a fresh subdirectory of --dir and removes it afterwards (--keep keeps it).
@@ -84,6 +88,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   hostile_cmd->add_flag("--keep", hostile.keep, "keep the work directory");
 
+  TrustOptions trust;
+  auto* trust_cmd = app.add_subcommand(
+      "trust", "another user's attacks, planted links, shared group, layers, export/import");
+  trust_cmd->add_option("--dir", trust.dir, "work directory (a fresh subdirectory is used)")
+      ->required();
+  trust_cmd->add_option("--rounds", trust.rounds, "rounds per scenario")
+      ->check(CLI::Range(1, 100000));
+  trust_cmd->add_flag("--keep", trust.keep, "keep the work directory");
+
   // Child processes (not listed in --help).
   WorkerOptions worker;
   int worker_force = 0;
@@ -113,6 +126,14 @@ int main(int argc, char** argv) {
   crash_child_cmd->add_option("--dir", crash_dir)->required();
   crash_child_cmd->add_option("--start", crash_start);
   crash_child_cmd->add_option("--keys", crash_keys)->check(CLI::Range(std::size_t{1}, kPoolLimit));
+
+  TrustAttackerOptions trust_attacker_options;
+  auto* trust_attacker_cmd = app.add_subcommand("__trust-attacker")->group("");
+  trust_attacker_cmd->add_option("--action", trust_attacker_options.action)->required();
+  trust_attacker_cmd->add_option("--path", trust_attacker_options.path)->required();
+  trust_attacker_cmd->add_option("--variant", trust_attacker_options.variant);
+  trust_attacker_cmd->add_option("--uid", trust_attacker_options.uid);
+  trust_attacker_cmd->add_option("--gid", trust_attacker_options.gid);
 
   HostileChildOptions hostile_child_options;
   auto* hostile_child_cmd = app.add_subcommand("__hostile-child")->group("");
@@ -146,6 +167,8 @@ int main(int argc, char** argv) {
     if (*pruner_cmd) return stress_pruner(pruner);
     if (*crash_child_cmd) return crash_child(crash_dir, crash_start, crash_keys);
     if (*hostile_child_cmd) return hostile_child(hostile_child_options);
+    if (*trust_cmd) return run_trust(trust);
+    if (*trust_attacker_cmd) return trust_attacker(trust_attacker_options);
     if (*reference_cmd) return reference_child(reference_variant);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "astrai-cache-torture: %s\n", error.what());

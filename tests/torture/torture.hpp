@@ -1,6 +1,6 @@
 // Shared declarations of astrai-cache-torture (tests/torture/): the child-process, file and
 // binary-comparison helpers (torture_support.cpp) and the verbs, one file each: stress.cpp,
-// crash.cpp, corrupt.cpp, hostile.cpp; main.cpp parses the command line.
+// crash.cpp, corrupt.cpp, hostile.cpp, trust.cpp; main.cpp parses the command line.
 #pragma once
 #include <fcntl.h>
 #include <grp.h>
@@ -300,6 +300,8 @@ class WorkDir {
     path_ = fs::absolute(parent) /
             fmt::format("{}-{}-{:06x}", verb, ::getpid(), fresh_seed() & 0xffffff);
     fs::create_directories(path_);
+    // Explicit: a cache root here must not turn group-writable under a umask like 002.
+    fs::permissions(path_, fs::perms(0755));
   }
   ~WorkDir() {
     if (keep_) fmt::print("kept {}\n", path_.string());
@@ -386,6 +388,20 @@ struct HostileChildOptions {
   bool expect_disk_hit = false;
 };
 
+struct TrustOptions {
+  std::string dir;
+  int rounds = 3;
+  bool keep = false;
+};
+
+struct TrustAttackerOptions {
+  std::string action;
+  std::string path;
+  std::string variant;
+  long uid = -1;
+  long gid = -1;
+};
+
 // The verbs and the child processes they start (main.cpp dispatches on the command line).
 int run_stress(StressOptions options);
 int stress_worker(const WorkerOptions& options);
@@ -395,5 +411,7 @@ int crash_child(const std::string& dir, std::size_t start, std::size_t keys);
 int run_corrupt(CorruptOptions options);
 int run_hostile(HostileOptions options);
 int hostile_child(const HostileChildOptions& options);
+int run_trust(TrustOptions options);
+int trust_attacker(const TrustAttackerOptions& options);
 
 }  // namespace astrai::torture

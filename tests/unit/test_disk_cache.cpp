@@ -32,6 +32,7 @@ using astrai::detail::encode_entry;
 using astrai::detail::LogLevel;
 using astrai::detail::payload_checksum;
 using astrai::testing::read_file;
+using astrai::testing::StderrCapture;
 using astrai::testing::TempDir;
 using astrai::testing::write_file;
 
@@ -94,34 +95,6 @@ class QuietLog {
 
  private:
   LogLevel old_;
-};
-
-// Redirects stderr into a file for the scope.
-class StderrCapture {
- public:
-  explicit StderrCapture(const fs::path& file) : file_(file) {
-    std::fflush(stderr);
-    saved_ = ::dup(2);
-    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 2);
-    ::close(fd);
-  }
-  ~StderrCapture() { restore(); }
-  std::string finish() {
-    restore();
-    return read_file(file_);
-  }
-
- private:
-  void restore() {
-    if (saved_ < 0) return;
-    std::fflush(stderr);
-    ::dup2(saved_, 2);
-    ::close(saved_);
-    saved_ = -1;
-  }
-  fs::path file_;
-  int saved_ = -1;
 };
 
 std::size_t count_occurrences(const std::string& text, const std::string& needle) {

@@ -81,10 +81,11 @@ TEST_SUITE("env") {
 TEST_CASE("the known variables are listed once each, sorted") {
   const auto& known = astrai::detail::known_env_variables();
   const std::vector<std::string> expected = {
-      "ASTRAI_JIT_ARCH",      "ASTRAI_JIT_CACHE",          "ASTRAI_JIT_CACHE_DIR",
-      "ASTRAI_JIT_DUMP",      "ASTRAI_JIT_FORCE_COMPILE",  "ASTRAI_JIT_LOG",
-      "ASTRAI_JIT_MAX_CACHE_SIZE", "ASTRAI_JIT_NO_MMA",    "ASTRAI_JIT_NO_WGMMA",
-      "ASTRAI_JIT_RECORD",    "ASTRAI_JIT_STRICT"};
+      "ASTRAI_JIT_ARCH",          "ASTRAI_JIT_CACHE",        "ASTRAI_JIT_CACHE_DIR",
+      "ASTRAI_JIT_CACHE_PATH",    "ASTRAI_JIT_CACHE_SHARED", "ASTRAI_JIT_DUMP",
+      "ASTRAI_JIT_FORCE_COMPILE", "ASTRAI_JIT_LOG",          "ASTRAI_JIT_MAX_CACHE_SIZE",
+      "ASTRAI_JIT_NO_MMA",        "ASTRAI_JIT_NO_WGMMA",     "ASTRAI_JIT_RECORD",
+      "ASTRAI_JIT_STRICT"};
   CHECK(known == expected);
   CHECK(std::is_sorted(known.begin(), known.end()));
   CHECK(std::adjacent_find(known.begin(), known.end()) == known.end());
@@ -453,19 +454,62 @@ TEST_CASE("a relative cache dir is made absolute against the working directory")
   CHECK(config.cache_dir == std::filesystem::current_path() / "rel" / "cache");
 }
 
-TEST_CASE("without HOME the cache dir comes from the user database or /tmp") {
+TEST_CASE("without HOME the cache dir comes from the user database, never a predictable /tmp name") {
   for (const std::vector<std::string>& environment :
        {std::vector<std::string>{}, std::vector<std::string>{"HOME="},
-        std::vector<std::string>{"HOME=relative"}}) {
+        std::vector<std::string>{"HOME=relative"},
+        std::vector<std::string>{"XDG_RUNTIME_DIR=/run/user/7"}}) {
     EnvConfig config = parse_exact(environment);
     CAPTURE(config.cache_dir);
-    CHECK(config.cache_dir.is_absolute());
-    const std::filesystem::path tmp_fallback =
-        std::filesystem::path("/tmp") / ("astrai-jit-" + std::to_string(::getuid()));
-    const bool from_home = config.cache_dir.filename() == "astrai-jit" &&
+    const bool from_home = config.cache_dir.is_absolute() &&
+                           config.cache_dir.filename() == "astrai-jit" &&
                            config.cache_dir.parent_path().filename() == ".cache";
-    CHECK((from_home || config.cache_dir == tmp_fallback));
+    const bool from_runtime_dir = config.cache_dir == "/run/user/7/astrai-jit";
+    // Memory only (empty) is the last resort; a name under /tmp never is.
+    CHECK((from_home || from_runtime_dir || config.cache_dir.empty()));
+    CHECK(config.cache_dir.string().rfind("/tmp", 0) != 0);
   }
+}
+
+TEST_CASE("read-only cache layers are a list of absolute directories, empty parts skipped") {
+  EnvConfig config = parse_one("ASTRAI_JIT_CACHE_PATH", "/opt/astrai-jit/cache::/mnt/k/ :/opt/astrai-jit/cache");
+  REQUIRE(config.cache_layers.size() == 2);
+  CHECK(config.cache_layers[0] == "/opt/astrai-jit/cache");
+  CHECK(config.cache_layers[1] == "/mnt/k/");
+  CHECK(parse_one("ASTRAI_JIT_CACHE_PATH", "").cache_layers.empty());
+  CHECK_THROWS_WITH_AS(parse_one("ASTRAI_JIT_CACHE_PATH", "/opt/c:relative"),
+                       "ASTRAI_JIT_CACHE_PATH=/opt/c:relative is not valid (allowed: a "
+                       "colon-separated list of absolute directories, e.g. "
+                       "/opt/astrai-jit/cache:/mnt/kernels)",
+                       ConfigError);
+}
+
+TEST_CASE("the shared cache takes off, group, a group name or a gid") {
+  using Kind = astrai::detail::CacheSharing::Kind;
+  CHECK(parse({}).cache_sharing.kind == Kind::off);
+  CHECK(parse_one("ASTRAI_JIT_CACHE_SHARED", "off").cache_sharing.kind == Kind::off);
+  CHECK(parse_one("ASTRAI_JIT_CACHE_SHARED", "group").cache_sharing.kind == Kind::directory_group);
+  CHECK(parse_one("ASTRAI_JIT_CACHE_SHARED", " GROUP ").cache_sharing.kind == Kind::directory_group);
+  const auto root_group = parse_one("ASTRAI_JIT_CACHE_SHARED", "root").cache_sharing;
+  CHECK(root_group.kind == Kind::named_group);
+  CHECK(root_group.gid == 0);
+  const auto numeric = parse_one("ASTRAI_JIT_CACHE_SHARED", "1500").cache_sharing;
+  CHECK(numeric.kind == Kind::named_group);
+  CHECK(numeric.gid == 1500);
+  CHECK_THROWS_WITH_AS(parse_one("ASTRAI_JIT_CACHE_SHARED", "no-such-group-x"),
+                       "ASTRAI_JIT_CACHE_SHARED=no-such-group-x is not valid: no group named "
+                       "'no-such-group-x' (allowed: off, group (the cache directory's group), a "
+                       "group name or a numeric gid)",
+                       ConfigError);
+}
+
+TEST_CASE("an arch override older than sm_75 is refused like warm --arch") {
+  CHECK_THROWS_WITH_AS(parse_one("ASTRAI_JIT_ARCH", "sm_70"),
+                       "ASTRAI_JIT_ARCH=sm_70 is not supported (allowed: sm_75 or newer, e.g. "
+                       "sm_80, sm_89, sm_90a)",
+                       ConfigError);
+  CHECK_THROWS_AS(parse_one("ASTRAI_JIT_ARCH", "6.1"), ConfigError);
+  CHECK(parse_one("ASTRAI_JIT_ARCH", "7.5").arch_override == "sm_75");
 }
 
 TEST_CASE("every variable can be set at once") {

@@ -1,4 +1,4 @@
-// `astrai-jit cache list | stats | verify | prune | clear`.
+// `astrai-jit cache list | stats | verify | prune | clear | export | import`.
 #include "tools/cli/cli.hpp"
 
 namespace astrai::cli {
@@ -8,13 +8,24 @@ namespace astrai::cli {
 DiskCache open_cache(const EnvConfig& config, bool write) {
   const CacheMode mode =
       write && config.cache_mode != CacheMode::read_only ? CacheMode::read_write : CacheMode::read_only;
-  return DiskCache(config.cache_dir, mode, 0);
+  return DiskCache(config.cache_dir, mode, 0, config.cache_sharing);
+}
+
+// Checked before a writable DiskCache is opened (which would create a missing directory).
+void require_usable(const EnvConfig& config, const char* verb) {
+  const DiskCache cache(config.cache_dir, CacheMode::read_only, 0, config.cache_sharing);
+  std::string why;
+  bool missing = false;
+  if (!cache.check_usable(&why, &missing) || missing)
+    throw astrai::ConfigError(fmt::format("cache {}: {} is not a usable cache ({})", verb,
+                                          cache.root().string(),
+                                          missing ? why + " (nothing to do)" : why));
 }
 
 void require_writable(const EnvConfig& config, const char* verb) {
   if (config.cache_mode == CacheMode::read_only)
     throw astrai::ConfigError(fmt::format(
-        "cache {}: the cache {} is read-only (ASTRAI_JIT_CACHE=ro); nothing removed", verb,
+        "cache {}: the cache {} is read-only (ASTRAI_JIT_CACHE=ro); nothing changed", verb,
         config.cache_dir.string()));
 }
 
@@ -53,19 +64,38 @@ int run_cache_verify(const EnvConfig& config, bool repair) {
   if (repair && !can_repair)
     fmt::print(stderr, "astrai-jit: warning: ASTRAI_JIT_CACHE=ro: damaged entries are reported, "
                        "not removed\n");
+  require_usable(config, "verify");
   DiskCache cache = open_cache(config, can_repair);
   const auto entries = cache.verify(can_repair);
   std::size_t damaged = 0;
+  std::size_t refused = 0;
+  std::size_t other_format = 0;
   for (const auto& entry : entries) {
+    if (entry.other_format) {
+      ++other_format;
+      fmt::print("other format: {} {} ({}): written by another library version, kept\n",
+                 entry.key_hex, entry.variant_name, entry.path.string());
+      continue;
+    }
     if (entry.valid) continue;
+    if (entry.foreign) {
+      ++refused;
+      fmt::print("refused: {} {} ({}): {} - kept, never loaded\n", entry.key_hex,
+                 entry.variant_name, entry.path.string(), entry.problem);
+      continue;
+    }
     ++damaged;
-    const bool removed = can_repair && !fs::exists(entry.path);
-    fmt::print("damaged: {} {} ({}){}\n", entry.key_hex, entry.variant_name, entry.path.string(),
-               removed ? " - removed" : "");
+    std::error_code ec;
+    const bool removed = can_repair && !fs::exists(fs::symlink_status(entry.path, ec));
+    fmt::print("damaged: {} {} ({}): {}{}\n", entry.key_hex, entry.variant_name,
+               entry.path.string(), entry.problem, removed ? " - removed" : "");
   }
-  fmt::print("verify: {} entries checked, {} damaged{}\n", entries.size(), damaged,
-             damaged > 0 ? (can_repair ? ", removed" : ", kept") : "");
-  return damaged > 0 ? kExitFailed : kExitOk;
+  fmt::print("verify: {} entries checked, {} damaged{}{}{}\n", entries.size(), damaged,
+             damaged > 0 ? (can_repair ? ", removed" : ", kept") : "",
+             refused > 0 ? fmt::format(", {} refused (not trusted)", refused) : std::string(),
+             other_format > 0 ? fmt::format(", {} of another format", other_format)
+                              : std::string());
+  return damaged + refused > 0 ? kExitFailed : kExitOk;
 }
 
 int run_cache_prune(const EnvConfig& config, const std::string& max_size) {
@@ -82,6 +112,7 @@ int run_cache_prune(const EnvConfig& config, const std::string& max_size) {
         "cache prune: no size limit: give --max-size SIZE or set ASTRAI_JIT_MAX_CACHE_SIZE");
   }
   require_writable(config, "prune");
+  require_usable(config, "prune");
   DiskCache cache = open_cache(config, true);
   const std::uint64_t freed = cache.prune(limit);
   const auto stats = cache.stats();
@@ -92,11 +123,43 @@ int run_cache_prune(const EnvConfig& config, const std::string& max_size) {
 
 int run_cache_clear(const EnvConfig& config) {
   require_writable(config, "clear");
+  require_usable(config, "clear");
   DiskCache cache = open_cache(config, true);
   const std::uint64_t removed = cache.clear();
   fmt::print("clear: removed {} entries from {}\n", removed, config.cache_dir.string());
   return kExitOk;
 }
 
+int run_cache_export(const EnvConfig& config, const CacheOptions& options) {
+  std::vector<std::string> variants;
+  if (!options.manifest.empty()) {
+    for (const auto& spec : read_manifest(options.manifest)) variants.push_back(spec.name());
+    if (variants.empty())
+      throw astrai::InvalidArgument(fmt::format("--manifest: '{}' names no variant",
+                                                astrai::detail::echo_text(options.manifest)));
+  }
+  require_usable(config, "export");
+  DiskCache cache = open_cache(config, false);
+  const auto report = astrai::detail::export_cache(cache, variants, options.output);
+  for (const auto& problem : report.problems) fmt::print(stderr, "astrai-jit: {}\n", problem);
+  fmt::print("export: {} entries, {} ({} bytes) from {} to {}\n", report.entries,
+             format_bytes(report.bytes), report.bytes, config.cache_dir.string(), options.output);
+  return report.problems.empty() ? kExitOk : kExitFailed;
+}
+
+int run_cache_import(const EnvConfig& config, const CacheOptions& options) {
+  require_writable(config, "import");
+  DiskCache cache = open_cache(config, true);
+  if (!cache.usable_for_write())
+    throw astrai::ConfigError(fmt::format("cache import: {} is not a usable cache",
+                                          config.cache_dir.string()));
+  const auto report = astrai::detail::import_archive(cache, options.archive);
+  for (const auto& problem : report.problems) fmt::print(stderr, "astrai-jit: {}\n", problem);
+  fmt::print("import: {} entries, {} ({} bytes) into {}{}\n", report.entries,
+             format_bytes(report.bytes), report.bytes, config.cache_dir.string(),
+             report.problems.empty() ? std::string()
+                                     : fmt::format(", {} rejected", report.problems.size()));
+  return report.problems.empty() ? kExitOk : kExitFailed;
+}
 
 }  // namespace astrai::cli

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "astrai/error.hpp"
+#include "cache/cache_archive.hpp"
 #include "cache/disk_cache.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/env_config.hpp"
@@ -53,8 +54,9 @@ constexpr const char* kFallbackArch = "sm_90a";
 constexpr const char* kExitCodesFooter =
     "Exit codes:\n"
     "  0  success\n"
-    "  1  work failed: a kernel did not compile, `cache verify` found damaged entries, or an\n"
-    "     internal error (a missing GPU is not a failure for `info`)\n"
+    "  1  work failed: a kernel did not compile, `cache verify` found damaged or refused\n"
+    "     entries, `cache export` missed a manifest variant, `cache import` rejected an entry,\n"
+    "     or an internal error (a missing GPU is not a failure for `info`)\n"
     "  2  usage or configuration error: bad flag or value, bad manifest line, bad ASTRAI_JIT_*\n"
     "     environment value";
 
@@ -179,11 +181,18 @@ struct CacheOptions {
   std::string cache_dir;
   bool no_repair = false;
   std::string max_size;
+  std::string manifest;  // export: only these variants
+  std::string output;    // export: the archive written
+  std::string archive;   // import: the archive read
 };
 
 // Cache verbs manage the directory whatever ASTRAI_JIT_CACHE says, except that a read-only
 // configuration is never written to. `write` asks for a cache that may remove files.
 DiskCache open_cache(const EnvConfig& config, bool write);
+
+// Maintenance of a path that is not a usable cache (missing, not a directory, a symbolic
+// link, refused by the trust rule) is a usage error: nothing there is touched.
+void require_usable(const EnvConfig& config, const char* verb);
 
 void require_writable(const EnvConfig& config, const char* verb);
 
@@ -198,6 +207,10 @@ int run_cache_verify(const EnvConfig& config, bool repair);
 int run_cache_prune(const EnvConfig& config, const std::string& max_size);
 
 int run_cache_clear(const EnvConfig& config);
+
+int run_cache_export(const EnvConfig& config, const CacheOptions& options);
+
+int run_cache_import(const EnvConfig& config, const CacheOptions& options);
 
 // ---------------------------------------------------------------------------------------------
 // info

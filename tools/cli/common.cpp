@@ -73,6 +73,19 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 EnvConfig load_config() {
   EnvConfig config = astrai::detail::load_env_config_from_process();
   astrai::detail::Logger::instance().set_level(config.log_level);
+  // ASTRAI_JIT_ARCH is checked like `warm --arch`: NVRTC must be able to compile for it.
+  if (!config.arch_override.empty()) {
+    const std::vector<int> supported = astrai::detail::nvrtc_supported_archs();
+    const int number = astrai::detail::arch_number(config.arch_override);
+    if (!supported.empty() &&
+        std::find(supported.begin(), supported.end(), number) == supported.end()) {
+      std::vector<std::string> names;
+      for (int arch : supported) names.push_back(fmt::format("sm_{}", arch));
+      throw astrai::ConfigError(fmt::format(
+          "ASTRAI_JIT_ARCH={}: NVRTC {} cannot compile for it (supported: {})",
+          config.arch_override, astrai::detail::nvrtc_version().text(), join(names, ", ")));
+    }
+  }
   for (const auto& name : config.unknown_variables)
     astrai::detail::log_once(astrai::detail::LogLevel::warn, "unknown-env-" + name,
                              "unknown environment variable {} ignored (known: {})", name,

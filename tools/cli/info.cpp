@@ -70,6 +70,12 @@ int run_info(const EnvConfig& config) {
   fmt::print("cache:\n");
   fmt::print("  directory: {}\n", config.cache_dir.string());
   fmt::print("  mode: {}\n", cache_mode_name(config.cache_mode));
+  fmt::print("  trust: {}\n",
+             config.cache_sharing.enabled()
+                 ? fmt::format("shared with group {}", config.cache_sharing.name)
+                 : std::string("owner only"));
+  for (const auto& layer : config.cache_layers)
+    fmt::print("  read-only layer: {}\n", layer.string());
   fmt::print("  entries: {}\n", stats.entries);
   fmt::print("  total size: {} ({} bytes)\n", format_bytes(stats.total_bytes), stats.total_bytes);
   fmt::print("  cap: {}\n", cap_text(config.max_cache_bytes));

@@ -1,7 +1,7 @@
 // astrai-jit: command-line front end of the JIT runtime.
 //
 //   astrai-jit warm   compile kernel variants ahead of time into the disk cache
-//   astrai-jit cache  list | stats | verify | prune | clear the disk cache
+//   astrai-jit cache  list | stats | verify | prune | clear | export | import
 //   astrai-jit info   NVRTC, driver, devices, cache and ASTRAI_JIT_* settings
 //
 // Nothing here needs a GPU: `warm` compiles through JitEngine (NVRTC only) and `info` reports
@@ -22,6 +22,8 @@ struct Commands {
   CLI::App* cache_verify = nullptr;
   CLI::App* cache_prune = nullptr;
   CLI::App* cache_clear = nullptr;
+  CLI::App* cache_export = nullptr;
+  CLI::App* cache_import = nullptr;
   CLI::App* info = nullptr;
   WarmOptions warm_options;
   CacheOptions cache_options;
@@ -92,7 +94,9 @@ void add_cache_command(CLI::App& app, Commands* commands) {
   cache->footer(with_exit_codes(
       "The cache verbs act on the configured directory (ASTRAI_JIT_CACHE_DIR, or --cache-dir)\n"
       "even when ASTRAI_JIT_CACHE=off; with ASTRAI_JIT_CACHE=ro nothing is removed (verify only\n"
-      "reports, prune and clear fail with exit code 2)."));
+      "reports, prune, clear and import fail with exit code 2). verify, prune, clear and export\n"
+      "of a path that is not a usable cache (missing, not a directory, a symbolic link, owned by\n"
+      "another user or writable by others) exit 2 and touch nothing."));
   commands->cache = cache;
 
   commands->cache_list = cache->add_subcommand(
@@ -111,8 +115,23 @@ void add_cache_command(CLI::App& app, Commands* commands) {
                    "ASTRAI_JIT_MAX_CACHE_SIZE; one of them is required]")
       ->type_name("SIZE");
   commands->cache_clear = cache->add_subcommand("clear", "Remove every entry, lock and temp file");
+  commands->cache_export = cache->add_subcommand(
+      "export", "Write the cache's sound entries (or a manifest's variants) to an archive file");
+  commands->cache_export
+      ->add_option("--manifest", options.manifest,
+                   "Export only these variants (a file as written by ASTRAI_JIT_RECORD)")
+      ->type_name("FILE");
+  commands->cache_export->add_option("-o,--output", options.output, "Archive to write")
+      ->type_name("FILE")
+      ->required();
+  commands->cache_import = cache->add_subcommand(
+      "import", "Check every entry of an archive written by `cache export` and store it");
+  commands->cache_import->add_option("archive", options.archive, "Archive to read")
+      ->type_name("FILE")
+      ->required();
   for (CLI::App* verb : {commands->cache_list, commands->cache_stats, commands->cache_verify,
-                         commands->cache_prune, commands->cache_clear})
+                         commands->cache_prune, commands->cache_clear, commands->cache_export,
+                         commands->cache_import})
     add_cache_dir_option(verb, &options);
 }
 
@@ -162,6 +181,8 @@ int dispatch(const Commands& commands) {
   if (*commands.cache_verify) return run_cache_verify(config, !commands.cache_options.no_repair);
   if (*commands.cache_prune) return run_cache_prune(config, commands.cache_options.max_size);
   if (*commands.cache_clear) return run_cache_clear(config);
+  if (*commands.cache_export) return run_cache_export(config, commands.cache_options);
+  if (*commands.cache_import) return run_cache_import(config, commands.cache_options);
   print_error("no command given (run with --help)");
   return kExitUsage;
 }

@@ -103,22 +103,17 @@ std::vector<DType> resolve_dtypes(const std::vector<std::string>& requested) {
 // Variants of a manifest file (as written by ASTRAI_JIT_RECORD). Throws InvalidArgument naming
 // file:line for a bad line.
 std::vector<KernelSpec> read_manifest(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw astrai::InvalidArgument(fmt::format("--manifest: cannot read '{}'", path));
   std::vector<KernelSpec> specs;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    const std::size_t hash = line.find('#');
-    if (hash != std::string::npos) line.erase(hash);
-    const std::string text = trim(line);
-    if (text.empty()) continue;
+  for (const auto& line : astrai::detail::read_manifest_lines(path)) {
     try {
-      specs.push_back(KernelSpec::parse(text));
+      specs.push_back(KernelSpec::parse(line.text));
     } catch (const astrai::Error& error) {
-      throw astrai::InvalidArgument(fmt::format("{}:{}: {}", path, number, error.what()));
+      // The message echoes the line: cut it short and make it printable.
+      throw astrai::InvalidArgument(fmt::format("{}:{}: {}", astrai::detail::echo_text(path),
+                                                line.number,
+                                                astrai::detail::echo_text(error.what())));
     }
   }
-  if (in.bad()) throw astrai::InvalidArgument(fmt::format("--manifest: error reading '{}'", path));
   return specs;
 }
 
@@ -285,7 +280,7 @@ int run_warm(const WarmOptions& options, EnvConfig config) {
     for (const auto& spec : specs) {
       bool present = false;
       try {
-        present = !config.force_compile && engine.cache().contains(engine.key_for(spec), spec.name());
+        present = !config.force_compile && engine.cached(spec);
       } catch (const astrai::Error& error) {
         ++failed;
         print_error(fmt::format("{}: {}", spec.name(), error.what()));

@@ -10,8 +10,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -22,6 +25,7 @@
 #include "runtime/driver_api.hpp"
 #include "runtime/kernel_sources.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "runtime/tensor_map.hpp"
 
 namespace {
 
@@ -142,26 +146,21 @@ void compile(Module* out, const std::string& main_file, const std::vector<std::s
 }
 
 // A 16-bit tensor of 2 to 4 dims (innermost first), boxes of {64, box1, box2, 1} elements (box2
-// ignored for 2 dims), 128-byte swizzle. Strides in elements for dims 1..rank-1.
+// ignored for 2 dims), 128-byte swizzle, through the runtime's encoder. Strides in elements for
+// dims 1..rank-1.
 CUtensorMap tensor_map(const void* base, bool fp16, std::vector<std::uint64_t> dims,
                        std::vector<std::uint64_t> strides, std::uint32_t box1, std::uint32_t box2 = 1) {
-  CUtensorMap map;
-  std::vector<cuuint64_t> byte_strides;
-  for (auto s : strides) byte_strides.push_back(s * 2);
-  std::vector<cuuint32_t> box(dims.size(), 1);
-  box[0] = 64;
-  box[1] = box1;
-  if (dims.size() > 2) box[2] = box2;
-  std::vector<cuuint32_t> element_strides(dims.size(), 1);
-  std::vector<cuuint64_t> sizes(dims.begin(), dims.end());
-  check_cu(driver().cuTensorMapEncodeTiled(
-               &map, fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-               static_cast<cuuint32_t>(dims.size()), const_cast<void*>(base), sizes.data(),
-               byte_strides.data(), box.data(), element_strides.data(), CU_TENSOR_MAP_INTERLEAVE_NONE,
-               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-           "cuTensorMapEncodeTiled", 0);
-  return map;
+  astrai::detail::TensorMapShape shape;
+  shape.base = base;
+  shape.dims = dims;
+  shape.strides.assign(strides.begin(), strides.end());
+  shape.box.assign(dims.size(), 1);
+  shape.box[0] = 64;
+  shape.box[1] = box1;
+  if (dims.size() > 2) shape.box[2] = box2;
+  const std::string problem = astrai::detail::tensor_map_problem(shape);
+  if (!problem.empty()) throw std::runtime_error("tensor map: " + problem);
+  return astrai::detail::encode_tensor_map(shape, fp16, 0);
 }
 
 struct Grid {

@@ -215,10 +215,10 @@ void gemm_case(CUfunction kernel, int m, int n, int k, CUstream stream, int reps
   const CUtensorMap map_b = tensor_map(b.ptr(), false, {std::uint64_t(k), std::uint64_t(n)}, {std::uint64_t(k)}, 256);
   CUdeviceptr c_ptr = c.get();
   int mm = m, nn = n, kk = k;
-  const Grid grid{static_cast<unsigned>((m / 128) * (n / 256))};
+  const Grid grid{static_cast<unsigned>((m / astrai::kGemmBlockM) * (n / astrai::kGemmBlockN))};
   const unsigned smem = astrai::kGemmSmemBytes;
   auto run = [&] {
-    launch(kernel, grid, 384, smem, stream,
+    launch(kernel, grid, astrai::kGemmThreads, smem, stream,
            {const_cast<CUtensorMap*>(&map_a), const_cast<CUtensorMap*>(&map_b), &c_ptr, &mm, &nn, &kk});
   };
   run();

@@ -17,6 +17,7 @@ inline constexpr int kGemmSmemBytes = kGemmStages * (kGemmStageBytesA + kGemmSta
 // Prefill (prefill_sm90.cuh): a producer warpgroup and two consumer warpgroups of 64 rows.
 inline constexpr int kPrefillSm90Threads = 384;
 inline constexpr int kPrefillSm90BlockM = 128;  // query rows per CTA
+inline constexpr int kPrefillSm90Stages = 2;    // K and V blocks in flight, each
 
 // KV tokens per block: S (kBlockN / 2 registers a thread) beside O (kHeadDim / 2), and Q with two
 // stages of K and V inside 227 KB. Measured on the H200 (docs/device-notes.md, sm_90 run 2):
@@ -25,9 +26,11 @@ constexpr int prefill_sm90_block_n(int head_dim) {
   return head_dim <= 64 ? 192 : head_dim <= 128 ? 176 : 80;
 }
 
-// Q (128 rows), two stages of K and V, 9 mbarriers, and 1 KB to align the tiles by hand.
+// Q, the K and V rings, their mbarriers (Q's, and a full and an empty one per stage of K and of
+// V), and 1 KB to align the tiles by hand.
 constexpr int prefill_sm90_smem_bytes(int head_dim, int block_n) {
-  return kPrefillSm90BlockM * head_dim * 2 + 2 * 2 * block_n * head_dim * 2 + 8 * 9 + 1024;
+  return kPrefillSm90BlockM * head_dim * 2 + 2 * kPrefillSm90Stages * block_n * head_dim * 2 +
+         8 * (1 + 4 * kPrefillSm90Stages) + 1024;
 }
 
 template <int kHeadDim, int kBlockN_ = prefill_sm90_block_n(kHeadDim)>
@@ -36,7 +39,7 @@ struct PrefillSm90Shape {
   static_assert(kBlockN_ % 16 == 0, "block_n");
   static constexpr int kBlockM = kPrefillSm90BlockM;
   static constexpr int kBlockN = kBlockN_;
-  static constexpr int kStages = 2;
+  static constexpr int kStages = kPrefillSm90Stages;
   static constexpr int kChunks = kHeadDim / 64;  // 128-byte column chunks per row
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V block

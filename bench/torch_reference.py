@@ -1,6 +1,13 @@
 """PyTorch's own attention kernels (cuDNN, FlashAttention-2) on the shapes of the sm_90 prefill
 rows, timed like astrai-sm90-check (median of CUDA-event timings after a warm-up), so that the
-ratios are read from one run on one GPU. Prints one TIME line per case and backend."""
+ratios are read from one run on one GPU. Prints one TIME line per case and backend.
+
+    python3 bench/torch_reference.py [--filter REGEX] [--reps N]
+
+--filter keeps the cases whose TIME label matches (e.g. 'cudnn prefill hd128 B2'); --reps 1
+with a filter launches one kernel after the warm-up, for a profiler."""
+import argparse
+import re
 import sys
 
 import torch
@@ -22,6 +29,11 @@ def median_ms(fn, reps=20):
 
 
 def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--filter", default="", help="regex over the case labels")
+    parser.add_argument("--reps", type=int, default=20, help="timed runs per case (median)")
+    args = parser.parse_args()
+    pattern = re.compile(args.filter)
     torch.manual_seed(0)
     heads, kv_heads = 32, 8
     cases = [(128, 4, 4096, False), (128, 2, 8192, True), (64, 2, 8192, True), (256, 2, 8192, True)]
@@ -35,12 +47,14 @@ def main():
         v = v.repeat_interleave(heads // kv_heads, dim=2).transpose(1, 2)
         flops = 4.0 * batch * heads * length * length * head_dim * (0.5 if causal else 1.0)
         for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash2", SDPBackend.FLASH_ATTENTION)):
+            label = f"torch-{name} prefill hd{head_dim} B{batch} L{length} causal{int(causal)}"
+            if not pattern.search(label):
+                continue
             try:
                 with sdpa_kernel([backend]):
                     run = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                    ms = median_ms(run)
-                print(f"TIME torch-{name} prefill hd{head_dim} B{batch} L{length} causal{int(causal)}: "
-                      f"{ms:.3f} ms {flops / (ms * 1e-3) / 1e12:.1f} TFLOP/s", flush=True)
+                    ms = median_ms(run, args.reps)
+                print(f"TIME {label}: {ms:.3f} ms {flops / (ms * 1e-3) / 1e12:.1f} TFLOP/s", flush=True)
             except Exception as error:  # a backend that refuses the shape says so, the rest still run
                 print(f"SKIP torch-{name} prefill hd{head_dim}: {str(error).splitlines()[0][:160]}", flush=True)
         del q, k, v

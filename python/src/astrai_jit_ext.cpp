@@ -67,6 +67,17 @@ std::string device_string(int type, int id) {
   throw astrai::InvalidArgument(std::string(call) + ": " + message);
 }
 
+// Benchmark mode (python/bench/host_overhead.py --cpu): calls check and convert their arguments
+// as usual, accept CPU tensors, and launch nothing, so the host path can be timed without a GPU.
+bool host_only = false;
+
+template <typename Args>
+void launch(void (astrai::Runtime::*call)(const Args&), const Args& a) {
+  if (host_only) return;
+  nb::gil_scoped_release release;
+  (astrai::Runtime::get().*call)(a);
+}
+
 // One call's argument checks. Tensors are recorded as they are checked so the device check,
 // which runs last, covers all of them.
 class Checker {
@@ -180,7 +191,7 @@ class Checker {
                            first.name + " is on " + device_string(first.type, first.id) +
                            " (allowed: every tensor on one CUDA device)");
     }
-    if (first.type != nb::device::cuda::value)
+    if (first.type != nb::device::cuda::value && !(host_only && first.type == nb::device::cpu::value))
       invalid(call_, std::string(first.name) + " is on " + device_string(first.type, first.id) +
                          " (allowed: a CUDA device)");
   }
@@ -322,8 +333,7 @@ void paged_decode(const Input& q, const Input& k_cache, const Input& v_cache, co
                   std::uintptr_t stream) {
   const astrai::PagedDecodeArgs a = paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
                                                       req_indices, new_k, new_v, scale, stream);
-  nb::gil_scoped_release release;
-  astrai::Runtime::get().paged_decode(a);
+  launch(&astrai::Runtime::paged_decode, a);
 }
 
 // For the host-overhead benchmark: mean host microseconds of `calls` back-to-back C++
@@ -419,8 +429,7 @@ void decode(const Input& q, const Input& k, const Input& v, Output out, Opt<Outp
   a.stream = reinterpret_cast<void*>(stream);
   astrai::validate_args(a);
   c.devices();
-  nb::gil_scoped_release release;
-  astrai::Runtime::get().decode(a);
+  launch(&astrai::Runtime::decode, a);
 }
 
 void prefill(const Input& q, const Input& k, const Input& v, Output out, Opt<Output> lse, Opt<Input> mask,
@@ -492,8 +501,7 @@ void prefill(const Input& q, const Input& k, const Input& v, Output out, Opt<Out
   a.stream = reinterpret_cast<void*>(stream);
   astrai::validate_args(a);
   c.devices();
-  nb::gil_scoped_release release;
-  astrai::Runtime::get().prefill(a);
+  launch(&astrai::Runtime::prefill, a);
 }
 
 void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, const Input& page_table,
@@ -578,8 +586,7 @@ void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, c
   a.stream = reinterpret_cast<void*>(stream);
   astrai::validate_args(a);
   c.devices();
-  nb::gil_scoped_release release;
-  astrai::Runtime::get().paged_prefill(a);
+  launch(&astrai::Runtime::paged_prefill, a);
 }
 
 void rotary_emb(const Input& x, const Input& freqs, Output out, std::uintptr_t stream) {
@@ -629,8 +636,7 @@ void rotary_emb(const Input& x, const Input& freqs, Output out, std::uintptr_t s
   a.stream = reinterpret_cast<void*>(stream);
   astrai::validate_args(a);
   c.devices();
-  nb::gil_scoped_release release;
-  astrai::Runtime::get().rotary_emb(a);
+  launch(&astrai::Runtime::rotary_emb, a);
 }
 
 std::vector<std::string> loaded_variants() { return astrai::Runtime::get().loaded_variants(); }
@@ -697,5 +703,7 @@ NB_MODULE(_C, m) {
   m.def("_time_paged_decode_calls", &time_paged_decode_calls, nb::arg("q"), nb::arg("k_cache"),
         nb::arg("v_cache"), nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("out"), nb::arg("scale"),
         nb::arg("stream"), nb::arg("calls"), "Benchmark helper: mean host us per C++ paged_decode call.");
+  m.def("_set_host_only", [](bool on) { host_only = on; }, nb::arg("on"),
+        "Benchmark mode: calls accept CPU tensors and launch nothing.");
   m.def("loaded_variants", &loaded_variants, "Variant names this process has loaded.");
 }

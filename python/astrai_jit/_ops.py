@@ -83,8 +83,8 @@ def _check_tensor(call: str, name: str, value) -> None:
 
 
 def _out_like(call: str, q: Tensor, out: Optional[Tensor]) -> Tensor:
+    _check_tensor(call, "q", q)
     if out is None:
-        _check_tensor(call, "q", q)
         return torch.empty_like(q, memory_format=torch.contiguous_format)
     _check_tensor(call, "out", out)
     return out
@@ -118,7 +118,6 @@ def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor
         _launch(_C.paged_decode, q, stream, q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
                 req_indices, new_k, new_v, s)
     else:
-        _check_tensor(call, "q", q)
         handle = _op_stream(q, stream)
         if new_k is not None or new_v is not None:
             torch.ops.astrai_jit.paged_decode_append(q, k_cache, v_cache, page_table, seq_lens, out, lse,
@@ -146,7 +145,6 @@ def decode(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sca
     if _eager(q):
         _launch(_C.decode, q, stream, q, k, v, out, lse, mask, int(causal_offset), s)
     else:
-        _check_tensor(call, "q", q)
         torch.ops.astrai_jit.decode(q, k, v, out, lse, mask, int(causal_offset), s, _op_stream(q, stream))
     return (out, lse) if return_lse else out
 
@@ -169,7 +167,6 @@ def prefill(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sc
     if _eager(q):
         _launch(_C.prefill, q, stream, q, k, v, out, lse, mask, int(causal_offset), s)
     else:
-        _check_tensor(call, "q", q)
         torch.ops.astrai_jit.prefill(q, k, v, out, lse, mask, int(causal_offset), s, _op_stream(q, stream))
     return (out, lse) if return_lse else out
 
@@ -194,7 +191,6 @@ def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tenso
         _launch(_C.paged_prefill, q, stream, q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse,
                 mask, m, bool(causal), s)
     else:
-        _check_tensor(call, "q", q)
         torch.ops.astrai_jit.paged_prefill(q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse,
                                            mask, m, bool(causal), s, _op_stream(q, stream))
     return (out, lse) if return_lse else out

@@ -47,9 +47,9 @@ def stream_handle(device: torch.device, stream) -> int:
     return torch._C._cuda_getCurrentRawStream(device.index)
 
 
-# PyTorch >= 2.10 publishes DLPack's C exchange API: the extension then reads each tensor with one
-# C call and asks PyTorch for the current stream itself (stream None). Older versions hand the
-# extension each tensor through __dlpack__, and the stream is looked up here.
+# Recent PyTorch (2.11 does) publishes DLPack's C exchange API: the extension then reads each
+# tensor with one C call and asks PyTorch for the current stream itself (stream None). Older
+# versions hand the extension each tensor through __dlpack__, and the stream is looked up here.
 _EXTENSION_FINDS_STREAM = _C._reads_type_directly(torch.Tensor)
 
 

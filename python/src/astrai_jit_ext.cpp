@@ -80,7 +80,7 @@ void launch(void (astrai::Runtime::*call)(const Args&), const Args& a) {
 
 // DLPack's C exchange API (DLPack >= 1.2): a table of C functions that a framework publishes on
 // its tensor type as the capsule `__dlpack_c_exchange_api__` named "dlpack_exchange_api"
-// (PyTorch >= 2.10). Declared here with the members this module calls; the others stay opaque.
+// (PyTorch 2.11 does). Declared here with the members this module calls; the others stay opaque.
 struct DlpackExchangeApi {
   std::uint32_t version_major;
   std::uint32_t version_minor;

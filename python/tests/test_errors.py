@@ -272,7 +272,7 @@ class TestDlpack:
             astrai_jit._C.rotary_emb(x, np.zeros((6, 32, 2), dtype=np.float32), x, 0)
 
     @pytest.mark.skipif(not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"),
-                        reason="PyTorch without DLPack's C exchange API (before 2.10)")
+                        reason="a PyTorch without DLPack's C exchange API")
     def test_torch_tensors_are_read_through_the_c_exchange_api(self):
         np = pytest.importorskip("numpy")
         assert astrai_jit._C._reads_type_directly(torch.Tensor)

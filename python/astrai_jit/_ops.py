@@ -22,12 +22,6 @@ Tensor = torch.Tensor
 _compiling = torch.compiler.is_compiling
 
 
-def _traced(t: Tensor) -> bool:
-    # torch.compile, or a tensor subclass (fake, functional, proxy tensors while tracing): go
-    # through the custom op so the call is recorded. Plain eager tensors take the direct path.
-    return _compiling() or type(t) is not torch.Tensor
-
-
 def _resolve_scale(scale: Optional[float]) -> float:
     # The runtime reads scale <= 0 as 1/sqrt(head_dim).
     if scale is None:
@@ -53,14 +47,34 @@ def stream_handle(device: torch.device, stream) -> int:
     return torch._C._cuda_getCurrentRawStream(device.index)
 
 
-def _call(fn, device: torch.device, *args):
+# Recent PyTorch (2.11 does) publishes DLPack's C exchange API: the extension then reads each
+# tensor with one C call and asks PyTorch for the current stream itself (stream None). Older
+# versions hand the extension each tensor through __dlpack__, and the stream is looked up here.
+_EXTENSION_FINDS_STREAM = _C._reads_type_directly(torch.Tensor)
+
+
+def _eager(t) -> bool:
+    # A plain tensor outside torch.compile goes straight to the extension. Under torch.compile,
+    # or for a tensor subclass (fake, functional, proxy tensors while tracing), the call goes
+    # through the custom op so it is recorded.
+    return type(t) is Tensor and not _compiling()
+
+
+def _launch(fn, t: Tensor, stream, *args) -> None:
+    handle = None if stream is None and _EXTENSION_FINDS_STREAM else stream_handle(t.device, stream)
     # The runtime launches on the current device's primary context: switch when the tensors live
-    # on another GPU.
-    if device.type == "cuda" and device.index != torch.cuda.current_device():
-        with torch.cuda.device(device):
-            fn(*args)
+    # on another GPU (get_device() is -1 on the CPU, where the extension refuses them).
+    index = t.get_device()
+    if index >= 0 and index != torch.cuda.current_device():
+        with torch.cuda.device(index):
+            fn(*args, handle)
     else:
-        fn(*args)
+        fn(*args, handle)
+
+
+def _op_stream(t: Tensor, stream) -> int:
+    # The custom ops take -1 for the current stream when the op runs.
+    return -1 if stream is None else stream_handle(t.device, stream)
 
 
 def _check_tensor(call: str, name: str, value) -> None:
@@ -71,13 +85,13 @@ def _check_tensor(call: str, name: str, value) -> None:
 def _out_like(call: str, q: Tensor, out: Optional[Tensor]) -> Tensor:
     _check_tensor(call, "q", q)
     if out is None:
-        return torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        return torch.empty_like(q, memory_format=torch.contiguous_format)
     _check_tensor(call, "out", out)
     return out
 
 
-def _lse(return_lse: bool, shape, device) -> Optional[Tensor]:
-    return torch.empty(shape, dtype=torch.float32, device=device) if return_lse else None
+def _lse(q: Tensor, shape) -> Tensor:
+    return torch.empty(shape, dtype=torch.float32, device=q.device)
 
 
 def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor, seq_lens: Tensor, *,
@@ -98,19 +112,19 @@ def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor
     """
     call = "paged_decode"
     out = _out_like(call, q, out)
-    lse = _lse(return_lse, q.shape[:2], q.device)
+    lse = _lse(q, q.shape[:2]) if return_lse else None
     s = _resolve_scale(scale)
-    if _traced(q):
-        handle = -1 if stream is None else stream_handle(q.device, stream)
+    if _eager(q):
+        _launch(_C.paged_decode, q, stream, q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
+                req_indices, new_k, new_v, s)
+    else:
+        handle = _op_stream(q, stream)
         if new_k is not None or new_v is not None:
             torch.ops.astrai_jit.paged_decode_append(q, k_cache, v_cache, page_table, seq_lens, out, lse,
                                                      mask, req_indices, new_k, new_v, s, handle)
         else:
             torch.ops.astrai_jit.paged_decode(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
                                               req_indices, s, handle)
-    else:
-        _call(_C.paged_decode, q.device, q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
-              req_indices, new_k, new_v, s, stream_handle(q.device, stream))
     return (out, lse) if return_lse else out
 
 
@@ -126,14 +140,12 @@ def decode(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sca
     """
     call = "decode"
     out = _out_like(call, q, out)
-    lse = _lse(return_lse, (q.shape[0], q.shape[-2]), q.device)
+    lse = _lse(q, (q.shape[0], q.shape[-2])) if return_lse else None
     s = _resolve_scale(scale)
-    if _traced(q):
-        handle = -1 if stream is None else stream_handle(q.device, stream)
-        torch.ops.astrai_jit.decode(q, k, v, out, lse, mask, int(causal_offset), s, handle)
+    if _eager(q):
+        _launch(_C.decode, q, stream, q, k, v, out, lse, mask, int(causal_offset), s)
     else:
-        _call(_C.decode, q.device, q, k, v, out, lse, mask, int(causal_offset), s,
-              stream_handle(q.device, stream))
+        torch.ops.astrai_jit.decode(q, k, v, out, lse, mask, int(causal_offset), s, _op_stream(q, stream))
     return (out, lse) if return_lse else out
 
 
@@ -150,14 +162,12 @@ def prefill(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sc
     """
     call = "prefill"
     out = _out_like(call, q, out)
-    lse = _lse(return_lse, q.shape[:3], q.device)
+    lse = _lse(q, q.shape[:3]) if return_lse else None
     s = _resolve_scale(scale)
-    if _traced(q):
-        handle = -1 if stream is None else stream_handle(q.device, stream)
-        torch.ops.astrai_jit.prefill(q, k, v, out, lse, mask, int(causal_offset), s, handle)
+    if _eager(q):
+        _launch(_C.prefill, q, stream, q, k, v, out, lse, mask, int(causal_offset), s)
     else:
-        _call(_C.prefill, q.device, q, k, v, out, lse, mask, int(causal_offset), s,
-              stream_handle(q.device, stream))
+        torch.ops.astrai_jit.prefill(q, k, v, out, lse, mask, int(causal_offset), s, _op_stream(q, stream))
     return (out, lse) if return_lse else out
 
 
@@ -174,16 +184,15 @@ def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tenso
     """
     call = "paged_prefill"
     out = _out_like(call, q, out)
-    lse = _lse(return_lse, q.shape[:2], q.device)
+    lse = _lse(q, q.shape[:2]) if return_lse else None
     s = _resolve_scale(scale)
     m = -1 if max_q_len is None else int(max_q_len)
-    if _traced(q):
-        handle = -1 if stream is None else stream_handle(q.device, stream)
-        torch.ops.astrai_jit.paged_prefill(q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse,
-                                           mask, m, bool(causal), s, handle)
+    if _eager(q):
+        _launch(_C.paged_prefill, q, stream, q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse,
+                mask, m, bool(causal), s)
     else:
-        _call(_C.paged_prefill, q.device, q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse,
-              mask, m, bool(causal), s, stream_handle(q.device, stream))
+        torch.ops.astrai_jit.paged_prefill(q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse,
+                                           mask, m, bool(causal), s, _op_stream(q, stream))
     return (out, lse) if return_lse else out
 
 
@@ -197,12 +206,10 @@ def rotary_emb(x: Tensor, freqs_cis: Tensor, out: Optional[Tensor] = None, *, st
     call = "rotary_emb"
     _check_tensor(call, "x", x)
     out = _out_like(call, x, out)
-    if _traced(x):
-        handle = -1 if stream is None else stream_handle(x.device, stream)
-        if out is x:
-            torch.ops.astrai_jit.rotary_emb_(x, freqs_cis, handle)
-        else:
-            torch.ops.astrai_jit.rotary_emb(x, freqs_cis, out, handle)
+    if _eager(x):
+        _launch(_C.rotary_emb, x, stream, x, freqs_cis, out)
+    elif out is x:
+        torch.ops.astrai_jit.rotary_emb_(x, freqs_cis, _op_stream(x, stream))
     else:
-        _call(_C.rotary_emb, x.device, x, freqs_cis, out, stream_handle(x.device, stream))
+        torch.ops.astrai_jit.rotary_emb(x, freqs_cis, out, _op_stream(x, stream))
     return out

@@ -2,7 +2,8 @@
 // strides come from the tensors; every argument is checked here (dtypes, ranks, shapes, then
 // the runtime's own limits, then devices) before anything touches a GPU, and a bad one raises
 // TypeError (a dtype) or astrai_jit.InvalidArgument, a ValueError (anything else), naming the
-// argument, its value and what is allowed.
+// argument, its value and what is allowed. The stream is a CUstream handle, or None for the
+// current stream of the tensors' framework (one that publishes DLPack's C exchange API).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -10,6 +11,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -22,8 +24,6 @@ namespace nb = nanobind;
 
 namespace {
 
-using Input = nb::ndarray<nb::ro>;
-using Output = nb::ndarray<>;
 template <typename T>
 using Opt = std::optional<T>;
 
@@ -65,6 +65,147 @@ std::string device_string(int type, int id) {
 
 [[noreturn]] void invalid(const char* call, const std::string& message) {
   throw astrai::InvalidArgument(std::string(call) + ": " + message);
+}
+
+// Benchmark mode (python/bench/host_overhead.py --cpu): calls check and convert their arguments
+// as usual, accept CPU tensors, and launch nothing, so the host path can be timed without a GPU.
+bool host_only = false;
+
+template <typename Args>
+void launch(void (astrai::Runtime::*call)(const Args&), const Args& a) {
+  if (host_only) return;
+  nb::gil_scoped_release release;
+  (astrai::Runtime::get().*call)(a);
+}
+
+// DLPack's C exchange API (DLPack >= 1.2): a table of C functions that a framework publishes on
+// its tensor type as the capsule `__dlpack_c_exchange_api__` named "dlpack_exchange_api"
+// (PyTorch 2.11 does). Declared here with the members this module calls; the others stay opaque.
+struct DlpackExchangeApi {
+  std::uint32_t version_major;
+  std::uint32_t version_minor;
+  const void* prev_api;
+  const void* managed_tensor_allocator;
+  const void* managed_tensor_from_py_object_no_sync;
+  const void* managed_tensor_to_py_object_no_sync;
+  // Fills a DLTensor that views the object's data, shape and strides (no copy, no allocation).
+  int (*dltensor_from_py_object_no_sync)(void* py_object, nb::dlpack::dltensor* out);
+  // The framework's current stream on a device (for PyTorch, the current CUDA stream).
+  int (*current_work_stream)(int device_type, std::int32_t device_id, void** out_stream);
+};
+
+// The exchange API fills a DLTensor, whose C layout nanobind's dltensor mirrors.
+static_assert(sizeof(nb::dlpack::dltensor) == 48 && offsetof(nb::dlpack::dltensor, shape) == 24,
+              "nb::dlpack::dltensor must have DLTensor's layout");
+
+// The exchange API of `type`, or null. The last type that had one is remembered (and kept
+// alive, so its address cannot be reused): every tensor of a call is usually of one type.
+const DlpackExchangeApi* exchange_api(PyTypeObject* type) {
+  static PyTypeObject* last_type = nullptr;
+  static const DlpackExchangeApi* last_api = nullptr;
+  if (type == last_type) return last_api;
+  static PyObject* const name = PyUnicode_InternFromString("__dlpack_c_exchange_api__");
+  PyObject* capsule = PyObject_GetAttr(reinterpret_cast<PyObject*>(type), name);
+  if (!capsule) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  auto* api = static_cast<const DlpackExchangeApi*>(PyCapsule_GetPointer(capsule, "dlpack_exchange_api"));
+  Py_DECREF(capsule);
+  if (!api) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  if (api->version_major != 1 || !api->dltensor_from_py_object_no_sync || !api->current_work_stream)
+    return nullptr;
+  Py_INCREF(type);
+  Py_XDECREF(last_type);
+  last_type = type;
+  last_api = api;
+  return api;
+}
+
+// One tensor argument for the length of a call: a view of its DLPack description. A tensor whose
+// type publishes the exchange API is read through one C call; any other DLPack or buffer-protocol
+// object is imported by nb::ndarray (through its __dlpack__, several microseconds a tensor), and
+// the import is kept here. An output (kWritable) refuses a read-only import.
+template <bool kWritable>
+class TensorArg {
+ public:
+  // False when `object` is not a tensor this module can read (nanobind then raises its TypeError
+  // naming the signature).
+  bool read(nb::handle object) noexcept {
+    if (const DlpackExchangeApi* api = exchange_api(Py_TYPE(object.ptr()))) {
+      if (api->dltensor_from_py_object_no_sync(object.ptr(), &view_) == 0 && (view_.strides || view_.ndim == 0)) {
+        api_ = api;
+        return true;
+      }
+      PyErr_Clear();  // one the C API cannot describe: __dlpack__ decides
+    }
+    api_ = nullptr;
+    if constexpr (kWritable) {
+      nb::ndarray<> writable;
+      if (!nb::try_cast(object, writable, false)) return false;
+      import_ = nb::ndarray<nb::ro>(writable);
+    } else {
+      if (!nb::try_cast(object, import_, false)) return false;
+    }
+    view_ = {};
+    view_.data = const_cast<void*>(import_.data());
+    view_.device = {import_.device_type(), import_.device_id()};
+    view_.ndim = static_cast<std::int32_t>(import_.ndim());
+    view_.dtype = import_.dtype();
+    view_.shape = const_cast<std::int64_t*>(import_.shape_ptr());
+    view_.strides = const_cast<std::int64_t*>(import_.stride_ptr());
+    return true;
+  }
+
+  std::size_t ndim() const { return static_cast<std::size_t>(view_.ndim); }
+  std::size_t shape(std::size_t i) const { return static_cast<std::size_t>(view_.shape[i]); }
+  std::int64_t stride(std::size_t i) const { return view_.strides[i]; }
+  nb::dlpack::dtype dtype() const { return view_.dtype; }
+  int device_type() const { return view_.device.device_type; }
+  int device_id() const { return view_.device.device_id; }
+  void* data() const { return static_cast<char*>(view_.data) + view_.byte_offset; }
+  // The exchange API it was read through (null after a __dlpack__ import).
+  const DlpackExchangeApi* api() const { return api_; }
+
+ private:
+  nb::dlpack::dltensor view_;
+  const DlpackExchangeApi* api_ = nullptr;
+  nb::ndarray<nb::ro> import_;
+};
+
+using Input = TensorArg<false>;
+using Output = TensorArg<true>;
+
+}  // namespace
+
+namespace nanobind::detail {
+template <bool kWritable>
+struct type_caster<TensorArg<kWritable>> {
+  NB_TYPE_CASTER(TensorArg<kWritable>, const_name("ndarray"))
+  template <typename Flags>
+  bool from_python(handle src, Flags, cleanup_list*) noexcept {
+    return value.read(src);
+  }
+};
+}  // namespace nanobind::detail
+
+namespace {
+
+// The stream a call launches on: the handle given, else the current stream of the tensors'
+// device as their framework reports it (the current PyTorch stream, one capturing a CUDA graph
+// included). Runs after the device check.
+template <typename T>
+void* launch_stream(const char* call, Opt<std::uintptr_t> stream, const T& t) {
+  if (stream) return reinterpret_cast<void*>(*stream);
+  if (!t.api())
+    invalid(call, "stream None needs the tensors' framework to report its current stream through "
+                  "DLPack's C exchange API (allowed: a stream handle)");
+  void* current = nullptr;
+  if (t.api()->current_work_stream(t.device_type(), t.device_id(), &current) != 0) throw nb::python_error();
+  return current;
 }
 
 // One call's argument checks. Tensors are recorded as they are checked so the device check,
@@ -180,7 +321,7 @@ class Checker {
                            first.name + " is on " + device_string(first.type, first.id) +
                            " (allowed: every tensor on one CUDA device)");
     }
-    if (first.type != nb::device::cuda::value)
+    if (first.type != nb::device::cuda::value && !(host_only && first.type == nb::device::cpu::value))
       invalid(call_, std::string(first.name) + " is on " + device_string(first.type, first.id) +
                          " (allowed: a CUDA device)");
   }
@@ -210,7 +351,7 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
                                           const Input& page_table, const Input& seq_lens, Output& out,
                                           Opt<Output>& lse, const Opt<Input>& mask,
                                           const Opt<Input>& req_indices, const Opt<Input>& new_k,
-                                          const Opt<Input>& new_v, double scale, std::uintptr_t stream) {
+                                          const Opt<Input>& new_v, double scale, Opt<std::uintptr_t> stream) {
   constexpr const char* kCall = "paged_decode";
   Checker c(kCall);
   astrai::PagedDecodeArgs a;
@@ -310,27 +451,26 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
     a.lse = static_cast<float*>(lse->data());
   }
   a.scale = static_cast<float>(scale);
-  a.stream = reinterpret_cast<void*>(stream);
   astrai::validate_args(a);
   c.devices();
+  a.stream = launch_stream(kCall, stream, q);
   return a;
 }
 
 void paged_decode(const Input& q, const Input& k_cache, const Input& v_cache, const Input& page_table,
                   const Input& seq_lens, Output out, Opt<Output> lse, Opt<Input> mask,
                   Opt<Input> req_indices, Opt<Input> new_k, Opt<Input> new_v, double scale,
-                  std::uintptr_t stream) {
+                  Opt<std::uintptr_t> stream) {
   const astrai::PagedDecodeArgs a = paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
                                                       req_indices, new_k, new_v, scale, stream);
-  nb::gil_scoped_release release;
-  astrai::Runtime::get().paged_decode(a);
+  launch(&astrai::Runtime::paged_decode, a);
 }
 
 // For the host-overhead benchmark: mean host microseconds of `calls` back-to-back C++
 // paged_decode calls with these arguments (checked and converted once, as a C++ caller would).
 double time_paged_decode_calls(const Input& q, const Input& k_cache, const Input& v_cache,
                                const Input& page_table, const Input& seq_lens, Output out, double scale,
-                               std::uintptr_t stream, int calls) {
+                               Opt<std::uintptr_t> stream, int calls) {
   Opt<Output> lse;
   const astrai::PagedDecodeArgs a = paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, {},
                                                       {}, {}, {}, scale, stream);
@@ -355,7 +495,7 @@ std::size_t decode_heads_dim(Checker& c, const char* name, const Input& t) {
 }
 
 void decode(const Input& q, const Input& k, const Input& v, Output out, Opt<Output> lse, Opt<Input> mask,
-            int causal_offset, double scale, std::uintptr_t stream) {
+            int causal_offset, double scale, Opt<std::uintptr_t> stream) {
   constexpr const char* kCall = "decode";
   Checker c(kCall);
   astrai::DecodeArgs a;
@@ -416,15 +556,14 @@ void decode(const Input& q, const Input& k, const Input& v, Output out, Opt<Outp
   }
   a.causal_offset = causal_offset;
   a.scale = static_cast<float>(scale);
-  a.stream = reinterpret_cast<void*>(stream);
   astrai::validate_args(a);
   c.devices();
-  nb::gil_scoped_release release;
-  astrai::Runtime::get().decode(a);
+  a.stream = launch_stream(kCall, stream, q);
+  launch(&astrai::Runtime::decode, a);
 }
 
 void prefill(const Input& q, const Input& k, const Input& v, Output out, Opt<Output> lse, Opt<Input> mask,
-             int causal_offset, double scale, std::uintptr_t stream) {
+             int causal_offset, double scale, Opt<std::uintptr_t> stream) {
   constexpr const char* kCall = "prefill";
   Checker c(kCall);
   astrai::PrefillArgs a;
@@ -489,16 +628,15 @@ void prefill(const Input& q, const Input& k, const Input& v, Output out, Opt<Out
   }
   a.causal_offset = causal_offset;
   a.scale = static_cast<float>(scale);
-  a.stream = reinterpret_cast<void*>(stream);
   astrai::validate_args(a);
   c.devices();
-  nb::gil_scoped_release release;
-  astrai::Runtime::get().prefill(a);
+  a.stream = launch_stream(kCall, stream, q);
+  launch(&astrai::Runtime::prefill, a);
 }
 
 void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, const Input& page_table,
                    const Input& seq_lens, const Input& qo_indptr, Output out, Opt<Output> lse,
-                   Opt<Input> mask, int max_q_len, bool causal, double scale, std::uintptr_t stream) {
+                   Opt<Input> mask, int max_q_len, bool causal, double scale, Opt<std::uintptr_t> stream) {
   constexpr const char* kCall = "paged_prefill";
   Checker c(kCall);
   astrai::PagedPrefillArgs a;
@@ -575,14 +713,13 @@ void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, c
   }
   a.causal = causal;
   a.scale = static_cast<float>(scale);
-  a.stream = reinterpret_cast<void*>(stream);
   astrai::validate_args(a);
   c.devices();
-  nb::gil_scoped_release release;
-  astrai::Runtime::get().paged_prefill(a);
+  a.stream = launch_stream(kCall, stream, q);
+  launch(&astrai::Runtime::paged_prefill, a);
 }
 
-void rotary_emb(const Input& x, const Input& freqs, Output out, std::uintptr_t stream) {
+void rotary_emb(const Input& x, const Input& freqs, Output out, Opt<std::uintptr_t> stream) {
   constexpr const char* kCall = "rotary_emb";
   Checker c(kCall);
   astrai::RotaryArgs a;
@@ -626,11 +763,10 @@ void rotary_emb(const Input& x, const Input& freqs, Output out, std::uintptr_t s
   a.freqs = static_cast<const float*>(freqs.data());
   a.freqs_stride_batch = freqs_batched && freqs.shape(0) > 1 ? c.stride("freqs_cis", freqs, 0) : 0;
   a.freqs_stride_seq = c.stride("freqs_cis", freqs, fs);
-  a.stream = reinterpret_cast<void*>(stream);
   astrai::validate_args(a);
   c.devices();
-  nb::gil_scoped_release release;
-  astrai::Runtime::get().rotary_emb(a);
+  a.stream = launch_stream(kCall, stream, x);
+  launch(&astrai::Runtime::rotary_emb, a);
 }
 
 std::vector<std::string> loaded_variants() { return astrai::Runtime::get().loaded_variants(); }
@@ -680,22 +816,31 @@ NB_MODULE(_C, m) {
   m.def("paged_decode", &paged_decode, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
         nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("out"), nb::arg("lse").none(),
         nb::arg("mask").none(), nb::arg("req_indices").none(), nb::arg("new_k").none(),
-        nb::arg("new_v").none(), nb::arg("scale"), nb::arg("stream"),
-        "Paged decode attention; every tensor through DLPack, out (and lse) written in place.");
+        nb::arg("new_v").none(), nb::arg("scale"), nb::arg("stream").none(),
+        "Paged decode attention over DLPack tensors; out (and lse) written in place.");
   m.def("decode", &decode, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(),
-        nb::arg("mask").none(), nb::arg("causal_offset"), nb::arg("scale"), nb::arg("stream"),
+        nb::arg("mask").none(), nb::arg("causal_offset"), nb::arg("scale"), nb::arg("stream").none(),
         "Decode attention over a contiguous KV cache.");
   m.def("prefill", &prefill, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(),
-        nb::arg("mask").none(), nb::arg("causal_offset"), nb::arg("scale"), nb::arg("stream"),
+        nb::arg("mask").none(), nb::arg("causal_offset"), nb::arg("scale"), nb::arg("stream").none(),
         "Prefill attention over a contiguous KV cache.");
   m.def("paged_prefill", &paged_prefill, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
         nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("qo_indptr"), nb::arg("out"),
         nb::arg("lse").none(), nb::arg("mask").none(), nb::arg("max_q_len"), nb::arg("causal"),
-        nb::arg("scale"), nb::arg("stream"), "Prefill over a paged KV cache, ragged batch.");
-  m.def("rotary_emb", &rotary_emb, nb::arg("x"), nb::arg("freqs_cis"), nb::arg("out"), nb::arg("stream"),
+        nb::arg("scale"), nb::arg("stream").none(), "Prefill over a paged KV cache, ragged batch.");
+  m.def("rotary_emb", &rotary_emb, nb::arg("x"), nb::arg("freqs_cis"), nb::arg("out"), nb::arg("stream").none(),
         "Rotary embedding over interleaved pairs (out may be x).");
   m.def("_time_paged_decode_calls", &time_paged_decode_calls, nb::arg("q"), nb::arg("k_cache"),
         nb::arg("v_cache"), nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("out"), nb::arg("scale"),
-        nb::arg("stream"), nb::arg("calls"), "Benchmark helper: mean host us per C++ paged_decode call.");
+        nb::arg("stream").none(), nb::arg("calls"), "Benchmark helper: mean host us per C++ paged_decode call.");
+  m.def("_reads_type_directly",
+        [](nb::handle type) {
+          return PyType_Check(type.ptr()) && exchange_api(reinterpret_cast<PyTypeObject*>(type.ptr())) != nullptr;
+        },
+        nb::arg("type"),
+        "Whether tensors of this type are read through DLPack's C exchange API, which also gives the "
+        "current stream (stream=None), rather than through __dlpack__.");
+  m.def("_set_host_only", [](bool on) { host_only = on; }, nb::arg("on"),
+        "Benchmark mode: calls accept CPU tensors and launch nothing.");
   m.def("loaded_variants", &loaded_variants, "Variant names this process has loaded.");
 }

@@ -263,3 +263,59 @@ class TestDlpack:
         x = np.zeros((6, 8, 64), dtype=np.float16)
         with raises(ValueError, "rotary_emb: x is on cpu"):
             astrai_jit._C.rotary_emb(x, np.zeros((6, 32, 2), dtype=np.float32), x, 0)
+
+    def test_a_read_only_array_is_refused_as_an_output(self):
+        np = pytest.importorskip("numpy")
+        x = np.zeros((6, 8, 64), dtype=np.float16)
+        x.flags.writeable = False
+        with pytest.raises(TypeError, match="incompatible function arguments"):
+            astrai_jit._C.rotary_emb(x, np.zeros((6, 32, 2), dtype=np.float32), x, 0)
+
+    @pytest.mark.skipif(not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"),
+                        reason="a PyTorch without DLPack's C exchange API")
+    def test_torch_tensors_are_read_through_the_c_exchange_api(self):
+        np = pytest.importorskip("numpy")
+        assert astrai_jit._C._reads_type_directly(torch.Tensor)
+        assert not astrai_jit._C._reads_type_directly(np.ndarray)
+
+
+@pytest.fixture
+def host_only():
+    # The extension's benchmark mode: arguments checked and converted, CPU tensors accepted,
+    # nothing launched.
+    astrai_jit._C._set_host_only(True)
+    yield
+    astrai_jit._C._set_host_only(False)
+
+
+class TestHostPath:
+    def test_a_call_passes_every_check_on_cpu_in_benchmark_mode(self, host_only):
+        q, k, v, table, lens = paged_inputs()
+        pool = torch.randn(10, 16, 2, 2, 64, dtype=bf16)
+        out, lse = astrai_jit.paged_decode(q, pool[:, :, 0], pool[:, :, 1], table, lens, return_lse=True)
+        assert out.shape == q.shape and out.is_contiguous() and lse.shape == (2, 8)
+        astrai_jit.paged_decode(q, k, v, table, lens, stream=0)
+
+    def test_the_checks_still_run_in_benchmark_mode(self, host_only):
+        q, k, v, table, lens = paged_inputs()
+        with raises(TypeError, "paged_decode: page_table has dtype int64 (allowed: int32)"):
+            astrai_jit.paged_decode(q, k, v, table.long(), lens)
+
+    def test_stream_none_needs_a_framework_that_reports_it(self, host_only):
+        np = pytest.importorskip("numpy")
+        x = np.zeros((6, 8, 64), dtype=np.float16)
+        freqs = np.zeros((6, 32, 2), dtype=np.float32)
+        astrai_jit._C.rotary_emb(x, freqs, x, 0)
+        with raises(ValueError, "rotary_emb: stream None needs the tensors' framework to report its current "
+                                "stream"):
+            astrai_jit._C.rotary_emb(x, freqs, x, None)
+
+    def test_the_host_overhead_benchmark_runs_on_cpu(self):
+        import pathlib
+        import subprocess
+        import sys
+        bench = pathlib.Path(__file__).resolve().parents[1] / "bench" / "host_overhead.py"
+        result = subprocess.run([sys.executable, str(bench), "--cpu", "--calls", "4", "--reps", "2"],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert "public Python call" in result.stdout and "extension call" in result.stdout

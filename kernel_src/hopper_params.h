@@ -18,14 +18,6 @@ inline constexpr int kGemmSmemBytes = kGemmStages * (kGemmStageBytesA + kGemmSta
 inline constexpr int kPrefillSm90Threads = 384;
 inline constexpr int kPrefillSm90BlockM = 128;  // query rows per CTA
 inline constexpr int kPrefillSm90Stages = 2;    // K and V blocks in flight, each
-// Registers per thread after setmaxnreg: the producer warpgroup gives up what the consumers'
-// S, P and O tiles need. The pool is what the launch allocated (168 a thread under
-// __launch_bounds__(384, 1)); asking for more than it holds makes setmaxnreg.inc wait forever.
-inline constexpr int kPrefillSm90LaunchRegs = 168;
-inline constexpr int kPrefillSm90ProducerRegs = 24;
-inline constexpr int kPrefillSm90ConsumerRegs = 240;
-static_assert(128 * kPrefillSm90ProducerRegs + 256 * kPrefillSm90ConsumerRegs <= 384 * kPrefillSm90LaunchRegs,
-              "setmaxnreg asks for more registers than the launch holds");
 
 // KV tokens per block: S (kBlockN / 2 registers a thread) beside O (kHeadDim / 2), and Q with two
 // stages of K and V inside 227 KB. Measured on the H200 (docs/device-notes.md, sm_90 run 2):
@@ -38,20 +30,7 @@ constexpr int prefill_sm90_block_n(int head_dim) {
 // V), and 1 KB to align the tiles by hand.
 constexpr int prefill_sm90_smem_bytes(int head_dim, int block_n) {
   return kPrefillSm90BlockM * head_dim * 2 + 2 * kPrefillSm90Stages * block_n * head_dim * 2 +
-         8 * (2 + 4 * kPrefillSm90Stages) + 1024;
-}
-
-// The persistent grid of a prefill call: one CTA per SM (each holds an SM's shared memory),
-// none idle when there are fewer tiles of 128 query rows than SMs.
-constexpr long long prefill_sm90_q_tiles(long long max_q_len) {
-  return (max_q_len + kPrefillSm90BlockM - 1) / kPrefillSm90BlockM;
-}
-constexpr long long prefill_sm90_tiles(long long q_tiles, int n_heads, int batch) {
-  return q_tiles * n_heads * batch;  // the kernel counts them in an int: the launcher checks
-}
-constexpr unsigned prefill_sm90_grid(long long q_tiles, int n_heads, int batch, int sms) {
-  const long long tiles = prefill_sm90_tiles(q_tiles, n_heads, batch);
-  return static_cast<unsigned>(tiles < sms ? (tiles > 0 ? tiles : 1) : sms);
+         8 * (1 + 4 * kPrefillSm90Stages) + 1024;
 }
 
 template <int kHeadDim, int kBlockN_ = prefill_sm90_block_n(kHeadDim)>

@@ -4,20 +4,15 @@
 // without a mask, for contiguous KV (kPageSize 0) and paged KV with pages of 8 tokens or more;
 // head dims that are multiples of 64.
 //
-// Persistent: a 1-D grid of at most one CTA per SM walks the tiles (128 query rows of one head
-// of one request) with stride gridDim.x, in prefill_sm90_tile's order: heaviest rows first, so
-// under a causal limit each round of tiles costs about the same. Across tiles the rings and
-// turns run on, so the producer loads the next tile's Q and first blocks while the consumers
-// finish the last one (its last P V and the epilogue). 384 threads.
-// Warpgroup 0 (kPrefillSm90ProducerRegs registers) has one thread issue TMA loads: Q once per
-// tile (after the consumers release the previous one), then K and V blocks of kBlockN tokens
-// from the last block the tile can see down to the first (blocks crossing the causal diagonal or
-// the end of the KV come first, so they alone are masked), V one block behind K, each into a
-// two-stage ring whose full/empty mbarriers pace producer and consumers.
-// Warpgroups 1 and 2 (kPrefillSm90ConsumerRegs registers) own 64 query rows each. Per block:
-// S = Q K^T is issued, then O += P V for the previous block; the softmax of S runs while that PV
-// is still in flight, and the two warpgroups take turns issuing (ping-pong), so one's softmax
-// hides behind the other's GEMMs. kBlockNArg overrides the KV block (hopper_params.h) for tuning.
+// Grid: (ceil(q_len / 128), n_heads, batch), walked backwards as in prefill.cuh; 384 threads.
+// Warpgroup 0 (24 registers) has one thread issue TMA loads: Q once, then K and V blocks of
+// kBlockN tokens from the last block the tile can see down to the first (blocks crossing the
+// causal diagonal or the end of the KV come first, so they alone are masked), V one block
+// behind K, each into a two-stage ring whose full/empty mbarriers pace producer and consumers.
+// Warpgroups 1 and 2 (240 registers) own 64 query rows each. Per block: S = Q K^T is issued,
+// then O += P V for the previous block; the softmax of S runs while that PV is still in flight,
+// and the two warpgroups take turns issuing (ping-pong), so one's softmax hides behind the
+// other's GEMMs. kBlockNArg overrides the KV block (hopper_params.h) for tuning.
 // Tiles in shared memory use the 128-byte swizzle (hopper_ptx.cuh). Rows and KV positions past
 // the tensor arrive as zeros (TMA fill), so they cannot produce NaN.
 #pragma once
@@ -43,25 +38,13 @@ __device__ __forceinline__ float fast_exp2(float x) {
 //          box {64, 128, 1, 1}.
 //   map_k, map_v: contiguous {head_dim, kv_len, n_kv_heads, batch}, box {64, kBlockN, 1, 1};
 //          paged {head_dim, n_kv_heads, page_size, num_pages}, box {64, 1, min(page_size, 16), 1}.
-// Tile `tile` of m_tiles * n_heads * batch: query rows from the last block down (the longest
-// under a causal limit first), heads of one request next to each other (they share K and V in
-// L2 under GQA), then requests.
-struct PrefillSm90Tile {
-  int m0, head, batch_index;
-};
-__device__ __forceinline__ PrefillSm90Tile prefill_sm90_tile(int tile, int m_tiles, int n_heads, int batch) {
-  const int per_row_block = n_heads * batch;
-  const int rest = tile % per_row_block;
-  return {(m_tiles - 1 - tile / per_row_block) * kPrefillSm90BlockM, rest % n_heads, rest / n_heads};
-}
-
 template <typename T, int kHeadDim, int kPageSize, int kGroup,
           int kBlockNArg = prefill_sm90_block_n(kHeadDim)>
 __global__ void __launch_bounds__(384, 1)
     prefill_sm90_kernel(const __grid_constant__ PrefillParams p,
                         const __grid_constant__ sm90::TmaMap map_q,
                         const __grid_constant__ sm90::TmaMap map_k,
-                        const __grid_constant__ sm90::TmaMap map_v, const int m_tiles) {
+                        const __grid_constant__ sm90::TmaMap map_v) {
   using namespace sm90;
   using Shape = PrefillSm90Shape<kHeadDim, kBlockNArg>;
   constexpr int kBlockM = Shape::kBlockM;
@@ -76,35 +59,24 @@ __global__ void __launch_bounds__(384, 1)
   unsigned char* smem_k = smem_q + Shape::kQBytes;
   unsigned char* smem_v = smem_k + kStages * Shape::kKvBytes;
   u64* q_full = reinterpret_cast<u64*>(smem_v + kStages * Shape::kKvBytes);
-  u64* q_empty = q_full + 1;
-  u64* k_full = q_empty + 1;
+  u64* k_full = q_full + 1;
   u64* k_empty = k_full + kStages;
   u64* v_full = k_empty + kStages;
   u64* v_empty = v_full + kStages;
 
-  const int n_tiles = m_tiles * p.n_heads * p.batch;  // below 2^31: the launcher checks
-  // What a tile needs to know: its place, its request, and its KV blocks (the last row sees
-  // the most); `live` is false for rows past the request. Producer and consumers compute it
-  // alike, so they agree on every ring step.
-  struct TileWork {
-    PrefillSm90Tile at;
-    PrefillRequest r;
-    int n_blocks;
-    bool live;
-  };
-  auto tile_work = [&](int tile) {
-    TileWork w;
-    w.at = prefill_sm90_tile(tile, m_tiles, p.n_heads, p.batch);
-    w.r = prefill_request<kPageSize>(p, w.at.batch_index);
-    w.live = w.at.m0 < w.r.q_len;
-    const int last_row = min(w.at.m0 + kBlockM, w.r.q_len) - 1;
-    w.n_blocks = w.live ? (prefill_row_stop(w.r, last_row) + kBlockN - 1) / kBlockN : 0;
-    return w;
-  };
+  const int batch_index = blockIdx.z;
+  const int head = blockIdx.y;
+  const int kv_head = head / kGroup;
+  const PrefillRequest r = prefill_request<kPageSize>(p, batch_index);
+  const int m0 = prefill_tile_start<kBlockM>();
+  if (m0 >= r.q_len) return;
+  const int last_row = min(m0 + kBlockM, r.q_len) - 1;
+  // Blocks the tile's last row can see, and the first column some row of the tile cannot.
+  const int n_blocks = (prefill_row_stop(r, last_row) + kBlockN - 1) / kBlockN;
+  const int mask_from = prefill_row_stop(r, m0);
 
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
-    mbar_init(q_empty, 256);
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&k_full[s], 1);
       mbar_init(&v_full[s], 1);
@@ -117,279 +89,246 @@ __global__ void __launch_bounds__(384, 1)
 
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
-    setmaxnreg_dec<kPrefillSm90ProducerRegs>();
+    setmaxnreg_dec<24>();
     // Warp 0 produces; lane 0 issues every barrier operation. Contiguous KV: one box per
     // 64-column chunk and block, from lane 0. Paged KV: boxes of kBoxRows tokens (never across a
     // page), lane j looking up the page of box j and issuing it; pages past the KV length get id
     // -1, which TMA reads as zeros, like ids outside the pool.
     const int lane = threadIdx.x;
-    if (threadIdx.x < 32) {
+    if (threadIdx.x < 32 && n_blocks > 0) {
       if (lane == 0) {
         tma_prefetch_map(&map_q);
         tma_prefetch_map(&map_k);
         tma_prefetch_map(&map_v);
+        mbar_arrive_expect_tx(q_full, Shape::kQBytes);
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c)
+          tma_load_4d(smem_q + c * kBlockM * 128, &map_q, q_full, 64 * c, r.q_start + m0, head,
+                      kPageSize == 0 ? batch_index : 0);
       }
       constexpr int kBoxRows = kPageSize == 0 ? kBlockN : (kPageSize < 16 ? kPageSize : 16);
       constexpr int kBoxes = kBlockN / kBoxRows;
       static_assert(kBoxes <= 32 && kBlockN % kBoxRows == 0, "paged boxes");
-      int ring = 0;    // K/V blocks loaded so far: the ring position of this tile's first
-      int q_tiles = 0;  // Q tiles loaded so far
-      for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-        const TileWork w = tile_work(tile);
-        const int n_blocks = w.n_blocks;
-        if (n_blocks == 0) continue;
-        const int batch_index = w.at.batch_index;
-        const int kv_head = w.at.head / kGroup;
+      const int* table_row = kPageSize == 0 ? nullptr : p.page_table + batch_index * p.page_table_stride;
+      // Page id of box `lane` of the block starting at `token` (contiguous: unused).
+      auto box_page = [&](int token) {
+        if constexpr (kPageSize == 0) {
+          return 0;
+        } else {
+          const int box_token = token + lane * kBoxRows;
+          return lane < kBoxes && box_token < r.kv_len ? __ldg(table_row + box_token / kPageSize) : -1;
+        }
+      };
+      // Step `it` walks block n_blocks - 1 - it.
+      auto load_kv = [&](const TmaMap* map, unsigned char* ring, u64* full, u64* empty, int it, int page) {
+        const int s = it % kStages;
+        const int token = (n_blocks - 1 - it) * kBlockN;
+        unsigned char* stage = ring + s * Shape::kKvBytes;
         if (lane == 0) {
-          if (q_tiles > 0) mbar_wait(q_empty, (q_tiles - 1) & 1);
-          mbar_arrive_expect_tx(q_full, Shape::kQBytes);
-#pragma unroll
-          for (int c = 0; c < kChunks; ++c)
-            tma_load_4d(smem_q + c * kBlockM * 128, &map_q, q_full, 64 * c, w.r.q_start + w.at.m0, w.at.head,
-                        kPageSize == 0 ? batch_index : 0);
+          mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+          mbar_arrive_expect_tx(&full[s], Shape::kKvBytes);
         }
-        ++q_tiles;
-        const int* table_row = kPageSize == 0 ? nullptr : p.page_table + batch_index * p.page_table_stride;
-        // Page id of box `lane` of the block starting at `token` (contiguous: unused).
-        auto box_page = [&](int token) {
-          if constexpr (kPageSize == 0) {
-            return 0;
-          } else {
-            const int box_token = token + lane * kBoxRows;
-            return lane < kBoxes && box_token < w.r.kv_len ? __ldg(table_row + box_token / kPageSize) : -1;
-          }
-        };
-        // Step `it` walks block n_blocks - 1 - it.
-        auto load_kv = [&](const TmaMap* map, unsigned char* ring_base, u64* full, u64* empty, int it, int page) {
-          const int step = ring + it;
-          const int s = step % kStages;
-          const int token = (n_blocks - 1 - it) * kBlockN;
-          unsigned char* stage = ring_base + s * Shape::kKvBytes;
-          if (lane == 0) {
-            mbar_wait(&empty[s], ((step / kStages) & 1) ^ 1);
-            mbar_arrive_expect_tx(&full[s], Shape::kKvBytes);
-          }
-          if constexpr (kPageSize == 0) {
-            if (lane == 0)
+        if constexpr (kPageSize == 0) {
+          if (lane == 0)
 #pragma unroll
-              for (int c = 0; c < kChunks; ++c)
-                tma_load_4d(stage + c * kBlockN * 128, map, &full[s], 64 * c, token, kv_head, batch_index);
-          } else {
-            // Each lane issues its own box: one thread issuing them all was the bottleneck.
-            __syncwarp();
-            if (lane < kBoxes)
+            for (int c = 0; c < kChunks; ++c)
+              tma_load_4d(stage + c * kBlockN * 128, map, &full[s], 64 * c, token, kv_head, batch_index);
+        } else {
+          // Each lane issues its own box: one thread issuing them all was the bottleneck.
+          __syncwarp();
+          if (lane < kBoxes)
 #pragma unroll
-              for (int c = 0; c < kChunks; ++c)
-                tma_load_4d(stage + c * kBlockN * 128 + lane * kBoxRows * 128, map, &full[s], 64 * c, kv_head,
-                            (token + lane * kBoxRows) % kPageSize, page);
-          }
-        };
-        // Page ids are fetched a block ahead: the lookup's latency hides behind the waits.
-        int page = box_page((n_blocks - 1) * kBlockN);
-        int previous_page = 0;
-        for (int it = 0; it < n_blocks; ++it) {
-          const int next_page = it + 1 < n_blocks ? box_page((n_blocks - 2 - it) * kBlockN) : 0;
-          load_kv(&map_k, smem_k, k_full, k_empty, it, page);
-          if (it > 0) load_kv(&map_v, smem_v, v_full, v_empty, it - 1, previous_page);
-          previous_page = page;
-          page = next_page;
+            for (int c = 0; c < kChunks; ++c)
+              tma_load_4d(stage + c * kBlockN * 128 + lane * kBoxRows * 128, map, &full[s], 64 * c, kv_head,
+                          (token + lane * kBoxRows) % kPageSize, page);
         }
-        load_kv(&map_v, smem_v, v_full, v_empty, n_blocks - 1, previous_page);
-        ring += n_blocks;
+      };
+      // Page ids are fetched a block ahead: the lookup's latency hides behind the waits.
+      int page = box_page((n_blocks - 1) * kBlockN);
+      int previous_page = 0;
+      for (int it = 0; it < n_blocks; ++it) {
+        const int next_page = it + 1 < n_blocks ? box_page((n_blocks - 2 - it) * kBlockN) : 0;
+        load_kv(&map_k, smem_k, k_full, k_empty, it, page);
+        if (it > 0) load_kv(&map_v, smem_v, v_full, v_empty, it - 1, previous_page);
+        previous_page = page;
+        page = next_page;
       }
+      load_kv(&map_v, smem_v, v_full, v_empty, n_blocks - 1, previous_page);
     }
     return;
   }
 
-  setmaxnreg_inc<kPrefillSm90ConsumerRegs>();
+  setmaxnreg_inc<240>();
   // Ping-pong: the two consumer warpgroups take turns issuing their GEMMs (named barriers 1 and
   // 2, each 256 threads: one warpgroup waits, the other arrives), so that one's softmax runs
-  // while the other's wgmmas keep the tensor cores busy. Warpgroup 1 goes first: warpgroup 2's
-  // opening arrival is its turn; every issue is followed by a pass, and warpgroup 1 takes the
-  // one pass left over after the last tile.
+  // while the other's wgmmas keep the tensor cores busy. Warpgroup 1 goes first.
   const int consumer = warpgroup - 1;
   auto await_turn = [&] { named_bar_sync(1 + consumer, 256); };
   auto pass_turn = [&] { named_bar_arrive(2 - consumer, 256); };
   const int t = threadIdx.x % 128;
   const int lane = t % 32;
+  const int row0 = m0 + 64 * consumer + 16 * (t / 32) + lane / 4;  // and row0 + 8
+  const int stop[2] = {prefill_row_stop(r, row0), prefill_row_stop(r, row0 + 8)};
+
+  float o[kHeadDim / 2];
+  float s[kBlockN / 2];
+  unsigned pa[kBlockN / 16][4];
+  float row_max[2] = {negative_infinity(), negative_infinity()};
+  float row_sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+
   const unsigned q_base = smem_u32(smem_q) + consumer * 64 * 128;
-  if (consumer == 1) pass_turn();
-  int ring = 0;     // K/V blocks consumed so far
-  int q_tiles = 0;  // Q tiles consumed so far
+  auto issue_qk = [&](int stage) {
+    const unsigned k_base = smem_u32(smem_k + stage * Shape::kKvBytes);
+    reg_fence(s);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      const unsigned offset = (kk % 4) * 32;
+      wgmma_ss<kBlockN, kFp16>(s, smem_desc(q_base + (kk / 4) * kBlockM * 128 + offset, 16, 1024),
+                               smem_desc(k_base + (kk / 4) * kBlockN * 128 + offset, 16, 1024),
+                               kk > 0);
+    }
+    wgmma_commit();
+  };
+  auto issue_pv = [&](int stage) {
+    const unsigned v_base = smem_u32(smem_v + stage * Shape::kKvBytes);
+    reg_fence(o);
+    reg_fence(pa);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk)
+      wgmma_rs<kHeadDim, kFp16>(o, pa[kk], smem_desc(v_base + kk * 2048, kBlockN * 128, 1024), 1);
+    wgmma_commit();
+  };
+  // Online softmax of the block starting at column `col0`: S becomes P (f32, in s), the row
+  // statistics move, and `correction` is what O must be scaled by.
+  auto softmax = [&](int col0, float (&correction)[2]) {
+    if (col0 + kBlockN > mask_from) {
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (col0 + 8 * j + 2 * (lane % 4) + (e & 1) >= stop[e >> 1]) s[4 * j + e] = negative_infinity();
+    }
+    float block_max[2] = {negative_infinity(), negative_infinity()};
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      block_max[0] = fmaxf(block_max[0], fmaxf(s[4 * j], s[4 * j + 1]));
+      block_max[1] = fmaxf(block_max[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    }
+    float neg_ref[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 1));
+      block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 2));
+      const float new_max = fmaxf(row_max[h], block_max[h] * p.scale_log2);
+      // A row that has seen nothing yet keeps -inf; 0 as its reference gives exp2(-inf) = 0.
+      const float ref = new_max == negative_infinity() ? 0.f : new_max;
+      correction[h] = fast_exp2(row_max[h] - ref);
+      row_max[h] = new_max;
+      row_sum[h] *= correction[h];
+      neg_ref[h] = -ref;
+    }
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i) {
+      s[i] = fast_exp2(fmaf(s[i], p.scale_log2, neg_ref[(i >> 1) & 1]));
+      row_sum[(i >> 1) & 1] += s[i];
+    }
+  };
+  // Paged KV: the block holding the end of the KV arrives with the rest of its last page, which
+  // may hold anything (even NaN, and 0 * NaN is NaN in P V). Zero those V rows once.
+  auto clear_v_tail = [&](int stage) {
+    const int first = r.kv_len - (n_blocks - 1) * kBlockN;
+    if (kPageSize == 0 || first >= kBlockN) return;
+    const int pieces = (kBlockN - first) * 8;  // 16-byte pieces per chunk
+    for (int i = t + 128 * consumer; i < pieces * kChunks; i += 256) {
+      const int row = first + (i % pieces) / 8;
+      *reinterpret_cast<uint4*>(smem_v + stage * Shape::kKvBytes + (i / pieces) * kBlockN * 128 + row * 128 +
+                                (i % 8) * 16) = uint4{0u, 0u, 0u, 0u};
+    }
+    fence_proxy_async_shared();
+    named_bar_sync(3, 256);
+  };
+  // P in the register layout of wgmma's A operand: k-step kk takes s[8kk .. 8kk + 7].
+  auto pack_p = [&]() {
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) pa[kk][q] = pack2<T>(s[8 * kk + 2 * q], s[8 * kk + 2 * q + 1]);
+  };
 
-  for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-    const TileWork w = tile_work(tile);
-    if (!w.live) continue;
-    const PrefillRequest& r = w.r;
-    const int n_blocks = w.n_blocks;
-    const int mask_from = prefill_row_stop(r, w.at.m0);  // the first column some row cannot see
-    const int row0 = w.at.m0 + 64 * consumer + 16 * (t / 32) + lane / 4;  // and row0 + 8
-    const int stop[2] = {prefill_row_stop(r, row0), prefill_row_stop(r, row0 + 8)};
-
-    float o[kHeadDim / 2];
-    float s[kBlockN / 2];
-    unsigned pa[kBlockN / 16][4];
-    float row_max[2] = {negative_infinity(), negative_infinity()};
-    float row_sum[2] = {0.f, 0.f};
-#pragma unroll
-    for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
-
-    auto issue_qk = [&](int stage) {
-      const unsigned k_base = smem_u32(smem_k + stage * Shape::kKvBytes);
-      reg_fence(s);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-        const unsigned offset = (kk % 4) * 32;
-        wgmma_ss<kBlockN, kFp16>(s, smem_desc(q_base + (kk / 4) * kBlockM * 128 + offset, 16, 1024),
-                                 smem_desc(k_base + (kk / 4) * kBlockN * 128 + offset, 16, 1024),
-                                 kk > 0);
-      }
-      wgmma_commit();
-    };
-    auto issue_pv = [&](int stage) {
-      const unsigned v_base = smem_u32(smem_v + stage * Shape::kKvBytes);
-      reg_fence(o);
-      reg_fence(pa);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk)
-        wgmma_rs<kHeadDim, kFp16>(o, pa[kk], smem_desc(v_base + kk * 2048, kBlockN * 128, 1024), 1);
-      wgmma_commit();
-    };
-    // Online softmax of the block starting at column `col0`: S becomes P (f32, in s), the row
-    // statistics move, and `correction` is what O must be scaled by.
-    auto softmax = [&](int col0, float (&correction)[2]) {
-      if (col0 + kBlockN > mask_from) {
-#pragma unroll
-        for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (col0 + 8 * j + 2 * (lane % 4) + (e & 1) >= stop[e >> 1]) s[4 * j + e] = negative_infinity();
-      }
-      float block_max[2] = {negative_infinity(), negative_infinity()};
-#pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) {
-        block_max[0] = fmaxf(block_max[0], fmaxf(s[4 * j], s[4 * j + 1]));
-        block_max[1] = fmaxf(block_max[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
-      }
-      float neg_ref[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 1));
-        block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 2));
-        const float new_max = fmaxf(row_max[h], block_max[h] * p.scale_log2);
-        // A row that has seen nothing yet keeps -inf; 0 as its reference gives exp2(-inf) = 0.
-        const float ref = new_max == negative_infinity() ? 0.f : new_max;
-        correction[h] = fast_exp2(row_max[h] - ref);
-        row_max[h] = new_max;
-        row_sum[h] *= correction[h];
-        neg_ref[h] = -ref;
-      }
-#pragma unroll
-      for (int i = 0; i < kBlockN / 2; ++i) {
-        s[i] = fast_exp2(fmaf(s[i], p.scale_log2, neg_ref[(i >> 1) & 1]));
-        row_sum[(i >> 1) & 1] += s[i];
-      }
-    };
-    // Paged KV: the block holding the end of the KV arrives with the rest of its last page,
-    // which may hold anything (even NaN, and 0 * NaN is NaN in P V). Zero those V rows once.
-    auto clear_v_tail = [&](int stage) {
-      const int first = r.kv_len - (n_blocks - 1) * kBlockN;
-      if (kPageSize == 0 || first >= kBlockN) return;
-      const int pieces = (kBlockN - first) * 8;  // 16-byte pieces per chunk
-      for (int i = t + 128 * consumer; i < pieces * kChunks; i += 256) {
-        const int row = first + (i % pieces) / 8;
-        *reinterpret_cast<uint4*>(smem_v + stage * Shape::kKvBytes + (i / pieces) * kBlockN * 128 + row * 128 +
-                                  (i % 8) * 16) = uint4{0u, 0u, 0u, 0u};
-      }
-      fence_proxy_async_shared();
-      named_bar_sync(3, 256);
-    };
-    // P in the register layout of wgmma's A operand: k-step kk takes s[8kk .. 8kk + 7].
-    auto pack_p = [&]() {
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) pa[kk][q] = pack2<T>(s[8 * kk + 2 * q], s[8 * kk + 2 * q + 1]);
-    };
-    // Ring step of block `it` of this tile: its stage and the parity of its barriers' phase.
-    auto stage_of = [&](int it) { return (ring + it) % kStages; };
-    auto parity_of = [&](int it) { return ((ring + it) / kStages) & 1; };
-
-    if (n_blocks > 0) {
-      float correction[2];
-      mbar_wait(q_full, q_tiles & 1);
-      mbar_wait(&k_full[stage_of(0)], parity_of(0));
+  if (n_blocks > 0) {
+    float correction[2];
+    if (consumer == 1) pass_turn();
+    mbar_wait(q_full, 0);
+    mbar_wait(&k_full[0], 0);
+    await_turn();
+    issue_qk(0);
+    pass_turn();
+    wgmma_wait<0>();
+    reg_fence(s);
+    mbar_arrive(&k_empty[0]);
+    softmax((n_blocks - 1) * kBlockN, correction);
+    pack_p();
+    for (int it = 1; it < n_blocks; ++it) {
+      const int ks = it % kStages;
+      const int vs = (it - 1) % kStages;
+      mbar_wait(&k_full[ks], (it / kStages) & 1);
+      mbar_wait(&v_full[vs], ((it - 1) / kStages) & 1);
+      if (it == 1) clear_v_tail(vs);
       await_turn();
-      issue_qk(stage_of(0));
-      pass_turn();
-      wgmma_wait<0>();
-      reg_fence(s);
-      mbar_arrive(&k_empty[stage_of(0)]);
-      softmax((n_blocks - 1) * kBlockN, correction);
-      pack_p();
-      for (int it = 1; it < n_blocks; ++it) {
-        const int ks = stage_of(it);
-        const int vs = stage_of(it - 1);
-        mbar_wait(&k_full[ks], parity_of(it));
-        mbar_wait(&v_full[vs], parity_of(it - 1));
-        if (it == 1) clear_v_tail(vs);
-        await_turn();
-        issue_qk(ks);
-        issue_pv(vs);
-        pass_turn();
-        wgmma_wait<1>();  // S is ready; P V of the previous block still runs
-        reg_fence(s);
-        mbar_arrive(&k_empty[ks]);
-        softmax((n_blocks - 1 - it) * kBlockN, correction);
-        wgmma_wait<0>();
-        reg_fence(o);
-        mbar_arrive(&v_empty[vs]);
-#pragma unroll
-        for (int i = 0; i < kHeadDim / 2; ++i) o[i] *= correction[(i >> 1) & 1];
-        pack_p();
-      }
-      // Every Q K^T of the tile is done: the producer may load the next tile's Q.
-      mbar_arrive(q_empty);
-      const int vs = stage_of(n_blocks - 1);
-      mbar_wait(&v_full[vs], parity_of(n_blocks - 1));
-      if (n_blocks == 1) clear_v_tail(vs);
-      await_turn();
+      issue_qk(ks);
       issue_pv(vs);
       pass_turn();
+      wgmma_wait<1>();  // S is ready; P V of the previous block still runs
+      reg_fence(s);
+      mbar_arrive(&k_empty[ks]);
+      softmax((n_blocks - 1 - it) * kBlockN, correction);
       wgmma_wait<0>();
       reg_fence(o);
       mbar_arrive(&v_empty[vs]);
-      ring += n_blocks;
-      ++q_tiles;
-    }
-
-    float inverse[2];
-    float lse[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float sum = row_sum[h];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const bool empty = !(sum > 0.f);
-      inverse[h] = empty ? 0.f : 1.f / sum;
-      lse[h] = empty ? negative_infinity() : (row_max[h] + log2f(sum)) * kLn2;
+        for (int i = 0; i < kHeadDim / 2; ++i) o[i] *= correction[(i >> 1) & 1];
+      pack_p();
     }
-    T* out = static_cast<T*>(p.out) + w.at.batch_index * p.out_stride_batch + w.at.head * p.out_stride_head;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row0 + 8 * h;
-      if (row >= r.q_len) continue;
-      T* out_row = out + static_cast<long long>(r.q_start + row) * p.out_stride_seq + 2 * (lane % 4);
-#pragma unroll
-      for (int j = 0; j < kHeadDim / 8; ++j)
-        *reinterpret_cast<unsigned*>(out_row + 8 * j) =
-            pack2<T>(o[4 * j + 2 * h] * inverse[h], o[4 * j + 2 * h + 1] * inverse[h]);
-      if (p.lse != nullptr && lane % 4 == 0) p.lse[(r.lse_row + row) * p.n_heads + w.at.head] = lse[h];
-    }
+    const int vs = (n_blocks - 1) % kStages;
+    mbar_wait(&v_full[vs], ((n_blocks - 1) / kStages) & 1);
+    if (n_blocks == 1) clear_v_tail(vs);
+    await_turn();
+    issue_pv(vs);
+    // Every wait on a turn barrier meets one arrival: warpgroup 2's opening arrival stands in
+    // for its last one.
+    if (consumer == 0) pass_turn();
+    wgmma_wait<0>();
+    reg_fence(o);
+    mbar_arrive(&v_empty[vs]);
   }
-  if (consumer == 0) await_turn();  // warpgroup 2's last pass
+
+  float inverse[2];
+  float lse[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float sum = row_sum[h];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const bool empty = !(sum > 0.f);
+    inverse[h] = empty ? 0.f : 1.f / sum;
+    lse[h] = empty ? negative_infinity() : (row_max[h] + log2f(sum)) * kLn2;
+  }
+  T* out = static_cast<T*>(p.out) + batch_index * p.out_stride_batch + head * p.out_stride_head;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
+    if (row >= r.q_len) continue;
+    T* out_row = out + static_cast<long long>(r.q_start + row) * p.out_stride_seq + 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < kHeadDim / 8; ++j)
+      *reinterpret_cast<unsigned*>(out_row + 8 * j) =
+          pack2<T>(o[4 * j + 2 * h] * inverse[h], o[4 * j + 2 * h + 1] * inverse[h]);
+    if (p.lse != nullptr && lane % 4 == 0) p.lse[(r.lse_row + row) * p.n_heads + head] = lse[h];
+  }
 }
 
 }  // namespace astrai

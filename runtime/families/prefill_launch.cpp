@@ -1,7 +1,6 @@
 #include "runtime/families/prefill_launch.hpp"
 
 #include <algorithm>
-#include <limits>
 
 #include <fmt/format.h>
 
@@ -65,12 +64,6 @@ bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, c
                          int max_q_len, const PrefillParams& params, void* stream) {
   if (!device.uses_wgmma() || params.mask != nullptr || !prefill_sm90_serves(spec.head_dim, spec.page_size))
     return false;
-  const long long q_tiles = prefill_sm90_q_tiles(max_q_len);
-  if (prefill_sm90_tiles(q_tiles, params.n_heads, params.batch) > std::numeric_limits<int>::max()) {
-    log(LogLevel::debug, "{}: portable kernel, {} tiles of 128 rows do not fit an int", launch_name,
-        prefill_sm90_tiles(q_tiles, params.n_heads, params.batch));
-    return false;
-  }
   const PrefillMaps maps = prefill_map_shapes(params, spec.head_dim, spec.page_size);
   for (const auto& [what, shape] : {std::pair{"q", &maps.q}, std::pair{"k", &maps.k}, std::pair{"v", &maps.v}}) {
     const std::string problem = tensor_map_problem(*shape);
@@ -87,11 +80,12 @@ bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, c
   const int smem = prefill_sm90_smem_bytes(spec.head_dim, prefill_sm90_block_n(spec.head_dim));
   const LoadedVariant& variant = impl.variant(device, spec, {kPrefillSm90Threads, smem});
   PrefillParams launch_params = params;
-  int m_tiles = static_cast<int>(q_tiles);
-  void* arguments[] = {&launch_params, &map_q, &map_k, &map_v, &m_tiles};
+  void* arguments[] = {&launch_params, &map_q, &map_k, &map_v};
   LaunchConfig config{};
   config.name = launch_name;
-  config.grid = {prefill_sm90_grid(q_tiles, params.n_heads, params.batch, device.num_sms()), 1, 1};
+  config.grid = {static_cast<unsigned>((static_cast<long long>(max_q_len) + kPrefillSm90BlockM - 1) /
+                                       kPrefillSm90BlockM),
+                 static_cast<unsigned>(params.n_heads), static_cast<unsigned>(params.batch)};
   config.block = kPrefillSm90Threads;
   config.smem = static_cast<unsigned>(smem);
   config.stream = static_cast<CUstream>(stream);

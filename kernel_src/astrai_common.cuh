@@ -96,6 +96,16 @@ __device__ __forceinline__ void wait_for_previous_grid() {
 #endif
 }
 
+// Whether a template's kFlags compiles a feature (kernel_params.h) in. A function, not a static
+// member: those become device globals in the cubin of every variant.
+template <int kFlags> __device__ constexpr bool has_feature(FeatureBit bit) { return (kFlags & bit) != 0; }
+
+// Soft-capped score in log2 units from a raw dot product: cap * tanh(raw * scale / cap), times
+// log2(e). tanhf, not tanh.approx: its 2^-11 relative error becomes cap * 2^-11 in the score.
+__device__ __forceinline__ float soft_capped(float raw, const AttentionFeatures& f) {
+  return f.cap_log2 * tanhf(raw * f.cap_scale);
+}
+
 template <int kA, int kB> struct CeilDiv { static constexpr int value = (kA + kB - 1) / kB; };
 
 template <int kValue> struct Log2 { static constexpr int value = 1 + Log2<kValue / 2>::value; };

@@ -416,7 +416,8 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
         for (int e = 0; e < 4; ++e) {
           const int token = warp_first_token + j * 8 + quad_col * 2 + (e & 1);
           s[j][e] = (token < split_end && token_kept(p, batch_index, token))
-                        ? s[j][e] * p.scale_log2
+                        ? (has_feature<kFlags>(kFeatureSoftCap) ? soft_capped(s[j][e], p.features)
+                                                                : s[j][e] * p.scale_log2)
                         : negative_infinity();
           tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s[j][e]);
         }
@@ -565,7 +566,9 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
       const int d = lane + 32 * k;
       acc[i][k] = 0.f;
       q[i][k] = (local < rows && d < kHeadDim)
-                    ? to_float(q_base[(first_head + local) * p.q_stride_head + d]) * p.scale_log2
+                    // The scale, or with a soft-cap the tanh argument's (scale / cap).
+                    ? to_float(q_base[(first_head + local) * p.q_stride_head + d]) *
+                          (has_feature<kFlags>(kFeatureSoftCap) ? p.features.cap_scale : p.scale_log2)
                     : 0.f;
     }
   }
@@ -606,7 +609,8 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
         float dot = 0.f;
 #pragma unroll
         for (int k = 0; k < kPerLane; ++k) dot += q[i][k] * k_row[k];
-        const float score = warp_all_sum(dot);
+        float score = warp_all_sum(dot);
+        if (has_feature<kFlags>(kFeatureSoftCap)) score = p.features.cap_log2 * tanhf(score);
         const float new_max = fmaxf(row_max[i], score);
         const float correction = exp2f(row_max[i] - new_max);
         const float weight = exp2f(score - new_max);
@@ -641,6 +645,7 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
 
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const PagedDecodeParams p) {
+  static_assert((kFlags & ~kFeatureSoftCap) == 0, "paged decode feature bits");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   allow_dependent_grid();  // the split combine may be scheduled as CTAs free up
 #ifndef ASTRAI_NO_MMA

@@ -365,6 +365,17 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
         }
       }
 
+      // Soft-cap before the masks (tanh would lift a masked -inf to -cap); the capped scores
+      // are in log2 units already.
+      if constexpr (has_feature<kFlags>(kFeatureSoftCap)) {
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+          for (int j = 0; j < kSTiles; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[m][j][e] = soft_capped(s[m][j][e], p.features);
+      }
+
       // Causal limit, KV tail, rows past the request and the explicit mask.
       if (has_mask || block_start + kBlockKv > warp_min_stop) {
 #pragma unroll
@@ -397,7 +408,9 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
         for (int h = 0; h < 2; ++h) {
           tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
           tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
-          const float new_max = fmaxf(row_max[m][h], tile_max[h] * p.scale_log2);
+          // The scale turns S into log2 units (the soft-cap has done it when compiled in).
+          const float new_max =
+              fmaxf(row_max[m][h], has_feature<kFlags>(kFeatureSoftCap) ? tile_max[h] : tile_max[h] * p.scale_log2);
           // A row that has seen nothing yet keeps -inf; 0 as its reference gives exp2(-inf) = 0.
           const float ref = new_max == negative_infinity() ? 0.f : new_max;
           correction[m][h] = exp2f(row_max[m][h] - ref);
@@ -410,7 +423,9 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
         for (int j = 0; j < kSTiles; ++j) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            s[m][j][e] = exp2f(fmaf(s[m][j][e], p.scale_log2, neg_ref[e >> 1]));
+            s[m][j][e] = has_feature<kFlags>(kFeatureSoftCap)
+                             ? exp2f(s[m][j][e] + neg_ref[e >> 1])
+                             : exp2f(fmaf(s[m][j][e], p.scale_log2, neg_ref[e >> 1]));
             row_sum[m][e >> 1] += s[m][j][e];
           }
         }
@@ -634,7 +649,9 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
       for (int i = 0; i < kRows; ++i) {
         bool keep = token < stop[i];
         if (keep && has_mask) keep = mask_base[i * p.mask_stride_q + token] != 0;
-        const float score = keep ? s[i] * p.scale_log2 : negative_infinity();
+        const float score = keep ? (has_feature<kFlags>(kFeatureSoftCap) ? soft_capped(s[i], p.features)
+                                                                          : s[i] * p.scale_log2)
+                                 : negative_infinity();
         const float new_max = fmaxf(row_max[i], warp_all_max(score));
         const float ref = new_max == negative_infinity() ? 0.f : new_max;
         const float correction = exp2f(row_max[i] - ref);
@@ -690,7 +707,7 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
 // measured slower (H200: 267 -> 248-252 TFLOP/s, docs/device-notes.md run 14).
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __global__ void __launch_bounds__(kPrefillThreads, 2) prefill_kernel(const PrefillParams p) {
-  static_assert(kFlags == 0, "prefill defines no flags yet");
+  static_assert((kFlags & ~kFeatureSoftCap) == 0, "prefill feature bits");
   extern __shared__ __align__(16) unsigned char smem_raw[];
 #ifndef ASTRAI_NO_MMA
   prefill_mma<T, kHeadDim, kPageSize, kGroup, kFlags>(p, smem_raw);

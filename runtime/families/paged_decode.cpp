@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "runtime/families/arg_checks.hpp"
+#include "runtime/families/attention_features.hpp"
 #include "runtime/families/decode_launch.hpp"
 #include "runtime/launch_heuristics.hpp"
 #include "runtime/validation.hpp"
@@ -24,7 +25,7 @@ const KernelFamily& paged_decode_family() {
       "paged_decode.cuh",
       [](const KernelSpec& spec) { return decode_instantiations(spec, spec.page_size); },
       attention_limits(/*paged=*/true),
-      /*supported_flags=*/0,
+      /*supported_flags=*/kFeatureSoftCap,
       attention_warm_defaults(/*paged=*/true),
   };
   return family;
@@ -55,6 +56,7 @@ PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& input) {
                                      "tokens", a.max_pages_per_seq, a.page_size,
                                      1LL * a.max_pages_per_seq * a.page_size, kMaxTableTokens));
   a.scale = resolve_scale(kCall, a.scale, a.head_dim);
+  require_logit_cap(kCall, a.logit_cap);
 
   const std::int64_t d = a.head_dim;
   if (a.page_table_stride == 0) a.page_table_stride = a.max_pages_per_seq;
@@ -134,7 +136,8 @@ std::size_t paged_decode_workspace_bytes(const PagedDecodeArgs& input, int num_s
 void Runtime::paged_decode(const PagedDecodeArgs& input) {
   const PagedDecodeArgs args = detail::resolve_paged_decode_args(input);
   if (args.batch == 0) return;
-  PagedDecodeParams params = detail::common_decode_params(args);
+  const detail::FeatureRequest features = detail::attention_features(args.scale, args.logit_cap);
+  PagedDecodeParams params = detail::common_decode_params(args, features);
   params.k_cache = args.k_cache;
   params.v_cache = args.v_cache;
   params.k_stride_page = args.k_stride_page;
@@ -159,7 +162,7 @@ void Runtime::paged_decode(const PagedDecodeArgs& input) {
   params.max_pages_per_seq = args.max_pages_per_seq;
   detail::launch_decode(*impl_,
                         {detail::paged_decode_family(), args.dtype, args.head_dim, args.page_size,
-                         static_cast<CUstream>(args.stream), args.workspace, args.workspace_bytes},
+                         static_cast<CUstream>(args.stream), args.workspace, args.workspace_bytes, features.flags},
                         params);
 }
 

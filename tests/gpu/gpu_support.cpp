@@ -14,6 +14,16 @@ namespace astrai::gpu_test {
 using detail::check_cu;
 using detail::driver;
 
+std::string CaseFeatures::text() const {
+  std::string text;
+  if (logit_cap > 0) text += fmt::format(" cap={}", logit_cap);
+  return text;
+}
+
+double soft_capped(double score, double logit_cap) {
+  return logit_cap > 0 ? logit_cap * std::tanh(score / logit_cap) : score;
+}
+
 void synchronize() { check_cu(driver().cuCtxSynchronize(), "cuCtxSynchronize", -1); }
 
 std::uint16_t float_to_bits(float value, DType dtype) {

@@ -49,6 +49,16 @@ bool wgmma_forced_off();  // ASTRAI_JIT_NO_WGMMA
 // Compute capability of device 0 as major * 10 + minor (90 on an H100/H200).
 int device_compute_capability();
 
+// The serving features of an attention case. text() is its part of the parameter string,
+// " cap=4" for those set, "" for none.
+struct CaseFeatures {
+  float logit_cap = 0.f;  // > 0: soft-cap
+  std::string text() const;
+};
+
+// A scaled score as the soft-cap leaves it, in float64 (cap 0: unchanged).
+double soft_capped(double score, double logit_cap);
+
 // Extra cases for the random sweeps: ASTRAI_TEST_SWEEP, else `fallback`.
 int sweep_count(int fallback);
 

@@ -21,12 +21,16 @@ struct DecodeCase {
   int causal_offset = -1;
   bool mask = false;
   bool bhld = false;  // K/V stored [batch, heads, kv_len, D], passed through strides
+  float scale = 0.f;
+  CaseFeatures features;
   unsigned seed = 1;
   std::string describe() const {
     return fmt::format("decode dtype={} batch={} kv_len={} kv_heads={} group={} hd={} causal_offset={} "
-                       "mask={} bhld={} seed={}", dtype_name(dtype), batch, kv_len, n_kv_heads, group,
-                       head_dim, causal_offset, mask, bhld, seed);
+                       "mask={} bhld={} seed={}{}", dtype_name(dtype), batch, kv_len, n_kv_heads, group,
+                       head_dim, causal_offset, mask, bhld, seed,
+                       (scale > 0 ? fmt::format(" scale={}", scale) : "") + features.text());
   }
+
 };
 
 void check_decode(const DecodeCase& c, bool graph = false) {
@@ -61,6 +65,8 @@ void check_decode(const DecodeCase& c, bool graph = false) {
   args.n_kv_heads = c.n_kv_heads;
   args.head_dim = d;
   args.causal_offset = c.causal_offset;
+  args.scale = c.scale;
+  args.logit_cap = c.features.logit_cap;
   args.q = d_q.get();
   args.k = d_k.get();
   args.v = d_v.get();
@@ -98,7 +104,7 @@ void check_decode(const DecodeCase& c, bool graph = false) {
   }
 
   Comparison comparison;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(d));
   const int len = c.causal_offset < 0 ? c.kv_len : std::min(c.kv_len, c.causal_offset + 1);
   std::vector<double> w(len);
   for (int b = 0; b < c.batch; ++b)
@@ -110,7 +116,7 @@ void check_decode(const DecodeCase& c, bool graph = false) {
         for (int i = 0; i < d; ++i)
           dot += static_cast<double>(bits_to_float(q[(b * n_heads + h) * d + i], c.dtype)) *
                  bits_to_float(k[b * s_batch + t * s_seq + kvh * s_head + i], c.dtype);
-        w[t] = mask[b * c.kv_len + t] ? dot * scale : -INFINITY;
+        w[t] = mask[b * c.kv_len + t] ? soft_capped(dot * scale, c.features.logit_cap) : -INFINITY;
         max_score = std::max(max_score, w[t]);
       }
       double total = 0;
@@ -180,6 +186,32 @@ TEST_CASE("decode captured in a CUDA graph replays bit for bit") {
   c.kv_len = 5000;
   c.mask = true;
   check_decode(c, /*graph=*/true);
+}
+
+TEST_CASE("decode with a logit soft-cap: caps below, near and above the score range") {
+  std::mt19937 rng(19);
+  // With scale 1 the scores of random rows spread over about +-10 (head dim 128).
+  for (float cap : {0.5f, 4.f, 30.f}) {
+    for (int head_dim : {64, 128}) {
+      DecodeCase c;
+      c.head_dim = head_dim;
+      c.group = head_dim == 64 ? 6 : 4;
+      c.kv_len = 1 + rng() % 3000;
+      c.scale = 1.f;
+      c.features.logit_cap = cap;
+      c.mask = rng() % 2 == 0;
+      c.causal_offset = rng() % 2 ? -1 : static_cast<int>(rng() % (c.kv_len + 3));
+      c.dtype = head_dim == 64 ? DType::fp16 : DType::bf16;
+      c.seed = rng();
+      check_decode(c);
+    }
+  }
+  DecodeCase split;  // split across CTAs: the combine merges capped partial results
+  split.kv_len = 20000;
+  split.batch = 2;
+  split.features.logit_cap = 0.2f;
+  split.seed = 5;
+  check_decode(split);
 }
 
 TEST_CASE("decode random sweep") {

@@ -26,15 +26,19 @@ struct PagedCase {
   bool append = false;     // fused append of new_k / new_v at seq_len - 1
   bool req_rows = false;   // requests index a larger page table through req_indices
   bool lse = false;        // also check the log-sum-exp output
+  float scale = 0.f;       // 0: 1/sqrt(head_dim)
+  CaseFeatures features;
   unsigned seed = 1;
 
   int batch() const { return static_cast<int>(seq_lens.size()); }
   std::string describe() const {
     return fmt::format("paged_decode dtype={} hd={} ps={} kv_heads={} group={} strided={} mask={} "
-                       "append={} req_rows={} lse={} seed={} lens=[{}]", dtype_name(dtype), head_dim,
+                       "append={} req_rows={} lse={} seed={} lens=[{}]{}", dtype_name(dtype), head_dim,
                        page_size, n_kv_heads, group, strided, mask, append, req_rows, lse, seed,
-                       fmt::join(seq_lens, ","));
+                       fmt::join(seq_lens, ","),
+                       (scale > 0 ? fmt::format(" scale={}", scale) : "") + features.text());
   }
+
 };
 
 struct PagedRun {
@@ -130,6 +134,8 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
   args.page_size = ps;
   args.num_pages = num_pages;
   args.max_pages_per_seq = max_pages;
+  args.scale = c.scale;
+  args.logit_cap = c.features.logit_cap;
   args.q = d_q.get();
   args.q_stride_batch = q_batch_stride;
   args.q_stride_head = q_head_stride;
@@ -220,7 +226,7 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
     api.cuStreamDestroy(stream);
   }
 
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(d));
   std::vector<double> scores;
   for (int b = 0; b < batch; ++b) {
     const int len = c.seq_lens[b];
@@ -236,7 +242,7 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
         for (int i = 0; i < d; ++i)
           dot += static_cast<double>(bits_to_float(q[b * q_batch_stride + h * q_head_stride + i], c.dtype)) *
                  bits_to_float(k_pool[base + i], c.dtype);
-        scores[t] = dot * scale;
+        scores[t] = soft_capped(dot * scale, c.features.logit_cap);
         if (kept(t)) max_score = std::max(max_score, scores[t]);
       }
       double total = 0;
@@ -409,6 +415,39 @@ TEST_CASE("paged_decode captured in a CUDA graph replays bit for bit") {
   everything.page_size = 1;
   everything.seed = 6;
   check_case(everything, /*graph=*/true);
+}
+
+TEST_CASE("paged_decode with a logit soft-cap: caps below, near and above the score range") {
+  std::mt19937 rng(51);
+  // With scale 1 the scores of random rows spread over about +-10 (head dim 128).
+  for (float cap : {0.5f, 4.f, 30.f}) {
+    for (int page_size : {1, 16}) {
+      PagedCase c;
+      c.page_size = page_size;
+      c.group = page_size == 1 ? 6 : 4;
+      c.head_dim = page_size == 1 ? 64 : 128;
+      c.scale = 1.f;
+      c.features.logit_cap = cap;
+      c.lse = true;
+      c.mask = cap > 1.f;
+      c.append = page_size == 16;
+      c.seq_lens = ragged_lengths(page_size, rng);
+      c.seq_lens.push_back(12000);  // split: the combine merges capped partial results
+      c.seed = rng();
+      check_case(c);
+    }
+  }
+  PagedCase small;  // the default scale, a cap near the small scores it gives
+  small.dtype = DType::fp16;
+  small.features.logit_cap = 0.3f;
+  small.lse = true;
+  small.seq_lens = {700, 1, 0, 33};
+  check_case(small);
+  PagedCase graph;  // a captured soft-cap call replays bit for bit
+  graph.features.logit_cap = 2.f;
+  graph.scale = 1.f;
+  graph.seq_lens = {3000, 17};
+  check_case(graph, /*graph=*/true);
 }
 
 TEST_CASE("paged_decode random sweep") {

@@ -50,14 +50,15 @@ struct PrefillCase {
                                   // K and V in one buffer and pads every row; bhld is head-major
   bool lse = true;
   float scale = 0.f;
+  CaseFeatures features;
   unsigned seed = 1;
 
   std::string describe() const {
     return fmt::format("prefill dtype={} hd={} group={} kv_heads={} batch={} q_len={} kv_len={} "
-                       "causal_offset={} mask={} empty_rows={} layout={} lse={} scale={} seed={}",
+                       "causal_offset={} mask={} empty_rows={} layout={} lse={} scale={} seed={}{}",
                        dtype_name(dtype), head_dim, group, n_kv_heads, batch, q_len, kv_len,
                        causal_offset, mask_name(mask), empty_rows, layout_name(layout), lse, scale,
-                       seed);
+                       seed, features.text());
   }
 };
 
@@ -141,6 +142,7 @@ void check_prefill(const PrefillCase& c) {
   args.n_kv_heads = c.n_kv_heads;
   args.head_dim = d;
   args.scale = c.scale;
+  args.logit_cap = c.features.logit_cap;
   args.causal_offset = c.causal_offset;
   args.q = d_q.get();
   args.out = d_out.get();
@@ -178,6 +180,8 @@ void check_prefill(const PrefillCase& c) {
 
   // Reference, with K and V of one (request, KV head) gathered into dense float rows.
   const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(d));
+  RowFeatures row_features;
+  row_features.logit_cap = c.features.logit_cap;
   Verdict verdict;
   std::vector<char> written(q_elems, 0);
   std::vector<float> k_rows(static_cast<std::size_t>(kv_rows) * d), v_rows(k_rows.size()), q_row(d);
@@ -203,7 +207,7 @@ void check_prefill(const PrefillCase& c) {
           for (int e = 0; e < d; ++e) q_row[e] = bits_to_float(q[base + e], c.dtype);
           double lse_want = 0;
           const bool non_empty = attend_row(q_row.data(), k_rows.data(), v_rows.data(), c.kv_len,
-                                            keep, d, scale, &want, &lse_want);
+                                            keep, d, scale, &want, &lse_want, row_features);
           const std::size_t lse_index = (static_cast<std::size_t>(b) * c.q_len + i) * n_heads + h;
           check_row(&verdict, c.dtype, out, base, want, non_empty, c.lse ? &lse[lse_index] : nullptr,
                     lse_want, RowId{b, i, h});
@@ -374,6 +378,54 @@ TEST_CASE("prefill in fp16, with an explicit scale, and without LSE") {
   scaled.kv_len = 120;
   scaled.seed = rng();
   check_prefill(scaled);
+}
+
+TEST_CASE("prefill with a logit soft-cap: caps below, near and above the score range") {
+  std::mt19937 rng(38);
+  // With scale 1 the scores of random rows spread over about +-10 (head dim 128).
+  for (float cap : {0.5f, 4.f, 30.f}) {
+    for (bool causal : {true, false}) {
+      PrefillCase c;
+      c.q_len = 1 + rng() % 200;
+      c.kv_len = c.q_len + rng() % 300;
+      c.causal_offset = causal ? c.kv_len - c.q_len : -1;
+      c.scale = 1.f;
+      c.features.logit_cap = cap;
+      c.mask = cap == 4.f ? MaskShape::per_query : MaskShape::none;
+      c.head_dim = causal ? 128 : 64;
+      c.group = causal ? 4 : 6;
+      c.dtype = causal ? DType::bf16 : DType::fp16;
+      c.seed = rng();
+      check_prefill(c);
+    }
+  }
+  PrefillCase small;  // the default scale, a cap near the small scores it gives
+  small.features.logit_cap = 0.3f;
+  small.q_len = 130;
+  small.kv_len = 260;
+  small.causal_offset = 130;
+  small.seed = rng();
+  check_prefill(small);
+}
+
+TEST_CASE("on sm_90a a prefill with a feature runs the portable kernel, its name showing the feature") {
+  if (device_compute_capability() != 90) return;
+  PrefillCase c;
+  c.head_dim = 128;
+  c.q_len = 70;
+  c.kv_len = 90;
+  c.causal_offset = 20;
+  c.features.logit_cap = 5.f;
+  c.seed = 78;
+  check_prefill(c);
+  int portable = 0;
+  int hopper = 0;
+  for (const auto& name : Runtime::get().loaded_variants()) {
+    portable += name.rfind("prefill.bf16.hd128.g4.cap.", 0) == 0 && name.find("wgmma") == std::string::npos;
+    hopper += name.find(".cap.") != std::string::npos && name.find("wgmma") != std::string::npos;
+  }
+  CHECK(portable == 1);
+  CHECK(hopper == 0);
 }
 
 TEST_CASE("on sm_90a an unmasked prefill runs the Hopper kernel (unless switched off), a masked one the portable kernel") {

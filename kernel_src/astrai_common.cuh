@@ -106,6 +106,19 @@ __device__ __forceinline__ float soft_capped(float raw, const AttentionFeatures&
   return f.cap_log2 * tanhf(raw * f.cap_scale);
 }
 
+// Folds a sink logit (natural units, as the scaled scores) into a finished row's max and sum
+// (log2 units) as one more term of the denominator; returns the factor the row's unnormalized
+// output takes. A row that saw no token keeps a zero output and gets the sink's LSE.
+__device__ __forceinline__ float fold_sink(float sink, float* row_max, float* row_sum) {
+  const float sink_log2 = sink * 1.4426950408889634f;
+  const float new_max = fmaxf(*row_max, sink_log2);
+  if (new_max == negative_infinity()) return 1.f;  // no token and a -inf sink: nothing changes
+  const float factor = exp2f(*row_max - new_max);   // 0 when the row saw no token
+  *row_sum = *row_sum * factor + exp2f(sink_log2 - new_max);
+  *row_max = new_max;
+  return factor;
+}
+
 template <int kA, int kB> struct CeilDiv { static constexpr int value = (kA + kB - 1) / kB; };
 
 template <int kValue> struct Log2 { static constexpr int value = 1 + Log2<kValue / 2>::value; };

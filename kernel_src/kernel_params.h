@@ -9,6 +9,7 @@ namespace astrai {
 // An enum, not constants: namespace-scope constants become device globals in every cubin.
 enum FeatureBit : unsigned {
   kFeatureSoftCap = 1u,  // logit soft-cap: s -> cap * tanh(s / cap)
+  kFeatureSink = 2u,     // a per-head logit joining the softmax denominator only
 };
 
 // The run-time values of the features, the same in every attention params struct. Scores are

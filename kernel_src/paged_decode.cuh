@@ -109,14 +109,17 @@ __device__ void append_new_token(const PagedDecodeParams& p, const DecodeSequenc
   }
 }
 
-template <typename T, int kHeadDim>
+// Rows of a split that holds no token: zeros and LSE -inf, or with sinks (kSink) the sink's
+// LSE in split 0, which carries each row's sink term.
+template <typename T, int kHeadDim, bool kSink = false>
 __device__ void write_empty_rows(const PagedDecodeParams& p, int split, int batch_index,
                                  int first_head, int rows) {
   for (int e = threadIdx.x; e < rows * kHeadDim; e += blockDim.x) {
     store_row_element<T, kHeadDim>(p.workspace, p.out, p.out_stride_batch, p.out_stride_head,
                                    p.lse, p.batch, p.n_heads, split, batch_index,
                                    first_head + e / kHeadDim, e % kHeadDim, 0.f,
-                                   negative_infinity());
+                                   kSink && split == 0 ? p.features.sinks[first_head + e / kHeadDim]
+                                                       : negative_infinity());
   }
 }
 
@@ -307,7 +310,7 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   const int split_begin = split * p.tokens_per_split;
   const int split_end = min(seq.length, split_begin + p.tokens_per_split);
   if (split_begin >= split_end) {
-    write_empty_rows<T, kHeadDim>(p, split, batch_index, first_head, rows);
+    write_empty_rows<T, kHeadDim, has_feature<kFlags>(kFeatureSink)>(p, split, batch_index, first_head, rows);
     return;
   }
   if (kPageSize > 0 && head_tile == 0 && seq.append_token >= split_begin && seq.append_token < split_end)
@@ -511,6 +514,9 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
       total += weight * merge_sum[w * kDecodeHeadsPerTile + row];
       value += weight * merge_o[(w * kDecodeHeadsPerTile + row) * kMergeStride + col];
     }
+    // The sink joins the denominator once per row: in split 0 (the combine adds the rest).
+    if (has_feature<kFlags>(kFeatureSink) && split == 0)
+      value *= fold_sink(p.features.sinks[first_head + row], &max_all, &total);
     // Nothing kept (every token masked): zeros and -inf, never NaN.
     const bool empty = !(total > 0.f);
     const float lse = empty ? negative_infinity() : (max_all + __log2f(total)) * kLn2;
@@ -543,7 +549,7 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
   const int split_begin = split * p.tokens_per_split;
   const int split_end = min(seq.length, split_begin + p.tokens_per_split);
   if (split_begin >= split_end) {
-    write_empty_rows<T, kHeadDim>(p, split, batch_index, first_head, rows);
+    write_empty_rows<T, kHeadDim, has_feature<kFlags>(kFeatureSink)>(p, split, batch_index, first_head, rows);
     return;
   }
   if (kPageSize > 0 && head_tile == 0 && seq.append_token >= split_begin && seq.append_token < split_end)
@@ -627,9 +633,13 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
   for (int i = 0; i < kHeadsPerWarp; ++i) {
     const int local = warp + 4 * i;
     if (local >= rows) continue;
+    // The sink joins the denominator once per row: in split 0 (the combine adds the rest).
+    float sink_factor = 1.f;
+    if (has_feature<kFlags>(kFeatureSink) && split == 0)
+      sink_factor = fold_sink(p.features.sinks[first_head + local], &row_max[i], &row_sum[i]);
     const bool empty = !(row_sum[i] > 0.f);  // every token masked
     const float lse = empty ? negative_infinity() : (row_max[i] + __log2f(row_sum[i])) * kLn2;
-    const float inverse = empty ? 0.f : 1.f / row_sum[i];
+    const float inverse = empty ? 0.f : sink_factor / row_sum[i];
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) {
       const int d = lane + 32 * k;
@@ -645,7 +655,7 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
 
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const PagedDecodeParams p) {
-  static_assert((kFlags & ~kFeatureSoftCap) == 0, "paged decode feature bits");
+  static_assert((kFlags & ~(kFeatureSoftCap | kFeatureSink)) == 0, "paged decode feature bits");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   allow_dependent_grid();  // the split combine may be scheduled as CTAs free up
 #ifndef ASTRAI_NO_MMA

@@ -483,8 +483,11 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
       float sum = row_sum[m][h];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      float sink_factor = 1.f;
+      if constexpr (has_feature<kFlags>(kFeatureSink))
+        sink_factor = fold_sink(p.features.sinks[head], &row_max[m][h], &sum);
       const bool empty = !(sum > 0.f);
-      inverse[h] = empty ? 0.f : 1.f / sum;
+      inverse[h] = empty ? 0.f : sink_factor / sum;
       lse[h] = empty ? negative_infinity() : (row_max[m][h] + log2f(sum)) * kLn2;
     }
     T* rows = stage_rows + 16 * m * kRowStride;
@@ -685,10 +688,13 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
                   head * p.out_stride_head;
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
-      const float total = warp_all_sum(row_sum[i]);
+      float total = warp_all_sum(row_sum[i]);
       if (i >= warp_rows) continue;
+      float sink_factor = 1.f;
+      if constexpr (has_feature<kFlags>(kFeatureSink))
+        sink_factor = fold_sink(p.features.sinks[head], &row_max[i], &total);
       const bool empty = !(total > 0.f);
-      const float inverse = empty ? 0.f : 1.f / total;
+      const float inverse = empty ? 0.f : sink_factor / total;
 #pragma unroll
       for (int k = 0; k < kPerLane; ++k) {
         const int d = lane + 32 * k;
@@ -707,7 +713,7 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
 // measured slower (H200: 267 -> 248-252 TFLOP/s, docs/device-notes.md run 14).
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __global__ void __launch_bounds__(kPrefillThreads, 2) prefill_kernel(const PrefillParams p) {
-  static_assert((kFlags & ~kFeatureSoftCap) == 0, "prefill feature bits");
+  static_assert((kFlags & ~(kFeatureSoftCap | kFeatureSink)) == 0, "prefill feature bits");
   extern __shared__ __align__(16) unsigned char smem_raw[];
 #ifndef ASTRAI_NO_MMA
   prefill_mma<T, kHeadDim, kPageSize, kGroup, kFlags>(p, smem_raw);

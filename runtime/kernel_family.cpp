@@ -29,6 +29,7 @@ WarmDefaults attention_warm_defaults(bool paged) {
 const std::vector<KernelFeature>& kernel_features() {
   static const std::vector<KernelFeature> features = {
       {kFeatureSoftCap, "cap"},
+      {kFeatureSink, "sink"},
   };
   return features;
 }

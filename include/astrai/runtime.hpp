@@ -39,6 +39,11 @@ struct PagedDecodeArgs {
   // Logit soft-cap (Gemma 2): > 0 turns each scaled score s into logit_cap * tanh(s / logit_cap)
   // before the softmax (the LSE uses the capped scores); 0: none. Runs the ".cap" variant.
   float logit_cap = 0.f;
+  // Optional attention sinks (gpt-oss): f32 [n_heads] device logits, one per query head, in the
+  // units of the scaled scores (not soft-capped). Each joins its row's softmax denominator only:
+  // out = sum_j e^(s_j - m) v_j / (e^(sink - m) + sum_j e^(s_j - m)); the LSE includes it, and a
+  // row with nothing to attend to outputs zeros with LSE = sink. Runs the ".sink" variant.
+  const float* sinks = nullptr;
 
   const void* q = nullptr;  // [batch, n_heads, head_dim]
   std::int64_t q_stride_batch = 0, q_stride_head = 0;
@@ -90,6 +95,7 @@ struct DecodeArgs {
   int head_dim = 0;  // multiple of 16 in [32, 256]
   float scale = 0.f;  // <= 0 means 1/sqrt(head_dim)
   float logit_cap = 0.f;  // > 0: soft-cap, as for paged_decode
+  const float* sinks = nullptr;  // optional [n_heads] f32 sink logits, as for paged_decode
   // -1: attend to all kv_len; >= 0: the query sits at that absolute position and attends to
   // [0, min(kv_len, causal_offset + 1)).
   int causal_offset = -1;
@@ -120,6 +126,7 @@ struct PrefillArgs {
   int head_dim = 0;  // multiple of 16 in [32, 256]
   float scale = 0.f;
   float logit_cap = 0.f;  // > 0: soft-cap, as for paged_decode (the sm_90a kernel has none)
+  const float* sinks = nullptr;  // optional [n_heads] f32 sink logits, as for paged_decode
   // -1: non-causal. >= 0: absolute position of the first query token; query row i attends to
   // kv positions j <= causal_offset + i (a fresh prompt uses kv_len - q_len). Values below -1
   // are refused: they would leave the first rows with nothing to attend to.
@@ -156,6 +163,7 @@ struct PagedPrefillArgs {
   int max_pages_per_seq = 0;
   float scale = 0.f;
   float logit_cap = 0.f;  // > 0: soft-cap, as for paged_decode (the sm_90a kernel has none)
+  const float* sinks = nullptr;  // optional [n_heads] f32 sink logits, as for paged_decode
   // Causal per request: query i of request b sits at position seq_lens[b] - q_len_b + i and
   // attends to kv positions j <= that. false: every query attends to all seq_lens[b] tokens.
   bool causal = true;

@@ -15,8 +15,12 @@ void require_logit_cap(const char* call, float logit_cap) {
                                     "value > 0)", logit_cap));
 }
 
-FeatureRequest attention_features(float scale, float logit_cap) {
+FeatureRequest attention_features(float scale, float logit_cap, const float* sinks) {
   FeatureRequest request;
+  if (sinks != nullptr) {
+    request.flags |= kFeatureSink;
+    request.values.sinks = sinks;
+  }
   if (logit_cap > 0.f) {
     request.flags |= kFeatureSoftCap;
     request.values.cap_scale = scale / logit_cap;

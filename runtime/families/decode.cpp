@@ -23,7 +23,7 @@ const KernelFamily& decode_family() {
       "paged_decode.cuh",
       [](const KernelSpec& spec) { return decode_instantiations(spec, 0); },
       attention_limits(/*paged=*/false),
-      /*supported_flags=*/kFeatureSoftCap,
+      /*supported_flags=*/kFeatureSoftCap | kFeatureSink,
       attention_warm_defaults(/*paged=*/false),
   };
   return family;
@@ -42,6 +42,7 @@ DecodeArgs resolve_decode_args(const DecodeArgs& input) {
                                      a.causal_offset));
   a.scale = resolve_scale(kCall, a.scale, a.head_dim);
   require_logit_cap(kCall, a.logit_cap);
+  require_optional_alignment(kCall, "sinks", a.sinks, 4);
   const std::int64_t d = a.head_dim;
   if (a.mask_stride_batch == 0) a.mask_stride_batch = a.kv_len;
   resolve_token_strides(kCall, {"q_stride_batch", &a.q_stride_batch}, {"q_stride_head", &a.q_stride_head},
@@ -76,7 +77,7 @@ DecodeArgs resolve_decode_args(const DecodeArgs& input) {
 void Runtime::decode(const DecodeArgs& input) {
   const DecodeArgs args = detail::resolve_decode_args(input);
   if (args.batch == 0) return;
-  const detail::FeatureRequest features = detail::attention_features(args.scale, args.logit_cap);
+  const detail::FeatureRequest features = detail::attention_features(args.scale, args.logit_cap, args.sinks);
   PagedDecodeParams params = detail::common_decode_params(args, features);
   params.k_cache = args.k;
   params.v_cache = args.v;

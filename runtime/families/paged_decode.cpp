@@ -25,7 +25,7 @@ const KernelFamily& paged_decode_family() {
       "paged_decode.cuh",
       [](const KernelSpec& spec) { return decode_instantiations(spec, spec.page_size); },
       attention_limits(/*paged=*/true),
-      /*supported_flags=*/kFeatureSoftCap,
+      /*supported_flags=*/kFeatureSoftCap | kFeatureSink,
       attention_warm_defaults(/*paged=*/true),
   };
   return family;
@@ -57,6 +57,7 @@ PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& input) {
                                      1LL * a.max_pages_per_seq * a.page_size, kMaxTableTokens));
   a.scale = resolve_scale(kCall, a.scale, a.head_dim);
   require_logit_cap(kCall, a.logit_cap);
+  require_optional_alignment(kCall, "sinks", a.sinks, 4);
 
   const std::int64_t d = a.head_dim;
   if (a.page_table_stride == 0) a.page_table_stride = a.max_pages_per_seq;
@@ -136,7 +137,7 @@ std::size_t paged_decode_workspace_bytes(const PagedDecodeArgs& input, int num_s
 void Runtime::paged_decode(const PagedDecodeArgs& input) {
   const PagedDecodeArgs args = detail::resolve_paged_decode_args(input);
   if (args.batch == 0) return;
-  const detail::FeatureRequest features = detail::attention_features(args.scale, args.logit_cap);
+  const detail::FeatureRequest features = detail::attention_features(args.scale, args.logit_cap, args.sinks);
   PagedDecodeParams params = detail::common_decode_params(args, features);
   params.k_cache = args.k_cache;
   params.v_cache = args.v_cache;

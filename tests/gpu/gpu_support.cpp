@@ -17,7 +17,17 @@ using detail::driver;
 std::string CaseFeatures::text() const {
   std::string text;
   if (logit_cap > 0) text += fmt::format(" cap={}", logit_cap);
+  if (sinks) text += " sinks";
   return text;
+}
+
+std::vector<float> sink_values(int n_heads, unsigned seed) {
+  std::mt19937 rng(seed ^ 0x5eedu);
+  std::uniform_real_distribution<float> logit(-2.f, 7.f);
+  std::vector<float> values(static_cast<std::size_t>(std::max(n_heads, 1)));
+  for (auto& value : values) value = logit(rng);
+  values[0] = -INFINITY;
+  return values;
 }
 
 double soft_capped(double score, double logit_cap) {

@@ -53,8 +53,13 @@ int device_compute_capability();
 // " cap=4" for those set, "" for none.
 struct CaseFeatures {
   float logit_cap = 0.f;  // > 0: soft-cap
+  bool sinks = false;     // one sink logit per query head (sink_values)
   std::string text() const;
 };
+
+// Sink logits of a case with n_heads query heads: spread over [-2, 7] (below, within and above
+// the LSE of the rows), and -inf for head 0 (a sink that weighs nothing).
+std::vector<float> sink_values(int n_heads, unsigned seed);
 
 // A scaled score as the soft-cap leaves it, in float64 (cap 0: unchanged).
 double soft_capped(double score, double logit_cap);

@@ -27,11 +27,12 @@ inline std::vector<float> to_floats(const std::vector<std::uint16_t>& bits, DTyp
 
 // The serving features a reference row applies (the window is part of `keep`).
 struct RowFeatures {
-  double logit_cap = 0;  // > 0: scores become cap * tanh(s / cap)
+  double logit_cap = 0;     // > 0: scores become cap * tanh(s / cap)
+  double sink = -INFINITY;  // a logit joining the denominator only (-inf: none)
 };
 
 // Softmax attention of one query row over n KV rows (row-major [n][d] floats) in float64.
-// Returns false, with zeros and LSE -inf, when keep selects nothing.
+// Returns false, with zeros and LSE -inf, when keep selects nothing and there is no sink.
 inline bool attend_row(const float* q, const float* k, const float* v, int n, const std::vector<char>& keep,
                 int d, double scale, std::vector<double>* out, double* lse, const RowFeatures& features = {}) {
   std::vector<double> scores(static_cast<std::size_t>(std::max(n, 1)));
@@ -44,12 +45,13 @@ inline bool attend_row(const float* q, const float* k, const float* v, int n, co
     scores[j] = soft_capped(dot * scale, features.logit_cap);
     max_score = std::max(max_score, scores[j]);
   }
+  max_score = std::max(max_score, features.sink);
   out->assign(d, 0.0);
   if (max_score == -INFINITY) {
     *lse = -INFINITY;
     return false;
   }
-  double total = 0;
+  double total = features.sink > -INFINITY ? std::exp(features.sink - max_score) : 0.0;
   for (int j = 0; j < n; ++j) {
     if (!keep[j]) continue;
     const double w = std::exp(scores[j] - max_score);

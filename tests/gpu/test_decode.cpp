@@ -67,6 +67,9 @@ void check_decode(const DecodeCase& c, bool graph = false) {
   args.causal_offset = c.causal_offset;
   args.scale = c.scale;
   args.logit_cap = c.features.logit_cap;
+  const std::vector<float> sinks = sink_values(n_heads, c.seed);
+  DeviceBuffer d_sinks = DeviceBuffer::from(sinks);
+  if (c.features.sinks) args.sinks = static_cast<const float*>(d_sinks.get());
   args.q = d_q.get();
   args.k = d_k.get();
   args.v = d_v.get();
@@ -119,7 +122,9 @@ void check_decode(const DecodeCase& c, bool graph = false) {
         w[t] = mask[b * c.kv_len + t] ? soft_capped(dot * scale, c.features.logit_cap) : -INFINITY;
         max_score = std::max(max_score, w[t]);
       }
-      double total = 0;
+      const double sink = c.features.sinks ? sinks[h] : -INFINITY;
+      max_score = std::max(max_score, sink);
+      double total = sink > -INFINITY ? std::exp(sink - max_score) : 0.0;
       for (int t = 0; t < len; ++t) total += (w[t] = std::isinf(w[t]) ? 0.0 : std::exp(w[t] - max_score));
       const double want_lse = total > 0 ? max_score + std::log(total) : -INFINITY;
       if (std::isinf(want_lse)) {
@@ -212,6 +217,23 @@ TEST_CASE("decode with a logit soft-cap: caps below, near and above the score ra
   split.features.logit_cap = 0.2f;
   split.seed = 5;
   check_decode(split);
+}
+
+TEST_CASE("decode with attention sinks: empty, masked, causal and split rows, with the soft-cap") {
+  std::mt19937 rng(20);
+  for (int kv_len : {0, 1, 65, 900, 30000}) {
+    DecodeCase c;
+    c.kv_len = kv_len;
+    c.batch = kv_len > 10000 ? 2 : 3;
+    c.features.sinks = true;
+    c.features.logit_cap = kv_len == 900 ? 3.f : 0.f;
+    c.mask = kv_len > 0 && kv_len < 10000;  // batch row 1 fully masked
+    c.causal_offset = kv_len == 65 ? 20 : -1;
+    c.group = kv_len == 1 ? 6 : 4;
+    c.head_dim = kv_len == 1 ? 64 : 128;
+    c.seed = rng();
+    check_decode(c);
+  }
 }
 
 TEST_CASE("decode random sweep") {

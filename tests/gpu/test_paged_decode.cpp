@@ -136,6 +136,9 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
   args.max_pages_per_seq = max_pages;
   args.scale = c.scale;
   args.logit_cap = c.features.logit_cap;
+  const std::vector<float> sinks = sink_values(n_heads, c.seed);
+  DeviceBuffer d_sinks = DeviceBuffer::from(sinks);
+  if (c.features.sinks) args.sinks = static_cast<const float*>(d_sinks.get());
   args.q = d_q.get();
   args.q_stride_batch = q_batch_stride;
   args.q_stride_head = q_head_stride;
@@ -245,7 +248,9 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
         scores[t] = soft_capped(dot * scale, c.features.logit_cap);
         if (kept(t)) max_score = std::max(max_score, scores[t]);
       }
-      double total = 0;
+      const double sink = c.features.sinks ? sinks[h] : -INFINITY;
+      max_score = std::max(max_score, sink);
+      double total = sink > -INFINITY ? std::exp(sink - max_score) : 0.0;
       for (int t = 0; t < len; ++t) total += (scores[t] = kept(t) ? std::exp(scores[t] - max_score) : 0.0);
       if (c.lse) {
         const double want_lse = total > 0 ? max_score + std::log(total) : -INFINITY;
@@ -447,6 +452,40 @@ TEST_CASE("paged_decode with a logit soft-cap: caps below, near and above the sc
   graph.features.logit_cap = 2.f;
   graph.scale = 1.f;
   graph.seq_lens = {3000, 17};
+  check_case(graph, /*graph=*/true);
+}
+
+TEST_CASE("paged_decode with attention sinks: empty, masked and split rows, with the soft-cap") {
+  std::mt19937 rng(52);
+  for (int page_size : {1, 16}) {
+    for (bool cap : {false, true}) {
+      PagedCase c;
+      c.page_size = page_size;
+      c.group = page_size == 1 ? 6 : 8;
+      c.head_dim = page_size == 1 ? 64 : 128;
+      c.features.sinks = true;
+      c.features.logit_cap = cap ? 5.f : 0.f;
+      c.lse = true;
+      c.mask = cap;        // row 0 fully masked: zeros, LSE = its sink
+      c.append = !cap;
+      c.req_rows = page_size == 16;
+      c.seq_lens = ragged_lengths(page_size, rng);  // starts with an empty sequence
+      c.seq_lens.push_back(20000);  // split: only split 0 adds the sink, the combine merges it
+      c.seed = rng();
+      check_case(c);
+    }
+  }
+  PagedCase fp16;
+  fp16.dtype = DType::fp16;
+  fp16.features.sinks = true;
+  fp16.lse = true;
+  fp16.seq_lens = {0, 0, 3, 40000};
+  fp16.seed = 9;
+  check_case(fp16);
+  PagedCase graph;  // a captured call with sinks replays bit for bit
+  graph.features.sinks = true;
+  graph.seq_lens = {9000, 2, 0};
+  graph.seed = 10;
   check_case(graph, /*graph=*/true);
 }
 

@@ -122,6 +122,9 @@ void check_paged_prefill(const PagedPrefillCase& c) {
   args.max_pages_per_seq = max_pages;
   args.scale = c.scale;
   args.logit_cap = c.features.logit_cap;
+  const std::vector<float> sinks = sink_values(n_heads, c.seed);
+  DeviceBuffer d_sinks = DeviceBuffer::from(sinks);
+  if (c.features.sinks) args.sinks = static_cast<const float*>(d_sinks.get());
   args.causal = c.causal;
   args.q = d_q.get();
   args.qo_indptr = static_cast<const std::int32_t*>(d_indptr.get());
@@ -183,6 +186,7 @@ void check_paged_prefill(const PagedPrefillCase& c) {
           const std::int64_t base = row * q_token + h * q_head;
           for (int e = 0; e < d; ++e) q_row[e] = bits_to_float(q[base + e], c.dtype);
           double lse_want = 0;
+          row_features.sink = c.features.sinks ? sinks[h] : -INFINITY;
           const bool non_empty = attend_row(q_row.data(), k_rows.data(), v_rows.data(), seq_len,
                                             keep, d, scale, &want, &lse_want, row_features);
           const std::size_t lse_index = static_cast<std::size_t>(row) * n_heads + h;
@@ -290,6 +294,30 @@ TEST_CASE("paged_prefill with a logit soft-cap: caps below, near and above the s
   fp16.seq_lens = {1000, 1500};
   fp16.seed = rng();
   check_paged_prefill(fp16);
+}
+
+TEST_CASE("paged_prefill with attention sinks: empty requests, rows before position 0, the soft-cap") {
+  std::mt19937 rng(45);
+  for (int page_size : {1, 16}) {
+    for (bool cap : {false, true}) {
+      PagedPrefillCase c;
+      c.page_size = page_size;
+      c.features.sinks = true;
+      c.features.logit_cap = cap ? 4.f : 0.f;
+      c.mask = !cap;
+      c.unmapped_page = cap;
+      c.q_lens = {70, 0, 33, 1, 65};
+      c.seq_lens = {70, 40, 300, 129, 200};
+      c.seed = rng();
+      check_paged_prefill(c);
+    }
+  }
+  PagedPrefillCase short_kv;  // early rows sit before position 0: zeros, LSE = the sink
+  short_kv.features.sinks = true;
+  short_kv.q_lens = {50, 10};
+  short_kv.seq_lens = {20, 10};
+  short_kv.seed = rng();
+  check_paged_prefill(short_kv);
 }
 
 TEST_CASE("paged_prefill keeps device lengths in bounds") {

@@ -143,6 +143,9 @@ void check_prefill(const PrefillCase& c) {
   args.head_dim = d;
   args.scale = c.scale;
   args.logit_cap = c.features.logit_cap;
+  const std::vector<float> sinks = sink_values(n_heads, c.seed);
+  DeviceBuffer d_sinks = DeviceBuffer::from(sinks);
+  if (c.features.sinks) args.sinks = static_cast<const float*>(d_sinks.get());
   args.causal_offset = c.causal_offset;
   args.q = d_q.get();
   args.out = d_out.get();
@@ -206,6 +209,7 @@ void check_prefill(const PrefillCase& c) {
           const std::int64_t base = b * q_batch + i * q_seq + h * q_head;
           for (int e = 0; e < d; ++e) q_row[e] = bits_to_float(q[base + e], c.dtype);
           double lse_want = 0;
+          row_features.sink = c.features.sinks ? sinks[h] : -INFINITY;
           const bool non_empty = attend_row(q_row.data(), k_rows.data(), v_rows.data(), c.kv_len,
                                             keep, d, scale, &want, &lse_want, row_features);
           const std::size_t lse_index = (static_cast<std::size_t>(b) * c.q_len + i) * n_heads + h;
@@ -406,6 +410,34 @@ TEST_CASE("prefill with a logit soft-cap: caps below, near and above the score r
   small.causal_offset = 130;
   small.seed = rng();
   check_prefill(small);
+}
+
+TEST_CASE("prefill with attention sinks: causal and not, rows with nothing kept, with the soft-cap") {
+  std::mt19937 rng(39);
+  for (bool causal : {true, false}) {
+    for (bool cap : {false, true}) {
+      PrefillCase c;
+      c.q_len = 1 + rng() % 200;
+      c.kv_len = c.q_len + rng() % 300;
+      c.causal_offset = causal ? c.kv_len - c.q_len : -1;
+      c.mask = MaskShape::per_query;
+      c.empty_rows = 3;  // rows with nothing kept: zeros, LSE = the sink
+      c.features.sinks = true;
+      c.features.logit_cap = cap ? 4.f : 0.f;
+      c.head_dim = cap ? 64 : 128;
+      c.group = cap ? 6 : 4;
+      c.dtype = cap ? DType::fp16 : DType::bf16;
+      c.seed = rng();
+      check_prefill(c);
+    }
+  }
+  PrefillCase early;  // a causal offset of 0 over a longer prompt
+  early.q_len = 130;
+  early.kv_len = 140;
+  early.causal_offset = 0;
+  early.features.sinks = true;
+  early.seed = rng();
+  check_prefill(early);
 }
 
 TEST_CASE("on sm_90a a prefill with a feature runs the portable kernel, its name showing the feature") {

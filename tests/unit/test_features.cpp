@@ -58,6 +58,42 @@ TEST_CASE("a feature is a named field of the variant name, before .nomma and the
         "paged_decode.bf16.hd128.ps16.g4.cap.f100.sm_90a");
 }
 
+TEST_CASE("several features appear in the fixed order of kernel_features()") {
+  const KernelSpec both = with_flags(attention_spec(KernelKind::paged_prefill),
+                                     astrai::kFeatureSoftCap | astrai::kFeatureSink);
+  CHECK(both.name() == "paged_prefill.bf16.hd128.ps16.g4.cap.sink.sm_90a");
+  CHECK(KernelSpec::parse(both.name()) == both);
+  CHECK(with_flags(attention_spec(KernelKind::decode), astrai::kFeatureSink).name() ==
+        "decode.bf16.hd128.g4.sink.sm_90a");
+  CHECK_THROWS_WITH_AS(KernelSpec::parse("paged_prefill.bf16.hd128.ps16.g4.sink.cap.sm_90a"),
+                       doctest::Contains("not the canonical spelling 'paged_prefill.bf16.hd128.ps16.g4.cap.sink.sm_90a'"),
+                       InvalidArgument);
+  CHECK(rejection(with_flags(astrai::testing::rotary_spec(DType::bf16, 64, "sm_90a"),
+                             astrai::kFeatureSoftCap | astrai::kFeatureSink)) ==
+        "rotary_emb.bf16.hd64.cap.sink.sm_90a: rotary_emb does not support the features cap, sink (allowed: none)");
+  CHECK(with_flags(attention_spec(KernelKind::paged_decode), astrai::kFeatureSink | astrai::kFeatureSoftCap)
+            .warm_command()
+            .find(" --features cap+sink") != std::string::npos);
+}
+
+TEST_CASE("every attention call checks that sinks is 4-byte aligned") {
+  using namespace astrai::testing;
+  const auto* bad = fake_pointer<const float>(0x70002);
+  const char* kExpected = "sinks = 0x70002 is not 4-byte aligned";
+  check_rejected<PagedDecodeArgs>(valid_paged(), {"sinks", [bad](PagedDecodeArgs& a) { a.sinks = bad; }, {kExpected}},
+                                  astrai::detail::resolve_paged_decode_args, "paged_decode");
+  check_rejected<DecodeArgs>(valid_decode(), {"sinks", [bad](DecodeArgs& a) { a.sinks = bad; }, {kExpected}},
+                             astrai::detail::resolve_decode_args, "decode");
+  check_rejected<PrefillArgs>(valid_prefill(), {"sinks", [bad](PrefillArgs& a) { a.sinks = bad; }, {kExpected}},
+                              astrai::detail::resolve_prefill_args, "prefill");
+  check_rejected<PagedPrefillArgs>(valid_paged_prefill(),
+                                   {"sinks", [bad](PagedPrefillArgs& a) { a.sinks = bad; }, {kExpected}},
+                                   astrai::detail::resolve_paged_prefill_args, "paged_prefill");
+  PagedDecodeArgs paged = valid_paged();
+  paged.sinks = fake_pointer<const float>(0x70004);
+  CHECK_NOTHROW(astrai::detail::resolve_paged_decode_args(paged));
+}
+
 TEST_CASE("a plain variant keeps its name and instantiation (no feature field, flags 0)") {
   CHECK(attention_spec(KernelKind::paged_decode).name() == "paged_decode.bf16.hd128.ps16.g4.sm_90a");
   CHECK(attention_spec(KernelKind::paged_decode).instantiations().front() ==
@@ -80,9 +116,9 @@ TEST_CASE("feature names that are repeated, misordered or unknown are refused") 
                        InvalidArgument);
 }
 
-TEST_CASE("every attention family takes the soft-cap; rotary_emb and the wgmma kernels refuse it by name") {
+TEST_CASE("every attention family takes the soft-cap and sinks; rotary_emb and the wgmma kernels refuse them by name") {
   for (KernelKind kind : kAttentionKinds) {
-    const KernelSpec spec = with_flags(attention_spec(kind), astrai::kFeatureSoftCap);
+    const KernelSpec spec = with_flags(attention_spec(kind), astrai::kFeatureSoftCap | astrai::kFeatureSink);
     CAPTURE(spec.name());
     CHECK_NOTHROW(spec.validate());
     CHECK_FALSE(astrai::detail::hopper_serves(spec));
@@ -96,7 +132,7 @@ TEST_CASE("every attention family takes the soft-cap; rotary_emb and the wgmma k
   CHECK(rejection(wgmma) == "prefill.bf16.hd128.g4.cap.wgmma.sm_90a: the sm_90a (wgmma) implementation has "
                             "no cap (the portable variant has)");
   CHECK(rejection(with_flags(attention_spec(KernelKind::decode), 0x100)) ==
-        "decode.bf16.hd128.g4.f100.sm_90a: flags 0x100 name no feature (allowed: cap)");
+        "decode.bf16.hd128.g4.f100.sm_90a: flags 0x100 name no feature (allowed: cap, sink)");
 }
 
 TEST_CASE("the strict hint's warm command selects the features") {

@@ -238,6 +238,11 @@ TEST_CASE("soft-cap variants of every attention family compile on both paths") {
   check_feature_compiles(astrai::kFeatureSoftCap);
 }
 
+TEST_CASE("sink variants of every attention family compile on both paths, alone and with the soft-cap") {
+  check_feature_compiles(astrai::kFeatureSink);
+  check_feature_compiles(astrai::kFeatureSink | astrai::kFeatureSoftCap);
+}
+
 TEST_CASE("rotary embedding compiles for every arch, both dtypes and two head dims") {
   for (std::size_t i = 0; i < kArchs.size(); ++i) {
     // Alternate dtypes and head dims over the archs so every combination appears.

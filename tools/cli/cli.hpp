@@ -83,7 +83,7 @@ constexpr const char* kWarmFooter =
     "  --features lists feature sets, each `none` (the plain variants, the default) or feature\n"
     "  names joined by '+', e.g. `--features none,swa+sink`; every attention kernel selected\n"
     "  must support each set (rotary_emb takes only its plain variant). Features: cap (logit\n"
-    "  soft-cap). Feature variants have no .wgmma form.\n"
+    "  soft-cap), sink (attention sinks). Feature variants have no .wgmma form.\n"
     "  --arch auto: the target of each local GPU (ASTRAI_JIT_ARCH overrides); sm_90a when no GPU\n"
     "  is found.\n"
     "\n"

@@ -119,6 +119,13 @@ __device__ __forceinline__ float fold_sink(float sink, float* row_max, float* ro
   return factor;
 }
 
+// Sliding window: the first key position a query at `position` attends to (may be negative,
+// or past the query when a contiguous decode's window ends before its keys).
+__device__ __forceinline__ int window_first_key(long long position, const AttentionFeatures& f) {
+  const long long first = position - f.window_left;
+  return static_cast<int>(min(max(first, -1LL), 0x7fffffffLL));
+}
+
 template <int kA, int kB> struct CeilDiv { static constexpr int value = (kA + kB - 1) / kB; };
 
 template <int kValue> struct Log2 { static constexpr int value = 1 + Log2<kValue / 2>::value; };

@@ -10,6 +10,7 @@ namespace astrai {
 enum FeatureBit : unsigned {
   kFeatureSoftCap = 1u,  // logit soft-cap: s -> cap * tanh(s / cap)
   kFeatureSink = 2u,     // a per-head logit joining the softmax denominator only
+  kFeatureWindow = 4u,   // sliding window: a query at position p attends to [p - window_left, p]
 };
 
 // The run-time values of the features, the same in every attention params struct. Scores are

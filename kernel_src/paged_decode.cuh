@@ -307,7 +307,11 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   const int rows = min(kDecodeHeadsPerTile, kGroup - head_tile * kDecodeHeadsPerTile);
   const int first_head = kv_head * kGroup + head_tile * kDecodeHeadsPerTile;
   const DecodeSequence seq = decode_sequence<kPageSize>(p, batch_index);
-  const int split_begin = split * p.tokens_per_split;
+  // With a window the splits cover only the blocks from the window's first key on (the split
+  // plan is sized for the window), so the time follows the window, not the length.
+  const int window_first = has_feature<kFlags>(kFeatureWindow) ? window_first_key(seq.length - 1, p.features) : 0;
+  const int span_begin = has_feature<kFlags>(kFeatureWindow) ? max(window_first, 0) / kDecodeBlockTokens * kDecodeBlockTokens : 0;
+  const int split_begin = span_begin + split * p.tokens_per_split;
   const int split_end = min(seq.length, split_begin + p.tokens_per_split);
   if (split_begin >= split_end) {
     write_empty_rows<T, kHeadDim, has_feature<kFlags>(kFeatureSink)>(p, split, batch_index, first_head, rows);
@@ -418,7 +422,8 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int token = warp_first_token + j * 8 + quad_col * 2 + (e & 1);
-          s[j][e] = (token < split_end && token_kept(p, batch_index, token))
+          s[j][e] = (token < split_end && (!has_feature<kFlags>(kFeatureWindow) || token >= window_first) &&
+                     token_kept(p, batch_index, token))
                         ? (has_feature<kFlags>(kFeatureSoftCap) ? soft_capped(s[j][e], p.features)
                                                                 : s[j][e] * p.scale_log2)
                         : negative_infinity();
@@ -546,7 +551,11 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
   const int rows = min(kDecodeHeadsPerTile, kGroup - head_tile * kDecodeHeadsPerTile);
   const int first_head = kv_head * kGroup + head_tile * kDecodeHeadsPerTile;
   const DecodeSequence seq = decode_sequence<kPageSize>(p, batch_index);
-  const int split_begin = split * p.tokens_per_split;
+  // With a window the splits cover only the blocks from the window's first key on (the split
+  // plan is sized for the window), so the time follows the window, not the length.
+  const int window_first = has_feature<kFlags>(kFeatureWindow) ? window_first_key(seq.length - 1, p.features) : 0;
+  const int span_begin = has_feature<kFlags>(kFeatureWindow) ? max(window_first, 0) / kDecodeBlockTokens * kDecodeBlockTokens : 0;
+  const int split_begin = span_begin + split * p.tokens_per_split;
   const int split_end = min(seq.length, split_begin + p.tokens_per_split);
   if (split_begin >= split_end) {
     write_empty_rows<T, kHeadDim, has_feature<kFlags>(kFeatureSink)>(p, split, batch_index, first_head, rows);
@@ -600,7 +609,9 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
 
     const int block_tokens = min(kDecodeBlockTokens, split_end - block_start);
     for (int t = 0; t < block_tokens; ++t) {
-      if (!token_kept(p, batch_index, block_start + t)) continue;  // masked: contributes nothing
+      if ((has_feature<kFlags>(kFeatureWindow) && block_start + t < window_first) ||
+          !token_kept(p, batch_index, block_start + t))
+        continue;  // masked or before the window: contributes nothing
       float k_row[kPerLane];
       float v_row[kPerLane];
 #pragma unroll
@@ -655,7 +666,7 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
 
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const PagedDecodeParams p) {
-  static_assert((kFlags & ~(kFeatureSoftCap | kFeatureSink)) == 0, "paged decode feature bits");
+  static_assert((kFlags & ~(kFeatureSoftCap | kFeatureSink | kFeatureWindow)) == 0, "paged decode feature bits");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   allow_dependent_grid();  // the split combine may be scheduled as CTAs free up
 #ifndef ASTRAI_NO_MMA

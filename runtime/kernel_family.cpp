@@ -28,6 +28,7 @@ WarmDefaults attention_warm_defaults(bool paged) {
 
 const std::vector<KernelFeature>& kernel_features() {
   static const std::vector<KernelFeature> features = {
+      {kFeatureWindow, "swa"},
       {kFeatureSoftCap, "cap"},
       {kFeatureSink, "sink"},
   };

@@ -23,7 +23,7 @@ const KernelFamily& decode_family() {
       "paged_decode.cuh",
       [](const KernelSpec& spec) { return decode_instantiations(spec, 0); },
       attention_limits(/*paged=*/false),
-      /*supported_flags=*/kFeatureSoftCap | kFeatureSink,
+      /*supported_flags=*/kFeatureSoftCap | kFeatureSink | kFeatureWindow,
       attention_warm_defaults(/*paged=*/false),
   };
   return family;
@@ -43,6 +43,7 @@ DecodeArgs resolve_decode_args(const DecodeArgs& input) {
   a.scale = resolve_scale(kCall, a.scale, a.head_dim);
   require_logit_cap(kCall, a.logit_cap);
   require_optional_alignment(kCall, "sinks", a.sinks, 4);
+  require_window(kCall, a.window_left, true, "");
   const std::int64_t d = a.head_dim;
   if (a.mask_stride_batch == 0) a.mask_stride_batch = a.kv_len;
   resolve_token_strides(kCall, {"q_stride_batch", &a.q_stride_batch}, {"q_stride_head", &a.q_stride_head},
@@ -77,7 +78,7 @@ DecodeArgs resolve_decode_args(const DecodeArgs& input) {
 void Runtime::decode(const DecodeArgs& input) {
   const DecodeArgs args = detail::resolve_decode_args(input);
   if (args.batch == 0) return;
-  const detail::FeatureRequest features = detail::attention_features(args.scale, args.logit_cap, args.sinks);
+  const detail::FeatureRequest features = detail::attention_features(args.scale, args.logit_cap, args.sinks, args.window_left);
   PagedDecodeParams params = detail::common_decode_params(args, features);
   params.k_cache = args.k;
   params.v_cache = args.v;
@@ -89,6 +90,13 @@ void Runtime::decode(const DecodeArgs& input) {
   params.v_stride_head = args.v_stride_head;
   // The causal offset only shortens the range: the query at position c sees [0, c].
   params.kv_capacity = args.causal_offset < 0 ? args.kv_len : std::min(args.kv_len, args.causal_offset + 1);
+  // The kernel measures the window from kv_capacity - 1; a causal offset past kv_len puts the
+  // query further on, which shortens the window (-1: it ends before the keys, nothing is kept).
+  if (args.window_left >= 0) {
+    const long long position = args.causal_offset < 0 ? args.kv_len - 1LL : args.causal_offset;
+    const long long shifted = args.window_left - (position - (params.kv_capacity - 1LL));
+    params.features.window_left = static_cast<int>(std::max(shifted, -1LL));
+  }
   params.num_pages = 0;
   detail::launch_decode(*impl_,
                         {detail::decode_family(), args.dtype, args.head_dim, 0,

@@ -156,7 +156,7 @@ expect_out '^decode\.bf16\.hd64\.g6\.cap\.nomma\.sm_89( |$)'
 check "warm --features refuses unknown or repeated features by name"
 run warm --dry-run --arch sm_90a --features cap+cap
 expect_rc 2
-expect_err "--features 'cap\+cap' is not a feature set \(allowed: none, or distinct features joined by '\+': cap, sink"
+expect_err "--features 'cap\+cap' is not a feature set \(allowed: none, or distinct features joined by '\+': swa, cap, sink"
 run warm --dry-run --arch sm_90a --features softcap
 expect_rc 2
 expect_err "--features 'softcap' is not a feature set"
@@ -186,6 +186,7 @@ paged_prefill.fp16.hd80.ps16.g6.sm_90a --arch sm_90a --kernels paged_prefill --d
 paged_decode.bf16.hd128.ps1.g4.nomma.sm_90a --arch sm_90a --kernels paged_decode --dtypes bf16 --head-dims 128 --page-sizes 1 --group-sizes 4 --no-mma
 prefill.bf16.hd128.g4.cap.sm_90a --arch sm_90a --kernels prefill --dtypes bf16 --head-dims 128 --group-sizes 4 --features cap
 paged_decode.bf16.hd64.ps16.g6.cap.sink.sm_90a --arch sm_90a --kernels paged_decode --dtypes bf16 --head-dims 64 --page-sizes 16 --group-sizes 6 --features cap+sink
+paged_prefill.fp16.hd128.ps16.g4.swa.sink.sm_90a --arch sm_90a --kernels paged_prefill --dtypes fp16 --head-dims 128 --page-sizes 16 --group-sizes 4 --features swa+sink
 HINTS
 
 check "warm --dry-run --arch auto (the default) resolves to a target"

@@ -18,6 +18,7 @@ std::string CaseFeatures::text() const {
   std::string text;
   if (logit_cap > 0) text += fmt::format(" cap={}", logit_cap);
   if (sinks) text += " sinks";
+  if (window_left >= 0) text += fmt::format(" window_left={}", window_left);
   return text;
 }
 

@@ -54,6 +54,7 @@ int device_compute_capability();
 struct CaseFeatures {
   float logit_cap = 0.f;  // > 0: soft-cap
   bool sinks = false;     // one sink logit per query head (sink_values)
+  int window_left = -1;   // >= 0: sliding window
   std::string text() const;
 };
 

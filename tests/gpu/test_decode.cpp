@@ -70,6 +70,7 @@ void check_decode(const DecodeCase& c, bool graph = false) {
   const std::vector<float> sinks = sink_values(n_heads, c.seed);
   DeviceBuffer d_sinks = DeviceBuffer::from(sinks);
   if (c.features.sinks) args.sinks = static_cast<const float*>(d_sinks.get());
+  args.window_left = c.features.window_left;
   args.q = d_q.get();
   args.k = d_k.get();
   args.v = d_v.get();
@@ -109,6 +110,9 @@ void check_decode(const DecodeCase& c, bool graph = false) {
   Comparison comparison;
   const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(d));
   const int len = c.causal_offset < 0 ? c.kv_len : std::min(c.kv_len, c.causal_offset + 1);
+  // The window counts back from the query's position (causal_offset, or kv_len - 1).
+  const long long position = c.causal_offset < 0 ? c.kv_len - 1LL : c.causal_offset;
+  const long long window_first = c.features.window_left < 0 ? 0 : position - c.features.window_left;
   std::vector<double> w(len);
   for (int b = 0; b < c.batch; ++b)
     for (int h = 0; h < n_heads; ++h) {
@@ -119,7 +123,8 @@ void check_decode(const DecodeCase& c, bool graph = false) {
         for (int i = 0; i < d; ++i)
           dot += static_cast<double>(bits_to_float(q[(b * n_heads + h) * d + i], c.dtype)) *
                  bits_to_float(k[b * s_batch + t * s_seq + kvh * s_head + i], c.dtype);
-        w[t] = mask[b * c.kv_len + t] ? soft_capped(dot * scale, c.features.logit_cap) : -INFINITY;
+        w[t] = mask[b * c.kv_len + t] && t >= window_first ? soft_capped(dot * scale, c.features.logit_cap)
+                                                           : -INFINITY;
         max_score = std::max(max_score, w[t]);
       }
       const double sink = c.features.sinks ? sinks[h] : -INFINITY;
@@ -231,6 +236,26 @@ TEST_CASE("decode with attention sinks: empty, masked, causal and split rows, wi
     c.causal_offset = kv_len == 65 ? 20 : -1;
     c.group = kv_len == 1 ? 6 : 4;
     c.head_dim = kv_len == 1 ? 64 : 128;
+    c.seed = rng();
+    check_decode(c);
+  }
+}
+
+TEST_CASE("decode with a sliding window: causal offsets inside and past kv_len, long windows, sinks") {
+  std::mt19937 rng(21);
+  const int cases[][3] = {  // kv_len, causal_offset, window_left
+      {1000, -1, 0}, {1000, -1, 63}, {1000, -1, 64}, {1000, -1, 5000}, {1000, 500, 100},
+      {1000, 1100, 150},  // the query sits past kv_len: the window keeps kv 950..999
+      {1000, 1100, 50},   // ... and here it ends before the keys: nothing kept
+      {0, -1, 10},        {30000, -1, 4095}, {30000, 20000, 20000}};
+  for (const auto& entry : cases) {
+    DecodeCase c;
+    c.kv_len = entry[0];
+    c.causal_offset = entry[1];
+    c.features.window_left = entry[2];
+    c.features.sinks = entry[2] % 2 == 1;
+    c.mask = entry[2] == 100;
+    c.batch = c.kv_len > 10000 ? 2 : 3;
     c.seed = rng();
     check_decode(c);
   }

@@ -139,6 +139,7 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
   const std::vector<float> sinks = sink_values(n_heads, c.seed);
   DeviceBuffer d_sinks = DeviceBuffer::from(sinks);
   if (c.features.sinks) args.sinks = static_cast<const float*>(d_sinks.get());
+  args.window_left = c.features.window_left;
   args.q = d_q.get();
   args.q_stride_batch = q_batch_stride;
   args.q_stride_head = q_head_stride;
@@ -237,7 +238,10 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
       const int kvh = h / c.group;
       scores.assign(len, 0.0);
       double max_score = -INFINITY;
-      auto kept = [&](int t) { return !c.mask || mask[b * mask_stride + t] != 0; };
+      auto kept = [&](int t) {
+        return (c.features.window_left < 0 || t >= len - 1 - c.features.window_left) &&
+               (!c.mask || mask[b * mask_stride + t] != 0);
+      };
       for (int t = 0; t < len; ++t) {
         const std::int64_t page = table[req[b] * table_stride + t / ps];
         const std::int64_t base = page * kv_page_stride + (t % ps) * kv_token_stride + kvh * kv_head_stride;
@@ -486,6 +490,43 @@ TEST_CASE("paged_decode with attention sinks: empty, masked and split rows, with
   graph.features.sinks = true;
   graph.seq_lens = {9000, 2, 0};
   graph.seed = 10;
+  check_case(graph, /*graph=*/true);
+}
+
+TEST_CASE("paged_decode with a sliding window: windows crossing page edges, longer than the sequence, with sinks") {
+  std::mt19937 rng(53);
+  for (int page_size : {1, 16, 64}) {
+    for (int window : {0, 1, 15, 16, 17, 100, 1000, 5000}) {
+      PagedCase c;
+      c.page_size = page_size;
+      c.group = page_size == 1 ? 6 : 4;
+      c.head_dim = page_size == 1 ? 64 : 128;
+      c.features.window_left = window;
+      c.features.sinks = window % 2 == 0;  // sinks + window, as gpt-oss
+      c.lse = true;
+      c.mask = window == 17;
+      c.append = window == 100;
+      c.req_rows = window == 1000;
+      c.seq_lens = ragged_lengths(page_size, rng);  // 0, 1, page edges, random lengths
+      c.seq_lens.push_back(3000 + static_cast<int>(rng() % 200));
+      c.seed = rng();
+      check_case(c);
+    }
+  }
+  PagedCase split;  // a window over a long table: several splits, all inside the window
+  split.n_kv_heads = 1;
+  split.group = 8;
+  split.features.window_left = 8191;
+  split.features.sinks = true;
+  split.features.logit_cap = 5.f;
+  split.lse = true;
+  split.seq_lens = {60000, 8192, 8193, 100};
+  split.seed = 11;
+  check_case(split);
+  PagedCase graph;  // a captured windowed call replays bit for bit
+  graph.features.window_left = 500;
+  graph.seq_lens = {20000, 300, 0};
+  graph.seed = 12;
   check_case(graph, /*graph=*/true);
 }
 

@@ -125,6 +125,7 @@ void check_paged_prefill(const PagedPrefillCase& c) {
   const std::vector<float> sinks = sink_values(n_heads, c.seed);
   DeviceBuffer d_sinks = DeviceBuffer::from(sinks);
   if (c.features.sinks) args.sinks = static_cast<const float*>(d_sinks.get());
+  args.window_left = c.features.window_left;
   args.causal = c.causal;
   args.q = d_q.get();
   args.qo_indptr = static_cast<const std::int32_t*>(d_indptr.get());
@@ -181,7 +182,9 @@ void check_paged_prefill(const PagedPrefillCase& c) {
         const int row = indptr[b] + i;
         const std::int64_t position = static_cast<std::int64_t>(seq_len) - q_len + i;
         for (int t = 0; t < seq_len; ++t)
-          keep[t] = (!c.causal || t <= position) && (!c.mask || mask[row * mask_stride_q + t] != 0);
+          keep[t] = (!c.causal || t <= position) &&
+                    (c.features.window_left < 0 || t >= position - c.features.window_left) &&
+                    (!c.mask || mask[row * mask_stride_q + t] != 0);
         for (int h = kvh * c.group; h < (kvh + 1) * c.group; ++h) {
           const std::int64_t base = row * q_token + h * q_head;
           for (int e = 0; e < d; ++e) q_row[e] = bits_to_float(q[base + e], c.dtype);
@@ -318,6 +321,33 @@ TEST_CASE("paged_prefill with attention sinks: empty requests, rows before posit
   short_kv.seq_lens = {20, 10};
   short_kv.seed = rng();
   check_paged_prefill(short_kv);
+}
+
+TEST_CASE("paged_prefill with a sliding window: windows crossing page edges, longer than the request, with sinks") {
+  std::mt19937 rng(46);
+  for (int page_size : {1, 8, 16, 64}) {
+    for (int window : {0, 15, 16, 17, 100, 5000}) {
+      PagedPrefillCase c;
+      c.page_size = page_size;
+      c.features.window_left = window;
+      c.features.sinks = window % 2 == 0;  // sinks + window, as gpt-oss
+      c.mask = window == 17;
+      c.unmapped_page = window == 100;
+      c.q_lens = {70, 0, 33, 1, 65};
+      c.seq_lens = {70, 40, 300, 129, 900};
+      c.seed = rng();
+      check_paged_prefill(c);
+    }
+  }
+  PagedPrefillCase everything;
+  everything.features.window_left = 256;
+  everything.features.sinks = true;
+  everything.features.logit_cap = 5.f;
+  everything.scale = 1.f;
+  everything.q_lens = {200, 129};
+  everything.seq_lens = {3000, 1500};
+  everything.seed = rng();
+  check_paged_prefill(everything);
 }
 
 TEST_CASE("paged_prefill keeps device lengths in bounds") {

@@ -146,6 +146,7 @@ void check_prefill(const PrefillCase& c) {
   const std::vector<float> sinks = sink_values(n_heads, c.seed);
   DeviceBuffer d_sinks = DeviceBuffer::from(sinks);
   if (c.features.sinks) args.sinks = static_cast<const float*>(d_sinks.get());
+  args.window_left = c.features.window_left;
   args.causal_offset = c.causal_offset;
   args.q = d_q.get();
   args.out = d_out.get();
@@ -204,6 +205,8 @@ void check_prefill(const PrefillCase& c) {
             (mask_q_len == 1 ? 0 : i) * mask_stride_q;
         for (int j = 0; j < c.kv_len; ++j)
           keep[j] = (c.causal_offset < 0 || j <= static_cast<std::int64_t>(c.causal_offset) + i) &&
+                    (c.features.window_left < 0 ||
+                     j >= static_cast<std::int64_t>(c.causal_offset) + i - c.features.window_left) &&
                     (!has_mask || mask_row[j] != 0);
         for (int h = kvh * c.group; h < (kvh + 1) * c.group; ++h) {
           const std::int64_t base = b * q_batch + i * q_seq + h * q_head;
@@ -438,6 +441,36 @@ TEST_CASE("prefill with attention sinks: causal and not, rows with nothing kept,
   early.features.sinks = true;
   early.seed = rng();
   check_prefill(early);
+}
+
+TEST_CASE("prefill with a sliding window: short, tile-sized and longer-than-prompt windows, with sinks and masks") {
+  std::mt19937 rng(40);
+  for (int window : {0, 1, 31, 32, 63, 64, 100, 257, 10000}) {
+    for (int head_dim : {64, 128}) {
+      PrefillCase c;
+      c.head_dim = head_dim;
+      c.group = head_dim == 64 ? 6 : 4;
+      c.q_len = 1 + rng() % 300;
+      c.kv_len = c.q_len + rng() % 400;
+      c.causal_offset = rng() % 4 == 0 ? static_cast<int>(rng() % (c.kv_len + 1)) : c.kv_len - c.q_len;
+      c.features.window_left = window;
+      c.features.sinks = window % 2 == 1;  // sinks + window, as gpt-oss
+      c.mask = window == 100 ? MaskShape::per_query : MaskShape::none;
+      c.dtype = head_dim == 64 ? DType::fp16 : DType::bf16;
+      c.seed = rng();
+      check_prefill(c);
+    }
+  }
+  PrefillCase everything;
+  everything.q_len = 333;
+  everything.kv_len = 1500;
+  everything.causal_offset = 1167;
+  everything.features.window_left = 128;
+  everything.features.sinks = true;
+  everything.features.logit_cap = 5.f;
+  everything.scale = 1.f;
+  everything.seed = rng();
+  check_prefill(everything);
 }
 
 TEST_CASE("on sm_90a a prefill with a feature runs the portable kernel, its name showing the feature") {

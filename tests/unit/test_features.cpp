@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernel_src/kernel_params.h"
+#include "runtime/families/attention_features.hpp"
 #include "runtime/kernel_spec.hpp"
 #include "tests/support/specs.hpp"
 #include "tests/unit/validation_support.hpp"
@@ -76,6 +77,67 @@ TEST_CASE("several features appear in the fixed order of kernel_features()") {
             .find(" --features cap+sink") != std::string::npos);
 }
 
+TEST_CASE("the window is the first feature field, and every family takes all three") {
+  const std::uint32_t all = astrai::kFeatureWindow | astrai::kFeatureSoftCap | astrai::kFeatureSink;
+  for (KernelKind kind : kAttentionKinds) {
+    const KernelSpec spec = with_flags(attention_spec(kind, "sm_89", true), all);
+    CAPTURE(spec.name());
+    CHECK(spec.name().find(".swa.cap.sink.nomma.sm_89") != std::string::npos);
+    CHECK_NOTHROW(spec.validate());
+    CHECK(KernelSpec::parse(spec.name()) == spec);
+    CHECK(spec.warm_command().find(" --features swa+cap+sink --no-mma") != std::string::npos);
+  }
+  CHECK(with_flags(attention_spec(KernelKind::paged_decode), astrai::kFeatureWindow | astrai::kFeatureSink).name() ==
+        "paged_decode.bf16.hd128.ps16.g4.swa.sink.sm_90a");
+}
+
+TEST_CASE("every attention call checks window_left; prefill calls need a causal limit for it") {
+  using namespace astrai::testing;
+  const char* kRange = "window_left -2 is not valid (allowed: -1 for no window, or >= 0)";
+  check_rejected<PagedDecodeArgs>(valid_paged(), {"window_left", [](PagedDecodeArgs& a) { a.window_left = -2; }, {kRange}},
+                                  astrai::detail::resolve_paged_decode_args, "paged_decode");
+  check_rejected<DecodeArgs>(valid_decode(), {"window_left", [](DecodeArgs& a) { a.window_left = -2; }, {kRange}},
+                             astrai::detail::resolve_decode_args, "decode");
+  check_rejected<PrefillArgs>(valid_prefill(), {"window_left", [](PrefillArgs& a) { a.window_left = -2; }, {kRange}},
+                              astrai::detail::resolve_prefill_args, "prefill");
+  check_rejected<PagedPrefillArgs>(valid_paged_prefill(),
+                                   {"window_left", [](PagedPrefillArgs& a) { a.window_left = -2; }, {kRange}},
+                                   astrai::detail::resolve_paged_prefill_args, "paged_prefill");
+  check_rejected<PrefillArgs>(valid_prefill(),
+                              {"window_left", [](PrefillArgs& a) { a.window_left = 64; a.causal_offset = -1; },
+                               {"window_left 64 needs query positions: set causal_offset >= 0"}},
+                              astrai::detail::resolve_prefill_args, "prefill");
+  check_rejected<PagedPrefillArgs>(valid_paged_prefill(),
+                                   {"window_left", [](PagedPrefillArgs& a) { a.window_left = 0; a.causal = false; },
+                                    {"window_left 0 needs query positions: set causal = true"}},
+                                   astrai::detail::resolve_paged_prefill_args, "paged_prefill");
+  DecodeArgs decode = valid_decode();
+  decode.window_left = 0;
+  decode.causal_offset = -1;  // the query sits at kv_len - 1
+  CHECK_NOTHROW(astrai::detail::resolve_decode_args(decode));
+  PrefillArgs prefill = valid_prefill();
+  prefill.window_left = 4096;
+  CHECK_NOTHROW(astrai::detail::resolve_prefill_args(prefill));
+}
+
+TEST_CASE("a windowed decode plans its splits over the window, so its workspace follows the window") {
+  using astrai::detail::decode_span_tokens;
+  CHECK(decode_span_tokens(8192, 0, -1) == 8192);
+  CHECK(decode_span_tokens(8192, astrai::kFeatureWindow, 127) == 127 + 1 + astrai::kDecodeBlockTokens - 1);
+  CHECK(decode_span_tokens(8192, astrai::kFeatureWindow, 0) == astrai::kDecodeBlockTokens);
+  CHECK(decode_span_tokens(100, astrai::kFeatureWindow, 4096) == 100);
+  CHECK(decode_span_tokens(8192, astrai::kFeatureWindow, -1) == astrai::kDecodeBlockTokens);
+  astrai::PagedDecodeArgs args = astrai::testing::valid_paged();
+  args.batch = 1;
+  args.max_pages_per_seq = 4096;  // 65536 tokens
+  args.num_pages = 8192;
+  const std::size_t full = astrai::paged_decode_workspace_bytes(args, 132);
+  args.window_left = 255;
+  const std::size_t windowed = astrai::paged_decode_workspace_bytes(args, 132);
+  CHECK(full > 0);
+  CHECK(windowed < full);
+}
+
 TEST_CASE("every attention call checks that sinks is 4-byte aligned") {
   using namespace astrai::testing;
   const auto* bad = fake_pointer<const float>(0x70002);
@@ -132,7 +194,7 @@ TEST_CASE("every attention family takes the soft-cap and sinks; rotary_emb and t
   CHECK(rejection(wgmma) == "prefill.bf16.hd128.g4.cap.wgmma.sm_90a: the sm_90a (wgmma) implementation has "
                             "no cap (the portable variant has)");
   CHECK(rejection(with_flags(attention_spec(KernelKind::decode), 0x100)) ==
-        "decode.bf16.hd128.g4.f100.sm_90a: flags 0x100 name no feature (allowed: cap, sink)");
+        "decode.bf16.hd128.g4.f100.sm_90a: flags 0x100 name no feature (allowed: swa, cap, sink)");
 }
 
 TEST_CASE("the strict hint's warm command selects the features") {

@@ -243,6 +243,11 @@ TEST_CASE("sink variants of every attention family compile on both paths, alone 
   check_feature_compiles(astrai::kFeatureSink | astrai::kFeatureSoftCap);
 }
 
+TEST_CASE("sliding-window variants of every attention family compile on both paths, alone and with every feature") {
+  check_feature_compiles(astrai::kFeatureWindow);
+  check_feature_compiles(astrai::kFeatureWindow | astrai::kFeatureSink | astrai::kFeatureSoftCap);
+}
+
 TEST_CASE("rotary embedding compiles for every arch, both dtypes and two head dims") {
   for (std::size_t i = 0; i < kArchs.size(); ++i) {
     // Alternate dtypes and head dims over the archs so every combination appears.

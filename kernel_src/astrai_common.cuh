@@ -96,6 +96,36 @@ __device__ __forceinline__ void wait_for_previous_grid() {
 #endif
 }
 
+// Whether a template's kFlags compiles a feature (kernel_params.h) in. A function, not a static
+// member: those become device globals in the cubin of every variant.
+template <int kFlags> __device__ constexpr bool has_feature(FeatureBit bit) { return (kFlags & bit) != 0; }
+
+// Soft-capped score in log2 units from a raw dot product: cap * tanh(raw * scale / cap), times
+// log2(e). tanhf, not tanh.approx: its 2^-11 relative error becomes cap * 2^-11 in the score.
+__device__ __forceinline__ float soft_capped(float raw, const AttentionFeatures& f) {
+  return f.cap_log2 * tanhf(raw * f.cap_scale);
+}
+
+// Folds a sink logit (natural units, as the scaled scores) into a finished row's max and sum
+// (log2 units) as one more term of the denominator; returns the factor the row's unnormalized
+// output takes. A row that saw no token keeps a zero output and gets the sink's LSE.
+__device__ __forceinline__ float fold_sink(float sink, float* row_max, float* row_sum) {
+  const float sink_log2 = sink * 1.4426950408889634f;
+  const float new_max = fmaxf(*row_max, sink_log2);
+  if (new_max == negative_infinity()) return 1.f;  // no token and a -inf sink: nothing changes
+  const float factor = exp2f(*row_max - new_max);   // 0 when the row saw no token
+  *row_sum = *row_sum * factor + exp2f(sink_log2 - new_max);
+  *row_max = new_max;
+  return factor;
+}
+
+// Sliding window: the first key position a query at `position` attends to (may be negative,
+// or past the query when a contiguous decode's window ends before its keys).
+__device__ __forceinline__ int window_first_key(long long position, const AttentionFeatures& f) {
+  const long long first = position - f.window_left;
+  return static_cast<int>(min(max(first, -1LL), 0x7fffffffLL));
+}
+
 template <int kA, int kB> struct CeilDiv { static constexpr int value = (kA + kB - 1) / kB; };
 
 template <int kValue> struct Log2 { static constexpr int value = 1 + Log2<kValue / 2>::value; };

@@ -4,6 +4,24 @@
 
 namespace astrai {
 
+// Feature bits of the attention templates (their kFlags argument; a variant name spells each as
+// a field: ".swa", ".cap", ".sink"). A variant without a bit compiles none of its code.
+// An enum, not constants: namespace-scope constants become device globals in every cubin.
+enum FeatureBit : unsigned {
+  kFeatureSoftCap = 1u,  // logit soft-cap: s -> cap * tanh(s / cap)
+  kFeatureSink = 2u,     // a per-head logit joining the softmax denominator only
+  kFeatureWindow = 4u,   // sliding window: a query at position p attends to [p - window_left, p]
+};
+
+// The run-time values of the features, the same in every attention params struct. Scores are
+// kept in log2 units (raw dot * scale * log2(e)) inside the kernels.
+struct AttentionFeatures {
+  float cap_scale;      // soft-cap: softmax scale / logit_cap (raw dot -> tanh argument)
+  float cap_log2;       // soft-cap: logit_cap * log2(e)
+  const float* sinks;   // sinks: [n_heads] f32 logits in the units of the scaled scores
+  int window_left;      // window: a query at position p attends to keys p - window_left .. p
+};
+
 // Split-KV partial results live in a float workspace:
 //   partial_out [num_splits, batch, n_heads, head_dim]   unnormalized-then-rescaled outputs
 //   partial_lse [num_splits, batch, n_heads]              log-sum-exp (natural log) per row
@@ -54,6 +72,10 @@ struct PagedDecodeParams {
   int tokens_per_split;          // multiple of the kernel's token block
   float scale_log2;              // softmax scale * log2(e)
   SplitWorkspace workspace;      // used when workspace.num_splits > 1
+  // Read only by variants with feature bits. The window is taken from the query's position
+  // seq_len - 1 (contiguous decode folds a causal offset past kv_len into window_left; a
+  // negative value then leaves nothing to attend to).
+  AttentionFeatures features;
 };
 
 // Tiling shared by the host launcher and the paged decode kernel.
@@ -142,6 +164,8 @@ struct PrefillParams {
   // non-causal, 0 causal (the last query row of a request sits at its last KV position).
   int causal_offset;
   float scale_log2;              // softmax scale * log2(e)
+  AttentionFeatures features;    // read only by variants with feature bits (the window needs a
+                                 // causal limit: row i sits at its causal position)
 };
 
 // Tiling shared by the host launcher and the prefill kernel.

@@ -109,14 +109,17 @@ __device__ void append_new_token(const PagedDecodeParams& p, const DecodeSequenc
   }
 }
 
-template <typename T, int kHeadDim>
+// Rows of a split that holds no token: zeros and LSE -inf, or with sinks (kSink) the sink's
+// LSE in split 0, which carries each row's sink term.
+template <typename T, int kHeadDim, bool kSink = false>
 __device__ void write_empty_rows(const PagedDecodeParams& p, int split, int batch_index,
                                  int first_head, int rows) {
   for (int e = threadIdx.x; e < rows * kHeadDim; e += blockDim.x) {
     store_row_element<T, kHeadDim>(p.workspace, p.out, p.out_stride_batch, p.out_stride_head,
                                    p.lse, p.batch, p.n_heads, split, batch_index,
                                    first_head + e / kHeadDim, e % kHeadDim, 0.f,
-                                   negative_infinity());
+                                   kSink && split == 0 ? p.features.sinks[first_head + e / kHeadDim]
+                                                       : negative_infinity());
   }
 }
 
@@ -304,10 +307,14 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   const int rows = min(kDecodeHeadsPerTile, kGroup - head_tile * kDecodeHeadsPerTile);
   const int first_head = kv_head * kGroup + head_tile * kDecodeHeadsPerTile;
   const DecodeSequence seq = decode_sequence<kPageSize>(p, batch_index);
-  const int split_begin = split * p.tokens_per_split;
+  // With a window the splits cover only the blocks from the window's first key on (the split
+  // plan is sized for the window), so the time follows the window, not the length.
+  const int window_first = has_feature<kFlags>(kFeatureWindow) ? window_first_key(seq.length - 1, p.features) : 0;
+  const int span_begin = has_feature<kFlags>(kFeatureWindow) ? max(window_first, 0) / kDecodeBlockTokens * kDecodeBlockTokens : 0;
+  const int split_begin = span_begin + split * p.tokens_per_split;
   const int split_end = min(seq.length, split_begin + p.tokens_per_split);
   if (split_begin >= split_end) {
-    write_empty_rows<T, kHeadDim>(p, split, batch_index, first_head, rows);
+    write_empty_rows<T, kHeadDim, has_feature<kFlags>(kFeatureSink)>(p, split, batch_index, first_head, rows);
     return;
   }
   if (kPageSize > 0 && head_tile == 0 && seq.append_token >= split_begin && seq.append_token < split_end)
@@ -415,8 +422,10 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int token = warp_first_token + j * 8 + quad_col * 2 + (e & 1);
-          s[j][e] = (token < split_end && token_kept(p, batch_index, token))
-                        ? s[j][e] * p.scale_log2
+          s[j][e] = (token < split_end && (!has_feature<kFlags>(kFeatureWindow) || token >= window_first) &&
+                     token_kept(p, batch_index, token))
+                        ? (has_feature<kFlags>(kFeatureSoftCap) ? soft_capped(s[j][e], p.features)
+                                                                : s[j][e] * p.scale_log2)
                         : negative_infinity();
           tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s[j][e]);
         }
@@ -510,6 +519,9 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
       total += weight * merge_sum[w * kDecodeHeadsPerTile + row];
       value += weight * merge_o[(w * kDecodeHeadsPerTile + row) * kMergeStride + col];
     }
+    // The sink joins the denominator once per row: in split 0 (the combine adds the rest).
+    if (has_feature<kFlags>(kFeatureSink) && split == 0)
+      value *= fold_sink(p.features.sinks[first_head + row], &max_all, &total);
     // Nothing kept (every token masked): zeros and -inf, never NaN.
     const bool empty = !(total > 0.f);
     const float lse = empty ? negative_infinity() : (max_all + __log2f(total)) * kLn2;
@@ -539,10 +551,14 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
   const int rows = min(kDecodeHeadsPerTile, kGroup - head_tile * kDecodeHeadsPerTile);
   const int first_head = kv_head * kGroup + head_tile * kDecodeHeadsPerTile;
   const DecodeSequence seq = decode_sequence<kPageSize>(p, batch_index);
-  const int split_begin = split * p.tokens_per_split;
+  // With a window the splits cover only the blocks from the window's first key on (the split
+  // plan is sized for the window), so the time follows the window, not the length.
+  const int window_first = has_feature<kFlags>(kFeatureWindow) ? window_first_key(seq.length - 1, p.features) : 0;
+  const int span_begin = has_feature<kFlags>(kFeatureWindow) ? max(window_first, 0) / kDecodeBlockTokens * kDecodeBlockTokens : 0;
+  const int split_begin = span_begin + split * p.tokens_per_split;
   const int split_end = min(seq.length, split_begin + p.tokens_per_split);
   if (split_begin >= split_end) {
-    write_empty_rows<T, kHeadDim>(p, split, batch_index, first_head, rows);
+    write_empty_rows<T, kHeadDim, has_feature<kFlags>(kFeatureSink)>(p, split, batch_index, first_head, rows);
     return;
   }
   if (kPageSize > 0 && head_tile == 0 && seq.append_token >= split_begin && seq.append_token < split_end)
@@ -565,7 +581,9 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
       const int d = lane + 32 * k;
       acc[i][k] = 0.f;
       q[i][k] = (local < rows && d < kHeadDim)
-                    ? to_float(q_base[(first_head + local) * p.q_stride_head + d]) * p.scale_log2
+                    // The scale, or with a soft-cap the tanh argument's (scale / cap).
+                    ? to_float(q_base[(first_head + local) * p.q_stride_head + d]) *
+                          (has_feature<kFlags>(kFeatureSoftCap) ? p.features.cap_scale : p.scale_log2)
                     : 0.f;
     }
   }
@@ -591,7 +609,9 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
 
     const int block_tokens = min(kDecodeBlockTokens, split_end - block_start);
     for (int t = 0; t < block_tokens; ++t) {
-      if (!token_kept(p, batch_index, block_start + t)) continue;  // masked: contributes nothing
+      if ((has_feature<kFlags>(kFeatureWindow) && block_start + t < window_first) ||
+          !token_kept(p, batch_index, block_start + t))
+        continue;  // masked or before the window: contributes nothing
       float k_row[kPerLane];
       float v_row[kPerLane];
 #pragma unroll
@@ -606,7 +626,8 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
         float dot = 0.f;
 #pragma unroll
         for (int k = 0; k < kPerLane; ++k) dot += q[i][k] * k_row[k];
-        const float score = warp_all_sum(dot);
+        float score = warp_all_sum(dot);
+        if (has_feature<kFlags>(kFeatureSoftCap)) score = p.features.cap_log2 * tanhf(score);
         const float new_max = fmaxf(row_max[i], score);
         const float correction = exp2f(row_max[i] - new_max);
         const float weight = exp2f(score - new_max);
@@ -623,9 +644,13 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
   for (int i = 0; i < kHeadsPerWarp; ++i) {
     const int local = warp + 4 * i;
     if (local >= rows) continue;
+    // The sink joins the denominator once per row: in split 0 (the combine adds the rest).
+    float sink_factor = 1.f;
+    if (has_feature<kFlags>(kFeatureSink) && split == 0)
+      sink_factor = fold_sink(p.features.sinks[first_head + local], &row_max[i], &row_sum[i]);
     const bool empty = !(row_sum[i] > 0.f);  // every token masked
     const float lse = empty ? negative_infinity() : (row_max[i] + __log2f(row_sum[i])) * kLn2;
-    const float inverse = empty ? 0.f : 1.f / row_sum[i];
+    const float inverse = empty ? 0.f : sink_factor / row_sum[i];
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) {
       const int d = lane + 32 * k;
@@ -641,6 +666,7 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
 
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const PagedDecodeParams p) {
+  static_assert((kFlags & ~(kFeatureSoftCap | kFeatureSink | kFeatureWindow)) == 0, "paged decode feature bits");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   allow_dependent_grid();  // the split combine may be scheduled as CTAs free up
 #ifndef ASTRAI_NO_MMA

@@ -243,7 +243,13 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
   const int tile_rows = min(kBlockQ, r.q_len - tile_start);
   // Stops grow with the row, so the tile's last row bounds the KV range of the whole CTA.
   const int kv_end = prefill_row_stop(r, tile_start + tile_rows - 1);
-  const int num_blocks = (kv_end + kBlockKv - 1) / kBlockKv;
+  // With a window, the first row's first key bounds the range from below (block aligned).
+  const int kv_begin = has_feature<kFlags>(kFeatureWindow)
+                           ? max(window_first_key(static_cast<long long>(r.causal_base) + tile_start, p.features), 0) /
+                                 kBlockKv * kBlockKv
+                           : 0;
+  const int num_blocks = has_feature<kFlags>(kFeatureWindow) ? max(0, (kv_end - kv_begin + kBlockKv - 1) / kBlockKv)
+                                                             : (kv_end + kBlockKv - 1) / kBlockKv;
 
   // [K stage 0][K stage 1][V stage 0][V stage 1][Q tile]. At the end each warp stages its
   // output rows in its own Q rows.
@@ -266,6 +272,7 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
   // Per-thread rows (m-tile m, half h): 16m + g + 8h. Their stops (0 for rows past the
   // request) and mask rows.
   int stop[kMTiles][2];
+  int first_key[kMTiles][2];  // window: the first key each row attends to
   const unsigned char* mask_row[kMTiles][2];
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m) {
@@ -273,6 +280,8 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
     for (int h = 0; h < 2; ++h) {
       const int row = 16 * m + quad_row + 8 * h;
       stop[m][h] = row < warp_rows ? prefill_row_stop(r, warp_row0 + row) : 0;
+      if (has_feature<kFlags>(kFeatureWindow))
+        first_key[m][h] = window_first_key(static_cast<long long>(r.causal_base) + warp_row0 + row, p.features);
       mask_row[m][h] = p.mask == nullptr
                            ? nullptr
                            : p.mask + batch_index * p.mask_stride_batch +
@@ -283,6 +292,15 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
   // hold nothing for this warp.
   const int warp_min_stop = warp_rows == kWarpRows ? prefill_row_stop(r, warp_row0) : 0;
   const int warp_max_stop = warp_rows > 0 ? prefill_row_stop(r, warp_row0 + warp_rows - 1) : 0;
+  // Window: blocks before the warp's first row's first key hold nothing for it; blocks before
+  // its last row's first key need masking.
+  const int warp_min_first = has_feature<kFlags>(kFeatureWindow)
+                                 ? window_first_key(static_cast<long long>(r.causal_base) + warp_row0, p.features)
+                                 : 0;
+  const int warp_max_first =
+      has_feature<kFlags>(kFeatureWindow) && warp_rows > 0
+          ? window_first_key(static_cast<long long>(r.causal_base) + warp_row0 + warp_rows - 1, p.features)
+          : 0;
   const bool has_mask = p.mask != nullptr;
 
   float o[kMTiles][kOTiles][4];
@@ -316,16 +334,16 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
       cp_async_16(shared_address(smem_q + row * kRowStride + col),
                   q_rows + (valid ? row * p.q_stride_seq : 0) + col, valid ? 16 : 0);
     }
-    pages.fetch(p, table_row, 0, kv_end);
+    pages.fetch(p, table_row, kv_begin, kv_end);
     prefill_load_kv_async<T, kHeadDim, kPageSize, kBlockKv>(p, k_head, v_head, pages, smem_k,
-                                                            smem_v, 0, kv_end);
+                                                            smem_v, kv_begin, kv_end);
     cp_async_commit();
-    pages.fetch(p, table_row, kBlockKv, kv_end);
+    pages.fetch(p, table_row, kv_begin + kBlockKv, kv_end);
   }
 
   for (int block = 0; block < num_blocks; ++block) {
     const int stage = block & 1;
-    const int block_start = block * kBlockKv;
+    const int block_start = kv_begin + block * kBlockKv;
     if (block + 1 < num_blocks) {
       prefill_load_kv_async<T, kHeadDim, kPageSize, kBlockKv>(
           p, k_head, v_head, pages, smem_k + (stage ^ 1) * kStageElems,
@@ -338,7 +356,8 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
     }
     __syncthreads();
 
-    if (block_start < warp_max_stop) {  // warp-uniform
+    if (block_start < warp_max_stop &&
+        (!has_feature<kFlags>(kFeatureWindow) || block_start + kBlockKv > warp_min_first)) {  // warp-uniform
       const unsigned k_address = shared_address(smem_k + stage * kStageElems + k_lane_offset);
       const unsigned v_address = shared_address(smem_v + stage * kStageElems + v_lane_offset);
 
@@ -365,8 +384,20 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
         }
       }
 
+      // Soft-cap before the masks (tanh would lift a masked -inf to -cap); the capped scores
+      // are in log2 units already.
+      if constexpr (has_feature<kFlags>(kFeatureSoftCap)) {
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+          for (int j = 0; j < kSTiles; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[m][j][e] = soft_capped(s[m][j][e], p.features);
+      }
+
       // Causal limit, KV tail, rows past the request and the explicit mask.
-      if (has_mask || block_start + kBlockKv > warp_min_stop) {
+      if (has_mask || block_start + kBlockKv > warp_min_stop ||
+          (has_feature<kFlags>(kFeatureWindow) && block_start < warp_max_first)) {
 #pragma unroll
         for (int m = 0; m < kMTiles; ++m)
 #pragma unroll
@@ -375,7 +406,7 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
             for (int e = 0; e < 4; ++e) {
               const int h = e >> 1;
               const int token = block_start + j * 8 + quad_col * 2 + (e & 1);
-              bool keep = token < stop[m][h];
+              bool keep = token < stop[m][h] && (!has_feature<kFlags>(kFeatureWindow) || token >= first_key[m][h]);
               if (keep && has_mask) keep = __ldg(mask_row[m][h] + token) != 0;
               if (!keep) s[m][j][e] = negative_infinity();
             }
@@ -397,7 +428,9 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
         for (int h = 0; h < 2; ++h) {
           tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
           tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
-          const float new_max = fmaxf(row_max[m][h], tile_max[h] * p.scale_log2);
+          // The scale turns S into log2 units (the soft-cap has done it when compiled in).
+          const float new_max =
+              fmaxf(row_max[m][h], has_feature<kFlags>(kFeatureSoftCap) ? tile_max[h] : tile_max[h] * p.scale_log2);
           // A row that has seen nothing yet keeps -inf; 0 as its reference gives exp2(-inf) = 0.
           const float ref = new_max == negative_infinity() ? 0.f : new_max;
           correction[m][h] = exp2f(row_max[m][h] - ref);
@@ -410,7 +443,9 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
         for (int j = 0; j < kSTiles; ++j) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            s[m][j][e] = exp2f(fmaf(s[m][j][e], p.scale_log2, neg_ref[e >> 1]));
+            s[m][j][e] = has_feature<kFlags>(kFeatureSoftCap)
+                             ? exp2f(s[m][j][e] + neg_ref[e >> 1])
+                             : exp2f(fmaf(s[m][j][e], p.scale_log2, neg_ref[e >> 1]));
             row_sum[m][e >> 1] += s[m][j][e];
           }
         }
@@ -468,8 +503,11 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
       float sum = row_sum[m][h];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      float sink_factor = 1.f;
+      if constexpr (has_feature<kFlags>(kFeatureSink))
+        sink_factor = fold_sink(p.features.sinks[head], &row_max[m][h], &sum);
       const bool empty = !(sum > 0.f);
-      inverse[h] = empty ? 0.f : 1.f / sum;
+      inverse[h] = empty ? 0.f : sink_factor / sum;
       lse[h] = empty ? negative_infinity() : (row_max[m][h] + log2f(sum)) * kLn2;
     }
     T* rows = stage_rows + 16 * m * kRowStride;
@@ -557,10 +595,13 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
     const int warp_row0 = pass_start + warp * kRows;  // request-relative
     const int warp_rows = max(0, min(kRows, r.q_len - warp_row0));
     int stop[kRows];
+    int first_key[kRows];  // window: the first key each row attends to
     int warp_max_stop = 0;
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       stop[i] = i < warp_rows ? prefill_row_stop(r, warp_row0 + i) : 0;
+      if (has_feature<kFlags>(kFeatureWindow))
+        first_key[i] = window_first_key(static_cast<long long>(r.causal_base) + warp_row0 + i, p.features);
       warp_max_stop = max(warp_max_stop, stop[i]);
     }
     const unsigned char* mask_base =
@@ -579,7 +620,13 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
       for (int k = 0; k < kPerLane; ++k) acc[i][k] = 0.f;
     }
 
-    for (int block_start = 0; block_start < pass_kv_end; block_start += kBlockKv) {
+    // With a window, the pass's first row's first key bounds the range from below.
+    const int pass_kv_begin =
+        has_feature<kFlags>(kFeatureWindow)
+            ? max(window_first_key(static_cast<long long>(r.causal_base) + pass_start, p.features), 0) / kBlockKv *
+                  kBlockKv
+            : 0;
+    for (int block_start = pass_kv_begin; block_start < pass_kv_end; block_start += kBlockKv) {
       __syncthreads();  // every warp is done with the previous tile
       for (int chunk = threadIdx.x; chunk < kBlockKv * kChunksPerRow; chunk += kPrefillThreads) {
         const int row = chunk / kChunksPerRow;
@@ -632,9 +679,11 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
       float weight[kRows];
 #pragma unroll
       for (int i = 0; i < kRows; ++i) {
-        bool keep = token < stop[i];
+        bool keep = token < stop[i] && (!has_feature<kFlags>(kFeatureWindow) || token >= first_key[i]);
         if (keep && has_mask) keep = mask_base[i * p.mask_stride_q + token] != 0;
-        const float score = keep ? s[i] * p.scale_log2 : negative_infinity();
+        const float score = keep ? (has_feature<kFlags>(kFeatureSoftCap) ? soft_capped(s[i], p.features)
+                                                                          : s[i] * p.scale_log2)
+                                 : negative_infinity();
         const float new_max = fmaxf(row_max[i], warp_all_max(score));
         const float ref = new_max == negative_infinity() ? 0.f : new_max;
         const float correction = exp2f(row_max[i] - ref);
@@ -668,10 +717,13 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
                   head * p.out_stride_head;
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
-      const float total = warp_all_sum(row_sum[i]);
+      float total = warp_all_sum(row_sum[i]);
       if (i >= warp_rows) continue;
+      float sink_factor = 1.f;
+      if constexpr (has_feature<kFlags>(kFeatureSink))
+        sink_factor = fold_sink(p.features.sinks[head], &row_max[i], &total);
       const bool empty = !(total > 0.f);
-      const float inverse = empty ? 0.f : 1.f / total;
+      const float inverse = empty ? 0.f : sink_factor / total;
 #pragma unroll
       for (int k = 0; k < kPerLane; ++k) {
         const int d = lane + 32 * k;
@@ -690,7 +742,7 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
 // measured slower (H200: 267 -> 248-252 TFLOP/s, docs/device-notes.md run 14).
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __global__ void __launch_bounds__(kPrefillThreads, 2) prefill_kernel(const PrefillParams p) {
-  static_assert(kFlags == 0, "prefill defines no flags yet");
+  static_assert((kFlags & ~(kFeatureSoftCap | kFeatureSink | kFeatureWindow)) == 0, "prefill feature bits");
   extern __shared__ __align__(16) unsigned char smem_raw[];
 #ifndef ASTRAI_NO_MMA
   prefill_mma<T, kHeadDim, kPageSize, kGroup, kFlags>(p, smem_raw);

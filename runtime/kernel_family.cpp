@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "kernel_src/kernel_params.h"
+
 namespace astrai::detail {
 
 std::string SteppedRange::allowed() const { return fmt::format("{}..{}, step {}", min, max, step); }
@@ -22,6 +24,31 @@ FamilyLimits attention_limits(bool paged) { return {{32, 256, 16}, paged ? 256 :
 
 WarmDefaults attention_warm_defaults(bool paged) {
   return {{{64, 6}, {128, 4}}, {64, 128}, {4, 6}, paged ? std::vector<int>{1, 16} : std::vector<int>{}};
+}
+
+const std::vector<KernelFeature>& kernel_features() {
+  static const std::vector<KernelFeature> features = {
+      {kFeatureWindow, "swa"},
+      {kFeatureSoftCap, "cap"},
+      {kFeatureSink, "sink"},
+  };
+  return features;
+}
+
+std::string feature_names(std::uint32_t flags, const char* separator) {
+  std::string names;
+  for (const KernelFeature& feature : kernel_features()) {
+    if ((flags & feature.bit) == 0) continue;
+    if (!names.empty()) names += separator;
+    names += feature.name;
+  }
+  return names;
+}
+
+std::uint32_t find_kernel_feature(std::string_view name) {
+  for (const KernelFeature& feature : kernel_features())
+    if (name == feature.name) return feature.bit;
+  return 0;
 }
 
 const std::vector<const KernelFamily*>& kernel_families() {

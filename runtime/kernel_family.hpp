@@ -73,6 +73,19 @@ struct KernelFamily {
   HopperImplementation hopper = {};
 };
 
+// A compile-time feature of the attention templates (a bit of KernelSpec::flags, defined in
+// kernel_src/kernel_params.h), spelled as its own field of a variant name.
+struct KernelFeature {
+  std::uint32_t bit;
+  const char* name;  // the name field and the `warm --features` spelling
+};
+// Every feature, in the order their fields appear in a variant name.
+const std::vector<KernelFeature>& kernel_features();
+// "swa, cap" for the named bits of `flags` (", " or another separator between them).
+std::string feature_names(std::uint32_t flags, const char* separator = ", ");
+// The bit of a feature name; 0 when unknown.
+std::uint32_t find_kernel_feature(std::string_view name);
+
 // What the attention families share: head dims 32..256 in steps of 16, GQA groups up to 128,
 // page sizes up to 256 (paged), and the default warm set: AstrAI 1B (head_dim 64, group 6) and
 // Llama-3-8B (head_dim 128, group 4), page sizes 1 and 16 (paged).

@@ -68,7 +68,14 @@ std::string KernelSpec::name() const {
   std::string result = fmt::format("{}.{}.hd{}", info.name, dtype_name(dtype), head_dim);
   if (info.paged) result += fmt::format(".ps{}", page_size);
   if (info.grouped) result += fmt::format(".g{}", group_size);
-  if (flags != 0) result += fmt::format(".f{:x}", flags);
+  std::uint32_t unnamed = flags;
+  for (const KernelFeature& feature : kernel_features()) {
+    if ((flags & feature.bit) == 0) continue;
+    result += fmt::format(".{}", feature.name);
+    unnamed &= ~feature.bit;
+  }
+  // Bits no feature names (never valid) still make a distinct, parseable name.
+  if (unnamed != 0) result += fmt::format(".f{:x}", unnamed);
   if (force_no_mma) result += ".nomma";
   if (wgmma) result += ".wgmma";
   result += "." + arch;
@@ -111,11 +118,19 @@ KernelSpec KernelSpec::parse(const std::string& name) {
       throw fail("bad group field '" + fields[next] + "'");
     ++next;
   }
+  // Feature fields; their order is checked by the canonical spelling below.
+  while (next < fields.size() - 1) {
+    const std::uint32_t bit = find_kernel_feature(fields[next]);
+    if (bit == 0) break;
+    if (spec.flags & bit) throw fail("feature '" + fields[next] + "' given twice");
+    spec.flags |= bit;
+    ++next;
+  }
   if (next < fields.size() - 1 && fields[next].size() > 1 && fields[next][0] == 'f') {
     char* end = nullptr;
     const unsigned long value = std::strtoul(fields[next].c_str() + 1, &end, 16);
     if (*end != '\0') throw fail("bad flags field '" + fields[next] + "'");
-    spec.flags = static_cast<std::uint32_t>(value);
+    spec.flags |= static_cast<std::uint32_t>(value);
     ++next;
   }
   if (next < fields.size() - 1 && fields[next] == "nomma") {
@@ -179,17 +194,27 @@ void KernelSpec::validate() const {
   if (info.grouped && !limits.group_ok(group_size))
     throw InvalidArgument(fmt::format("{}: group size {} is not supported (allowed: {})", variant,
                                       group_size, limits.group_allowed()));
-  if ((flags & ~info.supported_flags) != 0)
-    throw InvalidArgument(fmt::format("{}: flags {:#x} are not supported (allowed: {})", variant,
-                                      flags, info.supported_flags == 0
-                                                 ? std::string("0")
-                                                 : fmt::format("bits of {:#x}", info.supported_flags)));
+  const std::uint32_t refused = flags & ~info.supported_flags;
+  if (refused != 0) {
+    const std::string allowed =
+        info.supported_flags == 0 ? std::string("none") : feature_names(info.supported_flags);
+    const std::string named = feature_names(refused);
+    if (!named.empty())
+      throw InvalidArgument(fmt::format("{}: {} does not support the feature{} {} (allowed: {})", variant,
+                                        info.name, named.find(',') != std::string::npos ? "s" : "", named,
+                                        allowed));
+    throw InvalidArgument(fmt::format("{}: flags {:#x} name no feature (allowed: {})", variant, refused,
+                                      allowed));
+  }
   if (wgmma && info.hopper.main_file == nullptr)
     throw InvalidArgument(fmt::format("{}: {} has no sm_90a (wgmma) implementation", variant, info.name));
   if (wgmma && arch != "sm_90a")
     throw InvalidArgument(fmt::format("{}: wgmma variants exist only for sm_90a, not '{}'", variant, arch));
-  if (wgmma && (force_no_mma || flags != 0))
-    throw InvalidArgument(fmt::format("{}: wgmma variants take no feature flags and no .nomma", variant));
+  if (wgmma && flags != 0)
+    throw InvalidArgument(fmt::format("{}: the sm_90a (wgmma) implementation has no {} (the portable "
+                                      "variant has)", variant, feature_names(flags)));
+  if (wgmma && force_no_mma)
+    throw InvalidArgument(fmt::format("{}: wgmma variants take no .nomma", variant));
   if (wgmma && !info.hopper.serves(head_dim, page_size))
     throw InvalidArgument(fmt::format("{}: the sm_90a implementation does not serve head_dim {}{} (the "
                                       "portable variant does)",
@@ -202,6 +227,7 @@ std::string KernelSpec::warm_command() const {
                                     arch, info.name, dtype_name(dtype), head_dim);
   if (info.paged) command += fmt::format(" --page-sizes {}", page_size);
   if (info.grouped) command += fmt::format(" --group-sizes {}", group_size);
+  if (flags != 0) command += " --features " + feature_names(flags, "+");
   if (force_no_mma) command += " --no-mma";
   if (wgmma) command += " --wgmma";
   else if (hopper_serves(*this)) command += " --no-wgmma";

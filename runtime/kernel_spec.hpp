@@ -29,8 +29,9 @@ struct KernelSpec {
 
   const KernelFamily& family() const { return kernel_family(kind); }
 
-  // Readable, unique, stable: "paged_decode.bf16.hd128.ps16.g4.sm_90a" (".nomma" when forced,
-  // ".wgmma" for the Hopper implementation: "prefill.bf16.hd128.g4.wgmma.sm_90a").
+  // Readable, unique, stable: "paged_decode.bf16.hd128.ps16.g4.sm_90a" (a field per feature,
+  // ".cap", in kernel_features() order; ".nomma" when forced; ".wgmma" for the Hopper
+  // implementation: "prefill.bf16.hd128.g4.wgmma.sm_90a").
   std::string name() const;
   // Inverse of name(); throws astrai::InvalidArgument naming the text when it is malformed.
   static KernelSpec parse(const std::string& name);

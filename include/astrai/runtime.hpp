@@ -36,6 +36,18 @@ struct PagedDecodeArgs {
   int num_pages = 0;     // pages in the pool; page ids outside [0, num_pages) read as zeros
   int max_pages_per_seq = 0;  // width of the page table
   float scale = 0.f;     // <= 0 means 1/sqrt(head_dim)
+  // Logit soft-cap (Gemma 2): > 0 turns each scaled score s into logit_cap * tanh(s / logit_cap)
+  // before the softmax (the LSE uses the capped scores); 0: none. Runs the ".cap" variant.
+  float logit_cap = 0.f;
+  // Optional attention sinks (gpt-oss): f32 [n_heads] device logits, one per query head, in the
+  // units of the scaled scores (not soft-capped). Each joins its row's softmax denominator only:
+  // out = sum_j e^(s_j - m) v_j / (e^(sink - m) + sum_j e^(s_j - m)); the LSE includes it, and a
+  // row with nothing to attend to outputs zeros with LSE = sink. Runs the ".sink" variant.
+  const float* sinks = nullptr;
+  // Sliding window: >= 0 makes the query at position p = seq_len - 1 attend to keys
+  // [p - window_left, p] only (with the mask, by AND); -1: none. Runs the ".swa" variant, whose
+  // split plan and reads cover the window, not the table: its time follows the window.
+  int window_left = -1;
 
   const void* q = nullptr;  // [batch, n_heads, head_dim]
   std::int64_t q_stride_batch = 0, q_stride_head = 0;
@@ -86,6 +98,11 @@ struct DecodeArgs {
   int n_kv_heads = 0;
   int head_dim = 0;  // multiple of 16 in [32, 256]
   float scale = 0.f;  // <= 0 means 1/sqrt(head_dim)
+  float logit_cap = 0.f;  // > 0: soft-cap, as for paged_decode
+  const float* sinks = nullptr;  // optional [n_heads] f32 sink logits, as for paged_decode
+  // >= 0: the query at position p (causal_offset, or kv_len - 1 without one) attends to keys
+  // [p - window_left, p] only, as for paged_decode; -1: none.
+  int window_left = -1;
   // -1: attend to all kv_len; >= 0: the query sits at that absolute position and attends to
   // [0, min(kv_len, causal_offset + 1)).
   int causal_offset = -1;
@@ -115,6 +132,11 @@ struct PrefillArgs {
   int n_kv_heads = 0;
   int head_dim = 0;  // multiple of 16 in [32, 256]
   float scale = 0.f;
+  float logit_cap = 0.f;  // > 0: soft-cap, as for paged_decode (the sm_90a kernel has none)
+  const float* sinks = nullptr;  // optional [n_heads] f32 sink logits, as for paged_decode
+  // >= 0: query row i (at position causal_offset + i) attends to keys [pos - window_left, pos]
+  // only; needs causal_offset >= 0. -1: none.
+  int window_left = -1;
   // -1: non-causal. >= 0: absolute position of the first query token; query row i attends to
   // kv positions j <= causal_offset + i (a fresh prompt uses kv_len - q_len). Values below -1
   // are refused: they would leave the first rows with nothing to attend to.
@@ -150,6 +172,11 @@ struct PagedPrefillArgs {
   int num_pages = 0;
   int max_pages_per_seq = 0;
   float scale = 0.f;
+  float logit_cap = 0.f;  // > 0: soft-cap, as for paged_decode (the sm_90a kernel has none)
+  const float* sinks = nullptr;  // optional [n_heads] f32 sink logits, as for paged_decode
+  // >= 0: each query (at its causal position pos) attends to keys [pos - window_left, pos]
+  // only; needs causal. -1: none.
+  int window_left = -1;
   // Causal per request: query i of request b sits at position seq_lens[b] - q_len_b + i and
   // attends to kv positions j <= that. false: every query attends to all seq_lens[b] tokens.
   bool causal = true;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "runtime/families/arg_checks.hpp"
+#include "runtime/families/attention_features.hpp"
 #include "runtime/families/decode_launch.hpp"
 #include "runtime/validation.hpp"
 
@@ -22,7 +23,7 @@ const KernelFamily& decode_family() {
       "paged_decode.cuh",
       [](const KernelSpec& spec) { return decode_instantiations(spec, 0); },
       attention_limits(/*paged=*/false),
-      /*supported_flags=*/0,
+      /*supported_flags=*/kFeatureSoftCap | kFeatureSink | kFeatureWindow,
       attention_warm_defaults(/*paged=*/false),
   };
   return family;
@@ -40,6 +41,9 @@ DecodeArgs resolve_decode_args(const DecodeArgs& input) {
     fail_argument(kCall, fmt::format("causal_offset {} is not valid (allowed: -1 for no limit, or >= 0)",
                                      a.causal_offset));
   a.scale = resolve_scale(kCall, a.scale, a.head_dim);
+  require_logit_cap(kCall, a.logit_cap);
+  require_optional_alignment(kCall, "sinks", a.sinks, 4);
+  require_window(kCall, a.window_left, true, "");
   const std::int64_t d = a.head_dim;
   if (a.mask_stride_batch == 0) a.mask_stride_batch = a.kv_len;
   resolve_token_strides(kCall, {"q_stride_batch", &a.q_stride_batch}, {"q_stride_head", &a.q_stride_head},
@@ -74,7 +78,8 @@ DecodeArgs resolve_decode_args(const DecodeArgs& input) {
 void Runtime::decode(const DecodeArgs& input) {
   const DecodeArgs args = detail::resolve_decode_args(input);
   if (args.batch == 0) return;
-  PagedDecodeParams params = detail::common_decode_params(args);
+  const detail::FeatureRequest features = detail::attention_features(args.scale, args.logit_cap, args.sinks, args.window_left);
+  PagedDecodeParams params = detail::common_decode_params(args, features);
   params.k_cache = args.k;
   params.v_cache = args.v;
   params.k_stride_page = args.k_stride_batch;
@@ -85,10 +90,17 @@ void Runtime::decode(const DecodeArgs& input) {
   params.v_stride_head = args.v_stride_head;
   // The causal offset only shortens the range: the query at position c sees [0, c].
   params.kv_capacity = args.causal_offset < 0 ? args.kv_len : std::min(args.kv_len, args.causal_offset + 1);
+  // The kernel measures the window from kv_capacity - 1; a causal offset past kv_len puts the
+  // query further on, which shortens the window (-1: it ends before the keys, nothing is kept).
+  if (args.window_left >= 0) {
+    const long long position = args.causal_offset < 0 ? args.kv_len - 1LL : args.causal_offset;
+    const long long shifted = args.window_left - (position - (params.kv_capacity - 1LL));
+    params.features.window_left = static_cast<int>(std::max(shifted, -1LL));
+  }
   params.num_pages = 0;
   detail::launch_decode(*impl_,
                         {detail::decode_family(), args.dtype, args.head_dim, 0,
-                         static_cast<CUstream>(args.stream), args.workspace, args.workspace_bytes},
+                         static_cast<CUstream>(args.stream), args.workspace, args.workspace_bytes, features.flags},
                         params);
 }
 

@@ -33,14 +33,16 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
     DecodeSplitPlan plan;
   };
   thread_local PlanMemo memo;
+  // A window's splits cover only the blocks it can touch (a function of the shape and the
+  // window, so graphs stay valid as lengths grow).
+  const int span = static_cast<int>(decode_span_tokens(params.kv_capacity, launch.flags, params.features.window_left));
   if (memo.variant != &variant || memo.batch != params.batch || memo.n_kv_heads != params.n_kv_heads ||
-      memo.capacity != params.kv_capacity) {
-    memo.plan = plan_decode_splits(params.batch, params.n_kv_heads, head_tiles, params.kv_capacity,
-                                   variant.resident_ctas);
+      memo.capacity != span) {
+    memo.plan = plan_decode_splits(params.batch, params.n_kv_heads, head_tiles, span, variant.resident_ctas);
     memo.variant = &variant;
     memo.batch = params.batch;
     memo.n_kv_heads = params.n_kv_heads;
-    memo.capacity = params.kv_capacity;
+    memo.capacity = span;
   }
   const DecodeSplitPlan plan = memo.plan;
   params.tokens_per_split = plan.tokens_per_split;

@@ -7,6 +7,7 @@
 
 #include "astrai/runtime.hpp"
 #include "kernel_src/kernel_params.h"
+#include "runtime/families/attention_features.hpp"
 #include "runtime/runtime_impl.hpp"
 
 namespace astrai::detail {
@@ -27,10 +28,12 @@ struct DecodeLaunch {
 // and, when split, the combine kernel (a programmatic dependent launch where supported).
 void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeParams params);
 
-// The fields paged and contiguous decode fill alike: query, output, LSE, mask, shape, scale.
+// The fields paged and contiguous decode fill alike: query, output, LSE, mask, shape, scale
+// and the features' values (their bits go to DecodeLaunch::flags).
 template <typename Args>
-PagedDecodeParams common_decode_params(const Args& args) {
+PagedDecodeParams common_decode_params(const Args& args, const FeatureRequest& features) {
   PagedDecodeParams params{};
+  params.features = features.values;
   params.q = args.q;
   params.q_stride_batch = args.q_stride_batch;
   params.q_stride_head = args.q_stride_head;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "runtime/families/arg_checks.hpp"
+#include "runtime/families/attention_features.hpp"
 #include "runtime/families/decode_launch.hpp"
 #include "runtime/launch_heuristics.hpp"
 #include "runtime/validation.hpp"
@@ -24,7 +25,7 @@ const KernelFamily& paged_decode_family() {
       "paged_decode.cuh",
       [](const KernelSpec& spec) { return decode_instantiations(spec, spec.page_size); },
       attention_limits(/*paged=*/true),
-      /*supported_flags=*/0,
+      /*supported_flags=*/kFeatureSoftCap | kFeatureSink | kFeatureWindow,
       attention_warm_defaults(/*paged=*/true),
   };
   return family;
@@ -55,6 +56,9 @@ PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& input) {
                                      "tokens", a.max_pages_per_seq, a.page_size,
                                      1LL * a.max_pages_per_seq * a.page_size, kMaxTableTokens));
   a.scale = resolve_scale(kCall, a.scale, a.head_dim);
+  require_logit_cap(kCall, a.logit_cap);
+  require_optional_alignment(kCall, "sinks", a.sinks, 4);
+  require_window(kCall, a.window_left, true, "");
 
   const std::int64_t d = a.head_dim;
   if (a.page_table_stride == 0) a.page_table_stride = a.max_pages_per_seq;
@@ -123,9 +127,9 @@ std::size_t paged_decode_workspace_bytes(const PagedDecodeArgs& input, int num_s
   // workspace over every occupancy a 128-thread CTA can have.
   std::size_t bytes = 0;
   for (int per_sm = 1; per_sm <= 16; ++per_sm) {
-    const auto plan = detail::plan_decode_splits(args.batch, args.n_kv_heads, head_tiles,
-                                                 1LL * args.max_pages_per_seq * args.page_size,
-                                                 per_sm * num_sms);
+    const long long span = detail::decode_span_tokens(1LL * args.max_pages_per_seq * args.page_size,
+                                                      args.window_left >= 0 ? kFeatureWindow : 0u, args.window_left);
+    const auto plan = detail::plan_decode_splits(args.batch, args.n_kv_heads, head_tiles, span, per_sm * num_sms);
     bytes = std::max(bytes, detail::decode_workspace_bytes(plan, args.batch, args.n_heads, args.head_dim));
   }
   return bytes;
@@ -134,7 +138,8 @@ std::size_t paged_decode_workspace_bytes(const PagedDecodeArgs& input, int num_s
 void Runtime::paged_decode(const PagedDecodeArgs& input) {
   const PagedDecodeArgs args = detail::resolve_paged_decode_args(input);
   if (args.batch == 0) return;
-  PagedDecodeParams params = detail::common_decode_params(args);
+  const detail::FeatureRequest features = detail::attention_features(args.scale, args.logit_cap, args.sinks, args.window_left);
+  PagedDecodeParams params = detail::common_decode_params(args, features);
   params.k_cache = args.k_cache;
   params.v_cache = args.v_cache;
   params.k_stride_page = args.k_stride_page;
@@ -159,7 +164,7 @@ void Runtime::paged_decode(const PagedDecodeArgs& input) {
   params.max_pages_per_seq = args.max_pages_per_seq;
   detail::launch_decode(*impl_,
                         {detail::paged_decode_family(), args.dtype, args.head_dim, args.page_size,
-                         static_cast<CUstream>(args.stream), args.workspace, args.workspace_bytes},
+                         static_cast<CUstream>(args.stream), args.workspace, args.workspace_bytes, features.flags},
                         params);
 }
 

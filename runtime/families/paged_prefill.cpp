@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "runtime/families/arg_checks.hpp"
+#include "runtime/families/attention_features.hpp"
 #include "runtime/families/prefill_launch.hpp"
 #include "runtime/validation.hpp"
 
@@ -23,7 +24,7 @@ const KernelFamily& paged_prefill_family() {
       "prefill.cuh",
       [](const KernelSpec& spec) { return prefill_instantiations(spec, spec.page_size); },
       attention_limits(/*paged=*/true),
-      /*supported_flags=*/0,
+      /*supported_flags=*/kFeatureSoftCap | kFeatureSink | kFeatureWindow,
       attention_warm_defaults(/*paged=*/true),
       /*hopper=*/{"prefill_sm90.cuh", [](const KernelSpec& spec) { return prefill_sm90_instantiations(spec, spec.page_size); },
                   [](int head_dim, int page_size) { return prefill_sm90_serves(head_dim, page_size); }},
@@ -56,6 +57,9 @@ PagedPrefillArgs resolve_paged_prefill_args(const PagedPrefillArgs& input) {
                             "tokens", a.max_pages_per_seq, a.page_size, capacity,
                             std::numeric_limits<int>::max()));
   a.scale = resolve_scale(kCall, a.scale, a.head_dim);
+  require_logit_cap(kCall, a.logit_cap);
+  require_optional_alignment(kCall, "sinks", a.sinks, 4);
+  require_window(kCall, a.window_left, a.causal, "causal = true");
 
   const std::int64_t d = a.head_dim;
   if (a.q_stride_head == 0) a.q_stride_head = d;
@@ -131,8 +135,10 @@ void Runtime::paged_prefill(const PagedPrefillArgs& input) {
   params.max_pages_per_seq = args.max_pages_per_seq;
   params.causal_offset = args.causal ? 0 : -1;
   params.scale_log2 = args.scale * detail::kLog2e;
+  const detail::FeatureRequest features = detail::attention_features(args.scale, args.logit_cap, args.sinks, args.window_left);
+  params.features = features.values;
   detail::launch_prefill(*impl_, detail::paged_prefill_family(), "cuLaunchKernel(paged_prefill)", args.dtype,
-                 args.head_dim, args.page_size, args.max_q_len, params, args.stream);
+                 args.head_dim, args.page_size, features.flags, args.max_q_len, params, args.stream);
 }
 
 }  // namespace astrai

@@ -62,7 +62,8 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
 // Launches the Hopper kernel when it serves the call; false leaves it to the portable one.
 bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, const char* launch_name,
                          int max_q_len, const PrefillParams& params, void* stream) {
-  if (!device.uses_wgmma() || params.mask != nullptr || !prefill_sm90_serves(spec.head_dim, spec.page_size))
+  if (!device.uses_wgmma() || params.mask != nullptr || spec.flags != 0 ||
+      !prefill_sm90_serves(spec.head_dim, spec.page_size))
     return false;
   const PrefillMaps maps = prefill_map_shapes(params, spec.head_dim, spec.page_size);
   for (const auto& [what, shape] : {std::pair{"q", &maps.q}, std::pair{"k", &maps.k}, std::pair{"v", &maps.v}}) {
@@ -96,7 +97,8 @@ bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, c
 }  // namespace
 
 void launch_prefill(Runtime::Impl& impl, const KernelFamily& family, const char* launch_name, DType dtype,
-                    int head_dim, int page_size, int max_q_len, const PrefillParams& params, void* stream) {
+                    int head_dim, int page_size, std::uint32_t flags, int max_q_len, const PrefillParams& params,
+                    void* stream) {
   Device& device = impl.current_device();
   KernelSpec spec;
   spec.kind = family.kind;
@@ -104,6 +106,7 @@ void launch_prefill(Runtime::Impl& impl, const KernelFamily& family, const char*
   spec.head_dim = head_dim;
   spec.page_size = page_size;
   spec.group_size = params.n_heads / params.n_kv_heads;
+  spec.flags = flags;
   if (launch_prefill_sm90(impl, device, spec, launch_name, max_q_len, params, stream)) return;
   // The tensor-core and CUDA-core paths tile differently: which one runs on this device.
   const bool mma = device.uses_mma();

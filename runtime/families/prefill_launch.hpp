@@ -4,6 +4,8 @@
 // the call.
 #pragma once
 
+#include <cstdint>
+
 #include "kernel_src/kernel_params.h"
 #include "runtime/runtime_impl.hpp"
 
@@ -16,7 +18,10 @@ std::vector<std::string> prefill_instantiations(const KernelSpec& spec, int page
 std::vector<std::string> prefill_sm90_instantiations(const KernelSpec& spec, int page_size);
 bool prefill_sm90_serves(int head_dim, int page_size);
 
+// `flags`: the features the call asks for; the Hopper kernel has none, so they select the
+// portable one.
 void launch_prefill(Runtime::Impl& impl, const KernelFamily& family, const char* launch_name, DType dtype,
-                    int head_dim, int page_size, int max_q_len, const PrefillParams& params, void* stream);
+                    int head_dim, int page_size, std::uint32_t flags, int max_q_len, const PrefillParams& params,
+                    void* stream);
 
 }  // namespace astrai::detail

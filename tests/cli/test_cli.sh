@@ -140,6 +140,27 @@ run warm --dry-run --arch sm_90a --kernels prefill --head-dims 128 --group-sizes
 expect_rc 0
 expect_count '\.wgmma\.' 0
 
+check "warm --features selects feature variants (portable only on sm_90a) and keeps rotary_emb plain"
+run warm --dry-run --arch sm_90a --kernels paged_decode,rotary_emb,prefill --head-dims 128 --group-sizes 4 \
+    --page-sizes 16 --features none,cap
+expect_rc 0
+expect_out "^warm: 6 variants"   # paged_decode 2, rotary_emb 1, prefill 2 + 1 wgmma (plain only)
+expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.cap\.sm_90a( |$)'
+expect_out '^prefill\.bf16\.hd128\.g4\.cap\.sm_90a( |$)'
+expect_count '\.wgmma\.' 1
+expect_count '\.cap\.' 2
+run warm --dry-run --arch sm_89 --kernels decode --head-dims 64 --group-sizes 6 --features cap --no-mma
+expect_rc 0
+expect_out '^decode\.bf16\.hd64\.g6\.cap\.nomma\.sm_89( |$)'
+
+check "warm --features refuses unknown or repeated features by name"
+run warm --dry-run --arch sm_90a --features cap+cap
+expect_rc 2
+expect_err "--features 'cap\+cap' is not a feature set \(allowed: none, or distinct features joined by '\+': swa, cap, sink"
+run warm --dry-run --arch sm_90a --features softcap
+expect_rc 2
+expect_err "--features 'softcap' is not a feature set"
+
 check "warm --dry-run accepts repeated flags, arch spellings and --no-mma"
 run warm --dry-run --arch sm_80 --arch 8.9 --kernels rotary_emb --head-dims 64 --no-mma
 expect_rc 0
@@ -163,6 +184,9 @@ paged_prefill.fp16.hd64.ps16.g6.sm_90a --arch sm_90a --kernels paged_prefill --d
 prefill.bf16.hd128.g4.wgmma.sm_90a --arch sm_90a --kernels prefill --dtypes bf16 --head-dims 128 --group-sizes 4 --wgmma
 paged_prefill.fp16.hd80.ps16.g6.sm_90a --arch sm_90a --kernels paged_prefill --dtypes fp16 --head-dims 80 --page-sizes 16 --group-sizes 6
 paged_decode.bf16.hd128.ps1.g4.nomma.sm_90a --arch sm_90a --kernels paged_decode --dtypes bf16 --head-dims 128 --page-sizes 1 --group-sizes 4 --no-mma
+prefill.bf16.hd128.g4.cap.sm_90a --arch sm_90a --kernels prefill --dtypes bf16 --head-dims 128 --group-sizes 4 --features cap
+paged_decode.bf16.hd64.ps16.g6.cap.sink.sm_90a --arch sm_90a --kernels paged_decode --dtypes bf16 --head-dims 64 --page-sizes 16 --group-sizes 6 --features cap+sink
+paged_prefill.fp16.hd128.ps16.g4.swa.sink.sm_90a --arch sm_90a --kernels paged_prefill --dtypes fp16 --head-dims 128 --page-sizes 16 --group-sizes 4 --features swa+sink
 HINTS
 
 check "warm --dry-run --arch auto (the default) resolves to a target"

@@ -14,6 +14,27 @@ namespace astrai::gpu_test {
 using detail::check_cu;
 using detail::driver;
 
+std::string CaseFeatures::text() const {
+  std::string text;
+  if (logit_cap > 0) text += fmt::format(" cap={}", logit_cap);
+  if (sinks) text += " sinks";
+  if (window_left >= 0) text += fmt::format(" window_left={}", window_left);
+  return text;
+}
+
+std::vector<float> sink_values(int n_heads, unsigned seed) {
+  std::mt19937 rng(seed ^ 0x5eedu);
+  std::uniform_real_distribution<float> logit(-2.f, 7.f);
+  std::vector<float> values(static_cast<std::size_t>(std::max(n_heads, 1)));
+  for (auto& value : values) value = logit(rng);
+  values[0] = -INFINITY;
+  return values;
+}
+
+double soft_capped(double score, double logit_cap) {
+  return logit_cap > 0 ? logit_cap * std::tanh(score / logit_cap) : score;
+}
+
 void synchronize() { check_cu(driver().cuCtxSynchronize(), "cuCtxSynchronize", -1); }
 
 std::uint16_t float_to_bits(float value, DType dtype) {

@@ -49,6 +49,22 @@ bool wgmma_forced_off();  // ASTRAI_JIT_NO_WGMMA
 // Compute capability of device 0 as major * 10 + minor (90 on an H100/H200).
 int device_compute_capability();
 
+// The serving features of an attention case. text() is its part of the parameter string,
+// " cap=4" for those set, "" for none.
+struct CaseFeatures {
+  float logit_cap = 0.f;  // > 0: soft-cap
+  bool sinks = false;     // one sink logit per query head (sink_values)
+  int window_left = -1;   // >= 0: sliding window
+  std::string text() const;
+};
+
+// Sink logits of a case with n_heads query heads: spread over [-2, 7] (below, within and above
+// the LSE of the rows), and -inf for head 0 (a sink that weighs nothing).
+std::vector<float> sink_values(int n_heads, unsigned seed);
+
+// A scaled score as the soft-cap leaves it, in float64 (cap 0: unchanged).
+double soft_capped(double score, double logit_cap);
+
 // Extra cases for the random sweeps: ASTRAI_TEST_SWEEP, else `fallback`.
 int sweep_count(int fallback);
 

@@ -25,10 +25,16 @@ inline std::vector<float> to_floats(const std::vector<std::uint16_t>& bits, DTyp
   return values;
 }
 
+// The serving features a reference row applies (the window is part of `keep`).
+struct RowFeatures {
+  double logit_cap = 0;     // > 0: scores become cap * tanh(s / cap)
+  double sink = -INFINITY;  // a logit joining the denominator only (-inf: none)
+};
+
 // Softmax attention of one query row over n KV rows (row-major [n][d] floats) in float64.
-// Returns false, with zeros and LSE -inf, when keep selects nothing.
+// Returns false, with zeros and LSE -inf, when keep selects nothing and there is no sink.
 inline bool attend_row(const float* q, const float* k, const float* v, int n, const std::vector<char>& keep,
-                int d, double scale, std::vector<double>* out, double* lse) {
+                int d, double scale, std::vector<double>* out, double* lse, const RowFeatures& features = {}) {
   std::vector<double> scores(static_cast<std::size_t>(std::max(n, 1)));
   double max_score = -INFINITY;
   for (int j = 0; j < n; ++j) {
@@ -36,15 +42,16 @@ inline bool attend_row(const float* q, const float* k, const float* v, int n, co
     double dot = 0;
     const float* k_row = k + static_cast<std::size_t>(j) * d;
     for (int c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * k_row[c];
-    scores[j] = dot * scale;
+    scores[j] = soft_capped(dot * scale, features.logit_cap);
     max_score = std::max(max_score, scores[j]);
   }
+  max_score = std::max(max_score, features.sink);
   out->assign(d, 0.0);
   if (max_score == -INFINITY) {
     *lse = -INFINITY;
     return false;
   }
-  double total = 0;
+  double total = features.sink > -INFINITY ? std::exp(features.sink - max_score) : 0.0;
   for (int j = 0; j < n; ++j) {
     if (!keep[j]) continue;
     const double w = std::exp(scores[j] - max_score);

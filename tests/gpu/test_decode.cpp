@@ -21,12 +21,16 @@ struct DecodeCase {
   int causal_offset = -1;
   bool mask = false;
   bool bhld = false;  // K/V stored [batch, heads, kv_len, D], passed through strides
+  float scale = 0.f;
+  CaseFeatures features;
   unsigned seed = 1;
   std::string describe() const {
     return fmt::format("decode dtype={} batch={} kv_len={} kv_heads={} group={} hd={} causal_offset={} "
-                       "mask={} bhld={} seed={}", dtype_name(dtype), batch, kv_len, n_kv_heads, group,
-                       head_dim, causal_offset, mask, bhld, seed);
+                       "mask={} bhld={} seed={}{}", dtype_name(dtype), batch, kv_len, n_kv_heads, group,
+                       head_dim, causal_offset, mask, bhld, seed,
+                       (scale > 0 ? fmt::format(" scale={}", scale) : "") + features.text());
   }
+
 };
 
 void check_decode(const DecodeCase& c, bool graph = false) {
@@ -61,6 +65,12 @@ void check_decode(const DecodeCase& c, bool graph = false) {
   args.n_kv_heads = c.n_kv_heads;
   args.head_dim = d;
   args.causal_offset = c.causal_offset;
+  args.scale = c.scale;
+  args.logit_cap = c.features.logit_cap;
+  const std::vector<float> sinks = sink_values(n_heads, c.seed);
+  DeviceBuffer d_sinks = DeviceBuffer::from(sinks);
+  if (c.features.sinks) args.sinks = static_cast<const float*>(d_sinks.get());
+  args.window_left = c.features.window_left;
   args.q = d_q.get();
   args.k = d_k.get();
   args.v = d_v.get();
@@ -98,8 +108,11 @@ void check_decode(const DecodeCase& c, bool graph = false) {
   }
 
   Comparison comparison;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(d));
   const int len = c.causal_offset < 0 ? c.kv_len : std::min(c.kv_len, c.causal_offset + 1);
+  // The window counts back from the query's position (causal_offset, or kv_len - 1).
+  const long long position = c.causal_offset < 0 ? c.kv_len - 1LL : c.causal_offset;
+  const long long window_first = c.features.window_left < 0 ? 0 : position - c.features.window_left;
   std::vector<double> w(len);
   for (int b = 0; b < c.batch; ++b)
     for (int h = 0; h < n_heads; ++h) {
@@ -110,10 +123,13 @@ void check_decode(const DecodeCase& c, bool graph = false) {
         for (int i = 0; i < d; ++i)
           dot += static_cast<double>(bits_to_float(q[(b * n_heads + h) * d + i], c.dtype)) *
                  bits_to_float(k[b * s_batch + t * s_seq + kvh * s_head + i], c.dtype);
-        w[t] = mask[b * c.kv_len + t] ? dot * scale : -INFINITY;
+        w[t] = mask[b * c.kv_len + t] && t >= window_first ? soft_capped(dot * scale, c.features.logit_cap)
+                                                           : -INFINITY;
         max_score = std::max(max_score, w[t]);
       }
-      double total = 0;
+      const double sink = c.features.sinks ? sinks[h] : -INFINITY;
+      max_score = std::max(max_score, sink);
+      double total = sink > -INFINITY ? std::exp(sink - max_score) : 0.0;
       for (int t = 0; t < len; ++t) total += (w[t] = std::isinf(w[t]) ? 0.0 : std::exp(w[t] - max_score));
       const double want_lse = total > 0 ? max_score + std::log(total) : -INFINITY;
       if (std::isinf(want_lse)) {
@@ -180,6 +196,69 @@ TEST_CASE("decode captured in a CUDA graph replays bit for bit") {
   c.kv_len = 5000;
   c.mask = true;
   check_decode(c, /*graph=*/true);
+}
+
+TEST_CASE("decode with a logit soft-cap: caps below, near and above the score range") {
+  std::mt19937 rng(19);
+  // With scale 1 the scores of random rows spread over about +-10 (head dim 128).
+  for (float cap : {0.5f, 4.f, 30.f}) {
+    for (int head_dim : {64, 128}) {
+      DecodeCase c;
+      c.head_dim = head_dim;
+      c.group = head_dim == 64 ? 6 : 4;
+      c.kv_len = 1 + rng() % 3000;
+      c.scale = 1.f;
+      c.features.logit_cap = cap;
+      c.mask = rng() % 2 == 0;
+      c.causal_offset = rng() % 2 ? -1 : static_cast<int>(rng() % (c.kv_len + 3));
+      c.dtype = head_dim == 64 ? DType::fp16 : DType::bf16;
+      c.seed = rng();
+      check_decode(c);
+    }
+  }
+  DecodeCase split;  // split across CTAs: the combine merges capped partial results
+  split.kv_len = 20000;
+  split.batch = 2;
+  split.features.logit_cap = 0.2f;
+  split.seed = 5;
+  check_decode(split);
+}
+
+TEST_CASE("decode with attention sinks: empty, masked, causal and split rows, with the soft-cap") {
+  std::mt19937 rng(20);
+  for (int kv_len : {0, 1, 65, 900, 30000}) {
+    DecodeCase c;
+    c.kv_len = kv_len;
+    c.batch = kv_len > 10000 ? 2 : 3;
+    c.features.sinks = true;
+    c.features.logit_cap = kv_len == 900 ? 3.f : 0.f;
+    c.mask = kv_len > 0 && kv_len < 10000;  // batch row 1 fully masked
+    c.causal_offset = kv_len == 65 ? 20 : -1;
+    c.group = kv_len == 1 ? 6 : 4;
+    c.head_dim = kv_len == 1 ? 64 : 128;
+    c.seed = rng();
+    check_decode(c);
+  }
+}
+
+TEST_CASE("decode with a sliding window: causal offsets inside and past kv_len, long windows, sinks") {
+  std::mt19937 rng(21);
+  const int cases[][3] = {  // kv_len, causal_offset, window_left
+      {1000, -1, 0}, {1000, -1, 63}, {1000, -1, 64}, {1000, -1, 5000}, {1000, 500, 100},
+      {1000, 1100, 150},  // the query sits past kv_len: the window keeps kv 950..999
+      {1000, 1100, 50},   // ... and here it ends before the keys: nothing kept
+      {0, -1, 10},        {30000, -1, 4095}, {30000, 20000, 20000}};
+  for (const auto& entry : cases) {
+    DecodeCase c;
+    c.kv_len = entry[0];
+    c.causal_offset = entry[1];
+    c.features.window_left = entry[2];
+    c.features.sinks = entry[2] % 2 == 1;
+    c.mask = entry[2] == 100;
+    c.batch = c.kv_len > 10000 ? 2 : 3;
+    c.seed = rng();
+    check_decode(c);
+  }
 }
 
 TEST_CASE("decode random sweep") {

@@ -26,15 +26,19 @@ struct PagedCase {
   bool append = false;     // fused append of new_k / new_v at seq_len - 1
   bool req_rows = false;   // requests index a larger page table through req_indices
   bool lse = false;        // also check the log-sum-exp output
+  float scale = 0.f;       // 0: 1/sqrt(head_dim)
+  CaseFeatures features;
   unsigned seed = 1;
 
   int batch() const { return static_cast<int>(seq_lens.size()); }
   std::string describe() const {
     return fmt::format("paged_decode dtype={} hd={} ps={} kv_heads={} group={} strided={} mask={} "
-                       "append={} req_rows={} lse={} seed={} lens=[{}]", dtype_name(dtype), head_dim,
+                       "append={} req_rows={} lse={} seed={} lens=[{}]{}", dtype_name(dtype), head_dim,
                        page_size, n_kv_heads, group, strided, mask, append, req_rows, lse, seed,
-                       fmt::join(seq_lens, ","));
+                       fmt::join(seq_lens, ","),
+                       (scale > 0 ? fmt::format(" scale={}", scale) : "") + features.text());
   }
+
 };
 
 struct PagedRun {
@@ -130,6 +134,12 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
   args.page_size = ps;
   args.num_pages = num_pages;
   args.max_pages_per_seq = max_pages;
+  args.scale = c.scale;
+  args.logit_cap = c.features.logit_cap;
+  const std::vector<float> sinks = sink_values(n_heads, c.seed);
+  DeviceBuffer d_sinks = DeviceBuffer::from(sinks);
+  if (c.features.sinks) args.sinks = static_cast<const float*>(d_sinks.get());
+  args.window_left = c.features.window_left;
   args.q = d_q.get();
   args.q_stride_batch = q_batch_stride;
   args.q_stride_head = q_head_stride;
@@ -220,7 +230,7 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
     api.cuStreamDestroy(stream);
   }
 
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(d));
   std::vector<double> scores;
   for (int b = 0; b < batch; ++b) {
     const int len = c.seq_lens[b];
@@ -228,7 +238,10 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
       const int kvh = h / c.group;
       scores.assign(len, 0.0);
       double max_score = -INFINITY;
-      auto kept = [&](int t) { return !c.mask || mask[b * mask_stride + t] != 0; };
+      auto kept = [&](int t) {
+        return (c.features.window_left < 0 || t >= len - 1 - c.features.window_left) &&
+               (!c.mask || mask[b * mask_stride + t] != 0);
+      };
       for (int t = 0; t < len; ++t) {
         const std::int64_t page = table[req[b] * table_stride + t / ps];
         const std::int64_t base = page * kv_page_stride + (t % ps) * kv_token_stride + kvh * kv_head_stride;
@@ -236,10 +249,12 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
         for (int i = 0; i < d; ++i)
           dot += static_cast<double>(bits_to_float(q[b * q_batch_stride + h * q_head_stride + i], c.dtype)) *
                  bits_to_float(k_pool[base + i], c.dtype);
-        scores[t] = dot * scale;
+        scores[t] = soft_capped(dot * scale, c.features.logit_cap);
         if (kept(t)) max_score = std::max(max_score, scores[t]);
       }
-      double total = 0;
+      const double sink = c.features.sinks ? sinks[h] : -INFINITY;
+      max_score = std::max(max_score, sink);
+      double total = sink > -INFINITY ? std::exp(sink - max_score) : 0.0;
       for (int t = 0; t < len; ++t) total += (scores[t] = kept(t) ? std::exp(scores[t] - max_score) : 0.0);
       if (c.lse) {
         const double want_lse = total > 0 ? max_score + std::log(total) : -INFINITY;
@@ -409,6 +424,110 @@ TEST_CASE("paged_decode captured in a CUDA graph replays bit for bit") {
   everything.page_size = 1;
   everything.seed = 6;
   check_case(everything, /*graph=*/true);
+}
+
+TEST_CASE("paged_decode with a logit soft-cap: caps below, near and above the score range") {
+  std::mt19937 rng(51);
+  // With scale 1 the scores of random rows spread over about +-10 (head dim 128).
+  for (float cap : {0.5f, 4.f, 30.f}) {
+    for (int page_size : {1, 16}) {
+      PagedCase c;
+      c.page_size = page_size;
+      c.group = page_size == 1 ? 6 : 4;
+      c.head_dim = page_size == 1 ? 64 : 128;
+      c.scale = 1.f;
+      c.features.logit_cap = cap;
+      c.lse = true;
+      c.mask = cap > 1.f;
+      c.append = page_size == 16;
+      c.seq_lens = ragged_lengths(page_size, rng);
+      c.seq_lens.push_back(12000);  // split: the combine merges capped partial results
+      c.seed = rng();
+      check_case(c);
+    }
+  }
+  PagedCase small;  // the default scale, a cap near the small scores it gives
+  small.dtype = DType::fp16;
+  small.features.logit_cap = 0.3f;
+  small.lse = true;
+  small.seq_lens = {700, 1, 0, 33};
+  check_case(small);
+  PagedCase graph;  // a captured soft-cap call replays bit for bit
+  graph.features.logit_cap = 2.f;
+  graph.scale = 1.f;
+  graph.seq_lens = {3000, 17};
+  check_case(graph, /*graph=*/true);
+}
+
+TEST_CASE("paged_decode with attention sinks: empty, masked and split rows, with the soft-cap") {
+  std::mt19937 rng(52);
+  for (int page_size : {1, 16}) {
+    for (bool cap : {false, true}) {
+      PagedCase c;
+      c.page_size = page_size;
+      c.group = page_size == 1 ? 6 : 8;
+      c.head_dim = page_size == 1 ? 64 : 128;
+      c.features.sinks = true;
+      c.features.logit_cap = cap ? 5.f : 0.f;
+      c.lse = true;
+      c.mask = cap;        // row 0 fully masked: zeros, LSE = its sink
+      c.append = !cap;
+      c.req_rows = page_size == 16;
+      c.seq_lens = ragged_lengths(page_size, rng);  // starts with an empty sequence
+      c.seq_lens.push_back(20000);  // split: only split 0 adds the sink, the combine merges it
+      c.seed = rng();
+      check_case(c);
+    }
+  }
+  PagedCase fp16;
+  fp16.dtype = DType::fp16;
+  fp16.features.sinks = true;
+  fp16.lse = true;
+  fp16.seq_lens = {0, 0, 3, 40000};
+  fp16.seed = 9;
+  check_case(fp16);
+  PagedCase graph;  // a captured call with sinks replays bit for bit
+  graph.features.sinks = true;
+  graph.seq_lens = {9000, 2, 0};
+  graph.seed = 10;
+  check_case(graph, /*graph=*/true);
+}
+
+TEST_CASE("paged_decode with a sliding window: windows crossing page edges, longer than the sequence, with sinks") {
+  std::mt19937 rng(53);
+  for (int page_size : {1, 16, 64}) {
+    for (int window : {0, 1, 15, 16, 17, 100, 1000, 5000}) {
+      PagedCase c;
+      c.page_size = page_size;
+      c.group = page_size == 1 ? 6 : 4;
+      c.head_dim = page_size == 1 ? 64 : 128;
+      c.features.window_left = window;
+      c.features.sinks = window % 2 == 0;  // sinks + window, as gpt-oss
+      c.lse = true;
+      c.mask = window == 17;
+      c.append = window == 100;
+      c.req_rows = window == 1000;
+      c.seq_lens = ragged_lengths(page_size, rng);  // 0, 1, page edges, random lengths
+      c.seq_lens.push_back(3000 + static_cast<int>(rng() % 200));
+      c.seed = rng();
+      check_case(c);
+    }
+  }
+  PagedCase split;  // a window over a long table: several splits, all inside the window
+  split.n_kv_heads = 1;
+  split.group = 8;
+  split.features.window_left = 8191;
+  split.features.sinks = true;
+  split.features.logit_cap = 5.f;
+  split.lse = true;
+  split.seq_lens = {60000, 8192, 8193, 100};
+  split.seed = 11;
+  check_case(split);
+  PagedCase graph;  // a captured windowed call replays bit for bit
+  graph.features.window_left = 500;
+  graph.seq_lens = {20000, 300, 0};
+  graph.seed = 12;
+  check_case(graph, /*graph=*/true);
 }
 
 TEST_CASE("paged_decode random sweep") {

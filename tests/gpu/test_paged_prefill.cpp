@@ -25,18 +25,20 @@ struct PagedPrefillCase {
   std::vector<int> device_seq_lens;  // when set: what the device sees (clamping is tested)
   int extra_pages = 1;
   float scale = 0.f;
+  CaseFeatures features;
   unsigned seed = 1;
 
   int batch() const { return static_cast<int>(q_lens.size()); }
   std::string describe() const {
     return fmt::format("paged_prefill dtype={} hd={} ps={} group={} kv_heads={} causal={} mask={} "
-                       "strided={} lse={} unmapped_page={} seed={} q_lens=[{}] seq_lens=[{}]{}",
+                       "strided={} lse={} unmapped_page={} seed={} q_lens=[{}] seq_lens=[{}]{}{}",
                        dtype_name(dtype), head_dim, page_size, group, n_kv_heads, causal, mask,
                        strided, lse, unmapped_page, seed, fmt::join(q_lens, ","),
                        fmt::join(seq_lens, ","),
                        device_seq_lens.empty()
                            ? std::string()
-                           : fmt::format(" device_seq_lens=[{}]", fmt::join(device_seq_lens, ",")));
+                           : fmt::format(" device_seq_lens=[{}]", fmt::join(device_seq_lens, ",")),
+                       (scale > 0 ? fmt::format(" scale={}", scale) : "") + features.text());
   }
 };
 
@@ -119,6 +121,11 @@ void check_paged_prefill(const PagedPrefillCase& c) {
   args.num_pages = num_pages;
   args.max_pages_per_seq = max_pages;
   args.scale = c.scale;
+  args.logit_cap = c.features.logit_cap;
+  const std::vector<float> sinks = sink_values(n_heads, c.seed);
+  DeviceBuffer d_sinks = DeviceBuffer::from(sinks);
+  if (c.features.sinks) args.sinks = static_cast<const float*>(d_sinks.get());
+  args.window_left = c.features.window_left;
   args.causal = c.causal;
   args.q = d_q.get();
   args.qo_indptr = static_cast<const std::int32_t*>(d_indptr.get());
@@ -146,6 +153,8 @@ void check_paged_prefill(const PagedPrefillCase& c) {
   const std::vector<float> lse = d_lse.to_host<float>(lse_count);
 
   const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(d));
+  RowFeatures row_features;
+  row_features.logit_cap = c.features.logit_cap;
   Verdict verdict;
   std::vector<char> written(q_elems, 0);
   std::vector<float> q_row(d);
@@ -173,13 +182,16 @@ void check_paged_prefill(const PagedPrefillCase& c) {
         const int row = indptr[b] + i;
         const std::int64_t position = static_cast<std::int64_t>(seq_len) - q_len + i;
         for (int t = 0; t < seq_len; ++t)
-          keep[t] = (!c.causal || t <= position) && (!c.mask || mask[row * mask_stride_q + t] != 0);
+          keep[t] = (!c.causal || t <= position) &&
+                    (c.features.window_left < 0 || t >= position - c.features.window_left) &&
+                    (!c.mask || mask[row * mask_stride_q + t] != 0);
         for (int h = kvh * c.group; h < (kvh + 1) * c.group; ++h) {
           const std::int64_t base = row * q_token + h * q_head;
           for (int e = 0; e < d; ++e) q_row[e] = bits_to_float(q[base + e], c.dtype);
           double lse_want = 0;
+          row_features.sink = c.features.sinks ? sinks[h] : -INFINITY;
           const bool non_empty = attend_row(q_row.data(), k_rows.data(), v_rows.data(), seq_len,
-                                            keep, d, scale, &want, &lse_want);
+                                            keep, d, scale, &want, &lse_want, row_features);
           const std::size_t lse_index = static_cast<std::size_t>(row) * n_heads + h;
           check_row(&verdict, c.dtype, out, base, want, non_empty, c.lse ? &lse[lse_index] : nullptr,
                     lse_want, RowId{b, i, h});
@@ -258,6 +270,84 @@ TEST_CASE("paged_prefill with masks, strided pools, unmapped pages and a long ca
   long_cache.seq_lens = {2048, 1500};
   long_cache.seed = rng();
   check_paged_prefill(long_cache);
+}
+
+TEST_CASE("paged_prefill with a logit soft-cap: caps below, near and above the score range") {
+  std::mt19937 rng(44);
+  for (float cap : {0.5f, 4.f, 30.f}) {
+    for (int page_size : {1, 16}) {
+      PagedPrefillCase c;
+      c.page_size = page_size;
+      c.scale = 1.f;  // scores of random rows spread over about +-10 (head dim 128)
+      c.features.logit_cap = cap;
+      c.causal = cap != 30.f;
+      c.mask = cap == 4.f;
+      c.q_lens = {70, 0, 33, 1, 65};
+      c.seq_lens = {70, 40, 300, 129, 200};
+      c.seed = rng();
+      check_paged_prefill(c);
+    }
+  }
+  PagedPrefillCase fp16;
+  fp16.dtype = DType::fp16;
+  fp16.head_dim = 64;
+  fp16.group = 6;
+  fp16.features.logit_cap = 0.3f;  // the default scale, a cap near the small scores it gives
+  fp16.q_lens = {64, 129};
+  fp16.seq_lens = {1000, 1500};
+  fp16.seed = rng();
+  check_paged_prefill(fp16);
+}
+
+TEST_CASE("paged_prefill with attention sinks: empty requests, rows before position 0, the soft-cap") {
+  std::mt19937 rng(45);
+  for (int page_size : {1, 16}) {
+    for (bool cap : {false, true}) {
+      PagedPrefillCase c;
+      c.page_size = page_size;
+      c.features.sinks = true;
+      c.features.logit_cap = cap ? 4.f : 0.f;
+      c.mask = !cap;
+      c.unmapped_page = cap;
+      c.q_lens = {70, 0, 33, 1, 65};
+      c.seq_lens = {70, 40, 300, 129, 200};
+      c.seed = rng();
+      check_paged_prefill(c);
+    }
+  }
+  PagedPrefillCase short_kv;  // early rows sit before position 0: zeros, LSE = the sink
+  short_kv.features.sinks = true;
+  short_kv.q_lens = {50, 10};
+  short_kv.seq_lens = {20, 10};
+  short_kv.seed = rng();
+  check_paged_prefill(short_kv);
+}
+
+TEST_CASE("paged_prefill with a sliding window: windows crossing page edges, longer than the request, with sinks") {
+  std::mt19937 rng(46);
+  for (int page_size : {1, 8, 16, 64}) {
+    for (int window : {0, 15, 16, 17, 100, 5000}) {
+      PagedPrefillCase c;
+      c.page_size = page_size;
+      c.features.window_left = window;
+      c.features.sinks = window % 2 == 0;  // sinks + window, as gpt-oss
+      c.mask = window == 17;
+      c.unmapped_page = window == 100;
+      c.q_lens = {70, 0, 33, 1, 65};
+      c.seq_lens = {70, 40, 300, 129, 900};
+      c.seed = rng();
+      check_paged_prefill(c);
+    }
+  }
+  PagedPrefillCase everything;
+  everything.features.window_left = 256;
+  everything.features.sinks = true;
+  everything.features.logit_cap = 5.f;
+  everything.scale = 1.f;
+  everything.q_lens = {200, 129};
+  everything.seq_lens = {3000, 1500};
+  everything.seed = rng();
+  check_paged_prefill(everything);
 }
 
 TEST_CASE("paged_prefill keeps device lengths in bounds") {

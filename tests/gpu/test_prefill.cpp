@@ -50,14 +50,15 @@ struct PrefillCase {
                                   // K and V in one buffer and pads every row; bhld is head-major
   bool lse = true;
   float scale = 0.f;
+  CaseFeatures features;
   unsigned seed = 1;
 
   std::string describe() const {
     return fmt::format("prefill dtype={} hd={} group={} kv_heads={} batch={} q_len={} kv_len={} "
-                       "causal_offset={} mask={} empty_rows={} layout={} lse={} scale={} seed={}",
+                       "causal_offset={} mask={} empty_rows={} layout={} lse={} scale={} seed={}{}",
                        dtype_name(dtype), head_dim, group, n_kv_heads, batch, q_len, kv_len,
                        causal_offset, mask_name(mask), empty_rows, layout_name(layout), lse, scale,
-                       seed);
+                       seed, features.text());
   }
 };
 
@@ -141,6 +142,11 @@ void check_prefill(const PrefillCase& c) {
   args.n_kv_heads = c.n_kv_heads;
   args.head_dim = d;
   args.scale = c.scale;
+  args.logit_cap = c.features.logit_cap;
+  const std::vector<float> sinks = sink_values(n_heads, c.seed);
+  DeviceBuffer d_sinks = DeviceBuffer::from(sinks);
+  if (c.features.sinks) args.sinks = static_cast<const float*>(d_sinks.get());
+  args.window_left = c.features.window_left;
   args.causal_offset = c.causal_offset;
   args.q = d_q.get();
   args.out = d_out.get();
@@ -178,6 +184,8 @@ void check_prefill(const PrefillCase& c) {
 
   // Reference, with K and V of one (request, KV head) gathered into dense float rows.
   const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(d));
+  RowFeatures row_features;
+  row_features.logit_cap = c.features.logit_cap;
   Verdict verdict;
   std::vector<char> written(q_elems, 0);
   std::vector<float> k_rows(static_cast<std::size_t>(kv_rows) * d), v_rows(k_rows.size()), q_row(d);
@@ -197,13 +205,16 @@ void check_prefill(const PrefillCase& c) {
             (mask_q_len == 1 ? 0 : i) * mask_stride_q;
         for (int j = 0; j < c.kv_len; ++j)
           keep[j] = (c.causal_offset < 0 || j <= static_cast<std::int64_t>(c.causal_offset) + i) &&
+                    (c.features.window_left < 0 ||
+                     j >= static_cast<std::int64_t>(c.causal_offset) + i - c.features.window_left) &&
                     (!has_mask || mask_row[j] != 0);
         for (int h = kvh * c.group; h < (kvh + 1) * c.group; ++h) {
           const std::int64_t base = b * q_batch + i * q_seq + h * q_head;
           for (int e = 0; e < d; ++e) q_row[e] = bits_to_float(q[base + e], c.dtype);
           double lse_want = 0;
+          row_features.sink = c.features.sinks ? sinks[h] : -INFINITY;
           const bool non_empty = attend_row(q_row.data(), k_rows.data(), v_rows.data(), c.kv_len,
-                                            keep, d, scale, &want, &lse_want);
+                                            keep, d, scale, &want, &lse_want, row_features);
           const std::size_t lse_index = (static_cast<std::size_t>(b) * c.q_len + i) * n_heads + h;
           check_row(&verdict, c.dtype, out, base, want, non_empty, c.lse ? &lse[lse_index] : nullptr,
                     lse_want, RowId{b, i, h});
@@ -374,6 +385,112 @@ TEST_CASE("prefill in fp16, with an explicit scale, and without LSE") {
   scaled.kv_len = 120;
   scaled.seed = rng();
   check_prefill(scaled);
+}
+
+TEST_CASE("prefill with a logit soft-cap: caps below, near and above the score range") {
+  std::mt19937 rng(38);
+  // With scale 1 the scores of random rows spread over about +-10 (head dim 128).
+  for (float cap : {0.5f, 4.f, 30.f}) {
+    for (bool causal : {true, false}) {
+      PrefillCase c;
+      c.q_len = 1 + rng() % 200;
+      c.kv_len = c.q_len + rng() % 300;
+      c.causal_offset = causal ? c.kv_len - c.q_len : -1;
+      c.scale = 1.f;
+      c.features.logit_cap = cap;
+      c.mask = cap == 4.f ? MaskShape::per_query : MaskShape::none;
+      c.head_dim = causal ? 128 : 64;
+      c.group = causal ? 4 : 6;
+      c.dtype = causal ? DType::bf16 : DType::fp16;
+      c.seed = rng();
+      check_prefill(c);
+    }
+  }
+  PrefillCase small;  // the default scale, a cap near the small scores it gives
+  small.features.logit_cap = 0.3f;
+  small.q_len = 130;
+  small.kv_len = 260;
+  small.causal_offset = 130;
+  small.seed = rng();
+  check_prefill(small);
+}
+
+TEST_CASE("prefill with attention sinks: causal and not, rows with nothing kept, with the soft-cap") {
+  std::mt19937 rng(39);
+  for (bool causal : {true, false}) {
+    for (bool cap : {false, true}) {
+      PrefillCase c;
+      c.q_len = 1 + rng() % 200;
+      c.kv_len = c.q_len + rng() % 300;
+      c.causal_offset = causal ? c.kv_len - c.q_len : -1;
+      c.mask = MaskShape::per_query;
+      c.empty_rows = 3;  // rows with nothing kept: zeros, LSE = the sink
+      c.features.sinks = true;
+      c.features.logit_cap = cap ? 4.f : 0.f;
+      c.head_dim = cap ? 64 : 128;
+      c.group = cap ? 6 : 4;
+      c.dtype = cap ? DType::fp16 : DType::bf16;
+      c.seed = rng();
+      check_prefill(c);
+    }
+  }
+  PrefillCase early;  // a causal offset of 0 over a longer prompt
+  early.q_len = 130;
+  early.kv_len = 140;
+  early.causal_offset = 0;
+  early.features.sinks = true;
+  early.seed = rng();
+  check_prefill(early);
+}
+
+TEST_CASE("prefill with a sliding window: short, tile-sized and longer-than-prompt windows, with sinks and masks") {
+  std::mt19937 rng(40);
+  for (int window : {0, 1, 31, 32, 63, 64, 100, 257, 10000}) {
+    for (int head_dim : {64, 128}) {
+      PrefillCase c;
+      c.head_dim = head_dim;
+      c.group = head_dim == 64 ? 6 : 4;
+      c.q_len = 1 + rng() % 300;
+      c.kv_len = c.q_len + rng() % 400;
+      c.causal_offset = rng() % 4 == 0 ? static_cast<int>(rng() % (c.kv_len + 1)) : c.kv_len - c.q_len;
+      c.features.window_left = window;
+      c.features.sinks = window % 2 == 1;  // sinks + window, as gpt-oss
+      c.mask = window == 100 ? MaskShape::per_query : MaskShape::none;
+      c.dtype = head_dim == 64 ? DType::fp16 : DType::bf16;
+      c.seed = rng();
+      check_prefill(c);
+    }
+  }
+  PrefillCase everything;
+  everything.q_len = 333;
+  everything.kv_len = 1500;
+  everything.causal_offset = 1167;
+  everything.features.window_left = 128;
+  everything.features.sinks = true;
+  everything.features.logit_cap = 5.f;
+  everything.scale = 1.f;
+  everything.seed = rng();
+  check_prefill(everything);
+}
+
+TEST_CASE("on sm_90a a prefill with a feature runs the portable kernel, its name showing the feature") {
+  if (device_compute_capability() != 90) return;
+  PrefillCase c;
+  c.head_dim = 128;
+  c.q_len = 70;
+  c.kv_len = 90;
+  c.causal_offset = 20;
+  c.features.logit_cap = 5.f;
+  c.seed = 78;
+  check_prefill(c);
+  int portable = 0;
+  int hopper = 0;
+  for (const auto& name : Runtime::get().loaded_variants()) {
+    portable += name.rfind("prefill.bf16.hd128.g4.cap.", 0) == 0 && name.find("wgmma") == std::string::npos;
+    hopper += name.find(".cap.") != std::string::npos && name.find("wgmma") != std::string::npos;
+  }
+  CHECK(portable == 1);
+  CHECK(hopper == 0);
 }
 
 TEST_CASE("on sm_90a an unmasked prefill runs the Hopper kernel (unless switched off), a masked one the portable kernel") {

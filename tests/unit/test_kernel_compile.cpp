@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "astrai/error.hpp"
+#include "kernel_src/kernel_params.h"
 #include "runtime/compile_plan.hpp"
 #include "runtime/kernel_sources.hpp"
 #include "runtime/kernel_spec.hpp"
@@ -189,6 +190,62 @@ TEST_CASE("prefill compiles across head dims, page sizes, groups and dtypes") {
     if (spec.uses_mma()) check_tensor_core_ptx(result.ptx);
     else check_cuda_core_ptx(result.ptx);
   }
+}
+
+// Every attention family with `flags`, on the tensor-core path (sm_90a, sm_80), the forced
+// CUDA-core path (sm_90a .nomma) and the native one (sm_75), across dtypes and head dims.
+std::vector<KernelSpec> feature_specs(std::uint32_t flags) {
+  std::vector<KernelSpec> specs;
+  for (KernelKind kind : {KernelKind::paged_decode, KernelKind::decode, KernelKind::prefill,
+                          KernelKind::paged_prefill}) {
+    const bool paged = kind == KernelKind::paged_decode || kind == KernelKind::paged_prefill;
+    specs.push_back(astrai::testing::make_spec(kind, DType::bf16, 128, paged ? 16 : 0, 4, "sm_90a"));
+    specs.push_back(astrai::testing::make_spec(kind, DType::fp16, 80, paged ? 1 : 0, 6, "sm_80"));
+    specs.push_back(astrai::testing::make_spec(kind, DType::bf16, 64, paged ? 1 : 0, 6, "sm_90a", true));
+    specs.push_back(astrai::testing::make_spec(kind, DType::fp16, 256, paged ? 8 : 0, 1, "sm_75"));
+  }
+  for (KernelSpec& spec : specs) spec.flags = flags;
+  return specs;
+}
+
+// PTX with the kernels' mangled names (which carry the template arguments) taken out.
+std::string ptx_without_names(const CompileResult& result) {
+  std::string ptx = result.ptx;
+  for (const auto& name : result.lowered_names)
+    for (std::size_t at = ptx.find(name); at != std::string::npos; at = ptx.find(name, at))
+      ptx.replace(at, name.size(), "kernel");
+  return ptx;
+}
+
+// Compiles each variant with its feature bits and checks the path's instructions, that the
+// feature adds no warning to the plain variant's log, and that it compiles code in (the PTX
+// differs from the plain variant's in more than the kernel names).
+void check_feature_compiles(std::uint32_t flags) {
+  for (const KernelSpec& spec : feature_specs(flags)) {
+    CAPTURE(spec.name());
+    const CompileResult result = compile_and_check(spec);
+    if (spec.uses_mma()) check_tensor_core_ptx(result.ptx);
+    else check_cuda_core_ptx(result.ptx);
+    KernelSpec plain = spec;
+    plain.flags = 0;
+    const CompileResult plain_result = nvrtc_compile(request_for(plain), true);
+    CHECK(contains(result.log, "warning") == contains(plain_result.log, "warning"));
+    CHECK(ptx_without_names(result) != ptx_without_names(plain_result));
+  }
+}
+
+TEST_CASE("soft-cap variants of every attention family compile on both paths") {
+  check_feature_compiles(astrai::kFeatureSoftCap);
+}
+
+TEST_CASE("sink variants of every attention family compile on both paths, alone and with the soft-cap") {
+  check_feature_compiles(astrai::kFeatureSink);
+  check_feature_compiles(astrai::kFeatureSink | astrai::kFeatureSoftCap);
+}
+
+TEST_CASE("sliding-window variants of every attention family compile on both paths, alone and with every feature") {
+  check_feature_compiles(astrai::kFeatureWindow);
+  check_feature_compiles(astrai::kFeatureWindow | astrai::kFeatureSink | astrai::kFeatureSoftCap);
 }
 
 TEST_CASE("rotary embedding compiles for every arch, both dtypes and two head dims") {

@@ -102,12 +102,12 @@ TEST_CASE("a forced CUDA-core variant carries the nomma field before the arch") 
         paged(DType::bf16, 128, 16, 4, "sm_90a", false).name());
 }
 
-TEST_CASE("non-zero flags appear as a hex field in the name") {
+TEST_CASE("flag bits that name no feature appear as a hex field in the name") {
   KernelSpec spec = paged(DType::bf16, 128, 16, 4, "sm_90a");
-  spec.flags = 0x1a;
-  CHECK(spec.name() == "paged_decode.bf16.hd128.ps16.g4.f1a.sm_90a");
+  spec.flags = 0x1a00;
+  CHECK(spec.name() == "paged_decode.bf16.hd128.ps16.g4.f1a00.sm_90a");
   spec.force_no_mma = true;
-  CHECK(spec.name() == "paged_decode.bf16.hd128.ps16.g4.f1a.nomma.sm_90a");
+  CHECK(spec.name() == "paged_decode.bf16.hd128.ps16.g4.f1a00.nomma.sm_90a");
 }
 
 TEST_CASE("parse inverts name for many valid specs") {
@@ -202,7 +202,8 @@ TEST_CASE("parse rejects names whose fields are well formed but unsupported") {
       {"paged_decode.bf16.hd128.ps16.g4.sm_70", "arch 'sm_70' is not supported"},
       {"rotary_emb.bf16.hd64.sm_89x", "arch 'sm_89x' is not supported"},
       {"rotary_emb.bf16.hd12.sm_89", "head_dim 12 is not supported"},
-      {"rotary_emb.bf16.hd64.f2.sm_89", "flags 0x2 are not supported"},
+      {"rotary_emb.bf16.hd64.f100.sm_89", "flags 0x100 name no feature (allowed: none)"},
+      {"rotary_emb.bf16.hd64.cap.sm_89", "rotary_emb does not support the feature cap (allowed: none)"},
   };
   for (const auto& entry : cases) {
     // Named variables, not structured bindings: clang 14 cannot capture those in CAPTURE.
@@ -284,9 +285,9 @@ TEST_CASE("validate rejects unsupported rotary fields and any flags") {
   CHECK(validate_message(with_group).find("takes no page size or group") != std::string::npos);
 
   KernelSpec flagged = paged(DType::bf16, 128, 16, 4, "sm_90a");
-  flagged.flags = 0x10;
-  CHECK(validate_message(flagged) ==
-        "paged_decode.bf16.hd128.ps16.g4.f10.sm_90a: flags 0x10 are not supported (allowed: 0)");
+  flagged.flags = 0x1000;
+  CHECK(validate_message(flagged).rfind(
+            "paged_decode.bf16.hd128.ps16.g4.f1000.sm_90a: flags 0x1000 name no feature (allowed: swa, cap, sink)", 0) == 0);
 }
 
 TEST_CASE("instantiations name the kernel templates with the spec's constants") {

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -79,6 +80,11 @@ constexpr const char* kWarmFooter =
     "  64, 128, 192, 256; pages of 8 tokens or more) are warmed twice: the portable variant\n"
     "  (masked calls) and the .wgmma one. --no-wgmma (or ASTRAI_JIT_NO_WGMMA=1) keeps only the\n"
     "  portable ones, --wgmma only the Hopper ones.\n"
+    "  --features lists feature sets, each `none` (the plain variants, the default) or feature\n"
+    "  names joined by '+', e.g. `--features none,swa+sink`; every attention kernel selected\n"
+    "  must support each set (rotary_emb takes only its plain variant). Features: swa (sliding\n"
+    "  window), cap (logit soft-cap), sink (attention sinks). Feature variants have no .wgmma\n"
+    "  form.\n"
     "  --arch auto: the target of each local GPU (ASTRAI_JIT_ARCH overrides); sm_90a when no GPU\n"
     "  is found.\n"
     "\n"
@@ -123,6 +129,7 @@ struct WarmOptions {
   std::vector<int> head_dims;
   std::vector<int> page_sizes;
   std::vector<int> group_sizes;
+  std::vector<std::string> features;  // feature sets: "none", or names joined by '+'
   std::string manifest;
   std::string cache_dir;
   int jobs = 0;

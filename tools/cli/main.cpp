@@ -57,6 +57,10 @@ void add_warm_command(CLI::App& app, Commands* commands) {
   warm->add_option("--group-sizes", options.group_sizes,
                    "Query heads per KV head of the attention kernels, e.g. 4,6")
       ->delimiter(',')->type_name("LIST");
+  warm->add_option("--features", options.features,
+                   "Feature sets of the attention kernels: none, or features joined by '+' "
+                   "(swa, cap, sink), e.g. none,cap,swa+sink [default: none]")
+      ->delimiter(',')->type_name("LIST");
   warm->add_option("--manifest", options.manifest,
                    "File of variant names, one per line (as written by ASTRAI_JIT_RECORD); "
                    "'#' starts a comment")

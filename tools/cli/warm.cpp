@@ -100,6 +100,34 @@ std::vector<DType> resolve_dtypes(const std::vector<std::string>& requested) {
   return dtypes;
 }
 
+// Feature sets (KernelSpec::flags) from `--features` items: "none", or names joined by '+'.
+std::vector<std::uint32_t> resolve_feature_sets(const std::vector<std::string>& requested) {
+  std::vector<std::uint32_t> sets;
+  for (const auto& raw : requested) {
+    const std::string text = trim(raw);
+    std::uint32_t flags = 0;
+    if (text != "none") {
+      std::stringstream stream(text);
+      std::string name;
+      bool bad = text.empty();
+      while (!bad && std::getline(stream, name, '+')) {
+        const std::uint32_t bit = astrai::detail::find_kernel_feature(trim(name));
+        bad = bit == 0 || (flags & bit) != 0;
+        flags |= bit;
+      }
+      if (bad || text.back() == '+') {
+        std::vector<std::string> names;
+        for (const auto& feature : astrai::detail::kernel_features()) names.emplace_back(feature.name);
+        throw astrai::InvalidArgument(fmt::format(
+            "--features '{}' is not a feature set (allowed: none, or distinct features joined by "
+            "'+': {})", raw, join(names, ", ")));
+      }
+    }
+    if (std::find(sets.begin(), sets.end(), flags) == sets.end()) sets.push_back(flags);
+  }
+  return sets;
+}
+
 // Variants of a manifest file (as written by ASTRAI_JIT_RECORD). Throws InvalidArgument naming
 // file:line for a bad line.
 std::vector<KernelSpec> read_manifest(const std::string& path) {
@@ -127,7 +155,8 @@ std::vector<std::string> default_kernel_names() {
 
 bool has_flag_selection(const WarmOptions& options) {
   return !options.archs.empty() || !options.kernels.empty() || !options.dtypes.empty() ||
-         !options.head_dims.empty() || !options.page_sizes.empty() || !options.group_sizes.empty();
+         !options.head_dims.empty() || !options.page_sizes.empty() || !options.group_sizes.empty() ||
+         !options.features.empty();
 }
 
 // Builds the deduplicated, validated list of variants `warm` compiles.
@@ -152,11 +181,27 @@ std::vector<KernelSpec> build_selection(const WarmOptions& options, const JitEng
     const bool no_mma = options.no_mma || engine.config().no_mma;
     const bool no_wgmma = options.no_wgmma || engine.config().no_wgmma;
     const bool shape_flags = !options.head_dims.empty() || !options.group_sizes.empty();
+    const std::vector<std::uint32_t> feature_sets =
+        resolve_feature_sets(options.features.empty() ? std::vector<std::string>{"none"} : options.features);
 
     for (const auto& arch : archs) {
       for (KernelKind kind : kinds) {
         const astrai::detail::KernelFamily& family = astrai::detail::kernel_family(kind);
         const astrai::detail::WarmDefaults& defaults = family.warm;
+        // A family without features takes only its plain variants; the others must support
+        // every requested set.
+        std::vector<std::uint32_t> family_sets;
+        for (std::uint32_t flags : feature_sets) {
+          if (family.supported_flags == 0) flags = 0;
+          const std::uint32_t refused = flags & ~family.supported_flags;
+          if (refused != 0)
+            throw astrai::InvalidArgument(fmt::format(
+                "--features {}: {} does not support {} (supported: {})",
+                astrai::detail::feature_names(flags, "+"), family.name,
+                astrai::detail::feature_names(refused), astrai::detail::feature_names(family.supported_flags)));
+          if (std::find(family_sets.begin(), family_sets.end(), flags) == family_sets.end())
+            family_sets.push_back(flags);
+        }
         // (head_dim, group) pairs: the family's default set, or the cross product of the flags
         // (each falling back to the family's default list); group 0 for ungrouped families.
         std::vector<std::pair<int, int>> shapes;
@@ -180,19 +225,22 @@ std::vector<KernelSpec> build_selection(const WarmOptions& options, const JitEng
           spec.dtype = dtype;
           spec.arch = arch;
           spec.force_no_mma = no_mma && astrai::detail::arch_number(arch) >= 80;
-          for (const auto& [head_dim, group] : shapes) {
-            for (int page_size : page_sizes) {
-              spec.head_dim = head_dim;
-              spec.group_size = group;
-              spec.page_size = page_size;
-              // On sm_90a the runtime takes the Hopper kernel where it serves a call and the
-              // portable one otherwise (masks, other head dims): warm both unless told.
-              const bool hopper = astrai::detail::hopper_serves(spec) && !no_wgmma;
-              if (!hopper || !options.wgmma_only) add(spec);
-              if (hopper) {
-                KernelSpec wgmma = spec;
-                wgmma.wgmma = true;
-                add(wgmma);
+          for (std::uint32_t flags : family_sets) {
+            spec.flags = flags;
+            for (const auto& [head_dim, group] : shapes) {
+              for (int page_size : page_sizes) {
+                spec.head_dim = head_dim;
+                spec.group_size = group;
+                spec.page_size = page_size;
+                // On sm_90a the runtime takes the Hopper kernel where it serves a call and the
+                // portable one otherwise (masks, features, other head dims): warm both unless told.
+                const bool hopper = astrai::detail::hopper_serves(spec) && !no_wgmma;
+                if (!hopper || !options.wgmma_only) add(spec);
+                if (hopper) {
+                  KernelSpec wgmma = spec;
+                  wgmma.wgmma = true;
+                  add(wgmma);
+                }
               }
             }
           }

@@ -1,0 +1,232 @@
+// The serving features of the attention families (kernel_src/kernel_params.h feature bits):
+// variant names, what each family accepts, the checks of their arguments, the strict hint.
+// Their compiles are in test_kernel_compile.cpp.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "kernel_src/kernel_params.h"
+#include "runtime/families/attention_features.hpp"
+#include "runtime/kernel_spec.hpp"
+#include "tests/support/specs.hpp"
+#include "tests/unit/validation_support.hpp"
+
+using astrai::DType;
+using astrai::InvalidArgument;
+using astrai::detail::KernelKind;
+using astrai::detail::KernelSpec;
+using astrai::testing::make_spec;
+
+namespace {
+
+KernelSpec with_flags(KernelSpec spec, std::uint32_t flags) {
+  spec.flags = flags;
+  return spec;
+}
+
+std::string rejection(const KernelSpec& spec) {
+  try {
+    spec.validate();
+  } catch (const InvalidArgument& error) {
+    return error.what();
+  }
+  return "";
+}
+
+const KernelKind kAttentionKinds[] = {KernelKind::paged_decode, KernelKind::decode, KernelKind::prefill,
+                                      KernelKind::paged_prefill};
+
+KernelSpec attention_spec(KernelKind kind, const std::string& arch = "sm_90a", bool no_mma = false) {
+  const bool paged = kind == KernelKind::paged_decode || kind == KernelKind::paged_prefill;
+  return make_spec(kind, DType::bf16, 128, paged ? 16 : 0, 4, arch, no_mma);
+}
+
+}  // namespace
+
+TEST_SUITE("features") {
+
+TEST_CASE("a feature is a named field of the variant name, before .nomma and the arch") {
+  const KernelSpec cap = with_flags(attention_spec(KernelKind::paged_decode), astrai::kFeatureSoftCap);
+  CHECK(cap.name() == "paged_decode.bf16.hd128.ps16.g4.cap.sm_90a");
+  CHECK(with_flags(attention_spec(KernelKind::prefill, "sm_89", true), astrai::kFeatureSoftCap).name() ==
+        "prefill.bf16.hd128.g4.cap.nomma.sm_89");
+  CHECK(with_flags(attention_spec(KernelKind::decode), astrai::kFeatureSoftCap).name() ==
+        "decode.bf16.hd128.g4.cap.sm_90a");
+  CHECK(KernelSpec::parse(cap.name()) == cap);
+  CHECK(KernelSpec::parse(cap.name()).flags == astrai::kFeatureSoftCap);
+  // Bits no feature names stay distinct and parseable (and are refused by validate()).
+  CHECK(with_flags(attention_spec(KernelKind::paged_decode), 0x100 | astrai::kFeatureSoftCap).name() ==
+        "paged_decode.bf16.hd128.ps16.g4.cap.f100.sm_90a");
+}
+
+TEST_CASE("several features appear in the fixed order of kernel_features()") {
+  const KernelSpec both = with_flags(attention_spec(KernelKind::paged_prefill),
+                                     astrai::kFeatureSoftCap | astrai::kFeatureSink);
+  CHECK(both.name() == "paged_prefill.bf16.hd128.ps16.g4.cap.sink.sm_90a");
+  CHECK(KernelSpec::parse(both.name()) == both);
+  CHECK(with_flags(attention_spec(KernelKind::decode), astrai::kFeatureSink).name() ==
+        "decode.bf16.hd128.g4.sink.sm_90a");
+  CHECK_THROWS_WITH_AS(KernelSpec::parse("paged_prefill.bf16.hd128.ps16.g4.sink.cap.sm_90a"),
+                       doctest::Contains("not the canonical spelling 'paged_prefill.bf16.hd128.ps16.g4.cap.sink.sm_90a'"),
+                       InvalidArgument);
+  CHECK(rejection(with_flags(astrai::testing::rotary_spec(DType::bf16, 64, "sm_90a"),
+                             astrai::kFeatureSoftCap | astrai::kFeatureSink)) ==
+        "rotary_emb.bf16.hd64.cap.sink.sm_90a: rotary_emb does not support the features cap, sink (allowed: none)");
+  CHECK(with_flags(attention_spec(KernelKind::paged_decode), astrai::kFeatureSink | astrai::kFeatureSoftCap)
+            .warm_command()
+            .find(" --features cap+sink") != std::string::npos);
+}
+
+TEST_CASE("the window is the first feature field, and every family takes all three") {
+  const std::uint32_t all = astrai::kFeatureWindow | astrai::kFeatureSoftCap | astrai::kFeatureSink;
+  for (KernelKind kind : kAttentionKinds) {
+    const KernelSpec spec = with_flags(attention_spec(kind, "sm_89", true), all);
+    CAPTURE(spec.name());
+    CHECK(spec.name().find(".swa.cap.sink.nomma.sm_89") != std::string::npos);
+    CHECK_NOTHROW(spec.validate());
+    CHECK(KernelSpec::parse(spec.name()) == spec);
+    CHECK(spec.warm_command().find(" --features swa+cap+sink --no-mma") != std::string::npos);
+  }
+  CHECK(with_flags(attention_spec(KernelKind::paged_decode), astrai::kFeatureWindow | astrai::kFeatureSink).name() ==
+        "paged_decode.bf16.hd128.ps16.g4.swa.sink.sm_90a");
+}
+
+TEST_CASE("every attention call checks window_left; prefill calls need a causal limit for it") {
+  using namespace astrai::testing;
+  const char* kRange = "window_left -2 is not valid (allowed: -1 for no window, or >= 0)";
+  check_rejected<PagedDecodeArgs>(valid_paged(), {"window_left", [](PagedDecodeArgs& a) { a.window_left = -2; }, {kRange}},
+                                  astrai::detail::resolve_paged_decode_args, "paged_decode");
+  check_rejected<DecodeArgs>(valid_decode(), {"window_left", [](DecodeArgs& a) { a.window_left = -2; }, {kRange}},
+                             astrai::detail::resolve_decode_args, "decode");
+  check_rejected<PrefillArgs>(valid_prefill(), {"window_left", [](PrefillArgs& a) { a.window_left = -2; }, {kRange}},
+                              astrai::detail::resolve_prefill_args, "prefill");
+  check_rejected<PagedPrefillArgs>(valid_paged_prefill(),
+                                   {"window_left", [](PagedPrefillArgs& a) { a.window_left = -2; }, {kRange}},
+                                   astrai::detail::resolve_paged_prefill_args, "paged_prefill");
+  check_rejected<PrefillArgs>(valid_prefill(),
+                              {"window_left", [](PrefillArgs& a) { a.window_left = 64; a.causal_offset = -1; },
+                               {"window_left 64 needs query positions: set causal_offset >= 0"}},
+                              astrai::detail::resolve_prefill_args, "prefill");
+  check_rejected<PagedPrefillArgs>(valid_paged_prefill(),
+                                   {"window_left", [](PagedPrefillArgs& a) { a.window_left = 0; a.causal = false; },
+                                    {"window_left 0 needs query positions: set causal = true"}},
+                                   astrai::detail::resolve_paged_prefill_args, "paged_prefill");
+  DecodeArgs decode = valid_decode();
+  decode.window_left = 0;
+  decode.causal_offset = -1;  // the query sits at kv_len - 1
+  CHECK_NOTHROW(astrai::detail::resolve_decode_args(decode));
+  PrefillArgs prefill = valid_prefill();
+  prefill.window_left = 4096;
+  CHECK_NOTHROW(astrai::detail::resolve_prefill_args(prefill));
+}
+
+TEST_CASE("a windowed decode plans its splits over the window, so its workspace follows the window") {
+  using astrai::detail::decode_span_tokens;
+  CHECK(decode_span_tokens(8192, 0, -1) == 8192);
+  CHECK(decode_span_tokens(8192, astrai::kFeatureWindow, 127) == 127 + 1 + astrai::kDecodeBlockTokens - 1);
+  CHECK(decode_span_tokens(8192, astrai::kFeatureWindow, 0) == astrai::kDecodeBlockTokens);
+  CHECK(decode_span_tokens(100, astrai::kFeatureWindow, 4096) == 100);
+  CHECK(decode_span_tokens(8192, astrai::kFeatureWindow, -1) == astrai::kDecodeBlockTokens);
+  astrai::PagedDecodeArgs args = astrai::testing::valid_paged();
+  args.batch = 1;
+  args.max_pages_per_seq = 4096;  // 65536 tokens
+  args.num_pages = 8192;
+  const std::size_t full = astrai::paged_decode_workspace_bytes(args, 132);
+  args.window_left = 255;
+  const std::size_t windowed = astrai::paged_decode_workspace_bytes(args, 132);
+  CHECK(full > 0);
+  CHECK(windowed < full);
+}
+
+TEST_CASE("every attention call checks that sinks is 4-byte aligned") {
+  using namespace astrai::testing;
+  const auto* bad = fake_pointer<const float>(0x70002);
+  const char* kExpected = "sinks = 0x70002 is not 4-byte aligned";
+  check_rejected<PagedDecodeArgs>(valid_paged(), {"sinks", [bad](PagedDecodeArgs& a) { a.sinks = bad; }, {kExpected}},
+                                  astrai::detail::resolve_paged_decode_args, "paged_decode");
+  check_rejected<DecodeArgs>(valid_decode(), {"sinks", [bad](DecodeArgs& a) { a.sinks = bad; }, {kExpected}},
+                             astrai::detail::resolve_decode_args, "decode");
+  check_rejected<PrefillArgs>(valid_prefill(), {"sinks", [bad](PrefillArgs& a) { a.sinks = bad; }, {kExpected}},
+                              astrai::detail::resolve_prefill_args, "prefill");
+  check_rejected<PagedPrefillArgs>(valid_paged_prefill(),
+                                   {"sinks", [bad](PagedPrefillArgs& a) { a.sinks = bad; }, {kExpected}},
+                                   astrai::detail::resolve_paged_prefill_args, "paged_prefill");
+  PagedDecodeArgs paged = valid_paged();
+  paged.sinks = fake_pointer<const float>(0x70004);
+  CHECK_NOTHROW(astrai::detail::resolve_paged_decode_args(paged));
+}
+
+TEST_CASE("a plain variant keeps its name and instantiation (no feature field, flags 0)") {
+  CHECK(attention_spec(KernelKind::paged_decode).name() == "paged_decode.bf16.hd128.ps16.g4.sm_90a");
+  CHECK(attention_spec(KernelKind::paged_decode).instantiations().front() ==
+        "astrai::paged_decode_kernel<astrai::bf16_t, 128, 16, 4, 0>");
+  CHECK(attention_spec(KernelKind::prefill).instantiations().front() ==
+        "astrai::prefill_kernel<astrai::bf16_t, 128, 0, 4, 0>");
+  CHECK(with_flags(attention_spec(KernelKind::paged_prefill), astrai::kFeatureSoftCap).instantiations().front() ==
+        "astrai::prefill_kernel<astrai::bf16_t, 128, 16, 4, 1>");
+}
+
+TEST_CASE("feature names that are repeated, misordered or unknown are refused") {
+  CHECK_THROWS_WITH_AS(KernelSpec::parse("paged_decode.bf16.hd128.ps16.g4.cap.cap.sm_90a"),
+                       doctest::Contains("feature 'cap' given twice"), InvalidArgument);
+  CHECK_THROWS_WITH_AS(KernelSpec::parse("paged_decode.bf16.hd128.ps16.g4.capped.sm_90a"),
+                       doctest::Contains("unexpected field 'capped'"), InvalidArgument);
+  CHECK_THROWS_WITH_AS(KernelSpec::parse("paged_decode.bf16.hd128.ps16.g4.nomma.cap.sm_90a"),
+                       doctest::Contains("unexpected field 'cap'"), InvalidArgument);
+  CHECK_THROWS_WITH_AS(KernelSpec::parse("paged_decode.bf16.hd128.ps16.g4.f1.sm_90a"),
+                       doctest::Contains("not the canonical spelling 'paged_decode.bf16.hd128.ps16.g4.cap.sm_90a'"),
+                       InvalidArgument);
+}
+
+TEST_CASE("every attention family takes the soft-cap and sinks; rotary_emb and the wgmma kernels refuse them by name") {
+  for (KernelKind kind : kAttentionKinds) {
+    const KernelSpec spec = with_flags(attention_spec(kind), astrai::kFeatureSoftCap | astrai::kFeatureSink);
+    CAPTURE(spec.name());
+    CHECK_NOTHROW(spec.validate());
+    CHECK_FALSE(astrai::detail::hopper_serves(spec));
+  }
+  const KernelSpec rotary = with_flags(astrai::testing::rotary_spec(DType::bf16, 64, "sm_90a"),
+                                       astrai::kFeatureSoftCap);
+  CHECK(rejection(rotary) ==
+        "rotary_emb.bf16.hd64.cap.sm_90a: rotary_emb does not support the feature cap (allowed: none)");
+  KernelSpec wgmma = with_flags(attention_spec(KernelKind::prefill), astrai::kFeatureSoftCap);
+  wgmma.wgmma = true;
+  CHECK(rejection(wgmma) == "prefill.bf16.hd128.g4.cap.wgmma.sm_90a: the sm_90a (wgmma) implementation has "
+                            "no cap (the portable variant has)");
+  CHECK(rejection(with_flags(attention_spec(KernelKind::decode), 0x100)) ==
+        "decode.bf16.hd128.g4.f100.sm_90a: flags 0x100 name no feature (allowed: swa, cap, sink)");
+}
+
+TEST_CASE("the strict hint's warm command selects the features") {
+  const KernelSpec spec = with_flags(attention_spec(KernelKind::paged_prefill), astrai::kFeatureSoftCap);
+  CHECK(spec.warm_command() ==
+        "astrai-jit warm --arch sm_90a --kernels paged_prefill --dtypes bf16 --head-dims 128 --page-sizes 16 "
+        "--group-sizes 4 --features cap");
+}
+
+TEST_CASE("every attention call checks logit_cap: finite and >= 0") {
+  using namespace astrai::testing;
+  const char* kExpected = "is not valid (allowed: 0 for no soft-cap, or a finite value > 0)";
+  for (float bad : {-1.f, kNan, kInf, -kInf}) {
+    CAPTURE(bad);
+    check_rejected<PagedDecodeArgs>(valid_paged(), {"logit_cap", [bad](PagedDecodeArgs& a) { a.logit_cap = bad; },
+                                                    {kExpected}},
+                                    astrai::detail::resolve_paged_decode_args, "paged_decode");
+    check_rejected<DecodeArgs>(valid_decode(), {"logit_cap", [bad](DecodeArgs& a) { a.logit_cap = bad; }, {kExpected}},
+                               astrai::detail::resolve_decode_args, "decode");
+    check_rejected<PrefillArgs>(valid_prefill(), {"logit_cap", [bad](PrefillArgs& a) { a.logit_cap = bad; },
+                                                  {kExpected}},
+                                astrai::detail::resolve_prefill_args, "prefill");
+    check_rejected<PagedPrefillArgs>(valid_paged_prefill(),
+                                     {"logit_cap", [bad](PagedPrefillArgs& a) { a.logit_cap = bad; }, {kExpected}},
+                                     astrai::detail::resolve_paged_prefill_args, "paged_prefill");
+  }
+  PagedDecodeArgs paged = valid_paged();
+  paged.logit_cap = 30.f;
+  CHECK_NOTHROW(astrai::detail::resolve_paged_decode_args(paged));
+  PrefillArgs prefill = valid_prefill();
+  prefill.logit_cap = 50.f;
+  CHECK_NOTHROW(astrai::detail::resolve_prefill_args(prefill));
+}
+
+}  // TEST_SUITE

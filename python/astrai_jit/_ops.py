@@ -9,6 +9,7 @@ unless ``stream=`` is given. Eager calls go straight to the extension; under ``t
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Optional, Tuple, Union
 
 import torch
@@ -90,6 +91,27 @@ def _out_like(call: str, q: Tensor, out: Optional[Tensor]) -> Tensor:
     return out
 
 
+def _features(call: str, logit_cap, sinks, window_left) -> tuple:
+    # Soft-cap, sinks and sliding window, as the extension takes them (the runtime's checks name a
+    # negative or non-finite cap, a window below -1 and sinks of the wrong shape).
+    if sinks is not None:
+        _check_tensor(call, "sinks", sinks)
+    if isinstance(logit_cap, bool) or not isinstance(logit_cap, numbers.Real):
+        raise TypeError(f"{call}: logit_cap is a {type(logit_cap).__name__} (allowed: a float >= 0, 0 for none)")
+    if isinstance(window_left, bool) or not isinstance(window_left, numbers.Integral):
+        raise TypeError(f"{call}: window_left is a {type(window_left).__name__} (allowed: an int >= -1, -1 for "
+                        f"none)")
+    return float(logit_cap), sinks, int(window_left)
+
+
+_FEATURES_DOC = """
+    Variant features (each compiles its own variant; the defaults cost nothing): ``logit_cap``
+    > 0 turns each scaled score s into ``logit_cap * tanh(s / logit_cap)``; ``sinks`` f32
+    ``[n_heads]`` adds one logit per query head to the softmax denominator only;
+    ``window_left`` >= 0 lets a query at position p attend to keys ``p - window_left .. p``
+    only (with a causal position: decode's is its last key)."""
+
+
 def _lse(q: Tensor, shape) -> Tensor:
     return torch.empty(shape, dtype=torch.float32, device=q.device)
 
@@ -97,7 +119,8 @@ def _lse(q: Tensor, shape) -> Tensor:
 def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor, seq_lens: Tensor, *,
                  out: Optional[Tensor] = None, scale: Optional[float] = None, mask: Optional[Tensor] = None,
                  req_indices: Optional[Tensor] = None, new_k: Optional[Tensor] = None,
-                 new_v: Optional[Tensor] = None, return_lse: bool = False,
+                 new_v: Optional[Tensor] = None, return_lse: bool = False, logit_cap: float = 0.0,
+                 sinks: Optional[Tensor] = None, window_left: int = -1,
                  stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Decode attention over a paged KV cache: one query token per sequence.
 
@@ -114,22 +137,24 @@ def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor
     out = _out_like(call, q, out)
     lse = _lse(q, q.shape[:2]) if return_lse else None
     s = _resolve_scale(scale)
+    f = _features(call, logit_cap, sinks, window_left)
     if _eager(q):
         _launch(_C.paged_decode, q, stream, q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
-                req_indices, new_k, new_v, s)
+                req_indices, new_k, new_v, s, *f)
     else:
         handle = _op_stream(q, stream)
         if new_k is not None or new_v is not None:
             torch.ops.astrai_jit.paged_decode_append(q, k_cache, v_cache, page_table, seq_lens, out, lse,
-                                                     mask, req_indices, new_k, new_v, s, handle)
+                                                     mask, req_indices, new_k, new_v, s, *f, handle)
         else:
             torch.ops.astrai_jit.paged_decode(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
-                                              req_indices, s, handle)
+                                              req_indices, s, *f, handle)
     return (out, lse) if return_lse else out
 
 
 def decode(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, scale: Optional[float] = None,
            mask: Optional[Tensor] = None, causal_offset: int = -1, return_lse: bool = False,
+           logit_cap: float = 0.0, sinks: Optional[Tensor] = None, window_left: int = -1,
            stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Decode attention over a contiguous KV cache.
 
@@ -142,15 +167,17 @@ def decode(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sca
     out = _out_like(call, q, out)
     lse = _lse(q, (q.shape[0], q.shape[-2])) if return_lse else None
     s = _resolve_scale(scale)
+    f = _features(call, logit_cap, sinks, window_left)
     if _eager(q):
-        _launch(_C.decode, q, stream, q, k, v, out, lse, mask, int(causal_offset), s)
+        _launch(_C.decode, q, stream, q, k, v, out, lse, mask, int(causal_offset), s, *f)
     else:
-        torch.ops.astrai_jit.decode(q, k, v, out, lse, mask, int(causal_offset), s, _op_stream(q, stream))
+        torch.ops.astrai_jit.decode(q, k, v, out, lse, mask, int(causal_offset), s, *f, _op_stream(q, stream))
     return (out, lse) if return_lse else out
 
 
 def prefill(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, scale: Optional[float] = None,
             mask: Optional[Tensor] = None, causal_offset: int = -1, return_lse: bool = False,
+            logit_cap: float = 0.0, sinks: Optional[Tensor] = None, window_left: int = -1,
             stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Prefill attention over a contiguous KV cache.
 
@@ -164,17 +191,19 @@ def prefill(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sc
     out = _out_like(call, q, out)
     lse = _lse(q, q.shape[:3]) if return_lse else None
     s = _resolve_scale(scale)
+    f = _features(call, logit_cap, sinks, window_left)
     if _eager(q):
-        _launch(_C.prefill, q, stream, q, k, v, out, lse, mask, int(causal_offset), s)
+        _launch(_C.prefill, q, stream, q, k, v, out, lse, mask, int(causal_offset), s, *f)
     else:
-        torch.ops.astrai_jit.prefill(q, k, v, out, lse, mask, int(causal_offset), s, _op_stream(q, stream))
+        torch.ops.astrai_jit.prefill(q, k, v, out, lse, mask, int(causal_offset), s, *f, _op_stream(q, stream))
     return (out, lse) if return_lse else out
 
 
 def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor, seq_lens: Tensor,
                   qo_indptr: Tensor, *, out: Optional[Tensor] = None, scale: Optional[float] = None,
                   mask: Optional[Tensor] = None, causal: bool = True, max_q_len: Optional[int] = None,
-                  return_lse: bool = False, stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+                  return_lse: bool = False, logit_cap: float = 0.0, sinks: Optional[Tensor] = None,
+                  window_left: int = -1, stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Prefill over a paged KV cache for a ragged batch (chunked prefill).
 
     q ``[total_q, n_heads, head_dim]``, request b's queries at rows ``qo_indptr[b] ..
@@ -187,12 +216,13 @@ def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tenso
     lse = _lse(q, q.shape[:2]) if return_lse else None
     s = _resolve_scale(scale)
     m = -1 if max_q_len is None else int(max_q_len)
+    f = _features(call, logit_cap, sinks, window_left)
     if _eager(q):
         _launch(_C.paged_prefill, q, stream, q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse,
-                mask, m, bool(causal), s)
+                mask, m, bool(causal), s, *f)
     else:
         torch.ops.astrai_jit.paged_prefill(q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse,
-                                           mask, m, bool(causal), s, _op_stream(q, stream))
+                                           mask, m, bool(causal), s, *f, _op_stream(q, stream))
     return (out, lse) if return_lse else out
 
 
@@ -213,3 +243,7 @@ def rotary_emb(x: Tensor, freqs_cis: Tensor, out: Optional[Tensor] = None, *, st
     else:
         torch.ops.astrai_jit.rotary_emb(x, freqs_cis, out, _op_stream(x, stream))
     return out
+
+
+for _documented in (paged_decode, decode, prefill, paged_prefill):
+    _documented.__doc__ += _FEATURES_DOC

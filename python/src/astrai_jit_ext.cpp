@@ -347,11 +347,27 @@ int as_int(const char* call, const char* what, std::size_t value) {
   return static_cast<int>(value);
 }
 
+// The variant features every attention call takes: logit soft-cap (0: off), sink logits
+// (f32 [n_heads]) and the sliding window (-1: none). The runtime's checks name bad values.
+template <typename Args>
+void set_features(Checker& c, Args& a, double logit_cap, const Opt<Input>& sinks, int window_left) {
+  a.logit_cap = static_cast<float>(logit_cap);
+  a.window_left = window_left;
+  if (sinks) {
+    c.rank("sinks", *sinks, 1, "[n_heads]");
+    c.dtype("sinks", *sinks, Kind::float32);
+    c.dim("sinks", *sinks, 0, a.n_heads, "n_heads of q");
+    c.contiguous("sinks", *sinks);
+    a.sinks = static_cast<const float*>(sinks->data());
+  }
+}
+
 astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, const Input& v_cache,
                                           const Input& page_table, const Input& seq_lens, Output& out,
                                           Opt<Output>& lse, const Opt<Input>& mask,
                                           const Opt<Input>& req_indices, const Opt<Input>& new_k,
-                                          const Opt<Input>& new_v, double scale, Opt<std::uintptr_t> stream) {
+                                          const Opt<Input>& new_v, double scale, double logit_cap,
+                                          const Opt<Input>& sinks, int window_left, Opt<std::uintptr_t> stream) {
   constexpr const char* kCall = "paged_decode";
   Checker c(kCall);
   astrai::PagedDecodeArgs a;
@@ -451,6 +467,7 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
     a.lse = static_cast<float*>(lse->data());
   }
   a.scale = static_cast<float>(scale);
+  set_features(c, a, logit_cap, sinks, window_left);
   astrai::validate_args(a);
   c.devices();
   a.stream = launch_stream(kCall, stream, q);
@@ -459,10 +476,11 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
 
 void paged_decode(const Input& q, const Input& k_cache, const Input& v_cache, const Input& page_table,
                   const Input& seq_lens, Output out, Opt<Output> lse, Opt<Input> mask,
-                  Opt<Input> req_indices, Opt<Input> new_k, Opt<Input> new_v, double scale,
-                  Opt<std::uintptr_t> stream) {
+                  Opt<Input> req_indices, Opt<Input> new_k, Opt<Input> new_v, double scale, double logit_cap,
+                  Opt<Input> sinks, int window_left, Opt<std::uintptr_t> stream) {
   const astrai::PagedDecodeArgs a = paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
-                                                      req_indices, new_k, new_v, scale, stream);
+                                                      req_indices, new_k, new_v, scale, logit_cap, sinks,
+                                                      window_left, stream);
   launch(&astrai::Runtime::paged_decode, a);
 }
 
@@ -473,7 +491,7 @@ double time_paged_decode_calls(const Input& q, const Input& k_cache, const Input
                                Opt<std::uintptr_t> stream, int calls) {
   Opt<Output> lse;
   const astrai::PagedDecodeArgs a = paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, {},
-                                                      {}, {}, {}, scale, stream);
+                                                      {}, {}, {}, scale, 0.0, {}, -1, stream);
   nb::gil_scoped_release release;
   astrai::Runtime& runtime = astrai::Runtime::get();
   const auto start = std::chrono::steady_clock::now();
@@ -495,7 +513,8 @@ std::size_t decode_heads_dim(Checker& c, const char* name, const Input& t) {
 }
 
 void decode(const Input& q, const Input& k, const Input& v, Output out, Opt<Output> lse, Opt<Input> mask,
-            int causal_offset, double scale, Opt<std::uintptr_t> stream) {
+            int causal_offset, double scale, double logit_cap, Opt<Input> sinks, int window_left,
+            Opt<std::uintptr_t> stream) {
   constexpr const char* kCall = "decode";
   Checker c(kCall);
   astrai::DecodeArgs a;
@@ -556,6 +575,7 @@ void decode(const Input& q, const Input& k, const Input& v, Output out, Opt<Outp
   }
   a.causal_offset = causal_offset;
   a.scale = static_cast<float>(scale);
+  set_features(c, a, logit_cap, sinks, window_left);
   astrai::validate_args(a);
   c.devices();
   a.stream = launch_stream(kCall, stream, q);
@@ -563,7 +583,8 @@ void decode(const Input& q, const Input& k, const Input& v, Output out, Opt<Outp
 }
 
 void prefill(const Input& q, const Input& k, const Input& v, Output out, Opt<Output> lse, Opt<Input> mask,
-             int causal_offset, double scale, Opt<std::uintptr_t> stream) {
+             int causal_offset, double scale, double logit_cap, Opt<Input> sinks, int window_left,
+             Opt<std::uintptr_t> stream) {
   constexpr const char* kCall = "prefill";
   Checker c(kCall);
   astrai::PrefillArgs a;
@@ -628,6 +649,7 @@ void prefill(const Input& q, const Input& k, const Input& v, Output out, Opt<Out
   }
   a.causal_offset = causal_offset;
   a.scale = static_cast<float>(scale);
+  set_features(c, a, logit_cap, sinks, window_left);
   astrai::validate_args(a);
   c.devices();
   a.stream = launch_stream(kCall, stream, q);
@@ -636,7 +658,8 @@ void prefill(const Input& q, const Input& k, const Input& v, Output out, Opt<Out
 
 void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, const Input& page_table,
                    const Input& seq_lens, const Input& qo_indptr, Output out, Opt<Output> lse,
-                   Opt<Input> mask, int max_q_len, bool causal, double scale, Opt<std::uintptr_t> stream) {
+                   Opt<Input> mask, int max_q_len, bool causal, double scale, double logit_cap,
+                   Opt<Input> sinks, int window_left, Opt<std::uintptr_t> stream) {
   constexpr const char* kCall = "paged_prefill";
   Checker c(kCall);
   astrai::PagedPrefillArgs a;
@@ -713,6 +736,7 @@ void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, c
   }
   a.causal = causal;
   a.scale = static_cast<float>(scale);
+  set_features(c, a, logit_cap, sinks, window_left);
   astrai::validate_args(a);
   c.devices();
   a.stream = launch_stream(kCall, stream, q);
@@ -816,18 +840,22 @@ NB_MODULE(_C, m) {
   m.def("paged_decode", &paged_decode, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
         nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("out"), nb::arg("lse").none(),
         nb::arg("mask").none(), nb::arg("req_indices").none(), nb::arg("new_k").none(),
-        nb::arg("new_v").none(), nb::arg("scale"), nb::arg("stream").none(),
+        nb::arg("new_v").none(), nb::arg("scale"), nb::arg("logit_cap"), nb::arg("sinks").none(),
+        nb::arg("window_left"), nb::arg("stream").none(),
         "Paged decode attention over DLPack tensors; out (and lse) written in place.");
   m.def("decode", &decode, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(),
-        nb::arg("mask").none(), nb::arg("causal_offset"), nb::arg("scale"), nb::arg("stream").none(),
+        nb::arg("mask").none(), nb::arg("causal_offset"), nb::arg("scale"), nb::arg("logit_cap"),
+        nb::arg("sinks").none(), nb::arg("window_left"), nb::arg("stream").none(),
         "Decode attention over a contiguous KV cache.");
   m.def("prefill", &prefill, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(),
-        nb::arg("mask").none(), nb::arg("causal_offset"), nb::arg("scale"), nb::arg("stream").none(),
+        nb::arg("mask").none(), nb::arg("causal_offset"), nb::arg("scale"), nb::arg("logit_cap"),
+        nb::arg("sinks").none(), nb::arg("window_left"), nb::arg("stream").none(),
         "Prefill attention over a contiguous KV cache.");
   m.def("paged_prefill", &paged_prefill, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
         nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("qo_indptr"), nb::arg("out"),
         nb::arg("lse").none(), nb::arg("mask").none(), nb::arg("max_q_len"), nb::arg("causal"),
-        nb::arg("scale"), nb::arg("stream").none(), "Prefill over a paged KV cache, ragged batch.");
+        nb::arg("scale"), nb::arg("logit_cap"), nb::arg("sinks").none(), nb::arg("window_left"),
+        nb::arg("stream").none(), "Prefill over a paged KV cache, ragged batch.");
   m.def("rotary_emb", &rotary_emb, nb::arg("x"), nb::arg("freqs_cis"), nb::arg("out"), nb::arg("stream").none(),
         "Rotary embedding over interleaved pairs (out may be x).");
   m.def("_time_paged_decode_calls", &time_paged_decode_calls, nb::arg("q"), nb::arg("k_cache"),

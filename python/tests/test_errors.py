@@ -279,6 +279,55 @@ class TestDlpack:
         assert not astrai_jit._C._reads_type_directly(np.ndarray)
 
 
+class TestFeatures:
+    """logit_cap, sinks and window_left: bad values are refused by name before any launch."""
+
+    def test_negative_logit_cap(self, host_only):
+        with raises(ValueError, "paged_decode: logit_cap -1 is not valid (allowed: 0 for no soft-cap"):
+            astrai_jit.paged_decode(*paged_inputs(), logit_cap=-1.0)
+
+    def test_nan_logit_cap(self, host_only):
+        with raises(ValueError, "decode: logit_cap nan is not valid"):
+            astrai_jit.decode(torch.randn(2, 1, 8, 64, dtype=bf16), *[torch.randn(2, 20, 2, 64, dtype=bf16)] * 2,
+                              logit_cap=float("nan"))
+
+    def test_logit_cap_type(self):
+        with raises(TypeError, "paged_decode: logit_cap is a str (allowed: a float >= 0, 0 for none)"):
+            astrai_jit.paged_decode(*paged_inputs(), logit_cap="30")
+
+    def test_window_type(self):
+        with raises(TypeError, "prefill: window_left is a float (allowed: an int >= -1, -1 for none)"):
+            astrai_jit.prefill(torch.randn(2, 5, 8, 64, dtype=bf16), *[torch.randn(2, 20, 2, 64, dtype=bf16)] * 2,
+                               causal_offset=15, window_left=8.5)
+
+    def test_window_below_minus_one(self, host_only):
+        with raises(ValueError, "paged_decode: window_left -2 is not valid (allowed: -1 for no window, or >= 0)"):
+            astrai_jit.paged_decode(*paged_inputs(), window_left=-2)
+
+    def test_prefill_window_needs_a_causal_position(self, host_only):
+        q = torch.randn(2, 5, 8, 64, dtype=bf16)
+        k = torch.randn(2, 20, 2, 64, dtype=bf16)
+        with raises(ValueError, "prefill: window_left 4 needs query positions"):
+            astrai_jit.prefill(q, k, k, window_left=4)
+
+    def test_sinks_shape_dtype_and_type(self, host_only):
+        args = paged_inputs()
+        with raises(ValueError, "paged_decode: sinks has shape [4]: dim 0 is 4 (allowed: 8, n_heads of q)"):
+            astrai_jit.paged_decode(*args, sinks=torch.zeros(4))
+        with raises(TypeError, "paged_decode: sinks has dtype bfloat16 (allowed: float32)"):
+            astrai_jit.paged_decode(*args, sinks=torch.zeros(8, dtype=bf16))
+        with raises(TypeError, "paged_decode: sinks is a list (allowed: torch.Tensor)"):
+            astrai_jit.paged_decode(*args, sinks=[0.0] * 8)
+
+    def test_every_feature_passes_the_checks(self, host_only):
+        q, k, v, table, lens = paged_inputs()
+        astrai_jit.paged_decode(q, k, v, table, lens, logit_cap=30.0, sinks=torch.zeros(8), window_left=64)
+        qp = torch.randn(7, 8, 64, dtype=bf16)
+        indptr = torch.tensor([0, 3, 7], dtype=torch.int32)
+        astrai_jit.paged_prefill(qp, k, v, table, lens, indptr, logit_cap=50.0, sinks=torch.zeros(8),
+                                 window_left=0)
+
+
 @pytest.fixture
 def host_only():
     # The extension's benchmark mode: arguments checked and converted, CPU tensors accepted,

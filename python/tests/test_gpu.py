@@ -7,7 +7,7 @@ import torch
 
 import astrai_jit
 import astrai_jit.astrai as A
-from reference import attention_ref, causal_keep, close, rotary_ref
+from reference import attention_ref, causal_keep, close, rotary_ref, window_keep
 
 pytestmark = pytest.mark.gpu
 DTYPES = [torch.bfloat16, torch.float16]
@@ -32,7 +32,7 @@ def paged_case(batch, n_heads, n_kv_heads, head_dim, page_size, max_pages, dtype
     return q, kc, vc, table, lens
 
 
-def paged_ref(q, kc, vc, table, lens, mask=None, req=None):
+def paged_ref(q, kc, vc, table, lens, mask=None, req=None, scale=None, logit_cap=0.0, sinks=None, window_left=-1):
     page_size = kc.shape[1]
     outs, lses = [], []
     for b in range(q.shape[0]):
@@ -42,7 +42,10 @@ def paged_ref(q, kc, vc, table, lens, mask=None, req=None):
         k = kc[row[pos // page_size], pos % page_size]
         v = vc[row[pos // page_size], pos % page_size]
         keep = None if mask is None else mask[b, :n][None, None]
-        o, l = attention_ref(q[b][None, None], k[None], v[None], keep)
+        if window_left >= 0:  # the query sits at position n - 1
+            inside = (pos >= n - 1 - window_left)[None, None]
+            keep = inside if keep is None else keep & inside
+        o, l = attention_ref(q[b][None, None], k[None], v[None], keep, scale, logit_cap, sinks)
         outs.append(o[0, 0])
         lses.append(l[0, 0])
     return torch.stack(outs), torch.stack(lses)
@@ -149,6 +152,94 @@ def test_paged_prefill_matches_float64(dtype):
         k, v = kc[row[pos // page_size], pos % page_size], vc[row[pos // page_size], pos % page_size]
         expected, _ = attention_ref(q[start : start + ql][None], k[None], v[None],
                                     causal_keep(1, ql, kl, kl - ql, "cuda"))
+        assert close(got[start : start + ql], expected[0])[0]
+        start += ql
+
+
+# Variant features: soft-cap near the score range (scale 1 makes scores of several units), sinks
+# of either sign, windows crossing page edges and longer than some sequences, and all three.
+FEATURES = [dict(logit_cap=4.0), dict(sinks=True), dict(window_left=37),
+            dict(logit_cap=4.0, sinks=True, window_left=37)]
+
+
+def feature_args(n_heads, features):
+    """The call's keyword arguments: sinks drawn at random, scale 1 beside a soft-cap."""
+    args = dict(features)
+    if args.get("sinks"):
+        args["sinks"] = torch.randn(n_heads, device="cuda") * 2
+    if "logit_cap" in args:
+        args["scale"] = 1.0
+    return args
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("features", FEATURES)
+def test_paged_decode_features_match_float64(dtype, features):
+    q, kc, vc, table, lens = paged_case(5, 16, 4, 128, 16, 8, dtype, seed=7)
+    lens[0] = 1  # a one-token sequence
+    args = feature_args(16, features)
+    out = poisoned(*q.shape, dtype=dtype)
+    got, lse = astrai_jit.paged_decode(q, kc, vc, table, lens, out=out, return_lse=True, **args)
+    expected, expected_lse = paged_ref(q, kc, vc, table, lens, **args)
+    assert close(got, expected)[0], close(got, expected)[1]
+    assert close(lse, expected_lse, 1e-3, 1e-3)[0]
+
+
+@pytest.mark.parametrize("features", FEATURES)
+def test_decode_features_match_float64(features):
+    dtype = torch.bfloat16
+    q = rand(3, 1, 32, 128, dtype=dtype)
+    k, v = rand(3, 300, 8, 128, dtype=dtype), rand(3, 300, 8, 128, dtype=dtype)
+    args = feature_args(32, features)
+    got, lse = astrai_jit.decode(q, k, v, causal_offset=250, return_lse=True, **args)
+    window = args.get("window_left", -1)
+    keep = causal_keep(3, 1, 300, 250, "cuda") if window < 0 else window_keep(3, 1, 300, 250, window, "cuda")
+    expected, expected_lse = attention_ref(q, k, v, keep, scale=args.get("scale"), logit_cap=args.get("logit_cap", 0.0),
+                                           sinks=args.get("sinks"))
+    assert close(got, expected)[0], close(got, expected)[1]
+    assert close(lse, expected_lse[:, 0], 1e-3, 1e-3)[0]
+
+
+@pytest.mark.parametrize("features", FEATURES)
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_prefill_features_match_float64(features, head_dim):
+    dtype = torch.bfloat16
+    batch, q_len, kv_len = 2, 77, 130
+    q = rand(batch, q_len, 8, head_dim, dtype=dtype)
+    k, v = rand(batch, kv_len, 2, head_dim, dtype=dtype), rand(batch, kv_len, 2, head_dim, dtype=dtype)
+    args = feature_args(8, features)
+    out = poisoned(*q.shape, dtype=dtype)
+    got = astrai_jit.prefill(q, k, v, out=out, causal_offset=kv_len - q_len, **args)
+    window = args.get("window_left", -1)
+    keep = (causal_keep(batch, q_len, kv_len, kv_len - q_len, "cuda") if window < 0
+            else window_keep(batch, q_len, kv_len, kv_len - q_len, window, "cuda"))
+    expected, _ = attention_ref(q, k, v, keep, scale=args.get("scale"), logit_cap=args.get("logit_cap", 0.0),
+                                sinks=args.get("sinks"))
+    assert close(got, expected)[0], close(got, expected)[1]
+
+
+@pytest.mark.parametrize("features", FEATURES)
+def test_paged_prefill_features_match_float64(features):
+    dtype = torch.bfloat16
+    page_size, max_pages = 16, 8
+    q_lens, kv_lens = [5, 1, 40], [20, 100, 40]
+    q = rand(sum(q_lens), 16, 128, dtype=dtype)
+    kc, vc = rand(40, page_size, 4, 128, dtype=dtype), rand(40, page_size, 4, 128, dtype=dtype)
+    table = torch.randperm(40)[:24].reshape(3, max_pages).int().cuda()
+    lens = torch.tensor(kv_lens, dtype=torch.int32, device="cuda")
+    indptr = torch.tensor([0, 5, 6, 46], dtype=torch.int32, device="cuda")
+    args = feature_args(16, features)
+    got = astrai_jit.paged_prefill(q, kc, vc, table, lens, indptr, max_q_len=40, **args)
+    window = args.get("window_left", -1)
+    start = 0
+    for b, (ql, kl) in enumerate(zip(q_lens, kv_lens)):
+        pos = torch.arange(kl, device="cuda")
+        row = table[b].long()
+        k, v = kc[row[pos // page_size], pos % page_size], vc[row[pos // page_size], pos % page_size]
+        keep = (causal_keep(1, ql, kl, kl - ql, "cuda") if window < 0
+                else window_keep(1, ql, kl, kl - ql, window, "cuda"))
+        expected, _ = attention_ref(q[start : start + ql][None], k[None], v[None], keep, scale=args.get("scale"),
+                                    logit_cap=args.get("logit_cap", 0.0), sinks=args.get("sinks"))
         assert close(got[start : start + ql], expected[0])[0]
         start += ql
 

@@ -18,6 +18,14 @@ inline constexpr int kGemmSmemBytes = kGemmStages * (kGemmStageBytesA + kGemmSta
 inline constexpr int kPrefillSm90Threads = 384;
 inline constexpr int kPrefillSm90BlockM = 128;  // query rows per CTA
 inline constexpr int kPrefillSm90Stages = 2;    // K and V blocks in flight, each
+// Registers per thread after setmaxnreg: the producer warpgroup gives up what the consumers'
+// S, P and O tiles need. The pool is what the launch allocated (168 a thread under
+// __launch_bounds__(384, 1)), not the SM's 64K: asking for more makes setmaxnreg.inc wait forever.
+inline constexpr int kPrefillSm90LaunchRegs = 168;
+inline constexpr int kPrefillSm90ProducerRegs = 24;
+inline constexpr int kPrefillSm90ConsumerRegs = 240;
+static_assert(128 * kPrefillSm90ProducerRegs + 256 * kPrefillSm90ConsumerRegs <= 384 * kPrefillSm90LaunchRegs,
+              "setmaxnreg asks for more registers than the launch holds");
 
 // KV tokens per block: S (kBlockN / 2 registers a thread) beside O (kHeadDim / 2), and Q with two
 // stages of K and V inside 227 KB. Measured on the H200 (docs/device-notes.md, sm_90 run 2):

@@ -5,14 +5,15 @@
 // head dims that are multiples of 64.
 //
 // Grid: (ceil(q_len / 128), n_heads, batch), walked backwards as in prefill.cuh; 384 threads.
-// Warpgroup 0 (24 registers) has one thread issue TMA loads: Q once, then K and V blocks of
-// kBlockN tokens from the last block the tile can see down to the first (blocks crossing the
-// causal diagonal or the end of the KV come first, so they alone are masked), V one block
-// behind K, each into a two-stage ring whose full/empty mbarriers pace producer and consumers.
-// Warpgroups 1 and 2 (240 registers) own 64 query rows each. Per block: S = Q K^T is issued,
-// then O += P V for the previous block; the softmax of S runs while that PV is still in flight,
-// and the two warpgroups take turns issuing (ping-pong), so one's softmax hides behind the
-// other's GEMMs. kBlockNArg overrides the KV block (hopper_params.h) for tuning.
+// Warpgroup 0 (kPrefillSm90ProducerRegs registers) has one thread issue TMA loads: Q once,
+// then K and V blocks of kBlockN tokens from the last block the tile can see down to the first
+// (blocks crossing the causal diagonal or the end of the KV come first, so they alone are
+// masked), V one block behind K, each into a two-stage ring whose full/empty mbarriers pace
+// producer and consumers. Warpgroups 1 and 2 (kPrefillSm90ConsumerRegs registers) own 64 query
+// rows each. Per block: S = Q K^T is issued, then O += P V for the previous block; the softmax
+// of S runs while that PV is still in flight, and the two warpgroups take turns issuing
+// (ping-pong), so one's softmax hides behind the other's GEMMs. kBlockNArg overrides the KV
+// block (hopper_params.h) for tuning.
 // Tiles in shared memory use the 128-byte swizzle (hopper_ptx.cuh). Rows and KV positions past
 // the tensor arrive as zeros (TMA fill), so they cannot produce NaN.
 #pragma once
@@ -89,7 +90,7 @@ __global__ void __launch_bounds__(384, 1)
 
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
-    setmaxnreg_dec<24>();
+    setmaxnreg_dec<kPrefillSm90ProducerRegs>();
     // Warp 0 produces; lane 0 issues every barrier operation. Contiguous KV: one box per
     // 64-column chunk and block, from lane 0. Paged KV: boxes of kBoxRows tokens (never across a
     // page), lane j looking up the page of box j and issuing it; pages past the KV length get id
@@ -158,7 +159,7 @@ __global__ void __launch_bounds__(384, 1)
     return;
   }
 
-  setmaxnreg_inc<240>();
+  setmaxnreg_inc<kPrefillSm90ConsumerRegs>();
   // Ping-pong: the two consumer warpgroups take turns issuing their GEMMs (named barriers 1 and
   // 2, each 256 threads: one warpgroup waits, the other arrives), so that one's softmax runs
   // while the other's wgmmas keep the tensor cores busy. Warpgroup 1 goes first.

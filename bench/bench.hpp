@@ -48,6 +48,7 @@
 
 #include "astrai/error.hpp"
 #include "astrai/runtime.hpp"
+#include "kernel_src/kernel_params.h"
 #include "runtime/driver_api.hpp"
 #include "runtime/env_config.hpp"
 #include "runtime/jit_engine.hpp"
@@ -63,6 +64,7 @@ namespace astrai::bench {
 
 namespace fs = std::filesystem;
 using astrai::DType;
+using astrai::KvDType;
 using astrai::Runtime;
 using astrai::detail::check_cu;
 using astrai::detail::driver;
@@ -276,6 +278,8 @@ struct CaseDef {
   bool ragged = false;       // lengths uniform in 1..2*len
   std::string ratio_to;      // another case this one is compared with (rate over rate)
   std::string ratio_label;
+  bool ratio_per_call = false;  // compare calls per second instead of the rate (same work)
+  KvDType kv_dtype = KvDType::same;  // decode cases: an FP8 cache (bytes counted as moved)
 
   std::string name() const { return kernel + "/" + label; }
 
@@ -453,6 +457,7 @@ struct BenchKernels {
   CUmodule hopper_module = nullptr;  // sm_90a: the wgmma GEMM of kernel_src/hopper_gemm.cuh
   CUfunction gemm = nullptr;
   CUfunction fill_bf16 = nullptr;
+  CUfunction fill_fp8 = nullptr;
   CUfunction fill_rotation = nullptr;
   CUfunction stream_read = nullptr;
   CUfunction noop = nullptr;
@@ -578,6 +583,9 @@ class Bench {
 
  private:
   void fill_bf16(const DeviceBuffer& buffer, std::size_t count, std::uint64_t seed);
+  void fill_fp8(const DeviceBuffer& buffer, std::size_t count, std::uint64_t seed);
+  // A cache of `count` elements (bf16, or bytes for an FP8 cache), filled with random values.
+  void fill_kv(const DeviceBuffer& buffer, std::size_t count, std::uint64_t seed, KvDType kv_dtype);
   void fill_rotation(const DeviceBuffer& buffer, std::size_t pairs, std::uint64_t seed);
   void launch(CUfunction function, unsigned grid, unsigned block, CUstream stream,
               std::vector<void*> params, const char* what);
@@ -586,7 +594,7 @@ class Bench {
   std::vector<double> time_runs(CUstream stream, int warmup, int reps, const std::function<void()>& step);
   Timing time_calls(int sets, const Call& call);
   GraphExec capture(int calls, int sets, const Call& call);
-  std::string variant_name(KernelKind kind, int head_dim, int page_size, int group) const;
+  std::string variant_name(KernelKind kind, int head_dim, int page_size, int group, std::uint32_t flags = 0) const;
   void finish(CaseResult* result, const Timing& timing, double amount, bool compute);
 
   void case_paged_decode(const CaseDef& def, CaseResult* result);

@@ -5,15 +5,20 @@ namespace astrai::bench {
 
 std::vector<CaseDef> all_cases() {
   std::vector<CaseDef> cases;
+  // An FP8 row (kv) names its format and compares its calls per second, i.e. tokens per
+  // second, with the bf16 row of the same shape.
+  auto kv_suffix = [](KvDType kv) { return kv == KvDType::same ? std::string() : fmt::format(".kv_{}", kv_dtype_name(kv)); };
   auto paged_decode = [&](int head_dim, int heads, int kv_heads, int page, int batch, int len,
-                          bool ragged, std::string ratio_to, std::string ratio_label) {
+                          bool ragged, std::string ratio_to, std::string ratio_label, KvDType kv = KvDType::same) {
     CaseDef c;
     c.kind = CaseKind::paged_decode;
     c.kernel = "paged_decode";
-    c.label = fmt::format("hd{}{}.ps{}.B{}xL{}{}", head_dim,
+    c.label = fmt::format("hd{}{}.ps{}.B{}xL{}{}{}", head_dim,
                           heads == 32 && kv_heads == 8 ? std::string()
                                                        : fmt::format(".h{}kv{}", heads, kv_heads),
-                          page, batch, len, ragged ? ".ragged" : "");
+                          page, batch, len, ragged ? ".ragged" : "", kv_suffix(kv));
+    c.kv_dtype = kv;
+    c.ratio_per_call = kv != KvDType::same;
     c.batch = batch;
     c.len = len;
     c.n_heads = heads;
@@ -36,12 +41,25 @@ std::vector<CaseDef> all_cases() {
   paged_decode(128, 32, 8, 16, 32, 4096, true, uniform, "TB/s vs uniform");
   paged_decode(64, 24, 4, 16, 32, 4096, false, "", "");
   paged_decode(64, 24, 4, 1, 32, 4096, false, astrai16, "TB/s vs ps16");
+  // FP8 KV cache (issue 13: >= 1.8x the bf16 tokens/s at B64 x 8192).
+  const std::string b64 = "paged_decode/hd128.ps16.B64xL8192";
+  paged_decode(128, 32, 8, 16, 64, 8192, false, b64, "tokens/s vs bf16", KvDType::e4m3);
+  paged_decode(128, 32, 8, 16, 64, 8192, false, b64, "tokens/s vs bf16", KvDType::e5m2);
+  paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "tokens/s vs bf16", KvDType::e4m3);
+  paged_decode(64, 24, 4, 1, 32, 4096, false, "paged_decode/hd64.h24kv4.ps1.B32xL4096", "tokens/s vs bf16",
+               KvDType::e4m3);
 
-  auto decode = [&](int batch, int len) {
+  auto decode = [&](int batch, int len, KvDType kv = KvDType::same) {
     CaseDef c;
     c.kind = CaseKind::decode;
     c.kernel = "decode";
-    c.label = fmt::format("hd128.B{}xL{}", batch, len);
+    c.label = fmt::format("hd128.B{}xL{}{}", batch, len, kv_suffix(kv));
+    c.kv_dtype = kv;
+    if (kv != KvDType::same) {
+      c.ratio_to = fmt::format("decode/hd128.B{}xL{}", batch, len);
+      c.ratio_label = "tokens/s vs bf16";
+      c.ratio_per_call = true;
+    }
     c.batch = batch;
     c.len = len;
     c.n_heads = 32;
@@ -52,6 +70,7 @@ std::vector<CaseDef> all_cases() {
   decode(64, 8192);
   decode(32, 4096);
   decode(1, 1024);
+  decode(64, 8192, KvDType::e4m3);
 
   auto prefill = [&](CaseKind kind, int head_dim, bool causal, int batch, int len, int page) {
     CaseDef c;
@@ -144,11 +163,14 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
     result->notes.push_back(fmt::format("mean length {:.0f}",
                                         static_cast<double>(layout.total_tokens) / def.batch));
   const int group = def.n_heads / def.n_kv_heads;
-  result->variant = variant_name(KernelKind::paged_decode, def.head_dim, def.page_size, group);
+  const bool fp8 = def.kv_dtype != KvDType::same;
+  const std::uint32_t flags = !fp8 ? 0u : def.kv_dtype == KvDType::e4m3 ? kFeatureKvE4m3 : kFeatureKvE5m2;
+  result->variant = variant_name(KernelKind::paged_decode, def.head_dim, def.page_size, group, flags);
 
   const std::size_t pool_elems = static_cast<std::size_t>(layout.num_pages) * def.page_size * def.n_kv_heads * def.head_dim;
+  const std::size_t kv_element_bytes = fp8 ? 1 : 2;
   const std::size_t q_elems = static_cast<std::size_t>(def.batch) * def.n_heads * def.head_dim;
-  const std::size_t set_bytes = 2 * pool_elems * 2 + 2 * q_elems * 2;
+  const std::size_t set_bytes = 2 * pool_elems * kv_element_bytes + 2 * q_elems * 2;
   const std::size_t shared_bytes = (layout.table.size() + layout.lens.size()) * 4;
   const int sets = choose_sets(set_bytes, shared_bytes, &result->notes);
   result->sets = sets;
@@ -158,17 +180,19 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
   };
   std::vector<Set> buffers;
   for (int s = 0; s < sets; ++s) {
-    Set set{DeviceBuffer(pool_elems * 2), DeviceBuffer(pool_elems * 2), DeviceBuffer(q_elems * 2),
-            DeviceBuffer(q_elems * 2)};
+    Set set{DeviceBuffer(pool_elems * kv_element_bytes), DeviceBuffer(pool_elems * kv_element_bytes),
+            DeviceBuffer(q_elems * 2), DeviceBuffer(q_elems * 2)};
     const std::uint64_t seed = seed_of(def.name()) + 4u * static_cast<std::uint64_t>(s);
-    fill_bf16(set.k, pool_elems, seed);
-    fill_bf16(set.v, pool_elems, seed + 1);
+    fill_kv(set.k, pool_elems, seed, def.kv_dtype);
+    fill_kv(set.v, pool_elems, seed + 1, def.kv_dtype);
     fill_bf16(set.q, q_elems, seed + 2);
     fill_bf16(set.out, q_elems, seed + 3);
     buffers.push_back(std::move(set));
   }
   const DeviceBuffer table = DeviceBuffer::from(layout.table);
   const DeviceBuffer seq_lens = DeviceBuffer::from(layout.lens);
+  const std::vector<float> unit_scales(static_cast<std::size_t>(def.n_kv_heads), 1.f);
+  const DeviceBuffer scales = DeviceBuffer::from(unit_scales);
   sync_all();
 
   astrai::PagedDecodeArgs base;
@@ -182,6 +206,11 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
   base.max_pages_per_seq = layout.width;
   base.page_table = table.as<const std::int32_t>();
   base.seq_lens = seq_lens.as<const std::int32_t>();
+  if (fp8) {
+    base.kv_dtype = def.kv_dtype;
+    base.k_scale = base.v_scale = scales.as<const float>();
+    base.kv_scale_per_head = true;
+  }
   const Call call = [&](int s, CUstream stream) {
     astrai::PagedDecodeArgs args = base;
     const Set& set = buffers[static_cast<std::size_t>(s)];
@@ -193,7 +222,8 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
     Runtime::get().paged_decode(args);
   };
   const Timing timing = time_calls(sets, call);
-  const double kv_bytes = static_cast<double>(layout.total_tokens) * def.n_kv_heads * def.head_dim * 2 * 2;
+  const double kv_bytes = static_cast<double>(layout.total_tokens) * def.n_kv_heads * def.head_dim * 2 *
+                          static_cast<double>(kv_element_bytes);
   const double bytes = kv_bytes + 2.0 * static_cast<double>(q_elems) * 2 +
                        static_cast<double>(layout.pages_read) * 4 + static_cast<double>(def.batch) * 4;
   finish(result, timing, bytes, false);
@@ -201,10 +231,13 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
 
 void Bench::case_decode(const CaseDef& def, CaseResult* result) {
   const int group = def.n_heads / def.n_kv_heads;
-  result->variant = variant_name(KernelKind::decode, def.head_dim, 0, group);
+  const bool fp8 = def.kv_dtype != KvDType::same;
+  const std::uint32_t flags = !fp8 ? 0u : def.kv_dtype == KvDType::e4m3 ? kFeatureKvE4m3 : kFeatureKvE5m2;
+  result->variant = variant_name(KernelKind::decode, def.head_dim, 0, group, flags);
   const std::size_t kv_elems = static_cast<std::size_t>(def.batch) * def.len * def.n_kv_heads * def.head_dim;
+  const std::size_t kv_element_bytes = fp8 ? 1 : 2;
   const std::size_t q_elems = static_cast<std::size_t>(def.batch) * def.n_heads * def.head_dim;
-  const std::size_t set_bytes = 2 * kv_elems * 2 + 2 * q_elems * 2;
+  const std::size_t set_bytes = 2 * kv_elems * kv_element_bytes + 2 * q_elems * 2;
   const int sets = choose_sets(set_bytes, 0, &result->notes);
   result->sets = sets;
   struct Set {
@@ -212,15 +245,17 @@ void Bench::case_decode(const CaseDef& def, CaseResult* result) {
   };
   std::vector<Set> buffers;
   for (int s = 0; s < sets; ++s) {
-    Set set{DeviceBuffer(kv_elems * 2), DeviceBuffer(kv_elems * 2), DeviceBuffer(q_elems * 2),
-            DeviceBuffer(q_elems * 2)};
+    Set set{DeviceBuffer(kv_elems * kv_element_bytes), DeviceBuffer(kv_elems * kv_element_bytes),
+            DeviceBuffer(q_elems * 2), DeviceBuffer(q_elems * 2)};
     const std::uint64_t seed = seed_of(def.name()) + 4u * static_cast<std::uint64_t>(s);
-    fill_bf16(set.k, kv_elems, seed);
-    fill_bf16(set.v, kv_elems, seed + 1);
+    fill_kv(set.k, kv_elems, seed, def.kv_dtype);
+    fill_kv(set.v, kv_elems, seed + 1, def.kv_dtype);
     fill_bf16(set.q, q_elems, seed + 2);
     fill_bf16(set.out, q_elems, seed + 3);
     buffers.push_back(std::move(set));
   }
+  const std::vector<float> unit_scale = {1.f};
+  const DeviceBuffer scale = DeviceBuffer::from(unit_scale);
   sync_all();
   astrai::DecodeArgs base;
   base.dtype = DType::bf16;
@@ -229,6 +264,10 @@ void Bench::case_decode(const CaseDef& def, CaseResult* result) {
   base.n_heads = def.n_heads;
   base.n_kv_heads = def.n_kv_heads;
   base.head_dim = def.head_dim;
+  if (fp8) {
+    base.kv_dtype = def.kv_dtype;
+    base.k_scale = base.v_scale = scale.as<const float>();
+  }
   const Call call = [&](int s, CUstream stream) {
     astrai::DecodeArgs args = base;
     const Set& set = buffers[static_cast<std::size_t>(s)];
@@ -240,7 +279,8 @@ void Bench::case_decode(const CaseDef& def, CaseResult* result) {
     Runtime::get().decode(args);
   };
   const Timing timing = time_calls(sets, call);
-  const double bytes = 2.0 * static_cast<double>(kv_elems) * 2 + 2.0 * static_cast<double>(q_elems) * 2;
+  const double bytes = 2.0 * static_cast<double>(kv_elems) * static_cast<double>(kv_element_bytes) +
+                       2.0 * static_cast<double>(q_elems) * 2;
   finish(result, timing, bytes, false);
 }
 
@@ -427,7 +467,7 @@ CaseResult Bench::run_case(const CaseDef& def, const std::map<std::string, CaseR
   if (result.status == "ok" && !def.ratio_to.empty()) {
     auto it = earlier.find(def.ratio_to);
     if (it != earlier.end() && it->second.status == "ok" && it->second.rate > 0)
-      result.ratio = result.rate / it->second.rate;
+      result.ratio = def.ratio_per_call ? it->second.us.median / result.us.median : result.rate / it->second.rate;
     else if (it == earlier.end())
       result.notes.push_back("select " + def.ratio_to + " too for the ratio");
   }

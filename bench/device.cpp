@@ -37,6 +37,16 @@ extern "C" __global__ void bench_fill_bf16(unsigned short* out, u64 count, u64 s
   }
 }
 
+// Random FP8 bytes: codes 0x00..0x3f of either sign, below 2 in e4m3 and e5m2 (no NaN, no
+// infinity).
+extern "C" __global__ void bench_fill_fp8(unsigned char* out, u64 count, u64 seed) {
+  const u64 stride = static_cast<u64>(gridDim.x) * blockDim.x;
+  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
+    const unsigned int bits = __float_as_uint(bench_uniform(i, seed));
+    out[i] = static_cast<unsigned char>(((bits >> 8) & 0x3fu) | ((bits >> 24) & 0x80u));
+  }
+}
+
 // (cos, sin) pairs of random angles: a rotation keeps the norm, so in-place rotary applied
 // many times neither decays to zero nor overflows.
 extern "C" __global__ void bench_fill_rotation(float* out, u64 pairs, u64 seed) {
@@ -151,6 +161,7 @@ void Bench::compile_kernels() {
     return function;
   };
   kernels_.fill_bf16 = get("bench_fill_bf16");
+  kernels_.fill_fp8 = get("bench_fill_fp8");
   kernels_.fill_rotation = get("bench_fill_rotation");
   kernels_.stream_read = get("bench_stream_read");
   kernels_.noop = get("bench_noop");
@@ -222,6 +233,19 @@ void Bench::fill_bf16(const DeviceBuffer& buffer, std::size_t count, std::uint64
   unsigned long long s = seed;
   launch(kernels_.fill_bf16, static_cast<unsigned>(info_.sms * 8), kBenchThreads, stream_,
          {&pointer, &n, &s}, "cuLaunchKernel(bench_fill_bf16)");
+}
+
+void Bench::fill_fp8(const DeviceBuffer& buffer, std::size_t count, std::uint64_t seed) {
+  CUdeviceptr pointer = buffer.get();
+  unsigned long long n = count;
+  unsigned long long s = seed;
+  launch(kernels_.fill_fp8, static_cast<unsigned>(info_.sms * 8), kBenchThreads, stream_,
+         {&pointer, &n, &s}, "cuLaunchKernel(bench_fill_fp8)");
+}
+
+void Bench::fill_kv(const DeviceBuffer& buffer, std::size_t count, std::uint64_t seed, KvDType kv_dtype) {
+  if (kv_dtype == KvDType::same) fill_bf16(buffer, count, seed);
+  else fill_fp8(buffer, count, seed);
 }
 
 void Bench::fill_rotation(const DeviceBuffer& buffer, std::size_t pairs, std::uint64_t seed) {
@@ -343,8 +367,9 @@ Timing Bench::time_calls(int sets, const Call& call) {
   return timing;
 }
 
-std::string Bench::variant_name(KernelKind kind, int head_dim, int page_size, int group) const {
+std::string Bench::variant_name(KernelKind kind, int head_dim, int page_size, int group, std::uint32_t flags) const {
   KernelSpec spec;
+  spec.flags = flags;
   spec.kind = kind;
   spec.dtype = DType::bf16;
   spec.head_dim = head_dim;

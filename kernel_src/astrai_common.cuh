@@ -126,6 +126,126 @@ __device__ __forceinline__ int window_first_key(long long position, const Attent
   return static_cast<int>(min(max(first, -1LL), 0x7fffffffLL));
 }
 
+// FP8 KV cache (kFeatureKvE4m3 / kFeatureKvE5m2): whether a variant's K/V are bytes, and which.
+template <int kFlags> __device__ constexpr bool has_fp8_kv() {
+  return has_feature<kFlags>(kFeatureKvE4m3) || has_feature<kFlags>(kFeatureKvE5m2);
+}
+
+__device__ __forceinline__ unsigned byte_perm(unsigned a, unsigned b, unsigned selector) {
+  unsigned result;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(result) : "r"(a), "r"(b), "r"(selector));
+  return result;
+}
+
+// Bytes 0 and 1 of `pair` (two FP8 values) widened to an f16x2 (low, high). Exact: every e4m3
+// and e5m2 value is an f16 value. e5m2 is the upper byte of an f16. e4m3 (bias 7) placed as
+// f16 bits 13..7 reads as its value times 2^-8, subnormals included, and the f16 multiply by
+// 2^8 restores it exactly; 0x7f / 0xff (e4m3's NaN) are set apart.
+template <bool kE5m2>
+__device__ __forceinline__ unsigned fp8x2_to_f16x2(unsigned pair) {
+  if (kE5m2) return byte_perm(pair, 0u, 0x1404u);
+  unsigned result;
+#if __CUDA_ARCH__ >= 890
+  asm("{\n .reg .b16 pair;\n cvt.u16.u32 pair, %1;\n cvt.rn.f16x2.e4m3x2 %0, pair;\n}" : "=r"(result) : "r"(pair));
+#else
+  const unsigned placed = ((pair & 0x7fu) << 7) | ((pair & 0x80u) << 8) | ((pair & 0x7f00u) << 15) |
+                          ((pair & 0x8000u) << 16);
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(result) : "r"(placed), "r"(0x5c005c00u));  // x 256
+  if ((pair & 0x7fu) == 0x7fu) result |= 0x7fffu;
+  if ((pair & 0x7f00u) == 0x7f00u) result |= 0x7fff0000u;
+#endif
+  return result;
+}
+
+// A function, not a static member (those become device globals in every cubin).
+template <typename T> __device__ constexpr bool is_fp16() { return false; }
+template <> __device__ constexpr bool is_fp16<fp16_t>() { return true; }
+
+// Two FP8 values as a (low, high) pair of T, exact.
+template <typename T, bool kE5m2>
+__device__ __forceinline__ unsigned fp8x2_to_pair(unsigned pair) {
+  const unsigned halves = fp8x2_to_f16x2<kE5m2>(pair);
+  if constexpr (is_fp16<T>()) {
+    return halves;
+  } else {
+    // Through f32; the value is a bf16 value, so its upper 16 bits are the bf16.
+    const float lo = low_half<fp16_t>(halves);
+    const float hi = high_half<fp16_t>(halves);
+    return byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632u);
+  }
+}
+
+template <bool kE5m2> __device__ __forceinline__ float fp8_to_float(unsigned byte) {
+  return low_half<fp16_t>(fp8x2_to_f16x2<kE5m2>(byte));
+}
+
+// A float rounded to the nearest FP8 value (ties to even), saturating: beyond the largest
+// finite value (448 e4m3, 57344 e5m2), infinities included, gives that value; NaN stays NaN.
+template <bool kE5m2> __device__ __forceinline__ unsigned float_to_fp8(float value) {
+#if __CUDA_ARCH__ >= 890
+  unsigned short pair;
+  if (kE5m2)
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.f), "f"(value));
+  else
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.f), "f"(value));
+  return pair & 0xffu;
+#else
+  constexpr int kMantissa = kE5m2 ? 2 : 3;
+  constexpr int kBias = kE5m2 ? 15 : 7;
+  constexpr int kMaxCode = kE5m2 ? 0x7b : 0x7e;
+  const unsigned bits = __float_as_uint(value);
+  const unsigned sign = (bits >> 24) & 0x80u;
+  const unsigned magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return sign | 0x7fu;  // NaN
+  int code;
+  if (magnitude < static_cast<unsigned>(128 - kBias) << 23) {
+    // Below the smallest normal: multiples of the subnormal step, rounded to even.
+    code = static_cast<int>(rintf(__uint_as_float(magnitude) * __uint_as_float((127 + kBias - 1 + kMantissa) << 23)));
+  } else {
+    const unsigned rounded = magnitude + ((1u << (22 - kMantissa)) - 1u) + ((magnitude >> (23 - kMantissa)) & 1u);
+    const int exponent = static_cast<int>(rounded >> 23) - 127 + kBias;
+    code = (exponent << kMantissa) | static_cast<int>((rounded >> (23 - kMantissa)) & ((1u << kMantissa) - 1u));
+  }
+  return sign | static_cast<unsigned>(min(code, kMaxCode));
+#endif
+}
+
+// Eight FP8 values (two words) as eight T (one 16-byte chunk), exact.
+template <typename T, bool kE5m2>
+__device__ __forceinline__ uint4 widen_fp8x8(unsigned lo, unsigned hi) {
+  return make_uint4(fp8x2_to_pair<T, kE5m2>(lo), fp8x2_to_pair<T, kE5m2>(lo >> 16),
+                    fp8x2_to_pair<T, kE5m2>(hi), fp8x2_to_pair<T, kE5m2>(hi >> 16));
+}
+
+// Widens a stage of FP8 rows (kHeadDim bytes a row) into a tile of T rows (kRowStride elements
+// a row), 16 values per thread and step.
+template <typename T, int kHeadDim, int kRowStride, int kRows, int kThreads, bool kE5m2>
+__device__ __forceinline__ void widen_fp8_tile(const unsigned char* stage, T* tile) {
+  constexpr int kChunksPerRow = kHeadDim / 16;
+#pragma unroll 2
+  for (int chunk = threadIdx.x; chunk < kRows * kChunksPerRow; chunk += kThreads) {
+    const int row = chunk / kChunksPerRow;
+    const int col = (chunk % kChunksPerRow) * 16;
+    const uint4 bytes = *reinterpret_cast<const uint4*>(stage + row * kHeadDim + col);
+    uint4* dst = reinterpret_cast<uint4*>(tile + row * kRowStride + col);
+    dst[0] = widen_fp8x8<T, kE5m2>(bytes.x, bytes.y);
+    dst[1] = widen_fp8x8<T, kE5m2>(bytes.z, bytes.w);
+  }
+}
+
+// Four elements of T quantized to FP8 (value / scale, rounded, saturated) in one word.
+template <typename T, bool kE5m2>
+__device__ __forceinline__ unsigned quantize_fp8x4(const T* values, float scale) {
+  return float_to_fp8<kE5m2>(to_float(values[0]) / scale) | (float_to_fp8<kE5m2>(to_float(values[1]) / scale) << 8) |
+         (float_to_fp8<kE5m2>(to_float(values[2]) / scale) << 16) |
+         (float_to_fp8<kE5m2>(to_float(values[3]) / scale) << 24);
+}
+
+// The FP8 scale of a KV head: one per tensor (stride 0) or one per head.
+__device__ __forceinline__ float kv_scale(const float* scales, int stride, int kv_head) {
+  return __ldg(scales + kv_head * stride);
+}
+
 template <int kA, int kB> struct CeilDiv { static constexpr int value = (kA + kB - 1) / kB; };
 
 template <int kValue> struct Log2 { static constexpr int value = 1 + Log2<kValue / 2>::value; };

@@ -5,12 +5,14 @@
 namespace astrai {
 
 // Feature bits of the attention templates (their kFlags argument; a variant name spells each as
-// a field: ".swa", ".cap", ".sink"). A variant without a bit compiles none of its code.
+// a field: ".kv_e4m3", ".swa", ".cap", ".sink"). A variant without a bit compiles none of its code.
 // An enum, not constants: namespace-scope constants become device globals in every cubin.
 enum FeatureBit : unsigned {
   kFeatureSoftCap = 1u,  // logit soft-cap: s -> cap * tanh(s / cap)
   kFeatureSink = 2u,     // a per-head logit joining the softmax denominator only
   kFeatureWindow = 4u,   // sliding window: a query at position p attends to [p - window_left, p]
+  kFeatureKvE4m3 = 8u,   // FP8 KV cache, e4m3 bytes (value = fp8 * scale); q and out keep T
+  kFeatureKvE5m2 = 16u,  // FP8 KV cache, e5m2 bytes; excludes kFeatureKvE4m3
 };
 
 // The run-time values of the features, the same in every attention params struct. Scores are
@@ -20,6 +22,9 @@ struct AttentionFeatures {
   float cap_log2;       // soft-cap: logit_cap * log2(e)
   const float* sinks;   // sinks: [n_heads] f32 logits in the units of the scaled scores
   int window_left;      // window: a query at position p attends to keys p - window_left .. p
+  const float* k_scale;  // FP8 KV: f32 dequantization scale of K, [1] or [n_kv_heads]
+  const float* v_scale;  // FP8 KV: the same for V
+  int kv_scale_stride;   // FP8 KV: 0 one scale per tensor, 1 one per KV head
 };
 
 // Split-KV partial results live in a float workspace:
@@ -85,9 +90,13 @@ inline constexpr int kDecodeHeadsPerTile = 16; // query heads of one KV head per
 inline constexpr int kDecodeStages = 2;
 inline constexpr int kMaxSplits = 256;
 // Dynamic shared memory of the paged decode kernel: a Q tile plus K and V stages, each row
-// padded by 16 bytes so ldmatrix reads of 8 rows hit 8 different bank groups.
-constexpr int paged_decode_smem_bytes(int head_dim) {
-  return (kDecodeHeadsPerTile + 2 * kDecodeStages * kDecodeBlockTokens) * (head_dim + 8) * 2;
+// padded by 16 bytes so ldmatrix reads of 8 rows hit 8 different bank groups. An FP8 cache
+// (tensor-core path) streams its bytes through the stages (head_dim bytes a row) and widens each
+// block into one K and one V tile of T; the CUDA-core path widens as it loads (no byte stages).
+constexpr int paged_decode_smem_bytes(int head_dim, bool fp8_kv = false) {
+  return fp8_kv ? (kDecodeHeadsPerTile + 2 * kDecodeBlockTokens) * (head_dim + 8) * 2 +
+                      2 * kDecodeStages * kDecodeBlockTokens * head_dim
+                : (kDecodeHeadsPerTile + 2 * kDecodeStages * kDecodeBlockTokens) * (head_dim + 8) * 2;
 }
 
 struct CombineParams {
@@ -181,9 +190,13 @@ constexpr int prefill_block_q(int head_dim) { return 64 * prefill_m_tiles(head_d
 constexpr int prefill_block_kv(int head_dim) { return head_dim <= 64 ? 64 : 32; }
 // The Q tile and double-buffered K and V tiles, each row padded by 16 bytes so that ldmatrix
 // reads of 8 rows hit 8 different bank groups.
-constexpr int prefill_smem_bytes(int head_dim) {
-  return (prefill_block_q(head_dim) + 2 * kPrefillStages * prefill_block_kv(head_dim)) *
-         (head_dim + 8) * 2;
+// An FP8 cache streams its bytes through the stages and widens each block into one K and one V
+// tile of T.
+constexpr int prefill_smem_bytes(int head_dim, bool fp8_kv = false) {
+  return fp8_kv ? (prefill_block_q(head_dim) + 2 * prefill_block_kv(head_dim)) * (head_dim + 8) * 2 +
+                      2 * kPrefillStages * prefill_block_kv(head_dim) * head_dim
+                : (prefill_block_q(head_dim) + 2 * kPrefillStages * prefill_block_kv(head_dim)) *
+                      (head_dim + 8) * 2;
 }
 // CUDA-core path (ASTRAI_NO_MMA): 64 query rows per CTA, walked in passes of 32 (8 per warp)
 // against single-buffered K and V tiles of 32 tokens (one token per lane).

@@ -85,16 +85,47 @@ __device__ __forceinline__ bool token_kept(const PagedDecodeParams& p, int batch
   return p.mask == nullptr || p.mask[batch_index * p.mask_stride_batch + token];
 }
 
+// An appended element as an FP8 cache stores it: value / scale, rounded and saturated.
+template <typename T, bool kE5m2>
+__device__ __forceinline__ unsigned quantize_kv(T value, float scale) {
+  return float_to_fp8<kE5m2>(to_float(value) / scale);
+}
+
+// Fused append into an FP8 cache: new_k/new_v quantized with the head's scales. Every CTA
+// attends to the same quantized bytes (kv8_append_row), so the cache and the result agree.
+template <typename T, int kHeadDim, bool kE5m2>
+__device__ void append_new_token_fp8(const PagedDecodeParams& p, int batch_index, int kv_head,
+                                     long long k_offset, long long v_offset) {
+  unsigned char* k_dst = static_cast<unsigned char*>(const_cast<void*>(p.k_cache)) + k_offset;
+  unsigned char* v_dst = static_cast<unsigned char*>(const_cast<void*>(p.v_cache)) + v_offset;
+  const T* k_src = static_cast<const T*>(p.new_k) + batch_index * p.new_k_stride_batch +
+                   kv_head * p.new_k_stride_head;
+  const T* v_src = static_cast<const T*>(p.new_v) + batch_index * p.new_v_stride_batch +
+                   kv_head * p.new_v_stride_head;
+  const float k_scale = kv_scale(p.features.k_scale, p.features.kv_scale_stride, kv_head);
+  const float v_scale = kv_scale(p.features.v_scale, p.features.kv_scale_stride, kv_head);
+  for (int i = threadIdx.x; i < kHeadDim; i += blockDim.x) {
+    k_dst[i] = static_cast<unsigned char>(quantize_kv<T, kE5m2>(k_src[i], k_scale));
+    v_dst[i] = static_cast<unsigned char>(quantize_kv<T, kE5m2>(v_src[i], v_scale));
+  }
+}
+
 // Fused append: the CTA that owns the new token (head tile 0 of its split) writes new_k/new_v
 // into the cache slot. Every CTA reads the new token from new_k/new_v, never from the cache,
 // so the write races with no read.
-template <typename T, int kHeadDim, int kPageSize>
+template <typename T, int kHeadDim, int kPageSize, int kFlags = 0>
 __device__ void append_new_token(const PagedDecodeParams& p, const DecodeSequence& seq,
                                  int batch_index, int kv_head) {
   const int token = seq.append_token;
   const int page = __ldg(seq.table_row + (token >> PagedDecodeTiles<T, 32, kPageSize>::kPageShift));
   if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) return;
   const int slot = token & (kPageSize - 1);
+  if constexpr (has_fp8_kv<kFlags>()) {
+    append_new_token_fp8<T, kHeadDim, has_feature<kFlags>(kFeatureKvE5m2)>(
+        p, batch_index, kv_head, page * p.k_stride_page + slot * p.k_stride_token + kv_head * p.k_stride_head,
+        page * p.v_stride_page + slot * p.v_stride_token + kv_head * p.v_stride_head);
+    return;
+  }
   T* k_dst = static_cast<T*>(const_cast<void*>(p.k_cache)) + page * p.k_stride_page +
              slot * p.k_stride_token + kv_head * p.k_stride_head;
   T* v_dst = static_cast<T*>(const_cast<void*>(p.v_cache)) + page * p.v_stride_page +
@@ -289,6 +320,43 @@ struct FullBlockLoader {
   }
 };
 
+// FP8 cache: copies the bytes of block `block_start` (kHeadDim bytes a row, 16 a chunk) into a
+// byte stage; rows past `end` and on unmapped pages are zero-filled. The appended token's row is
+// quantized from new_k/new_v here, into the bytes the cache receives.
+template <typename T, int kHeadDim, int kPageSize, bool kE5m2>
+__device__ __forceinline__ void load_kv8_block_async(const PagedDecodeParams& p, unsigned char* stage_k,
+                                                     unsigned char* stage_v, const DecodeSequence& seq,
+                                                     int batch_index, int block_start, int end, int kv_head,
+                                                     float k_scale, float v_scale) {
+  constexpr int kChunksPerRow = kHeadDim / 16;
+#pragma unroll 2
+  for (int chunk = threadIdx.x; chunk < kDecodeBlockTokens * kChunksPerRow; chunk += kDecodeThreads) {
+    const int row = chunk / kChunksPerRow;
+    const int col = (chunk % kChunksPerRow) * 16;
+    const int token = block_start + row;
+    unsigned char* k_dst = stage_k + row * kHeadDim + col;
+    unsigned char* v_dst = stage_v + row * kHeadDim + col;
+    if (kPageSize > 0 && token == seq.append_token && token < end) {  // contiguous decode appends nothing
+      const T* k_src = static_cast<const T*>(p.new_k) + batch_index * p.new_k_stride_batch +
+                       kv_head * p.new_k_stride_head + col;
+      const T* v_src = static_cast<const T*>(p.new_v) + batch_index * p.new_v_stride_batch +
+                       kv_head * p.new_v_stride_head + col;
+      *reinterpret_cast<uint4*>(k_dst) =
+          make_uint4(quantize_fp8x4<T, kE5m2>(k_src, k_scale), quantize_fp8x4<T, kE5m2>(k_src + 4, k_scale),
+                     quantize_fp8x4<T, kE5m2>(k_src + 8, k_scale), quantize_fp8x4<T, kE5m2>(k_src + 12, k_scale));
+      *reinterpret_cast<uint4*>(v_dst) =
+          make_uint4(quantize_fp8x4<T, kE5m2>(v_src, v_scale), quantize_fp8x4<T, kE5m2>(v_src + 4, v_scale),
+                     quantize_fp8x4<T, kE5m2>(v_src + 8, v_scale), quantize_fp8x4<T, kE5m2>(v_src + 12, v_scale));
+      continue;
+    }
+    const unsigned char* k_row = static_cast<const unsigned char*>(p.k_cache);
+    const unsigned char* v_row = static_cast<const unsigned char*>(p.v_cache);
+    const bool valid = token < end && kv_rows<unsigned char, kPageSize>(p, seq, batch_index, kv_head, token, &k_row, &v_row);
+    cp_async_16(shared_address(k_dst), valid ? k_row + col : static_cast<const unsigned char*>(p.k_cache), valid ? 16 : 0);
+    cp_async_16(shared_address(v_dst), valid ? v_row + col : static_cast<const unsigned char*>(p.v_cache), valid ? 16 : 0);
+  }
+}
+
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem_raw) {
   using Tiles = PagedDecodeTiles<T, kHeadDim, kPageSize>;
@@ -296,9 +364,16 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   constexpr int kRowStride = Tiles::kRowStride;
   constexpr int kNTiles = kHeadDim / 8;  // n8 tiles of the output accumulator
 
+  // An FP8 cache widens each block into one K and one V tile of T; its bytes stream through
+  // byte stages after them (see paged_decode_smem_bytes).
+  constexpr bool kFp8 = has_fp8_kv<kFlags>();
+  constexpr bool kE5m2 = has_feature<kFlags>(kFeatureKvE5m2);
+  constexpr int kTileStages = kFp8 ? 1 : kDecodeStages;
+  constexpr int kStageBytes = kDecodeBlockTokens * kHeadDim;  // one FP8 stage of K or of V
   T* smem_q = reinterpret_cast<T*>(smem_raw);
   T* smem_k = smem_q + kDecodeHeadsPerTile * kRowStride;
-  T* smem_v = smem_k + kDecodeStages * Tiles::kStageElems;
+  T* smem_v = smem_k + kTileStages * Tiles::kStageElems;
+  unsigned char* smem_kv8 = reinterpret_cast<unsigned char*>(smem_v + kTileStages * Tiles::kStageElems);
 
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y / kHeadTiles;
@@ -318,7 +393,10 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
     return;
   }
   if (kPageSize > 0 && head_tile == 0 && seq.append_token >= split_begin && seq.append_token < split_end)
-    append_new_token<T, kHeadDim, kPageSize>(p, seq, batch_index, kv_head);
+    append_new_token<T, kHeadDim, kPageSize, kFlags>(p, seq, batch_index, kv_head);
+  // FP8: the K scale multiplies the scores, the V scale the output.
+  const float k_scale = kFp8 ? kv_scale(p.features.k_scale, p.features.kv_scale_stride, kv_head) : 1.f;
+  const float v_scale = kFp8 ? kv_scale(p.features.v_scale, p.features.kv_scale_stride, kv_head) : 1.f;
 
   // Q tile: 16 rows (query heads), rows past the group zero-filled.
   {
@@ -360,6 +438,13 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   BlockPages<T, kHeadDim, kPageSize> pages;
   // Copies block `block_start` into `stage` and looks up the page ids of the block after it.
   auto issue_block = [&](int block_start, int stage) {
+    if constexpr (kFp8) {
+      load_kv8_block_async<T, kHeadDim, kPageSize, kE5m2>(p, smem_kv8 + 2 * stage * kStageBytes,
+                                                          smem_kv8 + (2 * stage + 1) * kStageBytes, seq, batch_index,
+                                                          block_start, split_end, kv_head, k_scale, v_scale);
+      cp_async_commit();
+      return;
+    }
     T* k_stage = smem_k + stage * Tiles::kStageElems;
     T* v_stage = smem_v + stage * Tiles::kStageElems;
     if constexpr (Loader::kUsable) {
@@ -379,7 +464,8 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
       if (kGeneralPrefetch) pages.fetch(p, seq, block_start + kDecodeBlockTokens, split_end);
     }
   };
-  if constexpr (Loader::kUsable) {
+  if constexpr (kFp8) {
+  } else if constexpr (Loader::kUsable) {
     loader.init(p, batch_index, kv_head);
     loader.fetch(p, seq, split_begin, split_end);
   } else if (kGeneralPrefetch) {
@@ -397,11 +483,19 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
       cp_async_wait<0>();
     }
     __syncthreads();
+    if constexpr (kFp8) {
+      widen_fp8_tile<T, kHeadDim, kRowStride, kDecodeBlockTokens, kDecodeThreads, kE5m2>(
+          smem_kv8 + 2 * stage * kStageBytes, smem_k);
+      widen_fp8_tile<T, kHeadDim, kRowStride, kDecodeBlockTokens, kDecodeThreads, kE5m2>(
+          smem_kv8 + (2 * stage + 1) * kStageBytes, smem_v);
+      __syncthreads();
+    }
+    const int tile_stage = kFp8 ? 0 : stage;
 
     const int warp_first_token = block_start + warp * 16;
     if (warp_first_token < split_end) {
-      const unsigned k_address = shared_address(smem_k + stage * Tiles::kStageElems + k_lane_offset);
-      const unsigned v_address = shared_address(smem_v + stage * Tiles::kStageElems + v_lane_offset);
+      const unsigned k_address = shared_address(smem_k + tile_stage * Tiles::kStageElems + k_lane_offset);
+      const unsigned v_address = shared_address(smem_v + tile_stage * Tiles::kStageElems + v_lane_offset);
 
       // S = Q K^T for this warp's 16 tokens.
       float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
@@ -413,6 +507,12 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
         ldmatrix_x4(b, k_address + kk * 32);
         Mma<T>::run(s[0], a, b[0], b[1]);
         Mma<T>::run(s[1], a, b[2], b[3]);
+      }
+      if constexpr (kFp8) {  // scores as if K were dequantized
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[j][e] *= k_scale;
       }
 
       // Scale, mask the tail, and update the running max and sum (rows g and g + 8).
@@ -527,7 +627,7 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
     const float lse = empty ? negative_infinity() : (max_all + __log2f(total)) * kLn2;
     store_row_element<T, kHeadDim>(p.workspace, p.out, p.out_stride_batch, p.out_stride_head,
                                    p.lse, p.batch, p.n_heads, split, batch_index, first_head + row, col,
-                                   empty ? 0.f : value / total, lse);
+                                   empty ? 0.f : (kFp8 ? value * v_scale : value) / total, lse);
   }
 }
 
@@ -562,7 +662,12 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
     return;
   }
   if (kPageSize > 0 && head_tile == 0 && seq.append_token >= split_begin && seq.append_token < split_end)
-    append_new_token<T, kHeadDim, kPageSize>(p, seq, batch_index, kv_head);
+    append_new_token<T, kHeadDim, kPageSize, kFlags>(p, seq, batch_index, kv_head);
+  // FP8: rows are widened as they load; the K scale multiplies q, the V scale the output.
+  constexpr bool kFp8 = has_fp8_kv<kFlags>();
+  constexpr bool kE5m2 = has_feature<kFlags>(kFeatureKvE5m2);
+  const float k_scale = kFp8 ? kv_scale(p.features.k_scale, p.features.kv_scale_stride, kv_head) : 1.f;
+  const float v_scale = kFp8 ? kv_scale(p.features.v_scale, p.features.kv_scale_stride, kv_head) : 1.f;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
 
@@ -585,6 +690,7 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
                     ? to_float(q_base[(first_head + local) * p.q_stride_head + d]) *
                           (has_feature<kFlags>(kFeatureSoftCap) ? p.features.cap_scale : p.scale_log2)
                     : 0.f;
+      if constexpr (kFp8) q[i][k] *= k_scale;
     }
   }
 
@@ -596,11 +702,33 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
       const int token = block_start + row;
       uint4 k_value = make_uint4(0, 0, 0, 0);
       uint4 v_value = make_uint4(0, 0, 0, 0);
-      const T* k_row;
-      const T* v_row;
-      if (token < split_end && kv_rows<T, kPageSize>(p, seq, batch_index, kv_head, token, &k_row, &v_row)) {
-        k_value = *reinterpret_cast<const uint4*>(k_row + col);
-        v_value = *reinterpret_cast<const uint4*>(v_row + col);
+      if constexpr (kFp8) {
+        // The appended token as the cache receives it: quantized, then widened like the rest.
+        const unsigned char* k_row;
+        const unsigned char* v_row;
+        if (kPageSize > 0 && token < split_end && token == seq.append_token) {
+          const T* k_src = static_cast<const T*>(p.new_k) + batch_index * p.new_k_stride_batch +
+                           kv_head * p.new_k_stride_head + col;
+          const T* v_src = static_cast<const T*>(p.new_v) + batch_index * p.new_v_stride_batch +
+                           kv_head * p.new_v_stride_head + col;
+          k_value = widen_fp8x8<T, kE5m2>(quantize_fp8x4<T, kE5m2>(k_src, k_scale),
+                                          quantize_fp8x4<T, kE5m2>(k_src + 4, k_scale));
+          v_value = widen_fp8x8<T, kE5m2>(quantize_fp8x4<T, kE5m2>(v_src, v_scale),
+                                          quantize_fp8x4<T, kE5m2>(v_src + 4, v_scale));
+        } else if (token < split_end &&
+                   kv_rows<unsigned char, kPageSize>(p, seq, batch_index, kv_head, token, &k_row, &v_row)) {
+          const uint2 k_bytes = *reinterpret_cast<const uint2*>(k_row + col);
+          const uint2 v_bytes = *reinterpret_cast<const uint2*>(v_row + col);
+          k_value = widen_fp8x8<T, kE5m2>(k_bytes.x, k_bytes.y);
+          v_value = widen_fp8x8<T, kE5m2>(v_bytes.x, v_bytes.y);
+        }
+      } else {
+        const T* k_row;
+        const T* v_row;
+        if (token < split_end && kv_rows<T, kPageSize>(p, seq, batch_index, kv_head, token, &k_row, &v_row)) {
+          k_value = *reinterpret_cast<const uint4*>(k_row + col);
+          v_value = *reinterpret_cast<const uint4*>(v_row + col);
+        }
       }
       *reinterpret_cast<uint4*>(smem_k + row * kRowStride + col) = k_value;
       *reinterpret_cast<uint4*>(smem_v + row * kRowStride + col) = v_value;
@@ -650,7 +778,7 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
       sink_factor = fold_sink(p.features.sinks[first_head + local], &row_max[i], &row_sum[i]);
     const bool empty = !(row_sum[i] > 0.f);  // every token masked
     const float lse = empty ? negative_infinity() : (row_max[i] + __log2f(row_sum[i])) * kLn2;
-    const float inverse = empty ? 0.f : sink_factor / row_sum[i];
+    const float inverse = empty ? 0.f : (kFp8 ? sink_factor * v_scale : sink_factor) / row_sum[i];
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) {
       const int d = lane + 32 * k;
@@ -666,7 +794,9 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
 
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const PagedDecodeParams p) {
-  static_assert((kFlags & ~(kFeatureSoftCap | kFeatureSink | kFeatureWindow)) == 0, "paged decode feature bits");
+  static_assert((kFlags & ~(kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2)) == 0,
+                "paged decode feature bits");
+  static_assert(!has_feature<kFlags>(kFeatureKvE4m3) || !has_feature<kFlags>(kFeatureKvE5m2), "one FP8 format");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   allow_dependent_grid();  // the split combine may be scheduled as CTAs free up
 #ifndef ASTRAI_NO_MMA

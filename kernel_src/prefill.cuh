@@ -117,6 +117,25 @@ __device__ __forceinline__ void prefill_kv_bases(const PrefillParams& p, int bat
   *v_head = v;
 }
 
+// FP8 cache: the bytes of the CTA's KV head (and request, contiguous) and its scales; the K scale
+// multiplies the scores, the V scale the output.
+struct PrefillKv8 {
+  const unsigned char* k_head;
+  const unsigned char* v_head;
+  float k_scale;
+  float v_scale;
+};
+
+template <int kPageSize>
+__device__ __forceinline__ PrefillKv8 prefill_kv8(const PrefillParams& p, int batch_index, int kv_head) {
+  PrefillKv8 kv;
+  const int* table_row;
+  prefill_kv_bases<unsigned char, kPageSize>(p, batch_index, kv_head, &kv.k_head, &kv.v_head, &table_row);
+  kv.k_scale = kv_scale(p.features.k_scale, p.features.kv_scale_stride, kv_head);
+  kv.v_scale = kv_scale(p.features.v_scale, p.features.kv_scale_stride, kv_head);
+  return kv;
+}
+
 #ifndef ASTRAI_NO_MMA
 
 // How a thread copies a KV block: 16-byte column x % kChunksPerRow of rows x / kChunksPerRow +
@@ -217,6 +236,30 @@ __device__ __forceinline__ void prefill_load_kv_async(const PrefillParams& p, co
   }
 }
 
+// FP8 cache: copies the bytes of KV tokens [block_start, block_start + kBlockKv) (kHeadDim
+// bytes a row, 16 a chunk) into a byte stage; tokens at or past kv_end and on unmapped pages are
+// zero-filled.
+template <int kHeadDim, int kPageSize, int kBlockKv>
+__device__ __forceinline__ void prefill_load_kv8_async(const PrefillParams& p, const unsigned char* k_head,
+                                                       const unsigned char* v_head, const int* table_row,
+                                                       unsigned char* stage_k, unsigned char* stage_v,
+                                                       int block_start, int kv_end) {
+  constexpr int kChunksPerRow = kHeadDim / 16;
+#pragma unroll 2
+  for (int chunk = threadIdx.x; chunk < kBlockKv * kChunksPerRow; chunk += kPrefillThreads) {
+    const int row = chunk / kChunksPerRow;
+    const int col = (chunk % kChunksPerRow) * 16;
+    const int token = block_start + row;
+    long long k_offset = 0;
+    long long v_offset = 0;
+    const bool valid = token < kv_end && prefill_kv_offsets<kPageSize>(p, table_row, token, &k_offset, &v_offset);
+    cp_async_16(shared_address(stage_k + row * kHeadDim + col), valid ? k_head + k_offset + col : k_head,
+                valid ? 16 : 0);
+    cp_async_16(shared_address(stage_v + row * kHeadDim + col), valid ? v_head + v_offset + col : v_head,
+                valid ? 16 : 0);
+  }
+}
+
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
   using Shape = PrefillShape<kHeadDim, kPageSize>;
@@ -252,15 +295,23 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
                                                              : (kv_end + kBlockKv - 1) / kBlockKv;
 
   // [K stage 0][K stage 1][V stage 0][V stage 1][Q tile]. At the end each warp stages its
-  // output rows in its own Q rows.
+  // output rows in its own Q rows. An FP8 cache: [K tile][V tile][Q tile][K bytes 0][K bytes 1]
+  // [V bytes 0][V bytes 1], each block widened from its byte stages into the K and V tiles.
+  constexpr bool kFp8 = has_fp8_kv<kFlags>();
+  constexpr bool kE5m2 = has_feature<kFlags>(kFeatureKvE5m2);
+  constexpr int kTileStages = kFp8 ? 1 : kPrefillStages;
+  constexpr int kStageBytes = kBlockKv * kHeadDim;  // one FP8 stage of K or of V
   T* smem_k = reinterpret_cast<T*>(smem_raw);
-  T* smem_v = smem_k + kPrefillStages * kStageElems;
-  T* smem_q = smem_v + kPrefillStages * kStageElems;
+  T* smem_v = smem_k + kTileStages * kStageElems;
+  T* smem_q = smem_v + kTileStages * kStageElems;
+  unsigned char* smem_k8 = reinterpret_cast<unsigned char*>(smem_q + kBlockQ * kRowStride);
+  unsigned char* smem_v8 = smem_k8 + kPrefillStages * kStageBytes;
 
   const T* k_head;
   const T* v_head;
   const int* table_row;
   prefill_kv_bases<T, kPageSize>(p, batch_index, kv_head, &k_head, &v_head, &table_row);
+  const PrefillKv8 kv8 = kFp8 ? prefill_kv8<kPageSize>(p, batch_index, kv_head) : PrefillKv8{nullptr, nullptr, 1.f, 1.f};
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -334,32 +385,52 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
       cp_async_16(shared_address(smem_q + row * kRowStride + col),
                   q_rows + (valid ? row * p.q_stride_seq : 0) + col, valid ? 16 : 0);
     }
-    pages.fetch(p, table_row, kv_begin, kv_end);
-    prefill_load_kv_async<T, kHeadDim, kPageSize, kBlockKv>(p, k_head, v_head, pages, smem_k,
-                                                            smem_v, kv_begin, kv_end);
-    cp_async_commit();
-    pages.fetch(p, table_row, kv_begin + kBlockKv, kv_end);
+    if constexpr (kFp8) {
+      prefill_load_kv8_async<kHeadDim, kPageSize, kBlockKv>(p, kv8.k_head, kv8.v_head, table_row, smem_k8, smem_v8,
+                                                            kv_begin, kv_end);
+      cp_async_commit();
+    } else {
+      pages.fetch(p, table_row, kv_begin, kv_end);
+      prefill_load_kv_async<T, kHeadDim, kPageSize, kBlockKv>(p, k_head, v_head, pages, smem_k,
+                                                              smem_v, kv_begin, kv_end);
+      cp_async_commit();
+      pages.fetch(p, table_row, kv_begin + kBlockKv, kv_end);
+    }
   }
 
   for (int block = 0; block < num_blocks; ++block) {
     const int stage = block & 1;
     const int block_start = kv_begin + block * kBlockKv;
     if (block + 1 < num_blocks) {
-      prefill_load_kv_async<T, kHeadDim, kPageSize, kBlockKv>(
-          p, k_head, v_head, pages, smem_k + (stage ^ 1) * kStageElems,
-          smem_v + (stage ^ 1) * kStageElems, block_start + kBlockKv, kv_end);
-      cp_async_commit();
-      pages.fetch(p, table_row, block_start + 2 * kBlockKv, kv_end);  // in flight meanwhile
+      if constexpr (kFp8) {
+        prefill_load_kv8_async<kHeadDim, kPageSize, kBlockKv>(p, kv8.k_head, kv8.v_head, table_row,
+                                                              smem_k8 + (stage ^ 1) * kStageBytes,
+                                                              smem_v8 + (stage ^ 1) * kStageBytes,
+                                                              block_start + kBlockKv, kv_end);
+        cp_async_commit();
+      } else {
+        prefill_load_kv_async<T, kHeadDim, kPageSize, kBlockKv>(
+            p, k_head, v_head, pages, smem_k + (stage ^ 1) * kStageElems,
+            smem_v + (stage ^ 1) * kStageElems, block_start + kBlockKv, kv_end);
+        cp_async_commit();
+        pages.fetch(p, table_row, block_start + 2 * kBlockKv, kv_end);  // in flight meanwhile
+      }
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();
+    if constexpr (kFp8) {
+      widen_fp8_tile<T, kHeadDim, kRowStride, kBlockKv, kPrefillThreads, kE5m2>(smem_k8 + stage * kStageBytes, smem_k);
+      widen_fp8_tile<T, kHeadDim, kRowStride, kBlockKv, kPrefillThreads, kE5m2>(smem_v8 + stage * kStageBytes, smem_v);
+      __syncthreads();
+    }
+    const int tile_stage = kFp8 ? 0 : stage;
 
     if (block_start < warp_max_stop &&
         (!has_feature<kFlags>(kFeatureWindow) || block_start + kBlockKv > warp_min_first)) {  // warp-uniform
-      const unsigned k_address = shared_address(smem_k + stage * kStageElems + k_lane_offset);
-      const unsigned v_address = shared_address(smem_v + stage * kStageElems + v_lane_offset);
+      const unsigned k_address = shared_address(smem_k + tile_stage * kStageElems + k_lane_offset);
+      const unsigned v_address = shared_address(smem_v + tile_stage * kStageElems + v_lane_offset);
 
       // S = Q K^T: kMTiles x 16 rows x kBlockKv tokens; each K fragment feeds every m-tile.
       float s[kMTiles][kSTiles][4];
@@ -382,6 +453,15 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
             Mma<T>::run(s[m][2 * nn + 1], a[m], b[2], b[3]);
           }
         }
+      }
+
+      if constexpr (kFp8) {  // scores as if K were dequantized
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+          for (int j = 0; j < kSTiles; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[m][j][e] *= kv8.k_scale;
       }
 
       // Soft-cap before the masks (tanh would lift a masked -inf to -cap); the capped scores
@@ -507,7 +587,7 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
       if constexpr (has_feature<kFlags>(kFeatureSink))
         sink_factor = fold_sink(p.features.sinks[head], &row_max[m][h], &sum);
       const bool empty = !(sum > 0.f);
-      inverse[h] = empty ? 0.f : sink_factor / sum;
+      inverse[h] = empty ? 0.f : (kFp8 ? sink_factor * kv8.v_scale : sink_factor) / sum;
       lse[h] = empty ? negative_infinity() : (row_max[m][h] + log2f(sum)) * kLn2;
     }
     T* rows = stage_rows + 16 * m * kRowStride;
@@ -569,6 +649,10 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
   const T* v_head;
   const int* table_row;
   prefill_kv_bases<T, kPageSize>(p, batch_index, kv_head, &k_head, &v_head, &table_row);
+  // FP8: rows are widened as they load.
+  constexpr bool kFp8 = has_fp8_kv<kFlags>();
+  constexpr bool kE5m2 = has_feature<kFlags>(kFeatureKvE5m2);
+  const PrefillKv8 kv8 = kFp8 ? prefill_kv8<kPageSize>(p, batch_index, kv_head) : PrefillKv8{nullptr, nullptr, 1.f, 1.f};
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const bool has_mask = p.mask != nullptr;
@@ -638,8 +722,15 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
         long long v_offset = 0;
         if (token < pass_kv_end &&
             prefill_kv_offsets<kPageSize>(p, table_row, token, &k_offset, &v_offset)) {
-          k_value = *reinterpret_cast<const uint4*>(k_head + k_offset + col);
-          v_value = *reinterpret_cast<const uint4*>(v_head + v_offset + col);
+          if constexpr (kFp8) {
+            const uint2 k_bytes = *reinterpret_cast<const uint2*>(kv8.k_head + k_offset + col);
+            const uint2 v_bytes = *reinterpret_cast<const uint2*>(kv8.v_head + v_offset + col);
+            k_value = widen_fp8x8<T, kE5m2>(k_bytes.x, k_bytes.y);
+            v_value = widen_fp8x8<T, kE5m2>(v_bytes.x, v_bytes.y);
+          } else {
+            k_value = *reinterpret_cast<const uint4*>(k_head + k_offset + col);
+            v_value = *reinterpret_cast<const uint4*>(v_head + v_offset + col);
+          }
         }
         *reinterpret_cast<uint4*>(smem_k + row * kRowStride + col) = k_value;
         *reinterpret_cast<uint4*>(smem_v + row * kRowStride + col) = v_value;
@@ -675,6 +766,10 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
         }
       }
 
+      if constexpr (kFp8) {  // scores as if K were dequantized
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) s[i] *= kv8.k_scale;
+      }
       const int token = block_start + lane;
       float weight[kRows];
 #pragma unroll
@@ -723,7 +818,7 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
       if constexpr (has_feature<kFlags>(kFeatureSink))
         sink_factor = fold_sink(p.features.sinks[head], &row_max[i], &total);
       const bool empty = !(total > 0.f);
-      const float inverse = empty ? 0.f : sink_factor / total;
+      const float inverse = empty ? 0.f : (kFp8 ? sink_factor * kv8.v_scale : sink_factor) / total;
 #pragma unroll
       for (int k = 0; k < kPerLane; ++k) {
         const int d = lane + 32 * k;
@@ -742,7 +837,9 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
 // measured slower (H200: 267 -> 248-252 TFLOP/s, docs/device-notes.md run 14).
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __global__ void __launch_bounds__(kPrefillThreads, 2) prefill_kernel(const PrefillParams p) {
-  static_assert((kFlags & ~(kFeatureSoftCap | kFeatureSink | kFeatureWindow)) == 0, "prefill feature bits");
+  static_assert((kFlags & ~(kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2)) == 0,
+                "prefill feature bits");
+  static_assert(!has_feature<kFlags>(kFeatureKvE4m3) || !has_feature<kFlags>(kFeatureKvE5m2), "one FP8 format");
   extern __shared__ __align__(16) unsigned char smem_raw[];
 #ifndef ASTRAI_NO_MMA
   prefill_mma<T, kHeadDim, kPageSize, kGroup, kFlags>(p, smem_raw);

@@ -28,6 +28,8 @@ WarmDefaults attention_warm_defaults(bool paged) {
 
 const std::vector<KernelFeature>& kernel_features() {
   static const std::vector<KernelFeature> features = {
+      {kFeatureKvE4m3, "kv_e4m3"},
+      {kFeatureKvE5m2, "kv_e5m2"},
       {kFeatureWindow, "swa"},
       {kFeatureSoftCap, "cap"},
       {kFeatureSink, "sink"},
@@ -43,6 +45,12 @@ std::string feature_names(std::uint32_t flags, const char* separator) {
     names += feature.name;
   }
   return names;
+}
+
+std::string feature_conflict(std::uint32_t flags) {
+  if ((flags & kFeatureKvE4m3) != 0 && (flags & kFeatureKvE5m2) != 0)
+    return "the features kv_e4m3 and kv_e5m2 exclude each other (a KV cache has one element type)";
+  return "";
 }
 
 std::uint32_t find_kernel_feature(std::string_view name) {

@@ -83,6 +83,8 @@ struct KernelFeature {
 const std::vector<KernelFeature>& kernel_features();
 // "swa, cap" for the named bits of `flags` (", " or another separator between them).
 std::string feature_names(std::uint32_t flags, const char* separator = ", ");
+// Why a set of feature bits cannot be one variant ("" when it can): kv_e4m3 with kv_e5m2.
+std::string feature_conflict(std::uint32_t flags);
 // The bit of a feature name; 0 when unknown.
 std::uint32_t find_kernel_feature(std::string_view name);
 

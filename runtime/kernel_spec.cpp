@@ -11,6 +11,15 @@ namespace astrai {
 
 const char* dtype_name(DType dtype) { return dtype == DType::bf16 ? "bf16" : "fp16"; }
 
+const char* kv_dtype_name(KvDType kv_dtype) {
+  switch (kv_dtype) {
+    case KvDType::same: return "same";
+    case KvDType::e4m3: return "e4m3";
+    case KvDType::e5m2: return "e5m2";
+  }
+  return "unknown";
+}
+
 namespace detail {
 
 namespace {
@@ -206,6 +215,8 @@ void KernelSpec::validate() const {
     throw InvalidArgument(fmt::format("{}: flags {:#x} name no feature (allowed: {})", variant, refused,
                                       allowed));
   }
+  const std::string conflict = feature_conflict(flags);
+  if (!conflict.empty()) throw InvalidArgument(fmt::format("{}: {}", variant, conflict));
   if (wgmma && info.hopper.main_file == nullptr)
     throw InvalidArgument(fmt::format("{}: {} has no sm_90a (wgmma) implementation", variant, info.name));
   if (wgmma && arch != "sm_90a")

@@ -25,6 +25,11 @@ namespace astrai {
 enum class DType { bf16, fp16 };
 ASTRAI_API const char* dtype_name(DType dtype);
 
+// Element type of a KV cache: the call's dtype, or FP8 (one byte an element, e4m3 or e5m2)
+// dequantized in the kernel as fp8_to_f32(x) * scale. q, out and the LSE keep their types.
+enum class KvDType { same, e4m3, e5m2 };
+ASTRAI_API const char* kv_dtype_name(KvDType kv_dtype);  // "same", "e4m3", "e5m2"
+
 // Paged decode attention: one new query token per sequence against a paged KV cache.
 struct PagedDecodeArgs {
   DType dtype = DType::bf16;
@@ -48,6 +53,16 @@ struct PagedDecodeArgs {
   // [p - window_left, p] only (with the mask, by AND); -1: none. Runs the ".swa" variant, whose
   // split plan and reads cover the window, not the table: its time follows the window.
   int window_left = -1;
+  // FP8 KV cache: e4m3 or e5m2 makes k_cache and v_cache one byte an element (strides still in
+  // elements, now multiples of 16), read as fp8_to_f32(x) * scale. k_scale and v_scale are f32
+  // device pointers, required then (and refused otherwise): one value, or with
+  // kv_scale_per_head one per KV head ([n_kv_heads]). Runs the ".kv_e4m3" / ".kv_e5m2" variant.
+  // The fused append quantizes new_k / new_v with these scales (round to nearest even,
+  // saturating at the format's largest finite value) and attends to the quantized token.
+  KvDType kv_dtype = KvDType::same;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  bool kv_scale_per_head = false;
 
   const void* q = nullptr;  // [batch, n_heads, head_dim]
   std::int64_t q_stride_batch = 0, q_stride_head = 0;
@@ -103,6 +118,11 @@ struct DecodeArgs {
   // >= 0: the query at position p (causal_offset, or kv_len - 1 without one) attends to keys
   // [p - window_left, p] only, as for paged_decode; -1: none.
   int window_left = -1;
+  // FP8 KV cache (k and v one byte an element), as for paged_decode; ".kv_e4m3" / ".kv_e5m2".
+  KvDType kv_dtype = KvDType::same;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  bool kv_scale_per_head = false;
   // -1: attend to all kv_len; >= 0: the query sits at that absolute position and attends to
   // [0, min(kv_len, causal_offset + 1)).
   int causal_offset = -1;
@@ -177,6 +197,11 @@ struct PagedPrefillArgs {
   // >= 0: each query (at its causal position pos) attends to keys [pos - window_left, pos]
   // only; needs causal. -1: none.
   int window_left = -1;
+  // FP8 KV cache, as for paged_decode; ".kv_e4m3" / ".kv_e5m2" (the sm_90a kernel has none).
+  KvDType kv_dtype = KvDType::same;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  bool kv_scale_per_head = false;
   // Causal per request: query i of request b sits at position seq_lens[b] - q_len_b + i and
   // attends to kv positions j <= that. false: every query attends to all seq_lens[b] tokens.
   bool causal = true;

@@ -23,7 +23,7 @@ const KernelFamily& decode_family() {
       "paged_decode.cuh",
       [](const KernelSpec& spec) { return decode_instantiations(spec, 0); },
       attention_limits(/*paged=*/false),
-      /*supported_flags=*/kFeatureSoftCap | kFeatureSink | kFeatureWindow,
+      /*supported_flags=*/kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2,
       attention_warm_defaults(/*paged=*/false),
   };
   return family;
@@ -55,6 +55,11 @@ DecodeArgs resolve_decode_args(const DecodeArgs& input) {
   // Outputs must not overlap, or blocks would race on them.
   resolve_token_strides(kCall, {"out_stride_batch", &a.out_stride_batch}, {"out_stride_head", &a.out_stride_head},
                         a.n_heads, d, a.batch);
+  require_kv_cache(kCall, kv_cache_request(a));
+  require_fp8_strides(kCall, kv_cache_request(a),
+                      {{"k_stride_batch", a.k_stride_batch}, {"k_stride_seq", a.k_stride_seq},
+                       {"k_stride_head", a.k_stride_head}, {"v_stride_batch", a.v_stride_batch},
+                       {"v_stride_seq", a.v_stride_seq}, {"v_stride_head", a.v_stride_head}});
   if (a.mask != nullptr && a.batch > 1 && a.mask_stride_batch < a.kv_len)
     fail_argument(kCall, fmt::format("mask_stride_batch {} is smaller than kv_len {}", a.mask_stride_batch,
                                      a.kv_len));
@@ -78,7 +83,8 @@ DecodeArgs resolve_decode_args(const DecodeArgs& input) {
 void Runtime::decode(const DecodeArgs& input) {
   const DecodeArgs args = detail::resolve_decode_args(input);
   if (args.batch == 0) return;
-  const detail::FeatureRequest features = detail::attention_features(args.scale, args.logit_cap, args.sinks, args.window_left);
+  const detail::FeatureRequest features = detail::attention_features(args.scale, args.logit_cap, args.sinks, args.window_left,
+                                                                         detail::kv_cache_request(args));
   PagedDecodeParams params = detail::common_decode_params(args, features);
   params.k_cache = args.k;
   params.v_cache = args.v;

@@ -23,7 +23,7 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   spec.page_size = launch.page_size;
   spec.group_size = group;
   spec.flags = launch.flags;
-  const int smem = paged_decode_smem_bytes(launch.head_dim);
+  const int smem = paged_decode_smem_bytes(launch.head_dim, (launch.flags & (kFeatureKvE4m3 | kFeatureKvE5m2)) != 0);
   const LoadedVariant& variant = impl.variant(device, spec, {kDecodeThreads, smem});
   const int head_tiles = (group + kDecodeHeadsPerTile - 1) / kDecodeHeadsPerTile;
   // The plan is a pure function of the shape; remember the last one per thread (hot path).

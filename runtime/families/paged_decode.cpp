@@ -25,7 +25,7 @@ const KernelFamily& paged_decode_family() {
       "paged_decode.cuh",
       [](const KernelSpec& spec) { return decode_instantiations(spec, spec.page_size); },
       attention_limits(/*paged=*/true),
-      /*supported_flags=*/kFeatureSoftCap | kFeatureSink | kFeatureWindow,
+      /*supported_flags=*/kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2,
       attention_warm_defaults(/*paged=*/true),
   };
   return family;
@@ -75,6 +75,11 @@ PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& input) {
   if (a.page_table_stride < a.max_pages_per_seq)
     fail_argument(kCall, fmt::format("page_table_stride {} is smaller than max_pages_per_seq {}",
                                      a.page_table_stride, a.max_pages_per_seq));
+  require_kv_cache(kCall, kv_cache_request(a));
+  require_fp8_strides(kCall, kv_cache_request(a),
+                      {{"k_stride_page", a.k_stride_page}, {"k_stride_token", a.k_stride_token},
+                       {"k_stride_head", a.k_stride_head}, {"v_stride_page", a.v_stride_page},
+                       {"v_stride_token", a.v_stride_token}, {"v_stride_head", a.v_stride_head}});
 
   if (a.batch > 0) {
     require_pointer(kCall, "q", a.q, 16);
@@ -138,7 +143,8 @@ std::size_t paged_decode_workspace_bytes(const PagedDecodeArgs& input, int num_s
 void Runtime::paged_decode(const PagedDecodeArgs& input) {
   const PagedDecodeArgs args = detail::resolve_paged_decode_args(input);
   if (args.batch == 0) return;
-  const detail::FeatureRequest features = detail::attention_features(args.scale, args.logit_cap, args.sinks, args.window_left);
+  const detail::FeatureRequest features = detail::attention_features(args.scale, args.logit_cap, args.sinks, args.window_left,
+                                                                         detail::kv_cache_request(args));
   PagedDecodeParams params = detail::common_decode_params(args, features);
   params.k_cache = args.k_cache;
   params.v_cache = args.v_cache;

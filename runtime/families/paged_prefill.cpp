@@ -24,7 +24,7 @@ const KernelFamily& paged_prefill_family() {
       "prefill.cuh",
       [](const KernelSpec& spec) { return prefill_instantiations(spec, spec.page_size); },
       attention_limits(/*paged=*/true),
-      /*supported_flags=*/kFeatureSoftCap | kFeatureSink | kFeatureWindow,
+      /*supported_flags=*/kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2,
       attention_warm_defaults(/*paged=*/true),
       /*hopper=*/{"prefill_sm90.cuh", [](const KernelSpec& spec) { return prefill_sm90_instantiations(spec, spec.page_size); },
                   [](int head_dim, int page_size) { return prefill_sm90_serves(head_dim, page_size); }},
@@ -83,6 +83,11 @@ PagedPrefillArgs resolve_paged_prefill_args(const PagedPrefillArgs& input) {
     fail_argument(kCall, fmt::format("page_table_stride {} is smaller than max_pages_per_seq {}",
                             a.page_table_stride, a.max_pages_per_seq));
   if (a.mask != nullptr) require_mask_stride(kCall, "mask_stride_q", a.mask_stride_q);
+  require_kv_cache(kCall, kv_cache_request(a));
+  require_fp8_strides(kCall, kv_cache_request(a),
+                      {{"k_stride_page", a.k_stride_page}, {"k_stride_token", a.k_stride_token},
+                       {"k_stride_head", a.k_stride_head}, {"v_stride_page", a.v_stride_page},
+                       {"v_stride_token", a.v_stride_token}, {"v_stride_head", a.v_stride_head}});
 
   if (1LL * a.batch * a.total_q > 0) {
     require_pointer(kCall, "q", a.q, 16);
@@ -135,7 +140,8 @@ void Runtime::paged_prefill(const PagedPrefillArgs& input) {
   params.max_pages_per_seq = args.max_pages_per_seq;
   params.causal_offset = args.causal ? 0 : -1;
   params.scale_log2 = args.scale * detail::kLog2e;
-  const detail::FeatureRequest features = detail::attention_features(args.scale, args.logit_cap, args.sinks, args.window_left);
+  const detail::FeatureRequest features = detail::attention_features(args.scale, args.logit_cap, args.sinks, args.window_left,
+                                                                         detail::kv_cache_request(args));
   params.features = features.values;
   detail::launch_prefill(*impl_, detail::paged_prefill_family(), "cuLaunchKernel(paged_prefill)", args.dtype,
                  args.head_dim, args.page_size, features.flags, args.max_q_len, params, args.stream);

@@ -110,7 +110,8 @@ void launch_prefill(Runtime::Impl& impl, const KernelFamily& family, const char*
   if (launch_prefill_sm90(impl, device, spec, launch_name, max_q_len, params, stream)) return;
   // The tensor-core and CUDA-core paths tile differently: which one runs on this device.
   const bool mma = device.uses_mma();
-  const int smem = mma ? prefill_smem_bytes(head_dim) : prefill_core_smem_bytes(head_dim);
+  const int smem = mma ? prefill_smem_bytes(head_dim, (flags & (kFeatureKvE4m3 | kFeatureKvE5m2)) != 0)
+                       : prefill_core_smem_bytes(head_dim);
   const LoadedVariant& variant = impl.variant(device, spec, {kPrefillThreads, smem});
   const int block_q = mma ? prefill_block_q(head_dim) : kPrefillCoreBlockQ;
   const long long q_tiles = (static_cast<long long>(max_q_len) + block_q - 1) / block_q;

@@ -153,10 +153,26 @@ run warm --dry-run --arch sm_89 --kernels decode --head-dims 64 --group-sizes 6 
 expect_rc 0
 expect_out '^decode\.bf16\.hd64\.g6\.cap\.nomma\.sm_89( |$)'
 
+check "warm --features takes the FP8 KV cache for paged_decode, decode and paged_prefill only"
+run warm --dry-run --arch sm_90a --kernels paged_decode,decode,paged_prefill --head-dims 128 --group-sizes 4 \
+    --page-sizes 16 --features none,kv_e4m3,kv_e5m2+swa
+expect_rc 0
+expect_out "^warm: 10 variants"   # plain, kv_e4m3, kv_e5m2.swa per family; one wgmma (plain only)
+expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.kv_e4m3\.sm_90a( |$)'
+expect_out '^decode\.bf16\.hd128\.g4\.kv_e5m2\.swa\.sm_90a( |$)'
+expect_out '^paged_prefill\.bf16\.hd128\.ps16\.g4\.kv_e4m3\.sm_90a( |$)'
+expect_count '\.wgmma\.' 1
+run warm --dry-run --arch sm_90a --kernels prefill --head-dims 128 --group-sizes 4 --features kv_e4m3
+expect_rc 2
+expect_err "--features kv_e4m3: prefill does not support kv_e4m3 \(supported: swa, cap, sink\)"
+run warm --dry-run --arch sm_90a --kernels paged_decode --features kv_e4m3+kv_e5m2
+expect_rc 2
+expect_err "--features 'kv_e4m3\+kv_e5m2': the features kv_e4m3 and kv_e5m2 exclude each other"
+
 check "warm --features refuses unknown or repeated features by name"
 run warm --dry-run --arch sm_90a --features cap+cap
 expect_rc 2
-expect_err "--features 'cap\+cap' is not a feature set \(allowed: none, or distinct features joined by '\+': swa, cap, sink"
+expect_err "--features 'cap\+cap' is not a feature set \(allowed: none, or distinct features joined by '\+': kv_e4m3, kv_e5m2, swa, cap, sink"
 run warm --dry-run --arch sm_90a --features softcap
 expect_rc 2
 expect_err "--features 'softcap' is not a feature set"
@@ -187,6 +203,8 @@ paged_decode.bf16.hd128.ps1.g4.nomma.sm_90a --arch sm_90a --kernels paged_decode
 prefill.bf16.hd128.g4.cap.sm_90a --arch sm_90a --kernels prefill --dtypes bf16 --head-dims 128 --group-sizes 4 --features cap
 paged_decode.bf16.hd64.ps16.g6.cap.sink.sm_90a --arch sm_90a --kernels paged_decode --dtypes bf16 --head-dims 64 --page-sizes 16 --group-sizes 6 --features cap+sink
 paged_prefill.fp16.hd128.ps16.g4.swa.sink.sm_90a --arch sm_90a --kernels paged_prefill --dtypes fp16 --head-dims 128 --page-sizes 16 --group-sizes 4 --features swa+sink
+paged_prefill.bf16.hd128.ps16.g4.kv_e4m3.sm_90a --arch sm_90a --kernels paged_prefill --dtypes bf16 --head-dims 128 --page-sizes 16 --group-sizes 4 --features kv_e4m3
+decode.fp16.hd64.g6.kv_e5m2.cap.sm_89 --arch sm_89 --kernels decode --dtypes fp16 --head-dims 64 --group-sizes 6 --features kv_e5m2+cap
 HINTS
 
 check "warm --dry-run --arch auto (the default) resolves to a target"

@@ -194,7 +194,7 @@ TEST_CASE("every attention family takes the soft-cap and sinks; rotary_emb and t
   CHECK(rejection(wgmma) == "prefill.bf16.hd128.g4.cap.wgmma.sm_90a: the sm_90a (wgmma) implementation has "
                             "no cap (the portable variant has)");
   CHECK(rejection(with_flags(attention_spec(KernelKind::decode), 0x100)) ==
-        "decode.bf16.hd128.g4.f100.sm_90a: flags 0x100 name no feature (allowed: swa, cap, sink)");
+        "decode.bf16.hd128.g4.f100.sm_90a: flags 0x100 name no feature (allowed: kv_e4m3, kv_e5m2, swa, cap, sink)");
 }
 
 TEST_CASE("the strict hint's warm command selects the features") {
@@ -227,6 +227,146 @@ TEST_CASE("every attention call checks logit_cap: finite and >= 0") {
   PrefillArgs prefill = valid_prefill();
   prefill.logit_cap = 50.f;
   CHECK_NOTHROW(astrai::detail::resolve_prefill_args(prefill));
+}
+
+TEST_CASE("an FP8 KV cache is the first feature field: .kv_e4m3 or .kv_e5m2, names parse back") {
+  const KernelSpec e4m3 = with_flags(attention_spec(KernelKind::paged_decode), astrai::kFeatureKvE4m3);
+  CHECK(e4m3.name() == "paged_decode.bf16.hd128.ps16.g4.kv_e4m3.sm_90a");
+  CHECK(KernelSpec::parse(e4m3.name()) == e4m3);
+  CHECK(e4m3.instantiations().front() == "astrai::paged_decode_kernel<astrai::bf16_t, 128, 16, 4, 8>");
+  const std::uint32_t all = astrai::kFeatureKvE5m2 | astrai::kFeatureWindow | astrai::kFeatureSoftCap |
+                            astrai::kFeatureSink;
+  for (KernelKind kind : {KernelKind::paged_decode, KernelKind::decode, KernelKind::paged_prefill}) {
+    const KernelSpec spec = with_flags(attention_spec(kind, "sm_89", true), all);
+    CAPTURE(spec.name());
+    CHECK(spec.name().find(".kv_e5m2.swa.cap.sink.nomma.sm_89") != std::string::npos);
+    CHECK_NOTHROW(spec.validate());
+    CHECK(KernelSpec::parse(spec.name()) == spec);
+    CHECK(spec.warm_command().find(" --features kv_e5m2+swa+cap+sink --no-mma") != std::string::npos);
+  }
+  CHECK(with_flags(attention_spec(KernelKind::decode, "sm_80"), astrai::kFeatureKvE4m3).name() ==
+        "decode.bf16.hd128.g4.kv_e4m3.sm_80");
+  CHECK_THROWS_WITH_AS(KernelSpec::parse("paged_decode.bf16.hd128.ps16.g4.swa.kv_e4m3.sm_90a"),
+                       doctest::Contains("not the canonical spelling 'paged_decode.bf16.hd128.ps16.g4.kv_e4m3.swa.sm_90a'"),
+                       InvalidArgument);
+}
+
+TEST_CASE("kv_e4m3 with kv_e5m2 is refused by name, as a spec, a variant name and a warm set") {
+  const KernelSpec both =
+      with_flags(attention_spec(KernelKind::paged_decode), astrai::kFeatureKvE4m3 | astrai::kFeatureKvE5m2);
+  CHECK(both.name() == "paged_decode.bf16.hd128.ps16.g4.kv_e4m3.kv_e5m2.sm_90a");
+  CHECK(rejection(both) == "paged_decode.bf16.hd128.ps16.g4.kv_e4m3.kv_e5m2.sm_90a: the features kv_e4m3 and "
+                           "kv_e5m2 exclude each other (a KV cache has one element type)");
+  CHECK_THROWS_WITH_AS(KernelSpec::parse("paged_prefill.bf16.hd128.ps16.g4.kv_e4m3.kv_e5m2.sm_90a"),
+                       doctest::Contains("kv_e4m3 and kv_e5m2 exclude each other"), InvalidArgument);
+  CHECK(astrai::detail::feature_conflict(astrai::kFeatureKvE4m3 | astrai::kFeatureSink).empty());
+}
+
+TEST_CASE("prefill, rotary_emb and the wgmma kernels refuse an FP8 cache by name; Hopper calls fall back") {
+  CHECK(rejection(with_flags(attention_spec(KernelKind::prefill), astrai::kFeatureKvE4m3)) ==
+        "prefill.bf16.hd128.g4.kv_e4m3.sm_90a: prefill does not support the feature kv_e4m3 (allowed: swa, cap, sink)");
+  CHECK(rejection(with_flags(astrai::testing::rotary_spec(DType::bf16, 64, "sm_90a"), astrai::kFeatureKvE5m2)) ==
+        "rotary_emb.bf16.hd64.kv_e5m2.sm_90a: rotary_emb does not support the feature kv_e5m2 (allowed: none)");
+  KernelSpec wgmma = with_flags(attention_spec(KernelKind::paged_prefill), astrai::kFeatureKvE4m3);
+  CHECK_FALSE(astrai::detail::hopper_serves(wgmma));
+  CHECK(wgmma.warm_command().find("--no-wgmma") == std::string::npos);
+  wgmma.wgmma = true;
+  CHECK(rejection(wgmma) == "paged_prefill.bf16.hd128.ps16.g4.kv_e4m3.wgmma.sm_90a: the sm_90a (wgmma) "
+                            "implementation has no kv_e4m3 (the portable variant has)");
+}
+
+TEST_CASE("an FP8 variant needs less shared memory than the plain one, and fits 99 KB where the plain one does") {
+  for (int head_dim = 32; head_dim <= 256; head_dim += 16) {
+    CAPTURE(head_dim);
+    CHECK(astrai::paged_decode_smem_bytes(head_dim, true) < astrai::paged_decode_smem_bytes(head_dim));
+    CHECK(astrai::prefill_smem_bytes(head_dim, true) < astrai::prefill_smem_bytes(head_dim));
+    CHECK(astrai::prefill_smem_bytes(head_dim, true) <= 99 * 1024);
+  }
+}
+
+namespace {
+
+template <typename Args>
+void set_fp8(Args& a, astrai::KvDType kv_dtype = astrai::KvDType::e4m3) {
+  a.kv_dtype = kv_dtype;
+  a.k_scale = astrai::testing::fake_pointer<const float>(0x71000);
+  a.v_scale = astrai::testing::fake_pointer<const float>(0x72000);
+}
+
+// The FP8 argument checks every call with an FP8 cache makes; `stride` names a K/V stride
+// whose value 136 (a padded head) is refused for FP8.
+template <typename Args, typename Resolve>
+void check_fp8_arguments(const Args& valid, Resolve resolve, const char* call, std::int64_t Args::*stride,
+                         const char* stride_name) {
+  using astrai::KvDType;
+  using astrai::testing::check_rejected;
+  using astrai::testing::fake_pointer;
+  Args fp8 = valid;
+  set_fp8(fp8);
+  CHECK_NOTHROW(resolve(fp8));
+  fp8.kv_dtype = KvDType::e5m2;
+  fp8.kv_scale_per_head = true;
+  CHECK_NOTHROW(resolve(fp8));
+  check_rejected<Args>(valid, {"kv_dtype", [](Args& a) { a.kv_dtype = static_cast<KvDType>(7); },
+                               {"kv_dtype 7 is not valid (allowed: same, e4m3, e5m2)"}},
+                       resolve, call);
+  check_rejected<Args>(valid, {"k_scale", [](Args& a) { set_fp8(a); a.k_scale = nullptr; },
+                               {"k_scale is null (a device pointer is required)"}},
+                       resolve, call);
+  check_rejected<Args>(valid, {"v_scale", [](Args& a) { set_fp8(a, KvDType::e5m2); a.v_scale = nullptr; },
+                               {"v_scale is null"}},
+                       resolve, call);
+  check_rejected<Args>(valid, {"v_scale", [](Args& a) { set_fp8(a); a.v_scale = fake_pointer<const float>(0x72002); },
+                               {"v_scale = 0x72002 is not 4-byte aligned"}},
+                       resolve, call);
+  check_rejected<Args>(valid, {"k_scale", [](Args& a) { a.k_scale = fake_pointer<const float>(0x71000); },
+                               {"k_scale = 0x71000 is set but kv_dtype is same"}},
+                       resolve, call);
+  check_rejected<Args>(valid, {"kv_scale_per_head", [](Args& a) { a.kv_scale_per_head = true; },
+                               {"kv_scale_per_head is set but kv_dtype is same"}},
+                       resolve, call);
+  check_rejected<Args>(valid, {stride_name, [stride](Args& a) { set_fp8(a); a.*stride = 136; },
+                               {std::string(stride_name) + " 136 is not a multiple of 16 elements (an FP8 cache's "
+                                                           "rows must stay 16-byte aligned)"}},
+                       resolve, call);
+  Args padded = valid;  // the same stride is fine for a 16-bit cache
+  padded.*stride = 136;
+  CHECK_NOTHROW(resolve(padded));
+}
+
+}  // namespace
+
+TEST_CASE("paged_decode, decode and paged_prefill check an FP8 cache's type, scales and strides") {
+  using namespace astrai::testing;
+  check_fp8_arguments(valid_paged(), astrai::detail::resolve_paged_decode_args, "paged_decode",
+                      &PagedDecodeArgs::k_stride_head, "k_stride_head");
+  check_fp8_arguments(valid_decode(), astrai::detail::resolve_decode_args, "decode", &DecodeArgs::v_stride_head,
+                      "v_stride_head");
+  check_fp8_arguments(valid_paged_prefill(), astrai::detail::resolve_paged_prefill_args, "paged_prefill",
+                      &PagedPrefillArgs::k_stride_head, "k_stride_head");
+  PagedDecodeArgs token = valid_paged();
+  set_fp8(token);
+  token.k_stride_token = 2 * 136;  // a multiple of 16, but its heads are not
+  token.k_stride_head = 136;
+  CHECK_THROWS_WITH_AS(astrai::detail::resolve_paged_decode_args(token),
+                       doctest::Contains("k_stride_head 136 is not a multiple of 16"), InvalidArgument);
+}
+
+TEST_CASE("an FP8 call asks for its variant bit and carries its scales") {
+  using astrai::KvDType;
+  const float* k = astrai::testing::fake_pointer<const float>(0x71000);
+  const float* v = astrai::testing::fake_pointer<const float>(0x72000);
+  const auto plain = astrai::detail::attention_features(0.125f, 0.f, nullptr, -1);
+  CHECK(plain.flags == 0);
+  const auto e4m3 = astrai::detail::attention_features(0.125f, 0.f, nullptr, 64, {KvDType::e4m3, k, v, true});
+  CHECK(e4m3.flags == (astrai::kFeatureKvE4m3 | astrai::kFeatureWindow));
+  CHECK(e4m3.values.k_scale == k);
+  CHECK(e4m3.values.v_scale == v);
+  CHECK(e4m3.values.kv_scale_stride == 1);
+  const auto e5m2 = astrai::detail::attention_features(0.125f, 0.f, nullptr, -1, {KvDType::e5m2, k, v, false});
+  CHECK(e5m2.flags == astrai::kFeatureKvE5m2);
+  CHECK(e5m2.values.kv_scale_stride == 0);
+  CHECK(std::string(astrai::kv_dtype_name(KvDType::e5m2)) == "e5m2");
 }
 
 }  // TEST_SUITE

@@ -220,17 +220,22 @@ std::string ptx_without_names(const CompileResult& result) {
 // Compiles each variant with its feature bits and checks the path's instructions, that the
 // feature adds no warning to the plain variant's log, and that it compiles code in (the PTX
 // differs from the plain variant's in more than the kernel names).
+CompileResult check_feature_variant(const KernelSpec& spec) {
+  const CompileResult result = compile_and_check(spec);
+  if (spec.uses_mma()) check_tensor_core_ptx(result.ptx);
+  else check_cuda_core_ptx(result.ptx);
+  KernelSpec plain = spec;
+  plain.flags = 0;
+  const CompileResult plain_result = nvrtc_compile(request_for(plain), true);
+  CHECK(contains(result.log, "warning") == contains(plain_result.log, "warning"));
+  CHECK(ptx_without_names(result) != ptx_without_names(plain_result));
+  return result;
+}
+
 void check_feature_compiles(std::uint32_t flags) {
   for (const KernelSpec& spec : feature_specs(flags)) {
     CAPTURE(spec.name());
-    const CompileResult result = compile_and_check(spec);
-    if (spec.uses_mma()) check_tensor_core_ptx(result.ptx);
-    else check_cuda_core_ptx(result.ptx);
-    KernelSpec plain = spec;
-    plain.flags = 0;
-    const CompileResult plain_result = nvrtc_compile(request_for(plain), true);
-    CHECK(contains(result.log, "warning") == contains(plain_result.log, "warning"));
-    CHECK(ptx_without_names(result) != ptx_without_names(plain_result));
+    check_feature_variant(spec);
   }
 }
 
@@ -246,6 +251,66 @@ TEST_CASE("sink variants of every attention family compile on both paths, alone 
 TEST_CASE("sliding-window variants of every attention family compile on both paths, alone and with every feature") {
   check_feature_compiles(astrai::kFeatureWindow);
   check_feature_compiles(astrai::kFeatureWindow | astrai::kFeatureSink | astrai::kFeatureSoftCap);
+}
+
+// The FP8 KV variants: paged_decode, decode and paged_prefill, both formats, on sm_75 (CUDA
+// cores), sm_80 (tensor cores, bit-level FP8 conversions), sm_89 and sm_90a (the cvt
+// instructions) and sm_90a .nomma, with `extra` feature bits; dtypes and head dims vary.
+std::vector<KernelSpec> fp8_specs(std::uint32_t format, std::uint32_t extra) {
+  struct Target {
+    const char* arch;
+    bool no_mma;
+  };
+  const Target targets[] = {{"sm_75", false}, {"sm_80", false}, {"sm_89", false}, {"sm_90a", false}, {"sm_90a", true}};
+  const int head_dims[] = {128, 64, 80, 256, 128};
+  std::vector<KernelSpec> specs;
+  int i = 0;
+  for (KernelKind kind : {KernelKind::paged_decode, KernelKind::decode, KernelKind::paged_prefill}) {
+    for (const Target& target : targets) {
+      const bool paged = kind != KernelKind::decode;
+      const DType dtype = (i % 2 == 0) ? DType::bf16 : DType::fp16;
+      KernelSpec spec = astrai::testing::make_spec(kind, dtype, head_dims[i % 5], paged ? (i % 3 == 0 ? 1 : 16) : 0,
+                                                   i % 2 == 0 ? 4 : 6, target.arch, target.no_mma);
+      spec.flags = format | extra;
+      specs.push_back(spec);
+      ++i;
+    }
+  }
+  return specs;
+}
+
+void check_fp8_compiles(std::uint32_t format, std::uint32_t extra) {
+  const bool e5m2 = format == astrai::kFeatureKvE5m2;
+  for (const KernelSpec& spec : fp8_specs(format, extra)) {
+    CAPTURE(spec.name());
+    CHECK_NOTHROW(spec.validate());
+    const CompileResult result = check_feature_variant(spec);
+    // e4m3 widens with cvt from sm_89 on and bit by bit (an f16x2 multiply) before; e5m2 is a
+    // byte permute everywhere. The fused append (paged_decode only) quantizes with cvt from
+    // sm_89 on.
+    const bool native = astrai::detail::arch_number(spec.arch) >= 89;
+    CHECK(contains(result.ptx, "cvt.rn.f16x2.e4m3x2") == (native && !e5m2));
+    if (!e5m2) CHECK(contains(result.ptx, "mul.rn.f16x2") == !native);
+    if (e5m2) CHECK(contains(result.ptx, "prmt.b32"));
+    if (spec.kind == KernelKind::paged_decode) {
+      CHECK(contains(result.ptx, e5m2 ? "cvt.rn.satfinite.e5m2x2.f32" : "cvt.rn.satfinite.e4m3x2.f32") == native);
+    } else {
+      CHECK_FALSE(contains(result.ptx, "satfinite"));
+    }
+  }
+}
+
+TEST_CASE("FP8 KV variants (e4m3) of paged_decode, decode and paged_prefill compile on both paths") {
+  check_fp8_compiles(astrai::kFeatureKvE4m3, 0);
+}
+
+TEST_CASE("FP8 KV variants (e5m2) of paged_decode, decode and paged_prefill compile on both paths") {
+  check_fp8_compiles(astrai::kFeatureKvE5m2, 0);
+}
+
+TEST_CASE("FP8 KV variants compile with the window, soft-cap and sinks") {
+  check_fp8_compiles(astrai::kFeatureKvE4m3, astrai::kFeatureWindow | astrai::kFeatureSoftCap | astrai::kFeatureSink);
+  check_fp8_compiles(astrai::kFeatureKvE5m2, astrai::kFeatureWindow | astrai::kFeatureSink);
 }
 
 TEST_CASE("rotary embedding compiles for every arch, both dtypes and two head dims") {

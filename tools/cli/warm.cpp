@@ -122,6 +122,9 @@ std::vector<std::uint32_t> resolve_feature_sets(const std::vector<std::string>& 
             "--features '{}' is not a feature set (allowed: none, or distinct features joined by "
             "'+': {})", raw, join(names, ", ")));
       }
+      const std::string conflict = astrai::detail::feature_conflict(flags);
+      if (!conflict.empty())
+        throw astrai::InvalidArgument(fmt::format("--features '{}': {}", raw, conflict));
     }
     if (std::find(sets.begin(), sets.end(), flags) == sets.end()) sets.push_back(flags);
   }

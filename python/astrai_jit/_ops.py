@@ -104,12 +104,25 @@ def _features(call: str, logit_cap, sinks, window_left) -> tuple:
     return float(logit_cap), sinks, int(window_left)
 
 
+def _kv_scales(call: str, k_scale, v_scale) -> tuple:
+    for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if value is not None:
+            _check_tensor(call, name, value)
+    return k_scale, v_scale
+
+
 _FEATURES_DOC = """
     Variant features (each compiles its own variant; the defaults cost nothing): ``logit_cap``
     > 0 turns each scaled score s into ``logit_cap * tanh(s / logit_cap)``; ``sinks`` f32
     ``[n_heads]`` adds one logit per query head to the softmax denominator only;
     ``window_left`` >= 0 lets a query at position p attend to keys ``p - window_left .. p``
-    only (with a causal position: decode's is its last key)."""
+    only (with a causal position: decode's is its last key).
+
+    FP8 KV cache (paged_decode, decode, paged_prefill): K and V of dtype ``torch.float8_e4m3fn``
+    or ``torch.float8_e5m2`` are dequantized in the kernel as ``value * scale`` with ``k_scale``
+    and ``v_scale`` f32 tensors, one scale (``[]`` or ``[1]``) or one per KV head
+    (``[n_kv_heads]``); q and out stay bf16/fp16, and the fused append quantizes ``new_k`` and
+    ``new_v`` (saturating). Strides of an FP8 cache must be multiples of 16 elements."""
 
 
 def _lse(q: Tensor, shape) -> Tensor:
@@ -120,8 +133,8 @@ def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor
                  out: Optional[Tensor] = None, scale: Optional[float] = None, mask: Optional[Tensor] = None,
                  req_indices: Optional[Tensor] = None, new_k: Optional[Tensor] = None,
                  new_v: Optional[Tensor] = None, return_lse: bool = False, logit_cap: float = 0.0,
-                 sinks: Optional[Tensor] = None, window_left: int = -1,
-                 stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+                 sinks: Optional[Tensor] = None, window_left: int = -1, k_scale: Optional[Tensor] = None,
+                 v_scale: Optional[Tensor] = None, stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Decode attention over a paged KV cache: one query token per sequence.
 
     q ``[batch, n_heads, head_dim]``; k_cache, v_cache ``[num_pages, page_size, n_kv_heads,
@@ -137,7 +150,7 @@ def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor
     out = _out_like(call, q, out)
     lse = _lse(q, q.shape[:2]) if return_lse else None
     s = _resolve_scale(scale)
-    f = _features(call, logit_cap, sinks, window_left)
+    f = _features(call, logit_cap, sinks, window_left) + _kv_scales(call, k_scale, v_scale)
     if _eager(q):
         _launch(_C.paged_decode, q, stream, q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
                 req_indices, new_k, new_v, s, *f)
@@ -155,7 +168,7 @@ def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor
 def decode(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, scale: Optional[float] = None,
            mask: Optional[Tensor] = None, causal_offset: int = -1, return_lse: bool = False,
            logit_cap: float = 0.0, sinks: Optional[Tensor] = None, window_left: int = -1,
-           stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+           k_scale: Optional[Tensor] = None, v_scale: Optional[Tensor] = None, stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Decode attention over a contiguous KV cache.
 
     q ``[batch, 1, n_heads, head_dim]`` (or ``[batch, n_heads, head_dim]``); k, v ``[batch,
@@ -167,7 +180,7 @@ def decode(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sca
     out = _out_like(call, q, out)
     lse = _lse(q, (q.shape[0], q.shape[-2])) if return_lse else None
     s = _resolve_scale(scale)
-    f = _features(call, logit_cap, sinks, window_left)
+    f = _features(call, logit_cap, sinks, window_left) + _kv_scales(call, k_scale, v_scale)
     if _eager(q):
         _launch(_C.decode, q, stream, q, k, v, out, lse, mask, int(causal_offset), s, *f)
     else:
@@ -203,7 +216,8 @@ def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tenso
                   qo_indptr: Tensor, *, out: Optional[Tensor] = None, scale: Optional[float] = None,
                   mask: Optional[Tensor] = None, causal: bool = True, max_q_len: Optional[int] = None,
                   return_lse: bool = False, logit_cap: float = 0.0, sinks: Optional[Tensor] = None,
-                  window_left: int = -1, stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+                  window_left: int = -1, k_scale: Optional[Tensor] = None, v_scale: Optional[Tensor] = None,
+                  stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Prefill over a paged KV cache for a ragged batch (chunked prefill).
 
     q ``[total_q, n_heads, head_dim]``, request b's queries at rows ``qo_indptr[b] ..
@@ -216,7 +230,7 @@ def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tenso
     lse = _lse(q, q.shape[:2]) if return_lse else None
     s = _resolve_scale(scale)
     m = -1 if max_q_len is None else int(max_q_len)
-    f = _features(call, logit_cap, sinks, window_left)
+    f = _features(call, logit_cap, sinks, window_left) + _kv_scales(call, k_scale, v_scale)
     if _eager(q):
         _launch(_C.paged_prefill, q, stream, q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse,
                 mask, m, bool(causal), s, *f)

@@ -61,7 +61,7 @@ def main():
         public = per_call_us(lambda: astrai_jit.paged_decode(q, kc, vc, table, lens, out=out), args.calls,
                              args.reps, sync, clock, pick)
         raw = per_call_us(lambda: astrai_jit._C.paged_decode(q, kc, vc, table, lens, out, None, None, None, None,
-                                                             None, 0.0, 0.0, None, -1, stream),
+                                                             None, 0.0, 0.0, None, -1, None, None, stream),
                           args.calls, args.reps, sync, clock, pick)
     finally:
         astrai_jit._C._set_host_only(False)

@@ -48,6 +48,8 @@ std::string dtype_string(nb::dlpack::dtype d) {
     case nb::dlpack::dtype_code::Bfloat: base = "bfloat"; break;
     case nb::dlpack::dtype_code::Complex: base = "complex"; break;
     case nb::dlpack::dtype_code::Bool: return "bool";
+    case nb::dlpack::dtype_code::Float8_E4M3FN: return "float8_e4m3fn";
+    case nb::dlpack::dtype_code::Float8_E5M2: return "float8_e5m2";
     default: base = "code" + std::to_string(d.code) + "_"; break;
   }
   return base + std::to_string(d.bits);
@@ -224,6 +226,18 @@ class Checker {
     type_error(name, d, "bfloat16, float16");
   }
 
+  // The format of a K or V cache: q's dtype, or an FP8 format the kernels dequantize.
+  template <typename T>
+  astrai::KvDType kv_dtype(const char* name, const T& t, astrai::DType q_dtype) {
+    const nb::dlpack::dtype d = t.dtype();
+    const auto code = static_cast<nb::dlpack::dtype_code>(d.code);
+    if (d.lanes == 1 && d.bits == 8 && code == nb::dlpack::dtype_code::Float8_E4M3FN) return astrai::KvDType::e4m3;
+    if (d.lanes == 1 && d.bits == 8 && code == nb::dlpack::dtype_code::Float8_E5M2) return astrai::KvDType::e5m2;
+    if (d.lanes == 1 && d.bits == 16 && attention_dtype(name, t) == q_dtype) return astrai::KvDType::same;
+    type_error(name, d, q_dtype == astrai::DType::bf16 ? "bfloat16 (the dtype of q), float8_e4m3fn, float8_e5m2"
+                                                        : "float16 (the dtype of q), float8_e4m3fn, float8_e5m2");
+  }
+
   // Checks the fixed dtype of an index, mask or LSE tensor.
   template <typename T>
   void dtype(const char* name, const T& t, Kind kind) {
@@ -311,6 +325,9 @@ class Checker {
     }
   }
 
+  const char* call() const { return call_; }
+  [[noreturn]] void fail(const std::string& what) { invalid(call_, what); }
+
   // Runs last: every tensor on one CUDA device.
   void devices() {
     if (tensors_.empty()) return;
@@ -362,12 +379,52 @@ void set_features(Checker& c, Args& a, double logit_cap, const Opt<Input>& sinks
   }
 }
 
+// The cache format from K and V (the same for both), and the FP8 scales: f32, one ([] or [1])
+// or one per KV head ([n_kv_heads]), the same shape for K and V. The runtime's checks name a
+// missing scale, or a scale without an FP8 cache.
+template <typename Args>
+void set_kv_format(Checker& c, Args& a, const char* k_name, const Input& k, const char* v_name, const Input& v,
+                   const Opt<Input>& k_scale, const Opt<Input>& v_scale) {
+  a.kv_dtype = c.kv_dtype(k_name, k, a.dtype);
+  if (c.kv_dtype(v_name, v, a.dtype) != a.kv_dtype)
+    throw nb::type_error((std::string(c.call()) + ": " + v_name + " has dtype " + dtype_string(v.dtype()) +
+                          " (allowed: " + dtype_string(k.dtype()) + ", the dtype of " + k_name + ")").c_str());
+  const Opt<Input>* scales[2] = {&k_scale, &v_scale};
+  const char* names[2] = {"k_scale", "v_scale"};
+  for (int i = 0; i < 2; ++i) {
+    if (a.kv_dtype == astrai::KvDType::same && *scales[i])
+      c.fail(std::string(names[i]) + " is given but " + k_name + " has dtype " + dtype_string(k.dtype()) +
+             " (allowed: scales with a float8_e4m3fn or float8_e5m2 cache only)");
+    if (a.kv_dtype != astrai::KvDType::same && !*scales[i])
+      c.fail(std::string(k_name) + " has dtype " + dtype_string(k.dtype()) + " but " + names[i] +
+             " is missing (allowed: an f32 scale, [] or [1], or [n_kv_heads])");
+  }
+  std::int64_t counts[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    if (!*scales[i]) continue;
+    const Input& scale = **scales[i];
+    const char* layout = "[] or [1] for one scale, or [n_kv_heads]";
+    c.rank(names[i], scale, scale.ndim() <= 1 ? scale.ndim() : 1, layout);
+    c.dtype(names[i], scale, Kind::float32);
+    counts[i] = scale.ndim() == 0 ? 1 : static_cast<std::int64_t>(scale.shape(0));
+    if (counts[i] != 1) c.dim(names[i], scale, 0, a.n_kv_heads, "n_kv_heads, or 1 for one scale");
+    c.contiguous(names[i], scale);
+  }
+  if (k_scale && v_scale && counts[0] != counts[1])
+    c.fail("v_scale has " + std::to_string(counts[1]) + " values but k_scale has " + std::to_string(counts[0]) +
+           " (allowed: one scale each, or one per KV head each)");
+  if (k_scale) a.k_scale = static_cast<const float*>(k_scale->data());
+  if (v_scale) a.v_scale = static_cast<const float*>(v_scale->data());
+  a.kv_scale_per_head = counts[0] > 1 || counts[1] > 1;
+}
+
 astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, const Input& v_cache,
                                           const Input& page_table, const Input& seq_lens, Output& out,
                                           Opt<Output>& lse, const Opt<Input>& mask,
                                           const Opt<Input>& req_indices, const Opt<Input>& new_k,
                                           const Opt<Input>& new_v, double scale, double logit_cap,
-                                          const Opt<Input>& sinks, int window_left, Opt<std::uintptr_t> stream) {
+                                          const Opt<Input>& sinks, int window_left, const Opt<Input>& k_scale,
+                                          const Opt<Input>& v_scale, Opt<std::uintptr_t> stream) {
   constexpr const char* kCall = "paged_decode";
   Checker c(kCall);
   astrai::PagedDecodeArgs a;
@@ -378,8 +435,6 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
   c.rank("seq_lens", seq_lens, 1, "[batch]");
   c.rank("out", out, 3, "[batch, n_heads, head_dim]");
   a.dtype = c.attention_dtype("q", q);
-  c.same_dtype("k_cache", k_cache, a.dtype);
-  c.same_dtype("v_cache", v_cache, a.dtype);
   c.dtype("page_table", page_table, Kind::int32);
   c.dtype("seq_lens", seq_lens, Kind::int32);
   c.same_dtype("out", out, a.dtype);
@@ -389,6 +444,7 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
   a.num_pages = as_int(kCall, "num_pages", k_cache.shape(0));
   a.page_size = as_int(kCall, "page_size", k_cache.shape(1));
   a.n_kv_heads = as_int(kCall, "n_kv_heads", k_cache.shape(2));
+  set_kv_format(c, a, "k_cache", k_cache, "v_cache", v_cache, k_scale, v_scale);
   a.max_pages_per_seq = as_int(kCall, "max_pages_per_seq", page_table.shape(1));
   c.dim("k_cache", k_cache, 3, a.head_dim, "head_dim of q");
   c.same_shape("v_cache", v_cache, "k_cache", k_cache);
@@ -477,10 +533,11 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
 void paged_decode(const Input& q, const Input& k_cache, const Input& v_cache, const Input& page_table,
                   const Input& seq_lens, Output out, Opt<Output> lse, Opt<Input> mask,
                   Opt<Input> req_indices, Opt<Input> new_k, Opt<Input> new_v, double scale, double logit_cap,
-                  Opt<Input> sinks, int window_left, Opt<std::uintptr_t> stream) {
+                  Opt<Input> sinks, int window_left, Opt<Input> k_scale, Opt<Input> v_scale,
+                  Opt<std::uintptr_t> stream) {
   const astrai::PagedDecodeArgs a = paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
                                                       req_indices, new_k, new_v, scale, logit_cap, sinks,
-                                                      window_left, stream);
+                                                      window_left, k_scale, v_scale, stream);
   launch(&astrai::Runtime::paged_decode, a);
 }
 
@@ -491,7 +548,7 @@ double time_paged_decode_calls(const Input& q, const Input& k_cache, const Input
                                Opt<std::uintptr_t> stream, int calls) {
   Opt<Output> lse;
   const astrai::PagedDecodeArgs a = paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, {},
-                                                      {}, {}, {}, scale, 0.0, {}, -1, stream);
+                                                      {}, {}, {}, scale, 0.0, {}, -1, {}, {}, stream);
   nb::gil_scoped_release release;
   astrai::Runtime& runtime = astrai::Runtime::get();
   const auto start = std::chrono::steady_clock::now();
@@ -514,7 +571,7 @@ std::size_t decode_heads_dim(Checker& c, const char* name, const Input& t) {
 
 void decode(const Input& q, const Input& k, const Input& v, Output out, Opt<Output> lse, Opt<Input> mask,
             int causal_offset, double scale, double logit_cap, Opt<Input> sinks, int window_left,
-            Opt<std::uintptr_t> stream) {
+            Opt<Input> k_scale, Opt<Input> v_scale, Opt<std::uintptr_t> stream) {
   constexpr const char* kCall = "decode";
   Checker c(kCall);
   astrai::DecodeArgs a;
@@ -523,14 +580,13 @@ void decode(const Input& q, const Input& k, const Input& v, Output out, Opt<Outp
   c.rank("v", v, 4, "[batch, kv_len, n_kv_heads, head_dim]");
   c.rank("out", out, q.ndim(), "the shape of q");
   a.dtype = c.attention_dtype("q", q);
-  c.same_dtype("k", k, a.dtype);
-  c.same_dtype("v", v, a.dtype);
   c.same_dtype("out", out, a.dtype);
   a.batch = as_int(kCall, "batch", q.shape(0));
   a.n_heads = as_int(kCall, "n_heads", q.shape(h));
   a.head_dim = as_int(kCall, "head_dim", q.shape(h + 1));
   a.kv_len = as_int(kCall, "kv_len", k.shape(1));
   a.n_kv_heads = as_int(kCall, "n_kv_heads", k.shape(2));
+  set_kv_format(c, a, "k", k, "v", v, k_scale, v_scale);
   c.dim("k", k, 0, a.batch, "batch of q");
   c.dim("k", k, 3, a.head_dim, "head_dim of q");
   c.same_shape("v", v, "k", k);
@@ -659,7 +715,8 @@ void prefill(const Input& q, const Input& k, const Input& v, Output out, Opt<Out
 void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, const Input& page_table,
                    const Input& seq_lens, const Input& qo_indptr, Output out, Opt<Output> lse,
                    Opt<Input> mask, int max_q_len, bool causal, double scale, double logit_cap,
-                   Opt<Input> sinks, int window_left, Opt<std::uintptr_t> stream) {
+                   Opt<Input> sinks, int window_left, Opt<Input> k_scale, Opt<Input> v_scale,
+                   Opt<std::uintptr_t> stream) {
   constexpr const char* kCall = "paged_prefill";
   Checker c(kCall);
   astrai::PagedPrefillArgs a;
@@ -671,8 +728,6 @@ void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, c
   c.rank("qo_indptr", qo_indptr, 1, "[batch + 1]");
   c.rank("out", out, 3, "[total_q, n_heads, head_dim]");
   a.dtype = c.attention_dtype("q", q);
-  c.same_dtype("k_cache", k_cache, a.dtype);
-  c.same_dtype("v_cache", v_cache, a.dtype);
   c.dtype("page_table", page_table, Kind::int32);
   c.dtype("seq_lens", seq_lens, Kind::int32);
   c.dtype("qo_indptr", qo_indptr, Kind::int32);
@@ -685,6 +740,7 @@ void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, c
   a.num_pages = as_int(kCall, "num_pages", k_cache.shape(0));
   a.page_size = as_int(kCall, "page_size", k_cache.shape(1));
   a.n_kv_heads = as_int(kCall, "n_kv_heads", k_cache.shape(2));
+  set_kv_format(c, a, "k_cache", k_cache, "v_cache", v_cache, k_scale, v_scale);
   a.max_pages_per_seq = as_int(kCall, "max_pages_per_seq", page_table.shape(1));
   c.dim("k_cache", k_cache, 3, a.head_dim, "head_dim of q");
   c.same_shape("v_cache", v_cache, "k_cache", k_cache);
@@ -841,11 +897,12 @@ NB_MODULE(_C, m) {
         nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("out"), nb::arg("lse").none(),
         nb::arg("mask").none(), nb::arg("req_indices").none(), nb::arg("new_k").none(),
         nb::arg("new_v").none(), nb::arg("scale"), nb::arg("logit_cap"), nb::arg("sinks").none(),
-        nb::arg("window_left"), nb::arg("stream").none(),
+        nb::arg("window_left"), nb::arg("k_scale").none(), nb::arg("v_scale").none(), nb::arg("stream").none(),
         "Paged decode attention over DLPack tensors; out (and lse) written in place.");
   m.def("decode", &decode, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(),
         nb::arg("mask").none(), nb::arg("causal_offset"), nb::arg("scale"), nb::arg("logit_cap"),
-        nb::arg("sinks").none(), nb::arg("window_left"), nb::arg("stream").none(),
+        nb::arg("sinks").none(), nb::arg("window_left"), nb::arg("k_scale").none(), nb::arg("v_scale").none(),
+        nb::arg("stream").none(),
         "Decode attention over a contiguous KV cache.");
   m.def("prefill", &prefill, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(),
         nb::arg("mask").none(), nb::arg("causal_offset"), nb::arg("scale"), nb::arg("logit_cap"),
@@ -855,7 +912,8 @@ NB_MODULE(_C, m) {
         nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("qo_indptr"), nb::arg("out"),
         nb::arg("lse").none(), nb::arg("mask").none(), nb::arg("max_q_len"), nb::arg("causal"),
         nb::arg("scale"), nb::arg("logit_cap"), nb::arg("sinks").none(), nb::arg("window_left"),
-        nb::arg("stream").none(), "Prefill over a paged KV cache, ragged batch.");
+        nb::arg("k_scale").none(), nb::arg("v_scale").none(), nb::arg("stream").none(),
+        "Prefill over a paged KV cache, ragged batch.");
   m.def("rotary_emb", &rotary_emb, nb::arg("x"), nb::arg("freqs_cis"), nb::arg("out"), nb::arg("stream").none(),
         "Rotary embedding over interleaved pairs (out may be x).");
   m.def("_time_paged_decode_calls", &time_paged_decode_calls, nb::arg("q"), nb::arg("k_cache"),

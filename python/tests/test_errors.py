@@ -50,7 +50,8 @@ class TestPagedDecode:
 
     def test_cache_dtype_must_match_q(self):
         q, k, v, table, lens = paged_inputs()
-        with raises(TypeError, "paged_decode: k_cache has dtype float16 (allowed: bfloat16, the dtype of q)"):
+        with raises(TypeError, "paged_decode: k_cache has dtype float16 (allowed: bfloat16 (the dtype of q), "
+                               "float8_e4m3fn, float8_e5m2)"):
             astrai_jit.paged_decode(q, k.half(), v, table, lens)
 
     def test_head_dim_mismatch_names_both_shapes(self):
@@ -318,6 +319,49 @@ class TestFeatures:
             astrai_jit.paged_decode(*args, sinks=torch.zeros(8, dtype=bf16))
         with raises(TypeError, "paged_decode: sinks is a list (allowed: torch.Tensor)"):
             astrai_jit.paged_decode(*args, sinks=[0.0] * 8)
+
+    def test_fp8_cache_passes_the_checks_with_its_scales(self, host_only):
+        q, k, v, table, lens = paged_inputs()
+        for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+            k8, v8 = k.to(dtype), v.to(dtype)
+            astrai_jit.paged_decode(q, k8, v8, table, lens, k_scale=torch.ones(()), v_scale=torch.ones(()))
+            astrai_jit.paged_decode(q, k8, v8, table, lens, k_scale=torch.ones(2), v_scale=torch.ones(2))
+
+    def test_fp8_cache_needs_its_scales(self, host_only):
+        q, k, v, table, lens = paged_inputs()
+        k8, v8 = k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)
+        with raises(ValueError, "paged_decode: k_cache has dtype float8_e4m3fn but k_scale is missing"):
+            astrai_jit.paged_decode(q, k8, v8, table, lens)
+        with raises(ValueError, "paged_decode: k_cache has dtype float8_e4m3fn but v_scale is missing"):
+            astrai_jit.paged_decode(q, k8, v8, table, lens, k_scale=torch.ones(()))
+
+    def test_scales_without_fp8_are_refused(self, host_only):
+        with raises(ValueError, "paged_decode: k_scale is given but k_cache has dtype bfloat16 (allowed: scales "
+                                "with a float8_e4m3fn or float8_e5m2 cache only)"):
+            astrai_jit.paged_decode(*paged_inputs(), k_scale=torch.ones(()), v_scale=torch.ones(()))
+
+    def test_fp8_k_and_v_formats_must_match(self, host_only):
+        q, k, v, table, lens = paged_inputs()
+        with raises(TypeError, "paged_decode: v_cache has dtype float8_e5m2 (allowed: float8_e4m3fn, the dtype of "
+                               "k_cache)"):
+            astrai_jit.paged_decode(q, k.to(torch.float8_e4m3fn), v.to(torch.float8_e5m2), table, lens,
+                                    k_scale=torch.ones(()), v_scale=torch.ones(()))
+
+    def test_scale_shapes(self, host_only):
+        q, k, v, table, lens = paged_inputs()
+        k8, v8 = k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)
+        with raises(ValueError, "paged_decode: k_scale has shape [3]: dim 0 is 3 (allowed: 2, n_kv_heads, or 1"):
+            astrai_jit.paged_decode(q, k8, v8, table, lens, k_scale=torch.ones(3), v_scale=torch.ones(3))
+        with raises(ValueError, "paged_decode: v_scale has 2 values but k_scale has 1"):
+            astrai_jit.paged_decode(q, k8, v8, table, lens, k_scale=torch.ones(1), v_scale=torch.ones(2))
+        with raises(TypeError, "paged_decode: k_scale has dtype bfloat16 (allowed: float32)"):
+            astrai_jit.paged_decode(q, k8, v8, table, lens, k_scale=torch.ones(1, dtype=bf16), v_scale=torch.ones(1))
+
+    def test_prefill_takes_no_fp8_cache(self, host_only):
+        q = torch.randn(2, 5, 8, 64, dtype=bf16)
+        k = torch.randn(2, 20, 2, 64, dtype=bf16).to(torch.float8_e4m3fn)
+        with raises(TypeError, "prefill: k has dtype float8_e4m3fn (allowed: bfloat16, float16)"):
+            astrai_jit.prefill(q, k, k)
 
     def test_every_feature_passes_the_checks(self, host_only):
         q, k, v, table, lens = paged_inputs()

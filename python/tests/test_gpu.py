@@ -244,6 +244,28 @@ def test_paged_prefill_features_match_float64(features):
         start += ql
 
 
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2])
+@pytest.mark.parametrize("per_head", [False, True])
+def test_fp8_kv_cache_matches_the_dequantized_reference(fp8, per_head):
+    dtype = torch.bfloat16
+    q, kc, vc, table, lens = paged_case(4, 16, 4, 128, 16, 8, dtype, seed=11)
+    shape = (4,) if per_head else ()
+    k_scale, v_scale = torch.rand(shape, device="cuda") + 0.5, torch.rand(shape, device="cuda") + 0.5
+    k8, v8 = kc.float().to(fp8), vc.float().to(fp8)
+    heads = (1, 1, 4, 1) if per_head else ()
+    k_real = k8.double() * (k_scale.double().view(heads) if per_head else k_scale.double())
+    v_real = v8.double() * (v_scale.double().view(heads) if per_head else v_scale.double())
+    out = poisoned(*q.shape, dtype=dtype)
+    got = astrai_jit.paged_decode(q, k8, v8, table, lens, out=out, k_scale=k_scale, v_scale=v_scale)
+    expected, _ = paged_ref(q, k_real, v_real, table, lens)
+    assert close(got, expected)[0], close(got, expected)[1]
+    # Contiguous decode over the same FP8 values.
+    k_flat = k8[table[0].long()].reshape(1, -1, 4, 128)[:, : int(lens[0])]
+    v_flat = v8[table[0].long()].reshape(1, -1, 4, 128)[:, : int(lens[0])]
+    got = astrai_jit.decode(q[:1, None], k_flat, v_flat, k_scale=k_scale, v_scale=v_scale)
+    assert close(got[:, 0], expected[:1])[0]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_rotary_emb_matches_float64_in_place_and_out_of_place(dtype):
     x = rand(2, 33, 8, 128, dtype=dtype)

@@ -43,21 +43,23 @@ def example_args(name, device):
     lse = torch.empty(2, 8, device=device)
     if name == "paged_decode":
         sinks = torch.zeros(8, device=device)  # the optional tensor among the feature arguments
-        return (q, kc, kc.clone(), table, lens, torch.empty_like(q), lse, None, None, 0.0, 0.0, sinks, -1, -1)
+        return (q, kc, kc.clone(), table, lens, torch.empty_like(q), lse, None, None, 0.0, 0.0, sinks, -1, None,
+                None, -1)
     if name == "paged_decode_append":
         new = torch.randn(2, 2, 64, dtype=bf16, device=device)
         return (q, kc, kc.clone(), table, lens, torch.empty_like(q), lse, None, None, new, new.clone(), 0.0,
-                0.0, None, -1, -1)
+                0.0, None, -1, None, None, -1)
     if name in ("decode", "prefill"):
         q4 = torch.randn(2, 1 if name == "decode" else 5, 8, 64, dtype=bf16, device=device)
         k = torch.randn(2, 20, 2, 64, dtype=bf16, device=device)
         lse = torch.empty(2, 8, device=device) if name == "decode" else torch.empty(2, 5, 8, device=device)
-        return (q4, k, k.clone(), torch.empty_like(q4), lse, None, -1, 0.0, 0.0, None, -1, -1)
+        scales = (None, None) if name == "decode" else ()
+        return (q4, k, k.clone(), torch.empty_like(q4), lse, None, -1, 0.0, 0.0, None, -1, *scales, -1)
     if name == "paged_prefill":
         qp = torch.randn(7, 8, 64, dtype=bf16, device=device)
         indptr = torch.tensor([0, 3, 7], dtype=torch.int32, device=device)
         return (qp, kc, kc.clone(), table, lens, indptr, torch.empty_like(qp), None, None, -1, True, 0.0, 0.0,
-                None, -1, -1)
+                None, -1, None, None, -1)
     x = torch.randn(6, 8, 64, dtype=bf16, device=device)
     f = torch.randn(6, 32, 2, device=device)
     return (x, f, torch.empty_like(x), -1) if name == "rotary_emb" else (x, f, -1)

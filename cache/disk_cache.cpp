@@ -16,7 +16,7 @@
 #include <thread>
 #include <utility>
 
-#include "runtime/logging.hpp"
+#include "base/logging.hpp"
 
 namespace astrai::detail {
 

@@ -23,7 +23,7 @@
 #include <system_error>
 #include <thread>
 
-#include "runtime/logging.hpp"
+#include "base/logging.hpp"
 
 namespace astrai::detail {
 

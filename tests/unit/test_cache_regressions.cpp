@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "astrai/error.hpp"
+#include "base/logging.hpp"
 #include "cache/disk_cache.hpp"
 #include "runtime/env_config.hpp"
 #include "runtime/jit_engine.hpp"
 #include "runtime/kernel_spec.hpp"
-#include "runtime/logging.hpp"
 #include "tests/support/support.hpp"
 
 namespace fs = std::filesystem;

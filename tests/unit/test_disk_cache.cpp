@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/logging.hpp"
 #include "cache/disk_cache.hpp"
-#include "runtime/logging.hpp"
 #include "tests/support/support.hpp"
 
 namespace fs = std::filesystem;

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "astrai/error.hpp"
+#include "base/logging.hpp"
 #include "cache/disk_cache.hpp"
 #include "runtime/env_config.hpp"
 #include "runtime/jit_engine.hpp"
 #include "runtime/kernel_spec.hpp"
-#include "runtime/logging.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "tests/support/specs.hpp"
 #include "tests/support/support.hpp"

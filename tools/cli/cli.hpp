@@ -23,13 +23,13 @@
 #include <vector>
 
 #include "astrai/error.hpp"
+#include "base/logging.hpp"
 #include "cache/cache_archive.hpp"
 #include "cache/disk_cache.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/env_config.hpp"
 #include "runtime/jit_engine.hpp"
 #include "runtime/kernel_spec.hpp"
-#include "runtime/logging.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
 

@@ -170,6 +170,27 @@ std::optional<CacheEntryData> decode_entry(const char* data, std::size_t size,
   }
 }
 
+std::optional<CacheEntryData> decode_entry_of_variant(std::string_view variant_name,
+                                                      const char* data, std::size_t size,
+                                                      std::string* why) {
+  auto decoded = decode_entry(data, size, why);
+  if (!decoded) return std::nullopt;
+  if (decoded->variant_name != variant_name) {
+    if (why) *why = "variant name does not match the file name";
+    return std::nullopt;
+  }
+  // An entry holding the other kind would be refused by the runtime anyway.
+  const std::size_t dot = variant_name.rfind('.');
+  const std::string_view target = variant_name.substr(dot == std::string_view::npos ? 0 : dot + 1);
+  const BinaryKind expected =
+      target.rfind("compute_", 0) == 0 ? BinaryKind::ptx : BinaryKind::cubin;
+  if (decoded->kind != expected) {
+    if (why) *why = "binary kind does not match the variant's target";
+    return std::nullopt;
+  }
+  return decoded;
+}
+
 bool is_other_entry_format(const char* data, std::size_t size) {
   if (data == nullptr || size < 12 || std::memcmp(data, kMagic, sizeof kMagic) != 0) return false;
   return get_u32(reinterpret_cast<const unsigned char*>(data) + 8) != kEntryFormatVersion;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace astrai::detail {
@@ -38,6 +39,12 @@ std::optional<CacheEntryData> decode_entry(const char* data, std::size_t size,
                                            std::string* error = nullptr);
 // decode_entry for a buffer the caller gives up: the payload keeps the buffer (no copy).
 std::optional<CacheEntryData> decode_entry_taking(std::vector<char>&& bytes, std::string* error);
+// decode_entry for an entry file stored under `variant_name`: also checks that the entry holds
+// that variant and the binary kind its target compiles to (a variant's last name component is
+// its target: PTX for a compute_ target, a cubin for any other).
+std::optional<CacheEntryData> decode_entry_of_variant(std::string_view variant_name,
+                                                      const char* data, std::size_t size,
+                                                      std::string* why);
 // True for a file that starts like an entry but carries another format version: written by
 // another build of the library sharing the cache. Such a file is a miss, not damage.
 bool is_other_entry_format(const char* data, std::size_t size);

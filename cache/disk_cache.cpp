@@ -367,21 +367,8 @@ bool DiskCache::import_entry(const std::string& file_name, const std::vector<cha
     std::uint64_t& half = i < 16 ? key.high : key.low;
     half = (half << 4) | digit;
   }
-  auto decoded = decode_entry(bytes.data(), bytes.size(), why);
+  const auto decoded = decode_entry_of_variant(variant, bytes.data(), bytes.size(), why);
   if (!decoded) return false;
-  if (decoded->variant_name != variant) {
-    *why = "variant name does not match the file name";
-    return false;
-  }
-  const std::size_t dot = variant.rfind('.');
-  const std::string_view target =
-      std::string_view(variant).substr(dot == std::string::npos ? 0 : dot + 1);
-  const BinaryKind expected =
-      target.rfind("compute_", 0) == 0 ? BinaryKind::ptx : BinaryKind::cubin;
-  if (decoded->kind != expected) {
-    *why = "binary kind does not match the variant's target";
-    return false;
-  }
   if (!store(key, *decoded)) {
     *why = fmt::format("cannot write the cache at {}", root_.string());
     return false;

@@ -116,24 +116,8 @@ bool DiskCache::read_entry_file(const CacheEntryInfo& info, std::vector<char>* b
     *why = "another entry format";
     return false;
   }
-  auto decoded = decode_entry(bytes->data(), bytes->size(), why);
-  if (!decoded) return false;
-  if (decoded->variant_name != info.variant_name) {
-    *why = "variant name does not match the file name";
-    return false;
-  }
-  // A variant's last name component is its target: PTX for a compute_ target, a cubin for
-  // any other. An entry holding the other kind would be refused by the runtime anyway.
-  const std::size_t dot = info.variant_name.rfind('.');
-  const std::string_view target =
-      std::string_view(info.variant_name).substr(dot == std::string::npos ? 0 : dot + 1);
-  const BinaryKind expected =
-      target.rfind("compute_", 0) == 0 ? BinaryKind::ptx : BinaryKind::cubin;
-  if (decoded->kind != expected) {
-    *why = "binary kind does not match the variant's target";
-    return false;
-  }
-  return true;
+  return decode_entry_of_variant(info.variant_name, bytes->data(), bytes->size(), why)
+      .has_value();
 }
 
 std::vector<CacheEntryInfo> DiskCache::list() const {

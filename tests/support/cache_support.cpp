@@ -31,6 +31,13 @@ bool same_entry(const detail::CacheEntryData& a, const detail::CacheEntryData& b
          a.nvrtc_version == b.nvrtc_version && a.payload == b.payload;
 }
 
+detail::EnvConfig config_for(const fs::path& dir, detail::CacheMode mode) {
+  detail::EnvConfig config;
+  config.cache_dir = dir;
+  config.cache_mode = mode;
+  return config;
+}
+
 std::vector<fs::path> all_files(const fs::path& dir) {
   std::vector<fs::path> files;
   std::error_code ec;
@@ -45,6 +52,13 @@ std::size_t count_temp_files(const fs::path& dir) {
   std::size_t count = 0;
   for (const auto& file : all_files(dir))
     if (file.filename().string().rfind(".tmp-", 0) == 0) ++count;
+  return count;
+}
+
+std::size_t count_occurrences(const std::string& text, const std::string& needle) {
+  std::size_t count = 0;
+  for (auto pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1))
+    ++count;
   return count;
 }
 

@@ -26,6 +26,7 @@ using astrai::testing::StderrCapture;
 using astrai::testing::TempDir;
 using astrai::testing::write_file;
 using astrai::testing::all_files;
+using astrai::testing::count_occurrences;
 using astrai::testing::count_temp_files;
 using astrai::testing::make_entry;
 using astrai::testing::make_key;
@@ -34,13 +35,6 @@ using astrai::testing::same_entry;
 using astrai::testing::set_age;
 
 namespace {
-
-std::size_t count_occurrences(const std::string& text, const std::string& needle) {
-  std::size_t count = 0;
-  for (auto pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1))
-    ++count;
-  return count;
-}
 
 // True when chmod can really make `dir` unwritable (it cannot for root).
 bool write_protection_works(const fs::path& dir) { return ::access(dir.c_str(), W_OK) != 0; }

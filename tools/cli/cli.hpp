@@ -114,6 +114,9 @@ void print_error(std::string message);
 
 double seconds_since(std::chrono::steady_clock::time_point start);
 
+// One attribute of the device `ordinal` (throws astrai::CudaError naming the call).
+int device_attribute(CUdevice device, CUdevice_attribute attribute, int ordinal);
+
 // Reads the ASTRAI_JIT_* environment once, configures logging and warns about unknown names.
 EnvConfig load_config();
 

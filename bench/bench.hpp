@@ -48,12 +48,12 @@
 
 #include "astrai/error.hpp"
 #include "astrai/runtime.hpp"
+#include "base/logging.hpp"
 #include "kernel_src/kernel_params.h"
 #include "runtime/driver_api.hpp"
 #include "runtime/env_config.hpp"
 #include "runtime/jit_engine.hpp"
 #include "runtime/kernel_spec.hpp"
-#include "runtime/logging.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "tests/support/support.hpp"
 

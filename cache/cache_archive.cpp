@@ -10,11 +10,11 @@
 #include <random>
 #include <set>
 #include <string_view>
-#include <system_error>
 
 #include <fmt/format.h>
 
 #include "astrai/error.hpp"
+#include "cache/cache_fs.hpp"
 
 namespace astrai::detail {
 
@@ -25,8 +25,6 @@ namespace {
 constexpr char kArchiveMagic[8] = {'A', 'S', 'T', 'R', 'A', 'I', 'J', 'A'};
 constexpr char kArchiveEndMagic[8] = {'A', 'S', 'T', 'R', 'A', 'I', 'J', 'Z'};
 constexpr std::uint32_t kMaxEntryFileName = 255;
-
-std::string errno_text(int error) { return std::generic_category().message(error); }
 
 // Opens `path` for reading and checks that it is a regular file; throws InvalidArgument
 // naming `what` otherwise.
@@ -53,17 +51,6 @@ bool read_exact(int fd, char* out, std::size_t size) {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     out += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-bool write_exact(int fd, const char* data, std::size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
     size -= static_cast<std::size_t>(n);
   }
   return true;
@@ -193,7 +180,7 @@ ArchiveReport export_cache(const DiskCache& cache, const std::vector<std::string
   put_u32(header, kArchiveVersion);
   put_u32(header, 0);
   put_u64(header, 0);  // entry count, filled in at the end
-  if (!write_exact(fd, header.data(), header.size())) fail("cannot write");
+  if (write_all(fd, header.data(), header.size()) != 0) fail("cannot write");
 
   for (const auto& info : cache.list()) {
     if (!wanted.empty() && wanted.count(info.variant_name) == 0) continue;
@@ -209,8 +196,8 @@ ArchiveReport export_cache(const DiskCache& cache, const std::vector<std::string
     put_u32(record, static_cast<std::uint32_t>(name.size()));
     record += name;
     put_u64(record, bytes.size());
-    if (!write_exact(fd, record.data(), record.size()) ||
-        !write_exact(fd, bytes.data(), bytes.size()))
+    if (write_all(fd, record.data(), record.size()) != 0 ||
+        write_all(fd, bytes.data(), bytes.size()) != 0)
       fail("cannot write");
     found.insert(info.variant_name);
     ++report.entries;
@@ -224,7 +211,7 @@ ArchiveReport export_cache(const DiskCache& cache, const std::vector<std::string
   put_u64(trailer, report.entries);
   std::string count;
   put_u64(count, report.entries);
-  if (!write_exact(fd, trailer.data(), trailer.size()) ||
+  if (write_all(fd, trailer.data(), trailer.size()) != 0 ||
       ::pwrite(fd, count.data(), count.size(), 16) != static_cast<ssize_t>(count.size()))
     fail("cannot write");
   if (::fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP) fail("cannot fsync");

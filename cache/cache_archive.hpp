@@ -3,7 +3,7 @@
 //
 // Archive format (little endian): magic "ASTRAIJA", u32 archive version, u32 zero, u64 entry
 // count; per entry: u32 file-name length, the entry's file name ("<32 hex>.<variant>.cubin"),
-// u64 entry size, the entry file's bytes (header and checksum included, see disk_cache.hpp);
+// u64 entry size, the entry file's bytes (header and checksum included, see cache_entry.hpp);
 // then the end magic "ASTRAIJZ" and the entry count again (a truncated archive is noticed).
 // Import checks every entry like a load does (its checksum, names and kind); whether to trust
 // the archive's origin is the importer's decision: import only archives you would run code

@@ -1,4 +1,5 @@
-// On-disk cache of compiled kernels. Usable without a driver or GPU.
+// On-disk cache of compiled kernels. Usable without a driver or GPU. The entry format is in
+// cache/cache_entry.hpp.
 //
 // Layout under the cache root:
 //   v1/<first two hex digits>/<32-hex key>.<variant name>.cubin   entry (header + payload)
@@ -23,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/cache_entry.hpp"
 #include "cache/cache_key.hpp"
 #include "cache/cache_trust.hpp"
 #include "cache/file_lock.hpp"
@@ -30,15 +32,6 @@
 namespace astrai::detail {
 
 enum class CacheMode { read_write, read_only, off };
-
-enum class BinaryKind : std::uint8_t { cubin = 1, ptx = 2 };
-
-struct CacheEntryData {
-  BinaryKind kind = BinaryKind::cubin;
-  std::string variant_name;
-  std::string nvrtc_version;  // "13.0"
-  std::vector<char> payload;  // the cubin (or PTX text when the arch is newer than NVRTC)
-};
 
 struct CacheEntryInfo {
   std::filesystem::path path;
@@ -58,29 +51,6 @@ struct CacheStats {
   std::uint64_t entries = 0;
   std::uint64_t total_bytes = 0;
 };
-
-// Entry file format (little endian), pinned by a golden test:
-//   magic "ASTRAIJC" (8 bytes), u32 format version, u8 binary kind, 3 bytes zero,
-//   u64 payload size, u64 XXH3-64 of everything after the header (names and payload) seeded
-//   with header bytes 8..15 (version, kind, reserved) read as a little-endian u64,
-//   u32 variant-name length, u32 nvrtc-version length, variant name bytes, nvrtc version bytes,
-//   payload bytes.
-inline constexpr std::uint32_t kEntryFormatVersion = 2;
-// Larger entry files are refused before anything is allocated (a cubin is a few MiB at most).
-inline constexpr std::uint64_t kMaxEntryFileBytes = std::uint64_t{64} << 20;
-std::vector<char> encode_entry(const CacheEntryData& entry);
-// Returns nullopt (never throws) for anything malformed: short, wrong magic/version,
-// size mismatch, checksum mismatch. `error` (optional) receives a short reason.
-std::optional<CacheEntryData> decode_entry(const char* data, std::size_t size,
-                                           std::string* error = nullptr);
-// True for a file that starts like an entry but carries another format version: written by
-// another build of the library sharing the cache. Such a file is a miss, not damage.
-bool is_other_entry_format(const char* data, std::size_t size);
-
-// Checks a kernel binary before it reaches the driver: PTX must end in NUL; a cubin must be a
-// 64-bit little-endian ELF whose header, program and section tables and section contents lie
-// inside the payload. Returns false with a short reason.
-bool check_kernel_binary(BinaryKind kind, const char* data, std::size_t size, std::string* why);
 
 class DiskCache {
  public:

@@ -23,7 +23,8 @@
 #include <system_error>
 #include <thread>
 
-#include "runtime/logging.hpp"
+#include "base/logging.hpp"
+#include "cache/cache_fs.hpp"
 
 namespace astrai::detail {
 
@@ -38,12 +39,9 @@ void set_outcome(FileLock::Outcome* outcome, FileLock::Outcome value) {
 }
 
 int open_lock_file(int dir_fd, const char* name, mode_t mode) {
-  for (;;) {
-    // Read-only: flock needs no write access, and a lock file is never written.
-    int fd = ::openat(dir_fd, name, O_RDONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+  // Read-only: flock needs no write access, and a lock file is never written.
+  return openat_retry(dir_fd, name, O_RDONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
                       mode);
-    if (fd >= 0 || errno != EINTR) return fd;
-  }
 }
 
 }  // namespace
@@ -71,13 +69,13 @@ std::unique_ptr<FileLock> FileLock::acquire_at(int dir_fd, const std::string& na
   set_outcome(outcome, Outcome::unavailable);
   int fd = open_lock_file(dir_fd, name.c_str(), trust.file_mode());
   if (fd < 0) {
-    if (why) *why = errno == ELOOP ? "a symbolic link" : std::generic_category().message(errno);
+    if (why) *why = errno == ELOOP ? "a symbolic link" : errno_text(errno);
     return nullptr;
   }
   struct stat status {};
   std::string problem;
   if (::fstat(fd, &status) != 0)
-    problem = std::generic_category().message(errno);
+    problem = errno_text(errno);
   else if (!S_ISREG(status.st_mode))
     problem = "not a regular file";
   else

@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "base/logging.hpp"
 #include "runtime/jit_engine.hpp"
-#include "runtime/logging.hpp"
 
 namespace astrai::detail {
 

@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/logging.hpp"
 #include "cache/disk_cache.hpp"
-#include "runtime/logging.hpp"
 
 namespace astrai::detail {
 

@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 
 #include "astrai/error.hpp"
+#include "base/logging.hpp"
 #include "runtime/compile_plan.hpp"
-#include "runtime/logging.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
 namespace astrai::detail {

@@ -2,7 +2,7 @@
 // launches) live with their families in runtime/families/.
 #include "astrai/runtime.hpp"
 
-#include "runtime/logging.hpp"
+#include "base/logging.hpp"
 #include "runtime/validation.hpp"
 #include "runtime/runtime_impl.hpp"
 

@@ -1,10 +1,23 @@
 #!/usr/bin/env bash
 # Builds the astrai-jit wheel (scikit-build-core, the project's CMake), installs it into a
 # virtual environment with PyTorch and pytest, and runs python/tests there (GPU tests skip
-# without a GPU). Usage: tools/run_python_tests.sh [WORK_DIR]   (default: build-python)
+# without a GPU).
+# Usage: tools/run_python_tests.sh [--deps-only] [WORK_DIR]   (default: build-python)
+#   --deps-only  only create the environment and install the dependencies (tools/run_tests.sh
+#                runs this in the background while it builds the C++ suite: the PyTorch
+#                download is the longest wait of a fresh run).
 # PYTHON picks the interpreter (default python3). The environment is reused between runs.
+# ASTRAI_PY_CMAKE_BUILD_DIR names a CMake build tree of this source (Release, Ninja) for the
+# wheel to reuse, so that the library and the CLI already built there are not compiled again;
+# the tree is then also configured with ASTRAI_JIT_BUILD_PYTHON=ON (tests and install stay on).
+# Without it the wheel builds in build-python/ (pyproject.toml).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+deps_only=0
+if [ "${1:-}" = --deps-only ]; then
+  deps_only=1
+  shift
+fi
 work=${1:-$root/build-python}
 python=${PYTHON:-python3}
 mkdir -p "$work"
@@ -16,8 +29,14 @@ export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 pip=("$venv/bin/python" -m pip --disable-pip-version-check)
 "$venv/bin/python" -c "import torch, pytest, numpy, nanobind, scikit_build_core" 2>/dev/null ||
   "${pip[@]}" install -q "torch>=2.4" pytest numpy "nanobind>=2.0" "scikit-build-core>=0.10"
+[ "$deps_only" = 1 ] && exit 0
+wheel_options=()
+if [ -n "${ASTRAI_PY_CMAKE_BUILD_DIR:-}" ]; then
+  wheel_options=(-Cbuild-dir="$ASTRAI_PY_CMAKE_BUILD_DIR"
+    -Ccmake.define.ASTRAI_JIT_BUILD_TESTS=ON -Ccmake.define.ASTRAI_JIT_INSTALL=ON)
+fi
 rm -rf "$work/dist"
-"${pip[@]}" wheel -q --no-build-isolation --no-deps -w "$work/dist" "$root"
+"${pip[@]}" wheel -q --no-build-isolation --no-deps "${wheel_options[@]}" -w "$work/dist" "$root"
 "${pip[@]}" install -q --force-reinstall --no-deps "$work"/dist/astrai_jit-*.whl
 cd "$work"
 "$venv/bin/astrai-jit" --help >/dev/null

@@ -39,7 +39,7 @@ const char* damage_name(Damage damage) {
   return "?";
 }
 
-// Header layout (cache/disk_cache.hpp): magic 0..7, version 8..11, kind 12, reserved 13..15,
+// Header layout (cache/cache_entry.hpp): magic 0..7, version 8..11, kind 12, reserved 13..15,
 // payload size 16..23, checksum 24..31, name length 32..35, nvrtc version length 36..39.
 std::vector<char> damaged_copy(Damage damage, const std::vector<char>& good,
                                const std::vector<char>& other, std::mt19937_64& rng) {

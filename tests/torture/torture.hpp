@@ -42,12 +42,12 @@
 #include <fmt/format.h>
 
 #include "astrai/error.hpp"
+#include "base/logging.hpp"
 #include "cache/cache_key.hpp"
 #include "cache/disk_cache.hpp"
 #include "runtime/env_config.hpp"
 #include "runtime/jit_engine.hpp"
 #include "runtime/kernel_spec.hpp"
-#include "runtime/logging.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
 namespace fs = std::filesystem;

@@ -6,52 +6,35 @@
 #include <vector>
 
 #include "astrai/error.hpp"
+#include "base/logging.hpp"
 #include "cache/disk_cache.hpp"
 #include "runtime/env_config.hpp"
 #include "runtime/jit_engine.hpp"
 #include "runtime/kernel_spec.hpp"
-#include "runtime/logging.hpp"
+#include "tests/support/cache_support.hpp"
 #include "tests/support/support.hpp"
 
 namespace fs = std::filesystem;
 using astrai::detail::BinaryKind;
-using astrai::detail::CacheMode;
 using astrai::detail::decode_entry;
 using astrai::detail::EnvConfig;
 using astrai::detail::JitEngine;
 using astrai::detail::KernelSpec;
-using astrai::detail::Logger;
-using astrai::detail::LogLevel;
 using astrai::detail::VariantSource;
+using astrai::testing::config_for;
+using astrai::testing::QuietLog;
 using astrai::testing::read_file;
 using astrai::testing::TempDir;
 using astrai::testing::write_file;
 
 namespace {
 
-EnvConfig rw_config(const fs::path& dir, bool strict = false) {
-  EnvConfig config;
-  config.cache_dir = dir;
-  config.cache_mode = CacheMode::read_write;
-  config.strict = strict;
-  return config;
-}
-
-class Quiet {
- public:
-  Quiet() : old_(Logger::instance().level()) { Logger::instance().set_level(LogLevel::off); }
-  ~Quiet() { Logger::instance().set_level(old_); }
-
- private:
-  LogLevel old_;
-};
-
 constexpr std::size_t kKindOffset = 12;  // header: magic(8), version(4), kind(1)
 
 // Warms `spec` into `dir`, then re-encodes its entry with the binary kind `kind` (a well-formed
 // entry with a valid checksum but the wrong kind: the engine must still refuse it).
 fs::path warm_and_set_kind(const fs::path& dir, const KernelSpec& spec, BinaryKind kind) {
-  JitEngine warm(rw_config(dir));
+  JitEngine warm(config_for(dir));
   warm.get(spec);
   const fs::path path = warm.cache().entry_path(warm.key_for(spec), spec.name());
   std::string bytes = read_file(path);
@@ -73,7 +56,7 @@ fs::path warm_and_set_kind(const fs::path& dir, const KernelSpec& spec, BinaryKi
 }  // namespace
 
 TEST_CASE("an entry whose binary kind byte was changed is never served from disk") {
-  Quiet quiet;
+  QuietLog quiet;
   struct Case {
     const char* variant;
     BinaryKind forged;
@@ -90,7 +73,7 @@ TEST_CASE("an entry whose binary kind byte was changed is never served from disk
     SUBCASE("a normal get recompiles once and republishes the right kind") {
       TempDir dir;
       const fs::path path = warm_and_set_kind(dir.path(), spec, c.forged);
-      JitEngine engine(rw_config(dir.path()));
+      JitEngine engine(config_for(dir.path()));
       VariantSource source = VariantSource::memory;
       const auto variant = engine.get(spec, &source);
       CHECK(source == VariantSource::compiled);
@@ -102,7 +85,7 @@ TEST_CASE("an entry whose binary kind byte was changed is never served from disk
       REQUIRE(entry.has_value());
       CHECK(entry->kind == c.real);
 
-      JitEngine again(rw_config(dir.path()));
+      JitEngine again(config_for(dir.path()));
       again.get(spec, &source);
       CHECK(source == VariantSource::disk);
     }
@@ -110,7 +93,9 @@ TEST_CASE("an entry whose binary kind byte was changed is never served from disk
     SUBCASE("a strict get treats it as a miss") {
       TempDir dir;
       warm_and_set_kind(dir.path(), spec, c.forged);
-      JitEngine engine(rw_config(dir.path(), true));
+      EnvConfig strict = config_for(dir.path());
+      strict.strict = true;
+      JitEngine engine(strict);
       CHECK_THROWS_AS(engine.get(spec), astrai::CacheMissError);
       CHECK(engine.counters().disk_hits == 0);
       CHECK(engine.counters().compiles == 0);

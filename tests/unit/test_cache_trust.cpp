@@ -23,19 +23,19 @@
 #include <fmt/format.h>
 
 #include "astrai/error.hpp"
+#include "base/logging.hpp"
 #include "cache/cache_archive.hpp"
 #include "cache/disk_cache.hpp"
 #include "runtime/env_config.hpp"
 #include "runtime/jit_engine.hpp"
 #include "runtime/kernel_spec.hpp"
-#include "runtime/logging.hpp"
+#include "tests/support/cache_support.hpp"
 #include "tests/support/support.hpp"
 
 namespace fs = std::filesystem;
 using astrai::DType;
 using astrai::detail::BinaryKind;
 using astrai::detail::CacheEntryData;
-using astrai::detail::CacheKey;
 using astrai::detail::CacheMode;
 using astrai::detail::CacheSharing;
 using astrai::detail::check_kernel_binary;
@@ -47,6 +47,11 @@ using astrai::detail::KernelKind;
 using astrai::detail::KernelSpec;
 using astrai::detail::LogLevel;
 using astrai::detail::VariantSource;
+using astrai::testing::config_for;
+using astrai::testing::count_occurrences;
+using astrai::testing::make_entry;
+using astrai::testing::make_key;
+using astrai::testing::QuietLog;
 using astrai::testing::read_file;
 using astrai::testing::TempDir;
 using astrai::testing::write_file;
@@ -57,22 +62,6 @@ constexpr uid_t kStranger = 1234;  // a uid that is not ours (nor root)
 
 bool is_root() { return ::geteuid() == 0; }
 
-CacheKey make_key(std::uint64_t n) {
-  CacheKey key;
-  key.high = 0x9e3779b97f4a7c15ULL * (n + 1);
-  key.low = n;
-  return key;
-}
-
-CacheEntryData make_entry(const std::string& variant, std::size_t size = 64) {
-  CacheEntryData entry;
-  entry.kind = BinaryKind::cubin;
-  entry.variant_name = variant;
-  entry.nvrtc_version = "12.8";
-  entry.payload.assign(size, 'x');
-  return entry;
-}
-
 KernelSpec rotary_spec(int head_dim = 64) {
   KernelSpec spec;
   spec.kind = KernelKind::rotary_emb;
@@ -80,13 +69,6 @@ KernelSpec rotary_spec(int head_dim = 64) {
   spec.head_dim = head_dim;
   spec.arch = "sm_80";
   return spec;
-}
-
-EnvConfig config_for(const fs::path& dir, CacheMode mode = CacheMode::read_write) {
-  EnvConfig config;
-  config.cache_dir = dir;
-  config.cache_mode = mode;
-  return config;
 }
 
 mode_t mode_of(const fs::path& path) {
@@ -134,24 +116,6 @@ class LogCapture {
   LogLevel old_level_;
   astrai::testing::StderrCapture capture_;
 };
-
-class QuietLog {
- public:
-  QuietLog() : old_(astrai::detail::Logger::instance().level()) {
-    astrai::detail::Logger::instance().set_level(LogLevel::off);
-  }
-  ~QuietLog() { astrai::detail::Logger::instance().set_level(old_); }
-
- private:
-  LogLevel old_;
-};
-
-std::size_t count_of(const std::string& text, const std::string& needle) {
-  std::size_t count = 0;
-  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1))
-    ++count;
-  return count;
-}
 
 // A minimal 64-bit little-endian ELF: header, then `sections` section headers right after it.
 std::vector<char> tiny_elf(std::uint16_t sections = 1) {
@@ -258,7 +222,7 @@ TEST_CASE("an entry owned by another user is a miss with one warning and is neve
   CHECK(cache.clear() == 0);
   const std::string output = log.finish();
   CHECK(read_file(path) == before);
-  CHECK(count_of(output, path.string()) == 1);
+  CHECK(count_occurrences(output, path.string()) == 1);
   CHECK(output.find("owned by uid 1234") != std::string::npos);
 }
 
@@ -463,9 +427,9 @@ TEST_CASE("a wait of more than a few seconds for a compile lock is logged at war
   const std::string output = log.finish();
   ::kill(holder, SIGKILL);
   astrai::testing::wait_child(holder);
-  CHECK(count_of(output, "warn: waiting for compile lock " + make_key(1).hex() + ".lock held by "
+  CHECK(count_occurrences(output, "warn: waiting for compile lock " + make_key(1).hex() + ".lock held by "
                          "another process") == 1);
-  CHECK(count_of(output, "warn: waited 5500 ms for compile lock") == 1);
+  CHECK(count_occurrences(output, "warn: waited 5500 ms for compile lock") == 1);
 }
 
 TEST_CASE("an entry file over 64 MiB is refused before it is read") {

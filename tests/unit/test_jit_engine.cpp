@@ -10,12 +10,13 @@
 #include <vector>
 
 #include "astrai/error.hpp"
+#include "base/logging.hpp"
 #include "cache/disk_cache.hpp"
 #include "runtime/env_config.hpp"
 #include "runtime/jit_engine.hpp"
 #include "runtime/kernel_spec.hpp"
-#include "runtime/logging.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "tests/support/cache_support.hpp"
 #include "tests/support/specs.hpp"
 #include "tests/support/support.hpp"
 
@@ -32,6 +33,9 @@ using astrai::detail::KernelKind;
 using astrai::detail::KernelSpec;
 using astrai::detail::LogLevel;
 using astrai::detail::VariantSource;
+using astrai::testing::all_files;
+using astrai::testing::config_for;
+using astrai::testing::QuietLog;
 using astrai::testing::read_file;
 using astrai::testing::TempDir;
 using astrai::testing::write_file;
@@ -45,23 +49,6 @@ KernelSpec rotary_spec(DType dtype = DType::bf16, const std::string& arch = "sm_
 
 KernelSpec paged_spec(const std::string& arch = "sm_80") {
   return astrai::testing::paged_decode_spec(DType::bf16, 64, 16, 4, arch);
-}
-
-EnvConfig config_for(const fs::path& dir, CacheMode mode = CacheMode::read_write) {
-  EnvConfig config;
-  config.cache_dir = dir;
-  config.cache_mode = mode;
-  return config;
-}
-
-// Every regular file below `dir`, sorted.
-std::vector<fs::path> all_files(const fs::path& dir) {
-  std::vector<fs::path> files;
-  std::error_code ec;
-  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    if (it->is_regular_file()) files.push_back(it->path());
-  std::sort(files.begin(), files.end());
-  return files;
 }
 
 // Cache entry files below `dir`/v1 (lock files and temp files excluded).
@@ -87,18 +74,6 @@ bool is_elf(const std::vector<char>& binary) {
 std::size_t line_count(const std::string& text) {
   return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
 }
-
-// Keeps expected warnings (degraded cache, damaged entries) out of the test output.
-class QuietLog {
- public:
-  QuietLog() : old_(astrai::detail::Logger::instance().level()) {
-    astrai::detail::Logger::instance().set_level(LogLevel::off);
-  }
-  ~QuietLog() { astrai::detail::Logger::instance().set_level(old_); }
-
- private:
-  LogLevel old_;
-};
 
 // Child: one engine on the directory args[0] gets the variant named args[1].
 // Exit 10: it compiled; 11: it loaded the cache entry; anything else: a failure.

@@ -23,13 +23,13 @@
 #include <vector>
 
 #include "astrai/error.hpp"
+#include "base/logging.hpp"
 #include "cache/cache_archive.hpp"
 #include "cache/disk_cache.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/env_config.hpp"
 #include "runtime/jit_engine.hpp"
 #include "runtime/kernel_spec.hpp"
-#include "runtime/logging.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
 
@@ -114,6 +114,9 @@ std::string join(const std::vector<std::string>& items, const char* separator);
 void print_error(std::string message);
 
 double seconds_since(std::chrono::steady_clock::time_point start);
+
+// One attribute of the device `ordinal` (throws astrai::CudaError naming the call).
+int device_attribute(CUdevice device, CUdevice_attribute attribute, int ordinal);
 
 // Reads the ASTRAI_JIT_* environment once, configures logging and warns about unknown names.
 EnvConfig load_config();

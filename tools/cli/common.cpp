@@ -69,6 +69,13 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+int device_attribute(CUdevice device, CUdevice_attribute attribute, int ordinal) {
+  int value = 0;
+  astrai::detail::check_cu(astrai::detail::driver().cuDeviceGetAttribute(&value, attribute, device),
+                           "cuDeviceGetAttribute", ordinal);
+  return value;
+}
+
 // Reads the ASTRAI_JIT_* environment once, configures logging and warns about unknown names.
 EnvConfig load_config() {
   EnvConfig config = astrai::detail::load_env_config_from_process();

@@ -30,16 +30,9 @@ void print_devices(const EnvConfig& config) {
         char name[256] = {};
         astrai::detail::check_cu(api.cuDeviceGetName(name, sizeof name - 1, device),
                                  "cuDeviceGetName", ordinal);
-        int major = 0, minor = 0, sms = 0;
-        astrai::detail::check_cu(
-            api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
-            "cuDeviceGetAttribute", ordinal);
-        astrai::detail::check_cu(
-            api.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
-            "cuDeviceGetAttribute", ordinal);
-        astrai::detail::check_cu(
-            api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
-            "cuDeviceGetAttribute", ordinal);
+        const int major = device_attribute(device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ordinal);
+        const int minor = device_attribute(device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ordinal);
+        const int sms = device_attribute(device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ordinal);
         std::size_t memory = 0;
         astrai::detail::check_cu(api.cuDeviceTotalMem(&memory, device), "cuDeviceTotalMem", ordinal);
         fmt::print("  device {}: {}, compute capability {}.{}, {} SMs, {} memory\n", ordinal, name,

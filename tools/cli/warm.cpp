@@ -16,15 +16,9 @@ std::vector<std::string> auto_archs(const JitEngine& engine) {
       std::vector<std::string> targets;
       for (int ordinal = 0; ordinal < count; ++ordinal) {
         CUdevice device = 0;
-        int major = 0;
-        int minor = 0;
         astrai::detail::check_cu(api.cuDeviceGet(&device, ordinal), "cuDeviceGet", ordinal);
-        astrai::detail::check_cu(
-            api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
-            "cuDeviceGetAttribute", ordinal);
-        astrai::detail::check_cu(
-            api.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
-            "cuDeviceGetAttribute", ordinal);
+        const int major = device_attribute(device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ordinal);
+        const int minor = device_attribute(device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ordinal);
         const std::string target = engine.target_for_device(major, minor);
         if (std::find(targets.begin(), targets.end(), target) == targets.end())
           targets.push_back(target);

@@ -1,4 +1,4 @@
-#include "runtime/logging.hpp"
+#include "base/logging.hpp"
 
 #include <cstdio>
 #include <mutex>

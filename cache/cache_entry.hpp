@@ -1,0 +1,57 @@
+// The cache entry file format: encoding, checked decoding, and the bounds check of a kernel
+// binary before it reaches the driver. Pure functions over bytes: no file, no driver.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace astrai::detail {
+
+enum class BinaryKind : std::uint8_t { cubin = 1, ptx = 2 };
+
+struct CacheEntryData {
+  BinaryKind kind = BinaryKind::cubin;
+  std::string variant_name;
+  std::string nvrtc_version;  // "13.0"
+  std::vector<char> payload;  // the cubin (or PTX text when the arch is newer than NVRTC)
+};
+
+// Entry file format (little endian), pinned by a golden test:
+//   magic "ASTRAIJC" (8 bytes), u32 format version, u8 binary kind, 3 bytes zero,
+//   u64 payload size, u64 XXH3-64 of everything after the header (names and payload) seeded
+//   with header bytes 8..15 (version, kind, reserved) read as a little-endian u64,
+//   u32 variant-name length, u32 nvrtc-version length, variant name bytes, nvrtc version bytes,
+//   payload bytes.
+inline constexpr std::uint32_t kEntryFormatVersion = 2;
+inline constexpr std::size_t kEntryHeaderSize = 40;
+// Longest variant name or NVRTC version an entry may carry.
+inline constexpr std::uint32_t kMaxEntryNameLength = 4096;
+// Larger entry files are refused before anything is allocated (a cubin is a few MiB at most).
+inline constexpr std::uint64_t kMaxEntryFileBytes = std::uint64_t{64} << 20;
+std::vector<char> encode_entry(const CacheEntryData& entry);
+// Returns nullopt (never throws) for anything malformed: short, wrong magic/version,
+// size mismatch, checksum mismatch. `error` (optional) receives a short reason.
+std::optional<CacheEntryData> decode_entry(const char* data, std::size_t size,
+                                           std::string* error = nullptr);
+// decode_entry for a buffer the caller gives up: the payload keeps the buffer (no copy).
+std::optional<CacheEntryData> decode_entry_taking(std::vector<char>&& bytes, std::string* error);
+// decode_entry for an entry file stored under `variant_name`: also checks that the entry holds
+// that variant and the binary kind its target compiles to (a variant's last name component is
+// its target: PTX for a compute_ target, a cubin for any other).
+std::optional<CacheEntryData> decode_entry_of_variant(std::string_view variant_name,
+                                                      const char* data, std::size_t size,
+                                                      std::string* why);
+// True for a file that starts like an entry but carries another format version: written by
+// another build of the library sharing the cache. Such a file is a miss, not damage.
+bool is_other_entry_format(const char* data, std::size_t size);
+
+// Checks a kernel binary before it reaches the driver: PTX must end in NUL; a cubin must be a
+// 64-bit little-endian ELF whose header, program and section tables and section contents lie
+// inside the payload. Returns false with a short reason.
+bool check_kernel_binary(BinaryKind kind, const char* data, std::size_t size, std::string* why);
+
+}  // namespace astrai::detail

@@ -1,0 +1,75 @@
+#include "tests/support/cache_support.hpp"
+
+#include <algorithm>
+#include <system_error>
+
+namespace astrai::testing {
+
+namespace fs = std::filesystem;
+
+detail::CacheKey make_key(std::uint64_t n) {
+  detail::CacheKey key;
+  key.high = 0x9e3779b97f4a7c15ULL * (n + 1);  // spreads keys over shard directories
+  key.low = n;
+  return key;
+}
+
+detail::CacheEntryData make_entry(const std::string& variant, std::size_t payload_size,
+                                  unsigned seed) {
+  detail::CacheEntryData entry;
+  entry.kind = detail::BinaryKind::cubin;
+  entry.variant_name = variant;
+  entry.nvrtc_version = "12.8";
+  entry.payload.resize(payload_size);
+  for (std::size_t i = 0; i < payload_size; ++i)
+    entry.payload[i] = static_cast<char>((i * 131 + seed * 17) & 0xff);
+  return entry;
+}
+
+bool same_entry(const detail::CacheEntryData& a, const detail::CacheEntryData& b) {
+  return a.kind == b.kind && a.variant_name == b.variant_name &&
+         a.nvrtc_version == b.nvrtc_version && a.payload == b.payload;
+}
+
+detail::EnvConfig config_for(const fs::path& dir, detail::CacheMode mode) {
+  detail::EnvConfig config;
+  config.cache_dir = dir;
+  config.cache_mode = mode;
+  return config;
+}
+
+std::vector<fs::path> all_files(const fs::path& dir) {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_regular_file()) files.push_back(it->path());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+std::size_t count_temp_files(const fs::path& dir) {
+  std::size_t count = 0;
+  for (const auto& file : all_files(dir))
+    if (file.filename().string().rfind(".tmp-", 0) == 0) ++count;
+  return count;
+}
+
+std::size_t count_occurrences(const std::string& text, const std::string& needle) {
+  std::size_t count = 0;
+  for (auto pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1))
+    ++count;
+  return count;
+}
+
+void set_age(const fs::path& path, std::chrono::seconds age) {
+  fs::last_write_time(path, fs::file_time_type::clock::now() - age);
+}
+
+QuietLog::QuietLog(detail::LogLevel level) : old_(detail::Logger::instance().level()) {
+  detail::Logger::instance().set_level(level);
+}
+
+QuietLog::~QuietLog() { detail::Logger::instance().set_level(old_); }
+
+}  // namespace astrai::testing

@@ -1,0 +1,179 @@
+// DiskCache maintenance: list, stats, verify, prune, clear.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cache/disk_cache.hpp"
+#include "tests/support/cache_support.hpp"
+#include "tests/support/support.hpp"
+
+namespace fs = std::filesystem;
+using astrai::detail::CacheEntryInfo;
+using astrai::detail::CacheMode;
+using astrai::detail::DiskCache;
+using astrai::testing::read_file;
+using astrai::testing::TempDir;
+using astrai::testing::write_file;
+using astrai::testing::all_files;
+using astrai::testing::make_entry;
+using astrai::testing::make_key;
+using astrai::testing::QuietLog;
+using astrai::testing::set_age;
+
+TEST_SUITE("cache") {
+
+TEST_CASE("list and stats report entries only, ignoring temp files and locks") {
+  TempDir dir;
+  DiskCache cache(dir.path(), CacheMode::read_write, 0);
+  REQUIRE(cache.store(make_key(1), make_entry("one.sm_90", 100)));
+  REQUIRE(cache.store(make_key(2), make_entry("two.with.dots.sm_90", 200)));
+  auto lock = cache.lock_key(make_key(1), std::chrono::milliseconds(100));
+  REQUIRE(lock != nullptr);
+  const fs::path shard = cache.entry_path(make_key(1), "one.sm_90").parent_path();
+  write_file(shard / ".tmp-123-abcdef", "partial");
+  write_file(shard / "README", "unrelated");
+  write_file(dir.path() / "v1" / "zz", "unrelated");
+
+  auto entries = cache.list();
+  REQUIRE(entries.size() == 2);
+  std::sort(entries.begin(), entries.end(),
+            [](const CacheEntryInfo& a, const CacheEntryInfo& b) {
+              return a.size_bytes < b.size_bytes;
+            });
+  CHECK(entries[0].key_hex == make_key(1).hex());
+  CHECK(entries[0].variant_name == "one.sm_90");
+  CHECK(entries[0].path == cache.entry_path(make_key(1), "one.sm_90"));
+  CHECK(entries[0].size_bytes == encode_entry(make_entry("one.sm_90", 100)).size());
+  CHECK(entries[1].variant_name == "two.with.dots.sm_90");
+  CHECK_FALSE(entries[0].valid);  // only verify() fills it
+
+  const auto stats = cache.stats();
+  CHECK(stats.entries == 2);
+  CHECK(stats.total_bytes == entries[0].size_bytes + entries[1].size_bytes);
+}
+
+TEST_CASE("verify finds damaged entries and removes them only when repairing") {
+  QuietLog quiet;
+  TempDir dir;
+  DiskCache cache(dir.path(), CacheMode::read_write, 0);
+  for (int i = 0; i < 3; ++i) REQUIRE(cache.store(make_key(i), make_entry("ok.sm_90", 64, i)));
+  const fs::path bad = cache.entry_path(make_key(1), "ok.sm_90");
+  std::string bytes = read_file(bad);
+  bytes[60] ^= 0x04;
+  write_file(bad, bytes);
+  // A valid entry renamed to the wrong variant is damaged too.
+  const fs::path misnamed = cache.entry_path(make_key(2), "renamed.sm_90");
+  fs::rename(cache.entry_path(make_key(2), "ok.sm_90"), misnamed);
+
+  auto count_invalid = [](const std::vector<CacheEntryInfo>& entries) {
+    return std::count_if(entries.begin(), entries.end(), [](const auto& e) { return !e.valid; });
+  };
+  auto checked = cache.verify(false);
+  CHECK(checked.size() == 3);
+  CHECK(count_invalid(checked) == 2);
+  CHECK(fs::exists(bad));
+  CHECK(fs::exists(misnamed));
+
+  checked = cache.verify(true);
+  CHECK(checked.size() == 3);
+  CHECK(count_invalid(checked) == 2);
+  CHECK_FALSE(fs::exists(bad));
+  CHECK_FALSE(fs::exists(misnamed));
+
+  checked = cache.verify(true);
+  REQUIRE(checked.size() == 1);
+  CHECK(checked[0].valid);
+  CHECK(checked[0].key_hex == make_key(0).hex());
+}
+
+TEST_CASE("prune removes the least recently used entries first") {
+  TempDir dir;
+  DiskCache cache(dir.path(), CacheMode::read_write, 0);
+  std::vector<std::uint64_t> sizes;
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE(cache.store(make_key(i), make_entry("lru.sm_90", 1000)));
+    // Stored long ago, oldest first: 0 is the least recently stored.
+    set_age(cache.entry_path(make_key(i), "lru.sm_90"), std::chrono::seconds(3600 * (10 - i)));
+  }
+  const std::uint64_t entry_size = cache.list().at(0).size_bytes;
+  // Using entries 0 and 2 makes them the most recently used.
+  REQUIRE(cache.load(make_key(0), "lru.sm_90").has_value());
+  REQUIRE(cache.load(make_key(2), "lru.sm_90").has_value());
+
+  CHECK(cache.prune(4 * entry_size) == 0);
+  CHECK(cache.stats().entries == 4);
+  CHECK(cache.prune(2 * entry_size + 10) == 2 * entry_size);
+  CHECK(cache.contains(make_key(0), "lru.sm_90"));
+  CHECK_FALSE(cache.contains(make_key(1), "lru.sm_90"));
+  CHECK(cache.contains(make_key(2), "lru.sm_90"));
+  CHECK_FALSE(cache.contains(make_key(3), "lru.sm_90"));
+
+  REQUIRE(cache.load(make_key(0), "lru.sm_90").has_value());  // now 2 is the older one
+  CHECK(cache.prune(entry_size) == entry_size);
+  CHECK(cache.contains(make_key(0), "lru.sm_90"));
+  CHECK_FALSE(cache.contains(make_key(2), "lru.sm_90"));
+  CHECK(cache.prune(0) == entry_size);
+  CHECK(cache.list().empty());
+}
+
+TEST_CASE("prune removes temp files left behind for over an hour") {
+  TempDir dir;
+  DiskCache cache(dir.path(), CacheMode::read_write, 0);
+  REQUIRE(cache.store(make_key(1), make_entry("keep.sm_90", 10)));
+  const fs::path shard = cache.entry_path(make_key(1), "keep.sm_90").parent_path();
+  const fs::path stale = shard / ".tmp-4242-0123456789abcdef";
+  const fs::path fresh = shard / ".tmp-4243-fedcba9876543210";
+  write_file(stale, "left by a killed process");
+  write_file(fresh, "being written right now");
+  set_age(stale, std::chrono::seconds(2 * 3600));
+
+  CHECK(cache.prune(1 << 20) == 0);
+  CHECK_FALSE(fs::exists(stale));
+  CHECK(fs::exists(fresh));
+  CHECK(cache.contains(make_key(1), "keep.sm_90"));
+}
+
+TEST_CASE("a size cap is enforced after every store and keeps the entry just written") {
+  TempDir dir;
+  const std::uint64_t entry_size = encode_entry(make_entry("cap.sm_90", 1000)).size();
+  DiskCache cache(dir.path(), CacheMode::read_write, 3 * entry_size);
+  for (int i = 0; i < 8; ++i) {
+    CAPTURE(i);
+    REQUIRE(cache.store(make_key(i), make_entry("cap.sm_90", 1000, i)));
+    // Make the order unambiguous even with a coarse file system clock.
+    set_age(cache.entry_path(make_key(i), "cap.sm_90"), std::chrono::seconds(1000 - i));
+    CHECK(cache.stats().total_bytes <= 3 * entry_size);
+    CHECK(cache.contains(make_key(i), "cap.sm_90"));
+  }
+  CHECK(cache.stats().entries == 3);
+  for (int i = 5; i < 8; ++i) CHECK(cache.contains(make_key(i), "cap.sm_90"));
+
+  // An entry bigger than the whole cap still stays (everything older goes).
+  REQUIRE(cache.store(make_key(100), make_entry("cap.sm_90", 10 * 1000)));
+  CHECK(cache.stats().entries == 1);
+  CHECK(cache.contains(make_key(100), "cap.sm_90"));
+}
+
+TEST_CASE("clear removes entries, locks and temp files") {
+  TempDir dir;
+  DiskCache cache(dir.path(), CacheMode::read_write, 0);
+  for (int i = 0; i < 5; ++i) REQUIRE(cache.store(make_key(i), make_entry("c.sm_90", 10)));
+  { auto lock = cache.lock_key(make_key(1), std::chrono::milliseconds(100)); }
+  const fs::path shard = cache.entry_path(make_key(1), "c.sm_90").parent_path();
+  write_file(shard / ".tmp-1-2", "partial");
+  const fs::path unrelated = dir.path() / "keep-me.txt";
+  write_file(unrelated, "user data beside the cache");
+
+  CHECK(all_files(dir.path() / "v1" / "locks").size() == 1);
+  CHECK(cache.clear() == 5);
+  CHECK(all_files(dir.path()) == std::vector<fs::path>{unrelated});
+  CHECK(cache.clear() == 0);
+  CHECK(cache.usable_for_write());
+  REQUIRE(cache.store(make_key(1), make_entry("c.sm_90", 10)));
+  CHECK(cache.load(make_key(1), "c.sm_90").has_value());
+}
+
+}  // TEST_SUITE

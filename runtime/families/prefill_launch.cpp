@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "kernel_src/hopper_params.h"
-#include "runtime/logging.hpp"
+#include "base/logging.hpp"
 #include "runtime/tensor_map.hpp"
 
 namespace astrai::detail {

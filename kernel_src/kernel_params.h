@@ -89,14 +89,22 @@ inline constexpr int kDecodeBlockTokens = 64;  // tokens per pipeline stage (16 
 inline constexpr int kDecodeHeadsPerTile = 16; // query heads of one KV head per CTA (the MMA M tile)
 inline constexpr int kDecodeStages = 2;
 inline constexpr int kMaxSplits = 256;
+// An FP8 cache with head dim 64, 128 or 256 (tensor-core path) is read straight from its
+// bytes into MMA fragments: each warp streams its own 16 rows a step through a ring of
+// kv8_stages(head_dim) K+V stages, with no widened tile and no CTA barrier in the loop. Other
+// head dims widen each block into a K and a V tile of T (see paged_decode.cuh).
+constexpr bool kv8_direct_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
+constexpr int kv8_stages(int head_dim) { return head_dim == 64 ? 4 : 3; }  // 4 CTAs an SM at 128
 // Dynamic shared memory of the paged decode kernel: a Q tile plus K and V stages, each row
-// padded by 16 bytes so ldmatrix reads of 8 rows hit 8 different bank groups. An FP8 cache
-// (tensor-core path) streams its bytes through the stages (head_dim bytes a row) and widens each
-// block into one K and one V tile of T; the CUDA-core path widens as it loads (no byte stages).
+// padded by 16 bytes so ldmatrix reads of 8 rows hit 8 different bank groups. FP8: the Q tile
+// plus the per-warp byte rings (direct head dims), or byte stages plus one widened K and V tile.
+// The CUDA-core path widens as it loads (no byte stages) and needs no more.
 constexpr int paged_decode_smem_bytes(int head_dim, bool fp8_kv = false) {
-  return fp8_kv ? (kDecodeHeadsPerTile + 2 * kDecodeBlockTokens) * (head_dim + 8) * 2 +
-                      2 * kDecodeStages * kDecodeBlockTokens * head_dim
-                : (kDecodeHeadsPerTile + 2 * kDecodeStages * kDecodeBlockTokens) * (head_dim + 8) * 2;
+  return !fp8_kv ? (kDecodeHeadsPerTile + 2 * kDecodeStages * kDecodeBlockTokens) * (head_dim + 8) * 2
+         : kv8_direct_head_dim(head_dim)
+             ? kDecodeHeadsPerTile * (head_dim + 8) * 2 + kDecodeThreads / 32 * kv8_stages(head_dim) * 2 * 16 * head_dim
+             : (kDecodeHeadsPerTile + 2 * kDecodeBlockTokens) * (head_dim + 8) * 2 +
+                   2 * kDecodeStages * kDecodeBlockTokens * head_dim;
 }
 
 struct CombineParams {

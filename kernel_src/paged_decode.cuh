@@ -357,6 +357,199 @@ __device__ __forceinline__ void load_kv8_block_async(const PagedDecodeParams& p,
   }
 }
 
+// FP8 cache read straight into MMA fragments (head dims 64, 128, 256; kv8_direct_head_dim).
+// Each warp owns a ring of kv8_stages K+V stages holding the 16 rows of its steps (tokens
+// [16 w, 16 w + 16) of each 64-token block), so the pipeline needs __syncwarp only.
+//  - S = Q K^T: lane (g, t) reads 16 bytes of K rows g and g + 8 per 64 dims and uses word s of
+//    them as the k16 step s: the fragment's k order is a permutation of the dims, and the Q tile
+//    is stored in the same permutation (kv8_q_dim), so the dot products are unchanged.
+//  - O = P V: lane (g, t) reads kVBytes of V rows 2t, 2t+1, 2t+8, 2t+9 (the tokens of its
+//    fragment) at dims [128 h + g kVBytes, ...): its dim i is row g of n8 tile h kVBytes + i,
+//    so the output's columns come out permuted (kv8_out_dim undoes it in the merge).
+// Stage bytes are XOR-swizzled by 16-byte chunk so that both read patterns hit distinct banks.
+// The MMAs run in f16 for either dtype: every e4m3/e5m2 value is an f16 value, so a pair widens
+// in one instruction (bf16 would take three conversions a pair, at a quarter of the issue rate,
+// which bounded the kernel below the bandwidth), and P is more precise in f16. Q is rounded to
+// f16 (exact for bf16 values of magnitude 2^-14..65504; larger ones saturate, NaN stays NaN).
+template <int kHeadDim>
+struct Kv8Direct {
+  static constexpr bool kUsable = kv8_direct_head_dim(kHeadDim);
+  static constexpr int kStages = kv8_stages(kHeadDim);
+  static constexpr int kRows = 16;                            // one warp's step
+  static constexpr int kTileBytes = kRows * kHeadDim;         // K (or V) of one step
+  static constexpr int kStageBytes = 2 * kTileBytes;
+  static constexpr int kWarpBytes = kStages * kStageBytes;
+  static constexpr int kChunksPerRow = kHeadDim / 16;
+  static constexpr int kChunksPerLane = kRows * kChunksPerRow / 32;
+  static constexpr int kVBytes = kHeadDim >= 128 ? 16 : kHeadDim / 8;  // V bytes of one row per lane and part
+  static constexpr int kVParts = kHeadDim / 8 / kVBytes;
+
+  // Byte offset of 16-byte chunk `chunk` of row `row` in a tile.
+  static __device__ __forceinline__ int offset(int row, int chunk) {
+    const int linear = row * kHeadDim + chunk * 16;
+    // Head dim 64 (two rows a 128-byte line): rows 2t of lines t = 0..3 to distinct chunks.
+    // Wider rows: rows g, g + 1 to opposite half-lines, and rows 0, 2, 4, 6 apart.
+    const int swizzle = kHeadDim == 64 ? ((row >> 1) & 3) << 1 : ((row & 1) << 2) ^ (((row >> 1) & 3) << 1);
+    return linear ^ (swizzle << 4);
+  }
+};
+
+// f16 of a query value for the direct path (see Kv8Direct): saturating, NaN kept.
+__device__ __forceinline__ float kv8_q_value(float value) {
+  return value > 65504.f ? 65504.f : value < -65504.f ? -65504.f : value;
+}
+
+// The dim of Q stored at column `column` of the direct path's Q tile (see Kv8Direct).
+template <int kHeadDim>
+__device__ __forceinline__ int kv8_q_dim(int column) {
+  const int step = column >> 4;  // k16 step
+  const int k = column & 15;     // the fragment's k index: lane t holds 2t, 2t+1, 2t+8, 2t+9
+  return (step >> 2) * 64 + ((k & 7) >> 1) * 16 + (step & 3) * 4 + (k >> 3) * 2 + (k & 1);
+}
+
+template <typename T, bool kF16> struct MmaType { using type = T; };
+template <typename T> struct MmaType<T, true> { using type = fp16_t; };
+
+// The output dim of accumulator n8 tile `tile`, column `column` on the direct path.
+template <int kHeadDim>
+__device__ __forceinline__ int kv8_out_dim(int tile, int column) {
+  constexpr int kVBytes = Kv8Direct<kHeadDim>::kVBytes;
+  return (tile / kVBytes) * 128 + column * kVBytes + tile % kVBytes;
+}
+
+// Direct path: the loader of one warp's steps (16 rows of K and V from token `first`). Lane l
+// always copies chunk l % kChunksPerRow of rows l / kChunksPerRow + i kRowStep, so its column
+// pointers and stage offsets are computed once; page ids are looked up a step ahead (lane l < 16:
+// row l's). The step holding the appended token quantizes that row from new_k/new_v.
+template <typename T, int kHeadDim, int kPageSize, bool kE5m2>
+struct Kv8StepLoader {
+  using Layout = Kv8Direct<kHeadDim>;
+  static constexpr int kRowStep = 32 / Layout::kChunksPerRow;
+  const unsigned char* k_base;  // this lane's column of kv_head (contiguous KV: of the sequence)
+  const unsigned char* v_base;
+  int row0;
+  int chunk;
+  int dst[Layout::kChunksPerLane];  // swizzled offsets in a K tile
+  int page;                         // of row `lane` of the next step to issue; -1: none
+  long long k_stride_token;
+  long long v_stride_token;
+  long long k_row_step;  // kRowStep rows
+  long long v_row_step;
+
+  __device__ __forceinline__ void init(const PagedDecodeParams& p, int batch_index, int kv_head, int lane) {
+    row0 = lane / Layout::kChunksPerRow;
+    chunk = lane % Layout::kChunksPerRow;
+#pragma unroll
+    for (int i = 0; i < Layout::kChunksPerLane; ++i) dst[i] = Layout::offset(row0 + i * kRowStep, chunk);
+    k_base = static_cast<const unsigned char*>(p.k_cache) + kv_head * p.k_stride_head + chunk * 16;
+    v_base = static_cast<const unsigned char*>(p.v_cache) + kv_head * p.v_stride_head + chunk * 16;
+    if (kPageSize == 0) {
+      k_base += batch_index * p.k_stride_page;
+      v_base += batch_index * p.v_stride_page;
+    }
+    k_stride_token = p.k_stride_token;
+    v_stride_token = p.v_stride_token;
+    k_row_step = kRowStep * k_stride_token;
+    v_row_step = kRowStep * v_stride_token;
+  }
+
+  // Page id of row `lane` of the step from token `first` (-1 past `end`, unmapped, lanes >= 16).
+  __device__ __forceinline__ void lookup(const PagedDecodeParams& p, const DecodeSequence& seq, int first, int end,
+                                         int lane) {
+    const int token = first + lane;
+    int id = -1;
+    if (lane < 16 && token < end) {
+      if (kPageSize == 0) {
+        id = 0;
+      } else {
+        id = __ldg(seq.table_row + (token >> Log2<(kPageSize > 0 ? kPageSize : 1)>::value));
+        if (static_cast<unsigned>(id) >= static_cast<unsigned>(p.num_pages)) id = -1;
+      }
+    }
+    page = id;
+  }
+
+  // Issues the step from `first` into the K tile at `stage` (V follows it), with the page ids
+  // looked up last; rows past `end` and on unmapped pages read as zeros.
+  __device__ __forceinline__ void issue(const PagedDecodeParams& p, const DecodeSequence& seq, int batch_index,
+                                        int kv_head, unsigned char* stage, int first, int end, int step_page,
+                                        float k_scale, float v_scale) const {
+    if (kPageSize > 0 && static_cast<unsigned>(seq.append_token - first) < 16u) {  // warp-uniform, rare
+      issue_with_append(p, seq, batch_index, kv_head, stage, first, end, step_page, k_scale, v_scale);
+      return;
+    }
+    const unsigned stage_address = shared_address(stage);
+    if (kPageSize >= 16) {
+      // The page holds the whole step (steps start at multiples of 16): one id, row strides.
+      const int id = __shfl_sync(0xffffffffu, step_page, 0);
+      const int slot = (first & (kPageSize - 1)) + row0;
+      const unsigned char* k_row = k_base + static_cast<long long>(id) * p.k_stride_page + slot * k_stride_token;
+      const unsigned char* v_row = v_base + static_cast<long long>(id) * p.v_stride_page + slot * v_stride_token;
+#pragma unroll
+      for (int i = 0; i < Layout::kChunksPerLane; ++i) {
+        const bool valid = id >= 0 && first + row0 + i * kRowStep < end;
+        cp_async_16(stage_address + dst[i], valid ? k_row + i * k_row_step : k_base, valid ? 16 : 0);
+        cp_async_16(stage_address + Layout::kTileBytes + dst[i], valid ? v_row + i * v_row_step : v_base,
+                    valid ? 16 : 0);
+      }
+      return;
+    }
+#pragma unroll
+    for (int i = 0; i < Layout::kChunksPerLane; ++i) {
+      const int row = row0 + i * kRowStep;
+      const int token = first + row;
+      long long k_offset;
+      long long v_offset;
+      bool valid;
+      if (kPageSize == 0) {
+        k_offset = static_cast<long long>(token) * k_stride_token;
+        v_offset = static_cast<long long>(token) * v_stride_token;
+        valid = token < end;
+      } else {
+        const int id = __shfl_sync(0xffffffffu, step_page, row);
+        const int slot = token & (kPageSize > 0 ? kPageSize - 1 : 0);
+        k_offset = static_cast<long long>(id) * p.k_stride_page + slot * k_stride_token;
+        v_offset = static_cast<long long>(id) * p.v_stride_page + slot * v_stride_token;
+        valid = id >= 0;  // -1 past `end` too
+      }
+      cp_async_16(stage_address + dst[i], valid ? k_base + k_offset : k_base, valid ? 16 : 0);
+      cp_async_16(stage_address + Layout::kTileBytes + dst[i], valid ? v_base + v_offset : v_base, valid ? 16 : 0);
+    }
+  }
+
+  __device__ __forceinline__ void issue_with_append(const PagedDecodeParams& p, const DecodeSequence& seq,
+                                                 int batch_index, int kv_head, unsigned char* stage, int first,
+                                                 int end, int step_page, float k_scale, float v_scale) const {
+#pragma unroll
+    for (int i = 0; i < Layout::kChunksPerLane; ++i) {
+      const int row = row0 + i * kRowStep;
+      const int token = first + row;
+      const int id = __shfl_sync(0xffffffffu, step_page, row);
+      unsigned char* k_dst = stage + dst[i];
+      unsigned char* v_dst = k_dst + Layout::kTileBytes;
+      if (token == seq.append_token && token < end) {
+        const T* k_src = static_cast<const T*>(p.new_k) + batch_index * p.new_k_stride_batch +
+                         kv_head * p.new_k_stride_head + chunk * 16;
+        const T* v_src = static_cast<const T*>(p.new_v) + batch_index * p.new_v_stride_batch +
+                         kv_head * p.new_v_stride_head + chunk * 16;
+        *reinterpret_cast<uint4*>(k_dst) =
+            make_uint4(quantize_fp8x4<T, kE5m2>(k_src, k_scale), quantize_fp8x4<T, kE5m2>(k_src + 4, k_scale),
+                       quantize_fp8x4<T, kE5m2>(k_src + 8, k_scale), quantize_fp8x4<T, kE5m2>(k_src + 12, k_scale));
+        *reinterpret_cast<uint4*>(v_dst) =
+            make_uint4(quantize_fp8x4<T, kE5m2>(v_src, v_scale), quantize_fp8x4<T, kE5m2>(v_src + 4, v_scale),
+                       quantize_fp8x4<T, kE5m2>(v_src + 8, v_scale), quantize_fp8x4<T, kE5m2>(v_src + 12, v_scale));
+        continue;
+      }
+      const bool valid = id >= 0 && token < end;
+      const int slot = token & (kPageSize > 0 ? kPageSize - 1 : 0);
+      const long long k_offset = static_cast<long long>(id) * p.k_stride_page + slot * k_stride_token;
+      const long long v_offset = static_cast<long long>(id) * p.v_stride_page + slot * v_stride_token;
+      cp_async_16(shared_address(k_dst), valid ? k_base + k_offset : k_base, valid ? 16 : 0);
+      cp_async_16(shared_address(v_dst), valid ? v_base + v_offset : v_base, valid ? 16 : 0);
+    }
+  }
+};
+
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem_raw) {
   using Tiles = PagedDecodeTiles<T, kHeadDim, kPageSize>;
@@ -368,7 +561,9 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   // byte stages after them (see paged_decode_smem_bytes).
   constexpr bool kFp8 = has_fp8_kv<kFlags>();
   constexpr bool kE5m2 = has_feature<kFlags>(kFeatureKvE5m2);
-  constexpr int kTileStages = kFp8 ? 1 : kDecodeStages;
+  using Direct = Kv8Direct<kHeadDim>;
+  constexpr bool kDirect = kFp8 && Direct::kUsable;  // no widened tiles: the rings follow the Q tile
+  constexpr int kTileStages = kDirect ? 0 : kFp8 ? 1 : kDecodeStages;
   constexpr int kStageBytes = kDecodeBlockTokens * kHeadDim;  // one FP8 stage of K or of V
   T* smem_q = reinterpret_cast<T*>(smem_raw);
   T* smem_k = smem_q + kDecodeHeadsPerTile * kRowStride;
@@ -406,8 +601,19 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
       const int row = chunk / Tiles::kChunksPerRow;
       const int col = (chunk % Tiles::kChunksPerRow) * 8;
       uint4 value = make_uint4(0, 0, 0, 0);
-      if (row < rows)
-        value = *reinterpret_cast<const uint4*>(q + (first_head + row) * p.q_stride_head + col);
+      if (row < rows) {
+        const T* q_row = q + (first_head + row) * p.q_stride_head;
+        if constexpr (kDirect) {  // f16, the dims in the direct path's fragment order
+          unsigned words[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            words[i] = pack2<fp16_t>(kv8_q_value(to_float(q_row[kv8_q_dim<kHeadDim>(col + 2 * i)])),
+                                     kv8_q_value(to_float(q_row[kv8_q_dim<kHeadDim>(col + 2 * i + 1)])));
+          value = make_uint4(words[0], words[1], words[2], words[3]);
+        } else {
+          value = *reinterpret_cast<const uint4*>(q_row + col);
+        }
+      }
       *reinterpret_cast<uint4*>(smem_q + row * kRowStride + col) = value;
     }
   }
@@ -464,26 +670,65 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
       if (kGeneralPrefetch) pages.fetch(p, seq, block_start + kDecodeBlockTokens, split_end);
     }
   };
-  if constexpr (kFp8) {
-  } else if constexpr (Loader::kUsable) {
-    loader.init(p, batch_index, kv_head);
-    loader.fetch(p, seq, split_begin, split_end);
-  } else if (kGeneralPrefetch) {
-    pages.fetch(p, seq, split_begin, split_end);
+  // Direct path: this warp's ring and its steps' first tokens.
+  unsigned char* ring = smem_kv8 + warp * Direct::kWarpBytes;
+  const int warp_begin = split_begin + warp * Direct::kRows;
+  Kv8StepLoader<T, kHeadDim, kPageSize, kE5m2> step_loader;
+  auto issue_step = [&](int step) {
+    const int first = warp_begin + step * kDecodeBlockTokens;
+    const int page = step_loader.page;
+    step_loader.lookup(p, seq, first + kDecodeBlockTokens, split_end, lane);  // a step ahead
+    if (first < split_end)
+      step_loader.issue(p, seq, batch_index, kv_head, ring + (step % Direct::kStages) * Direct::kStageBytes, first,
+                        split_end, page, k_scale, v_scale);
+    cp_async_commit();  // empty groups keep the wait count uniform
+  };
+  // Direct path: this lane's fragment offsets in a stage: K rows g and g + 8 (dims mod 128; the
+  // rest of a row lies at multiples of 128 bytes), V rows 2t, 2t+1, 2t+8, 2t+9.
+  int k_read[2][2];
+  int v_read[4];
+  if constexpr (kDirect) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) k_read[r][half] = Direct::offset(quad_row + 8 * r, 4 * half + quad_col);
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      v_read[r] = Direct::offset(2 * quad_col + (r & 1) + (r >> 1) * 8, quad_row * Direct::kVBytes / 16) +
+                  quad_row * Direct::kVBytes % 16;
+    __syncthreads();  // the Q tile
+    step_loader.init(p, batch_index, kv_head, lane);
+    step_loader.lookup(p, seq, warp_begin, split_end, lane);
+#pragma unroll
+    for (int step = 0; step + 1 < Direct::kStages; ++step) issue_step(step);
+  } else {
+    if constexpr (kFp8) {
+    } else if constexpr (Loader::kUsable) {
+      loader.init(p, batch_index, kv_head);
+      loader.fetch(p, seq, split_begin, split_end);
+    } else if (kGeneralPrefetch) {
+      pages.fetch(p, seq, split_begin, split_end);
+    }
+    issue_block(split_begin, 0);
   }
-  issue_block(split_begin, 0);
 
   for (int block = 0; block < num_blocks; ++block) {
     const int stage = block & 1;
     const int block_start = split_begin + block * kDecodeBlockTokens;
-    if (block + 1 < num_blocks) {
-      issue_block(block_start + kDecodeBlockTokens, stage ^ 1);
-      cp_async_wait<1>();
+    if constexpr (kDirect) {
+      issue_step(block + Direct::kStages - 1);
+      cp_async_wait<Direct::kStages - 1>();
+      __syncwarp();
     } else {
-      cp_async_wait<0>();
+      if (block + 1 < num_blocks) {
+        issue_block(block_start + kDecodeBlockTokens, stage ^ 1);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
     }
-    __syncthreads();
-    if constexpr (kFp8) {
+    if constexpr (kFp8 && !kDirect) {
       widen_fp8_tile<T, kHeadDim, kRowStride, kDecodeBlockTokens, kDecodeThreads, kE5m2>(
           smem_kv8 + 2 * stage * kStageBytes, smem_k);
       widen_fp8_tile<T, kHeadDim, kRowStride, kDecodeBlockTokens, kDecodeThreads, kE5m2>(
@@ -496,17 +741,36 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
     if (warp_first_token < split_end) {
       const unsigned k_address = shared_address(smem_k + tile_stage * Tiles::kStageElems + k_lane_offset);
       const unsigned v_address = shared_address(smem_v + tile_stage * Tiles::kStageElems + v_lane_offset);
+      const unsigned char* k_bytes = ring + (block % Direct::kStages) * Direct::kStageBytes;
+      const unsigned char* v_bytes = k_bytes + Direct::kTileBytes;
 
       // S = Q K^T for this warp's 16 tokens.
       float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      if constexpr (kDirect) {
 #pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-        unsigned a[4];
-        unsigned b[4];
-        ldmatrix_x4(a, q_address + kk * 32);
-        ldmatrix_x4(b, k_address + kk * 32);
-        Mma<T>::run(s[0], a, b[0], b[1]);
-        Mma<T>::run(s[1], a, b[2], b[3]);
+        for (int h = 0; h < kHeadDim / 64; ++h) {
+          const uint4 k0 = *reinterpret_cast<const uint4*>(k_bytes + k_read[0][h & 1] + 128 * (h >> 1));
+          const uint4 k1 = *reinterpret_cast<const uint4*>(k_bytes + k_read[1][h & 1] + 128 * (h >> 1));
+          const unsigned w0[4] = {k0.x, k0.y, k0.z, k0.w};
+          const unsigned w1[4] = {k1.x, k1.y, k1.z, k1.w};
+#pragma unroll
+          for (int step = 0; step < 4; ++step) {
+            unsigned a[4];
+            ldmatrix_x4(a, q_address + (4 * h + step) * 32);
+            Mma<fp16_t>::run(s[0], a, fp8x2_to_f16x2<kE5m2>(w0[step]), fp8x2_to_f16x2<kE5m2>(w0[step] >> 16));
+            Mma<fp16_t>::run(s[1], a, fp8x2_to_f16x2<kE5m2>(w1[step]), fp8x2_to_f16x2<kE5m2>(w1[step] >> 16));
+          }
+        }
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+          unsigned a[4];
+          unsigned b[4];
+          ldmatrix_x4(a, q_address + kk * 32);
+          ldmatrix_x4(b, k_address + kk * 32);
+          Mma<T>::run(s[0], a, b[0], b[1]);
+          Mma<T>::run(s[1], a, b[2], b[3]);
+        }
       }
       if constexpr (kFp8) {  // scores as if K were dequantized
 #pragma unroll
@@ -518,18 +782,28 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
       // Scale, mask the tail, and update the running max and sum (rows g and g + 8).
       float tile_max[2] = {negative_infinity(), negative_infinity()};
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
+      for (int j = 0; j < 2; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int token = warp_first_token + j * 8 + quad_col * 2 + (e & 1);
-          s[j][e] = (token < split_end && (!has_feature<kFlags>(kFeatureWindow) || token >= window_first) &&
-                     token_kept(p, batch_index, token))
-                        ? (has_feature<kFlags>(kFeatureSoftCap) ? soft_capped(s[j][e], p.features)
-                                                                : s[j][e] * p.scale_log2)
-                        : negative_infinity();
-          tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s[j][e]);
-        }
+        for (int e = 0; e < 4; ++e)
+          s[j][e] = has_feature<kFlags>(kFeatureSoftCap) ? soft_capped(s[j][e], p.features) : s[j][e] * p.scale_log2;
+      // Only the tail, the window's first step and masked calls test each token (warp-uniform).
+      const bool whole = warp_first_token + 16 <= split_end && p.mask == nullptr &&
+                         (!has_feature<kFlags>(kFeatureWindow) || warp_first_token >= window_first);
+      if (!whole) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int token = warp_first_token + j * 8 + quad_col * 2 + (e & 1);
+            if (!(token < split_end && (!has_feature<kFlags>(kFeatureWindow) || token >= window_first) &&
+                  token_kept(p, batch_index, token)))
+              s[j][e] = negative_infinity();
+          }
       }
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s[j][e]);
       float correction[2];
       float reference[2];
 #pragma unroll
@@ -563,17 +837,63 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
       }
 
       // O += P V: the S accumulators are already laid out as the A fragment of a k16 MMA.
-      const unsigned pa[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
-                              pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
+      using PType = typename MmaType<T, kDirect>::type;  // f16 on the direct FP8 path
+      const unsigned pa[4] = {pack2<PType>(s[0][0], s[0][1]), pack2<PType>(s[0][2], s[0][3]),
+                              pack2<PType>(s[1][0], s[1][1]), pack2<PType>(s[1][2], s[1][3])};
+      if constexpr (kDirect) {
+        // Rows 2t, 2t+1 give each dim's first token pair, rows 2t+8, 2t+9 its second.
 #pragma unroll
-      for (int dd = 0; dd < kHeadDim / 16; ++dd) {
-        unsigned b[4];
-        ldmatrix_x4_trans(b, v_address + dd * 32);
-        Mma<T>::run(o[2 * dd], pa, b[0], b[1]);
-        Mma<T>::run(o[2 * dd + 1], pa, b[2], b[3]);
+        for (int part = 0; part < Direct::kVParts; ++part) {
+          uint4 rows_v[4];
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const unsigned char* source = v_bytes + v_read[r] + 128 * part;
+            if constexpr (Direct::kVBytes == 16) {
+              rows_v[r] = *reinterpret_cast<const uint4*>(source);
+            } else {
+              const uint2 half = *reinterpret_cast<const uint2*>(source);
+              rows_v[r] = make_uint4(half.x, half.y, 0u, 0u);
+            }
+          }
+          const unsigned a_words[4] = {rows_v[0].x, rows_v[0].y, rows_v[0].z, rows_v[0].w};
+          const unsigned b_words[4] = {rows_v[1].x, rows_v[1].y, rows_v[1].z, rows_v[1].w};
+          const unsigned c_words[4] = {rows_v[2].x, rows_v[2].y, rows_v[2].z, rows_v[2].w};
+          const unsigned d_words[4] = {rows_v[3].x, rows_v[3].y, rows_v[3].z, rows_v[3].w};
+#pragma unroll
+          for (int word = 0; word < Direct::kVBytes / 4; ++word) {
+            // Token pairs of dims 4 word + 0..3: [a0 b0 a1 b1] and [a2 b2 a3 b3], likewise c, d.
+            const unsigned first[2] = {byte_perm(a_words[word], b_words[word], 0x5140u),
+                                       byte_perm(a_words[word], b_words[word], 0x7362u)};
+            const unsigned second[2] = {byte_perm(c_words[word], d_words[word], 0x5140u),
+                                        byte_perm(c_words[word], d_words[word], 0x7362u)};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const int tile = part * Direct::kVBytes + 4 * word + i;
+              const int shift = (i & 1) * 16;
+              Mma<fp16_t>::run(o[tile], pa, fp8x2_to_f16x2<kE5m2>(first[i >> 1] >> shift),
+                               fp8x2_to_f16x2<kE5m2>(second[i >> 1] >> shift));
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int dd = 0; dd < kHeadDim / 16; ++dd) {
+          unsigned b[4];
+          ldmatrix_x4_trans(b, v_address + dd * 32);
+          Mma<T>::run(o[2 * dd], pa, b[0], b[1]);
+          Mma<T>::run(o[2 * dd + 1], pa, b[2], b[3]);
+        }
       }
     }
-    __syncthreads();  // the stage is refilled by the next iteration's prefetch
+    // The stage is refilled by the next iteration's prefetch: this warp's own (direct) or any.
+    if constexpr (kDirect)
+      __syncwarp();
+    else
+      __syncthreads();
+  }
+  if constexpr (kDirect) {
+    cp_async_wait<0>();
+    __syncthreads();  // the merge below reuses every warp's ring
   }
 
   // Merge the four warps' states through shared memory (the K/V stages are free now).
@@ -587,13 +907,21 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   float* merge_o = reinterpret_cast<float*>(smem_k);  // [4][16][kMergeStride]
   float* merge_max = merge_o + 4 * kDecodeHeadsPerTile * kMergeStride;  // [4][16]
   float* merge_sum = merge_max + 4 * kDecodeHeadsPerTile;              // [4][16]
+  static_assert(!kDirect || (4 * kMergeStride + 8) * kDecodeHeadsPerTile * 4 <= 4 * Direct::kWarpBytes,
+                "the merge fits in the direct path's rings");
   {
     float* mine = merge_o + warp * kDecodeHeadsPerTile * kMergeStride;
 #pragma unroll
     for (int n = 0; n < kNTiles; ++n) {
-      const int col = n * 8 + quad_col * 2;
-      *reinterpret_cast<float2*>(mine + quad_row * kMergeStride + col) = make_float2(o[n][0], o[n][1]);
-      *reinterpret_cast<float2*>(mine + (quad_row + 8) * kMergeStride + col) = make_float2(o[n][2], o[n][3]);
+      if constexpr (kDirect) {  // columns permuted by the direct path's V fragments
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          mine[(quad_row + (e >> 1) * 8) * kMergeStride + kv8_out_dim<kHeadDim>(n, quad_col * 2 + (e & 1))] = o[n][e];
+      } else {
+        const int col = n * 8 + quad_col * 2;
+        *reinterpret_cast<float2*>(mine + quad_row * kMergeStride + col) = make_float2(o[n][0], o[n][1]);
+        *reinterpret_cast<float2*>(mine + (quad_row + 8) * kMergeStride + col) = make_float2(o[n][2], o[n][3]);
+      }
     }
     if (quad_col == 0) {
       merge_max[warp * kDecodeHeadsPerTile + quad_row] = row_max[0];

@@ -1,6 +1,8 @@
 // Tiling of the Hopper (sm_90a) kernels, shared by the host launchers and the kernels.
 #pragma once
 
+#include "kernel_params.h"
+
 namespace astrai {
 
 // bf16 GEMM (hopper_gemm.cuh): 128 x 256 tiles of C, 64-wide K slices in a 4-stage ring.
@@ -53,6 +55,10 @@ struct PrefillSm90Shape {
   static constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V block
   static constexpr int kSmemBytes = prefill_sm90_smem_bytes(kHeadDim, kBlockN);
 };
+
+// Serving features the Hopper prefill computes: the soft-cap, sinks and the sliding window (an
+// FP8 cache takes the portable kernel).
+constexpr unsigned prefill_sm90_features() { return kFeatureSoftCap | kFeatureSink | kFeatureWindow; }
 
 // Head dims the Hopper prefill serves (others take the portable kernel).
 constexpr bool prefill_sm90_head_dim(int head_dim) {

@@ -40,7 +40,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 //   map_k, map_v: contiguous {head_dim, kv_len, n_kv_heads, batch}, box {64, kBlockN, 1, 1};
 //          paged {head_dim, n_kv_heads, page_size, num_pages}, box {64, 1, min(page_size, 16), 1}.
 template <typename T, int kHeadDim, int kPageSize, int kGroup,
-          int kBlockNArg = prefill_sm90_block_n(kHeadDim)>
+          int kBlockNArg = prefill_sm90_block_n(kHeadDim), int kFlags = 0>
 __global__ void __launch_bounds__(384, 1)
     prefill_sm90_kernel(const __grid_constant__ PrefillParams p,
                         const __grid_constant__ sm90::TmaMap map_q,
@@ -53,6 +53,9 @@ __global__ void __launch_bounds__(384, 1)
   constexpr int kStages = Shape::kStages;
   constexpr int kChunks = Shape::kChunks;
   constexpr bool kFp16 = IsFp16<T>::value;
+  constexpr bool kCap = has_feature<kFlags>(kFeatureSoftCap);
+  constexpr bool kWindow = has_feature<kFlags>(kFeatureWindow);
+  static_assert((kFlags & ~prefill_sm90_features()) == 0, "features of the Hopper prefill");
 
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem_q = reinterpret_cast<unsigned char*>(
@@ -75,6 +78,14 @@ __global__ void __launch_bounds__(384, 1)
   // Blocks the tile's last row can see, and the first column some row of the tile cannot.
   const int n_blocks = (prefill_row_stop(r, last_row) + kBlockN - 1) / kBlockN;
   const int mask_from = prefill_row_stop(r, m0);
+  // A window starts the walk at the first row's first key (block aligned); blocks before the
+  // last row's first key are masked like the diagonal's. Rows whose window starts past the KV
+  // leave nothing to walk.
+  const int first_block =
+      kWindow ? max(window_first_key(static_cast<long long>(r.causal_base) + m0, p.features), 0) / kBlockN : 0;
+  const int block_count = n_blocks - first_block;
+  const int window_mask_until =
+      kWindow ? window_first_key(static_cast<long long>(r.causal_base) + last_row, p.features) : 0;
 
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
@@ -96,7 +107,7 @@ __global__ void __launch_bounds__(384, 1)
     // page), lane j looking up the page of box j and issuing it; pages past the KV length get id
     // -1, which TMA reads as zeros, like ids outside the pool.
     const int lane = threadIdx.x;
-    if (threadIdx.x < 32 && n_blocks > 0) {
+    if (threadIdx.x < 32 && block_count > 0) {
       if (lane == 0) {
         tma_prefetch_map(&map_q);
         tma_prefetch_map(&map_k);
@@ -147,14 +158,14 @@ __global__ void __launch_bounds__(384, 1)
       // Page ids are fetched a block ahead: the lookup's latency hides behind the waits.
       int page = box_page((n_blocks - 1) * kBlockN);
       int previous_page = 0;
-      for (int it = 0; it < n_blocks; ++it) {
-        const int next_page = it + 1 < n_blocks ? box_page((n_blocks - 2 - it) * kBlockN) : 0;
+      for (int it = 0; it < block_count; ++it) {
+        const int next_page = it + 1 < block_count ? box_page((n_blocks - 2 - it) * kBlockN) : 0;
         load_kv(&map_k, smem_k, k_full, k_empty, it, page);
         if (it > 0) load_kv(&map_v, smem_v, v_full, v_empty, it - 1, previous_page);
         previous_page = page;
         page = next_page;
       }
-      load_kv(&map_v, smem_v, v_full, v_empty, n_blocks - 1, previous_page);
+      load_kv(&map_v, smem_v, v_full, v_empty, block_count - 1, previous_page);
     }
     return;
   }
@@ -170,6 +181,12 @@ __global__ void __launch_bounds__(384, 1)
   const int lane = t % 32;
   const int row0 = m0 + 64 * consumer + 16 * (t / 32) + lane / 4;  // and row0 + 8
   const int stop[2] = {prefill_row_stop(r, row0), prefill_row_stop(r, row0 + 8)};
+  int first_key[2] = {0, 0};  // window: the first key each row attends to
+  if (kWindow)
+    for (int h = 0; h < 2; ++h)
+      first_key[h] = window_first_key(static_cast<long long>(r.causal_base) + row0 + 8 * h, p.features);
+  // Scores arrive raw; with a soft-cap they leave the cap already in log2 units.
+  const float score_scale = kCap ? 1.f : p.scale_log2;
 
   float o[kHeadDim / 2];
   float s[kBlockN / 2];
@@ -206,12 +223,18 @@ __global__ void __launch_bounds__(384, 1)
   // Online softmax of the block starting at column `col0`: S becomes P (f32, in s), the row
   // statistics move, and `correction` is what O must be scaled by.
   auto softmax = [&](int col0, float (&correction)[2]) {
-    if (col0 + kBlockN > mask_from) {
+    if constexpr (kCap) {
+#pragma unroll
+      for (int i = 0; i < kBlockN / 2; ++i) s[i] = soft_capped(s[i], p.features);
+    }
+    if (col0 + kBlockN > mask_from || (kWindow && col0 < window_mask_until)) {
 #pragma unroll
       for (int j = 0; j < kBlockN / 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (col0 + 8 * j + 2 * (lane % 4) + (e & 1) >= stop[e >> 1]) s[4 * j + e] = negative_infinity();
+        for (int e = 0; e < 4; ++e) {
+          const int token = col0 + 8 * j + 2 * (lane % 4) + (e & 1);
+          if (token >= stop[e >> 1] || (kWindow && token < first_key[e >> 1])) s[4 * j + e] = negative_infinity();
+        }
     }
     float block_max[2] = {negative_infinity(), negative_infinity()};
 #pragma unroll
@@ -224,7 +247,7 @@ __global__ void __launch_bounds__(384, 1)
     for (int h = 0; h < 2; ++h) {
       block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 1));
       block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 2));
-      const float new_max = fmaxf(row_max[h], block_max[h] * p.scale_log2);
+      const float new_max = fmaxf(row_max[h], block_max[h] * score_scale);
       // A row that has seen nothing yet keeps -inf; 0 as its reference gives exp2(-inf) = 0.
       const float ref = new_max == negative_infinity() ? 0.f : new_max;
       correction[h] = fast_exp2(row_max[h] - ref);
@@ -234,14 +257,14 @@ __global__ void __launch_bounds__(384, 1)
     }
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; ++i) {
-      s[i] = fast_exp2(fmaf(s[i], p.scale_log2, neg_ref[(i >> 1) & 1]));
+      s[i] = fast_exp2(fmaf(s[i], score_scale, neg_ref[(i >> 1) & 1]));
       row_sum[(i >> 1) & 1] += s[i];
     }
   };
   // Paged KV: the block holding the end of the KV arrives with the rest of its last page, which
   // may hold anything (even NaN, and 0 * NaN is NaN in P V). Zero those V rows once.
   auto clear_v_tail = [&](int stage) {
-    const int first = r.kv_len - (n_blocks - 1) * kBlockN;
+    const int first = r.kv_len - (n_blocks - 1) * kBlockN;  // the walk's first block is the last one
     if (kPageSize == 0 || first >= kBlockN) return;
     const int pieces = (kBlockN - first) * 8;  // 16-byte pieces per chunk
     for (int i = t + 128 * consumer; i < pieces * kChunks; i += 256) {
@@ -260,7 +283,7 @@ __global__ void __launch_bounds__(384, 1)
       for (int q = 0; q < 4; ++q) pa[kk][q] = pack2<T>(s[8 * kk + 2 * q], s[8 * kk + 2 * q + 1]);
   };
 
-  if (n_blocks > 0) {
+  if (block_count > 0) {
     float correction[2];
     if (consumer == 1) pass_turn();
     mbar_wait(q_full, 0);
@@ -273,7 +296,7 @@ __global__ void __launch_bounds__(384, 1)
     mbar_arrive(&k_empty[0]);
     softmax((n_blocks - 1) * kBlockN, correction);
     pack_p();
-    for (int it = 1; it < n_blocks; ++it) {
+    for (int it = 1; it < block_count; ++it) {
       const int ks = it % kStages;
       const int vs = (it - 1) % kStages;
       mbar_wait(&k_full[ks], (it / kStages) & 1);
@@ -294,9 +317,9 @@ __global__ void __launch_bounds__(384, 1)
         for (int i = 0; i < kHeadDim / 2; ++i) o[i] *= correction[(i >> 1) & 1];
       pack_p();
     }
-    const int vs = (n_blocks - 1) % kStages;
-    mbar_wait(&v_full[vs], ((n_blocks - 1) / kStages) & 1);
-    if (n_blocks == 1) clear_v_tail(vs);
+    const int vs = (block_count - 1) % kStages;
+    mbar_wait(&v_full[vs], ((block_count - 1) / kStages) & 1);
+    if (block_count == 1) clear_v_tail(vs);
     await_turn();
     issue_pv(vs);
     // Every wait on a turn barrier meets one arrival: warpgroup 2's opening arrival stands in
@@ -314,8 +337,11 @@ __global__ void __launch_bounds__(384, 1)
     float sum = row_sum[h];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    float sink_factor = 1.f;
+    if constexpr (has_feature<kFlags>(kFeatureSink))
+      sink_factor = fold_sink(p.features.sinks[head], &row_max[h], &sum);
     const bool empty = !(sum > 0.f);
-    inverse[h] = empty ? 0.f : 1.f / sum;
+    inverse[h] = empty ? 0.f : sink_factor / sum;
     lse[h] = empty ? negative_infinity() : (row_max[h] + log2f(sum)) * kLn2;
   }
   T* out = static_cast<T*>(p.out) + batch_index * p.out_stride_batch + head * p.out_stride_head;

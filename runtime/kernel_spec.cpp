@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "kernel_src/hopper_params.h"
 #include "runtime/env_config.hpp"
 
 namespace astrai {
@@ -166,7 +167,8 @@ std::vector<std::string> KernelSpec::instantiations() const {
 
 bool hopper_serves(const KernelSpec& spec) {
   const HopperImplementation& hopper = spec.family().hopper;
-  return hopper.main_file != nullptr && spec.arch == "sm_90a" && !spec.force_no_mma && spec.flags == 0 &&
+  return hopper.main_file != nullptr && spec.arch == "sm_90a" && !spec.force_no_mma &&
+         (spec.flags & ~prefill_sm90_features()) == 0 &&
          hopper.serves(spec.head_dim, spec.page_size);
 }
 
@@ -221,9 +223,9 @@ void KernelSpec::validate() const {
     throw InvalidArgument(fmt::format("{}: {} has no sm_90a (wgmma) implementation", variant, info.name));
   if (wgmma && arch != "sm_90a")
     throw InvalidArgument(fmt::format("{}: wgmma variants exist only for sm_90a, not '{}'", variant, arch));
-  if (wgmma && flags != 0)
+  if (wgmma && (flags & ~prefill_sm90_features()) != 0)
     throw InvalidArgument(fmt::format("{}: the sm_90a (wgmma) implementation has no {} (the portable "
-                                      "variant has)", variant, feature_names(flags)));
+                                      "variant has)", variant, feature_names(flags & ~prefill_sm90_features())));
   if (wgmma && force_no_mma)
     throw InvalidArgument(fmt::format("{}: wgmma variants take no .nomma", variant));
   if (wgmma && !info.hopper.serves(head_dim, page_size))

@@ -16,8 +16,8 @@ std::vector<std::string> prefill_instantiations(const KernelSpec& spec, int page
 }
 
 std::vector<std::string> prefill_sm90_instantiations(const KernelSpec& spec, int page_size) {
-  return {fmt::format("astrai::prefill_sm90_kernel<{}, {}, {}, {}>", device_type_name(spec.dtype), spec.head_dim,
-                      page_size, spec.group_size)};
+  return {fmt::format("astrai::prefill_sm90_kernel<{}, {}, {}, {}, {}, {}>", device_type_name(spec.dtype),
+                      spec.head_dim, page_size, spec.group_size, prefill_sm90_block_n(spec.head_dim), spec.flags)};
 }
 
 bool prefill_sm90_serves(int head_dim, int page_size) {
@@ -62,7 +62,7 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
 // Launches the Hopper kernel when it serves the call; false leaves it to the portable one.
 bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, const char* launch_name,
                          int max_q_len, const PrefillParams& params, void* stream) {
-  if (!device.uses_wgmma() || params.mask != nullptr || spec.flags != 0 ||
+  if (!device.uses_wgmma() || params.mask != nullptr || (spec.flags & ~prefill_sm90_features()) != 0 ||
       !prefill_sm90_serves(spec.head_dim, spec.page_size))
     return false;
   const PrefillMaps maps = prefill_map_shapes(params, spec.head_dim, spec.page_size);

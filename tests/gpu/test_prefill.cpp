@@ -473,24 +473,28 @@ TEST_CASE("prefill with a sliding window: short, tile-sized and longer-than-prom
   check_prefill(everything);
 }
 
-TEST_CASE("on sm_90a a prefill with a feature runs the portable kernel, its name showing the feature") {
+TEST_CASE("on sm_90a an unmasked prefill with the soft-cap, sinks and a window runs the Hopper kernel, named by them") {
   if (device_compute_capability() != 90) return;
   PrefillCase c;
   c.head_dim = 128;
-  c.q_len = 70;
-  c.kv_len = 90;
-  c.causal_offset = 20;
+  c.q_len = 300;
+  c.kv_len = 900;
+  c.causal_offset = 600;
   c.features.logit_cap = 5.f;
+  c.features.sinks = true;
+  c.features.window_left = 200;
   c.seed = 78;
   check_prefill(c);
   int portable = 0;
   int hopper = 0;
   for (const auto& name : Runtime::get().loaded_variants()) {
-    portable += name.rfind("prefill.bf16.hd128.g4.cap.", 0) == 0 && name.find("wgmma") == std::string::npos;
-    hopper += name.find(".cap.") != std::string::npos && name.find("wgmma") != std::string::npos;
+    const bool features = name.find(".swa.cap.sink.") != std::string::npos && name.rfind("prefill.bf16.hd128.g4.", 0) == 0;
+    portable += features && name.find("wgmma") == std::string::npos;
+    hopper += features && name.find(".wgmma.") != std::string::npos;
   }
-  CHECK(portable == 1);
-  CHECK(hopper == 0);
+  const bool on_hopper = !mma_forced_off() && !wgmma_forced_off();
+  CHECK(hopper == (on_hopper ? 1 : 0));
+  CHECK(portable == (on_hopper ? 0 : 1));
 }
 
 TEST_CASE("on sm_90a an unmasked prefill runs the Hopper kernel (unless switched off), a masked one the portable kernel") {

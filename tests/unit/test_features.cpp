@@ -178,21 +178,25 @@ TEST_CASE("feature names that are repeated, misordered or unknown are refused") 
                        InvalidArgument);
 }
 
-TEST_CASE("every attention family takes the soft-cap and sinks; rotary_emb and the wgmma kernels refuse them by name") {
+TEST_CASE("every attention family takes the soft-cap, sinks and window; the Hopper prefill serves them, rotary_emb "
+          "refuses them by name") {
   for (KernelKind kind : kAttentionKinds) {
     const KernelSpec spec = with_flags(attention_spec(kind), astrai::kFeatureSoftCap | astrai::kFeatureSink);
     CAPTURE(spec.name());
     CHECK_NOTHROW(spec.validate());
-    CHECK_FALSE(astrai::detail::hopper_serves(spec));
+    const bool prefill = kind == KernelKind::prefill || kind == KernelKind::paged_prefill;
+    CHECK(astrai::detail::hopper_serves(spec) == prefill);
+    if (prefill) {
+      KernelSpec wgmma = with_flags(spec, astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow);
+      wgmma.wgmma = true;
+      CHECK(wgmma.name().find(".swa.cap.sink.wgmma.") != std::string::npos);
+      CHECK_NOTHROW(wgmma.validate());
+    }
   }
   const KernelSpec rotary = with_flags(astrai::testing::rotary_spec(DType::bf16, 64, "sm_90a"),
                                        astrai::kFeatureSoftCap);
   CHECK(rejection(rotary) ==
         "rotary_emb.bf16.hd64.cap.sm_90a: rotary_emb does not support the feature cap (allowed: none)");
-  KernelSpec wgmma = with_flags(attention_spec(KernelKind::prefill), astrai::kFeatureSoftCap);
-  wgmma.wgmma = true;
-  CHECK(rejection(wgmma) == "prefill.bf16.hd128.g4.cap.wgmma.sm_90a: the sm_90a (wgmma) implementation has "
-                            "no cap (the portable variant has)");
   CHECK(rejection(with_flags(attention_spec(KernelKind::decode), 0x100)) ==
         "decode.bf16.hd128.g4.f100.sm_90a: flags 0x100 name no feature (allowed: kv_e4m3, kv_e5m2, swa, cap, sink)");
 }

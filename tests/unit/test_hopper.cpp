@@ -161,6 +161,29 @@ TEST_SUITE("hopper") {
     }
   }
 
+  TEST_CASE("sm_90a prefill variants with the soft-cap, sinks and window keep the wgmma pipeline and compile the features in") {
+    const KernelSpec plain = hopper_prefill(KernelKind::prefill, DType::bf16, 128, 0, 4);
+    const auto plain_result = astrai::detail::nvrtc_compile(astrai::detail::compile_request(plain), true);
+    for (const auto& [kind, head_dim, page_size] : std::vector<std::tuple<KernelKind, int, int>>{
+             {KernelKind::prefill, 128, 0}, {KernelKind::paged_prefill, 64, 16}, {KernelKind::prefill, 256, 0}}) {
+      for (std::uint32_t flags : {std::uint32_t{astrai::kFeatureSoftCap}, std::uint32_t{astrai::kFeatureWindow},
+                                  std::uint32_t{astrai::kFeatureSink | astrai::kFeatureWindow},
+                                  std::uint32_t{astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow}}) {
+        KernelSpec spec = hopper_prefill(kind, DType::bf16, head_dim, page_size, 4);
+        spec.flags = flags;
+        CAPTURE(spec.name());
+        CHECK(astrai::detail::hopper_serves(spec));
+        const auto result = astrai::detail::nvrtc_compile(astrai::detail::compile_request(spec), true);
+        CHECK(contains(result.ptx, fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.bf16.bf16",
+                                               astrai::prefill_sm90_block_n(head_dim))));
+        CHECK(contains(result.ptx, "cp.async.bulk.tensor.4d"));
+        CHECK(contains(result.ptx, fmt::format("setmaxnreg.inc.sync.aligned.u32 {}", astrai::kPrefillSm90ConsumerRegs)));
+        if (kind == KernelKind::prefill && head_dim == 128) CHECK(result.ptx.size() != plain_result.ptx.size());
+        check_log_clean(result);
+      }
+    }
+  }
+
   TEST_CASE("tensor maps: what the driver accepts, and each rule that sends a call to the portable kernel") {
     alignas(16) static unsigned char storage[64];
     CHECK(astrai::detail::tensor_map_problem(good_shape(storage)) == "");

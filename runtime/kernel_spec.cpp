@@ -188,8 +188,8 @@ void KernelSpec::validate() const {
   const KernelFamily& info = family();
   const FamilyLimits& limits = info.limits;
   if (arch_number(arch) < 75)
-    throw InvalidArgument(fmt::format("{}: arch '{}' is not supported (allowed: sm_75 or newer, "
-                                      "e.g. sm_80, sm_89, sm_90a)", variant, arch));
+    throw InvalidArgument(fmt::format("{}: arch '{}' is not supported (allowed: {})", variant, arch,
+                                      kArchSupported));
   if (!limits.head_dim.contains(head_dim))
     throw InvalidArgument(fmt::format("{}: head_dim {} is not supported (allowed: {})", variant,
                                       head_dim, limits.head_dim.allowed()));

@@ -1,6 +1,11 @@
 // FP8 KV caches (e4m3, e5m2) in paged_decode, decode and paged_prefill against a float64
 // reference over the dequantized cache (fp8_to_float(code) * scale), output poisoned first.
 // The fused append must write exactly the host codec's bytes and attend to them.
+//
+// The kernels widen and quantize FP8 with cvt from sm_89 on and with bit operations before.
+// To run the pre-sm_89 conversions on an sm_89 or sm_90 GPU (an H200), compile PTX for an older
+// virtual arch, which the driver finishes for the device (variants named ...compute_80):
+//   ASTRAI_JIT_ARCH=compute_80 build/tests/astrai_gpu_tests -ts=kv_fp8
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -122,11 +122,10 @@ TEST_CASE("every attention call checks window_left; prefill calls need a causal 
 
 TEST_CASE("a windowed decode plans its splits over the window, so its workspace follows the window") {
   using astrai::detail::decode_span_tokens;
-  CHECK(decode_span_tokens(8192, 0, -1) == 8192);
-  CHECK(decode_span_tokens(8192, astrai::kFeatureWindow, 127) == 127 + 1 + astrai::kDecodeBlockTokens - 1);
-  CHECK(decode_span_tokens(8192, astrai::kFeatureWindow, 0) == astrai::kDecodeBlockTokens);
-  CHECK(decode_span_tokens(100, astrai::kFeatureWindow, 4096) == 100);
-  CHECK(decode_span_tokens(8192, astrai::kFeatureWindow, -1) == astrai::kDecodeBlockTokens);
+  CHECK(decode_span_tokens(8192, -1) == 8192);
+  CHECK(decode_span_tokens(8192, 127) == 127 + 1 + astrai::kDecodeBlockTokens - 1);
+  CHECK(decode_span_tokens(8192, 0) == astrai::kDecodeBlockTokens);
+  CHECK(decode_span_tokens(100, 4096) == 100);
   astrai::PagedDecodeArgs args = astrai::testing::valid_paged();
   args.batch = 1;
   args.max_pages_per_seq = 4096;  // 65536 tokens

@@ -229,7 +229,8 @@ void KernelSpec::validate() const {
   if (wgmma && !info.hopper.serves(head_dim, page_size))
     throw InvalidArgument(fmt::format("{}: the sm_90a implementation does not serve head_dim {}{} (the "
                                       "portable variant does)",
-                                      variant, head_dim, info.paged ? fmt::format(" with page_size {}", page_size) : ""));
+                                      variant, head_dim,
+                                      info.paged ? fmt::format(" with page_size {}", page_size) : ""));
 }
 
 std::string KernelSpec::warm_command() const {

@@ -142,8 +142,8 @@ std::size_t paged_decode_workspace_bytes(const PagedDecodeArgs& input, int num_s
 void Runtime::paged_decode(const PagedDecodeArgs& input) {
   const PagedDecodeArgs args = detail::resolve_paged_decode_args(input);
   if (args.batch == 0) return;
-  const detail::FeatureRequest features = detail::attention_features(args.scale, args.logit_cap, args.sinks, args.window_left,
-                                                                         detail::kv_cache_request(args));
+  const detail::FeatureRequest features = detail::attention_features(
+      args.scale, args.logit_cap, args.sinks, args.window_left, detail::kv_cache_request(args));
   PagedDecodeParams params = detail::common_decode_params(args, features);
   params.k_cache = args.k_cache;
   params.v_cache = args.v_cache;

@@ -172,7 +172,8 @@ expect_err "--features 'kv_e4m3\+kv_e5m2': the features kv_e4m3 and kv_e5m2 excl
 check "warm --features refuses unknown or repeated features by name"
 run warm --dry-run --arch sm_90a --features cap+cap
 expect_rc 2
-expect_err "--features 'cap\+cap' is not a feature set \(allowed: none, or distinct features joined by '\+': kv_e4m3, kv_e5m2, swa, cap, sink"
+expect_err "--features 'cap\+cap' is not a feature set \(allowed: none, or distinct features joined by "\
+"'\+': kv_e4m3, kv_e5m2, swa, cap, sink"
 run warm --dry-run --arch sm_90a --features softcap
 expect_rc 2
 expect_err "--features 'softcap' is not a feature set"

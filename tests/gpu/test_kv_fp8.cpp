@@ -94,7 +94,8 @@ std::vector<float> dequantized_rows(const std::vector<std::uint8_t>& cache, int 
   std::vector<float> rows(static_cast<std::size_t>(std::max(n, 1)) * d, 0.f);
   for (int t = 0; t < n; ++t) {
     const std::int64_t base = offset(t);
-    for (int i = 0; i < d; ++i) rows[static_cast<std::size_t>(t) * d + i] = fp8_to_float(cache[base + i], format) * scale;
+    for (int i = 0; i < d; ++i)
+      rows[static_cast<std::size_t>(t) * d + i] = fp8_to_float(cache[base + i], format) * scale;
   }
   return rows;
 }
@@ -121,7 +122,8 @@ PagePool make_page_pool(const std::vector<int>& seq_lens, int page_size, std::mt
   pool.table.assign(static_cast<std::size_t>(std::max(1, batch)) * pool.max_pages, -1);
   int next = 0;
   for (int b = 0; b < batch; ++b)
-    for (int p = 0; p < (seq_lens[b] + page_size - 1) / page_size; ++p) pool.table[b * pool.max_pages + p] = physical[next++];
+    for (int p = 0; p < (seq_lens[b] + page_size - 1) / page_size; ++p)
+      pool.table[b * pool.max_pages + p] = physical[next++];
   return pool;
 }
 

@@ -493,7 +493,8 @@ TEST_CASE("on sm_90a a prefill with a feature runs the portable kernel, its name
   CHECK(hopper == 0);
 }
 
-TEST_CASE("on sm_90a an unmasked prefill runs the Hopper kernel (unless switched off), a masked one the portable kernel") {
+TEST_CASE("on sm_90a an unmasked prefill runs the Hopper kernel (unless switched off), a masked one the portable "
+          "kernel") {
   if (!sm90a_target()) return;
   auto count = [](const std::string& needle) {
     int found = 0;

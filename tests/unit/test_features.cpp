@@ -67,7 +67,8 @@ TEST_CASE("several features appear in the fixed order of kernel_features()") {
   CHECK(with_flags(attention_spec(KernelKind::decode), astrai::kFeatureSink).name() ==
         "decode.bf16.hd128.g4.sink.sm_90a");
   CHECK_THROWS_WITH_AS(KernelSpec::parse("paged_prefill.bf16.hd128.ps16.g4.sink.cap.sm_90a"),
-                       doctest::Contains("not the canonical spelling 'paged_prefill.bf16.hd128.ps16.g4.cap.sink.sm_90a'"),
+                       doctest::Contains("not the canonical spelling "
+                                         "'paged_prefill.bf16.hd128.ps16.g4.cap.sink.sm_90a'"),
                        InvalidArgument);
   CHECK(rejection(with_flags(astrai::testing::rotary_spec(DType::bf16, 64, "sm_90a"),
                              astrai::kFeatureSoftCap | astrai::kFeatureSink)) ==
@@ -94,7 +95,8 @@ TEST_CASE("the window is the first feature field, and every family takes all thr
 TEST_CASE("every attention call checks window_left; prefill calls need a causal limit for it") {
   using namespace astrai::testing;
   const char* kRange = "window_left -2 is not valid (allowed: -1 for no window, or >= 0)";
-  check_rejected<PagedDecodeArgs>(valid_paged(), {"window_left", [](PagedDecodeArgs& a) { a.window_left = -2; }, {kRange}},
+  check_rejected<PagedDecodeArgs>(valid_paged(),
+                                  {"window_left", [](PagedDecodeArgs& a) { a.window_left = -2; }, {kRange}},
                                   astrai::detail::resolve_paged_decode_args, "paged_decode");
   check_rejected<DecodeArgs>(valid_decode(), {"window_left", [](DecodeArgs& a) { a.window_left = -2; }, {kRange}},
                              astrai::detail::resolve_decode_args, "decode");
@@ -246,7 +248,8 @@ TEST_CASE("an FP8 KV cache is the first feature field: .kv_e4m3 or .kv_e5m2, nam
   CHECK(with_flags(attention_spec(KernelKind::decode, "sm_80"), astrai::kFeatureKvE4m3).name() ==
         "decode.bf16.hd128.g4.kv_e4m3.sm_80");
   CHECK_THROWS_WITH_AS(KernelSpec::parse("paged_decode.bf16.hd128.ps16.g4.swa.kv_e4m3.sm_90a"),
-                       doctest::Contains("not the canonical spelling 'paged_decode.bf16.hd128.ps16.g4.kv_e4m3.swa.sm_90a'"),
+                       doctest::Contains("not the canonical spelling "
+                                         "'paged_decode.bf16.hd128.ps16.g4.kv_e4m3.swa.sm_90a'"),
                        InvalidArgument);
 }
 

@@ -612,7 +612,8 @@ TEST_CASE("decode rejects a payload truncated anywhere before the binary") {
       // a cut inside it still yields the intact symbols and a shorter binary.
       REQUIRE(ok);
       CHECK(out_symbols == symbols);
-      CHECK(out_binary == std::vector<char>(binary.begin(), binary.begin() + static_cast<std::ptrdiff_t>(size - table_end)));
+      const auto kept = static_cast<std::ptrdiff_t>(size - table_end);
+      CHECK(out_binary == std::vector<char>(binary.begin(), binary.begin() + kept));
     }
   }
 }

@@ -100,6 +100,8 @@ constexpr const char* kFooter =
     "over replays. Rates: decode kernels TB/s over K+V read for the real lengths + Q + O +\n"
     "page table (percent of the read ceiling); rotary 2 x bytes(x) + bytes(freqs) (percent of\n"
     "the copy ceiling); prefill 4*B*H*q*kv*D FLOPs, halved when causal (percent of the GEMM ceiling).\n"
+    "Feature rows (.swa, .cap, .sink) report their time over the plain row's; a window counts only\n"
+    "the tokens (decode) or keys (prefill) inside it, and notes their share.\n"
     "\n"
     "Exit codes: 0 the run finished (some cases may show errors), 1 no GPU or a failure\n"
     "outside the cases, 2 usage error (bad flag, bad --filter regex, no case selected).";
@@ -264,6 +266,10 @@ inline Json stats_json(const Stats& stats) {
 
 enum class CaseKind { paged_decode, decode, prefill, paged_prefill, rotary, jit_compile, jit_load, jit_host };
 
+// How a case compares with its ratio_to case: rate over rate, calls per second over calls per
+// second (same work, e.g. tokens/s of an FP8 cache), or time over time (a feature's cost).
+enum class RatioOf { rate, calls, time };
+
 struct CaseDef {
   CaseKind kind = CaseKind::paged_decode;
   std::string kernel;  // table column "kernel"
@@ -276,12 +282,36 @@ struct CaseDef {
   int page_size = 0;
   bool causal = false;
   bool ragged = false;       // lengths uniform in 1..2*len
-  std::string ratio_to;      // another case this one is compared with (rate over rate)
+  std::string ratio_to;      // another case this one is compared with
   std::string ratio_label;
-  bool ratio_per_call = false;  // compare calls per second instead of the rate (same work)
+  RatioOf ratio_of = RatioOf::rate;
   KvDType kv_dtype = KvDType::same;  // decode cases: an FP8 cache (bytes counted as moved)
+  // Serving features, set up as the GPU tests do (tests/gpu/test_paged_decode.cpp).
+  float logit_cap = 0.f;  // > 0: soft-cap (.cap)
+  bool sinks = false;     // one random sink logit per query head (.sink)
+  int window_left = -1;   // >= 0: sliding window (.swa); prefill cases with it are causal
 
   std::string name() const { return kernel + "/" + label; }
+
+  // The variant's feature bits; their names, joined by '.', end the label.
+  std::uint32_t flags() const {
+    std::uint32_t bits = 0;
+    if (kv_dtype == KvDType::e4m3) bits |= kFeatureKvE4m3;
+    if (kv_dtype == KvDType::e5m2) bits |= kFeatureKvE5m2;
+    if (window_left >= 0) bits |= kFeatureWindow;
+    if (logit_cap > 0) bits |= kFeatureSoftCap;
+    if (sinks) bits |= kFeatureSink;
+    return bits;
+  }
+
+  // The feature arguments, "window_left=1024 logit_cap=30 sinks"; "" for none.
+  std::string features() const {
+    std::string text;
+    if (window_left >= 0) text += fmt::format(" window_left={}", window_left);
+    if (logit_cap > 0) text += fmt::format(" logit_cap={}", logit_cap);
+    if (sinks) text += " sinks";
+    return text.empty() ? text : text.substr(1);
+  }
 
   std::string shape() const {
     switch (kind) {

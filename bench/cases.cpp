@@ -5,20 +5,26 @@ namespace astrai::bench {
 
 std::vector<CaseDef> all_cases() {
   std::vector<CaseDef> cases;
-  // An FP8 row (kv) names its format and compares its calls per second, i.e. tokens per
-  // second, with the bf16 row of the same shape.
-  auto kv_suffix = [](KvDType kv) { return kv == KvDType::same ? std::string() : fmt::format(".kv_{}", kv_dtype_name(kv)); };
+  // A feature row's label ends in its variant's feature fields (".kv_e4m3", ".swa.sink").
+  auto feature_suffix = [](const CaseDef& c) {
+    return c.flags() == 0 ? std::string() : "." + astrai::detail::feature_names(c.flags(), ".");
+  };
+  // An FP8 row (kv) compares its calls per second, i.e. tokens per second, with the bf16 row of
+  // the same shape; a row with other features (`with`) compares its time with the plain row's.
   auto paged_decode = [&](int head_dim, int heads, int kv_heads, int page, int batch, int len,
-                          bool ragged, std::string ratio_to, std::string ratio_label, KvDType kv = KvDType::same) {
+                          bool ragged, std::string ratio_to, std::string ratio_label, KvDType kv = KvDType::same,
+                          const std::function<void(CaseDef&)>& with = nullptr) {
     CaseDef c;
     c.kind = CaseKind::paged_decode;
     c.kernel = "paged_decode";
+    c.kv_dtype = kv;
+    if (with) with(c);
     c.label = fmt::format("hd{}{}.ps{}.B{}xL{}{}{}", head_dim,
                           heads == 32 && kv_heads == 8 ? std::string()
                                                        : fmt::format(".h{}kv{}", heads, kv_heads),
-                          page, batch, len, ragged ? ".ragged" : "", kv_suffix(kv));
-    c.kv_dtype = kv;
-    c.ratio_per_call = kv != KvDType::same;
+                          page, batch, len, ragged ? ".ragged" : "", feature_suffix(c));
+    if (kv != KvDType::same) c.ratio_of = RatioOf::calls;
+    else if (c.flags() != 0) c.ratio_of = RatioOf::time;
     c.batch = batch;
     c.len = len;
     c.n_heads = heads;
@@ -48,17 +54,31 @@ std::vector<CaseDef> all_cases() {
   paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "tokens/s vs bf16", KvDType::e4m3);
   paged_decode(64, 24, 4, 1, 32, 4096, false, "paged_decode/hd64.h24kv4.ps1.B32xL4096", "tokens/s vs bf16",
                KvDType::e4m3);
+  // Serving features next to the plain row. A window's decode reads only the window's pages,
+  // so its time should follow the tokens read (noted with each .swa row).
+  const auto window = [](CaseDef& c) { c.window_left = 1024; };
+  const auto cap = [](CaseDef& c) { c.logit_cap = 30.f; };
+  const auto sink = [](CaseDef& c) { c.sinks = true; };
+  const auto window_sink = [](CaseDef& c) {
+    c.window_left = 1024;
+    c.sinks = true;
+  };
+  paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "time vs plain", KvDType::same, window);
+  paged_decode(128, 32, 8, 16, 64, 8192, false, b64, "time vs plain", KvDType::same, window);
+  paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "time vs plain", KvDType::same, cap);
+  paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "time vs plain", KvDType::same, sink);
+  paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "time vs plain", KvDType::same, window_sink);
 
   auto decode = [&](int batch, int len, KvDType kv = KvDType::same) {
     CaseDef c;
     c.kind = CaseKind::decode;
     c.kernel = "decode";
-    c.label = fmt::format("hd128.B{}xL{}{}", batch, len, kv_suffix(kv));
     c.kv_dtype = kv;
+    c.label = fmt::format("hd128.B{}xL{}{}", batch, len, feature_suffix(c));
     if (kv != KvDType::same) {
       c.ratio_to = fmt::format("decode/hd128.B{}xL{}", batch, len);
       c.ratio_label = "tokens/s vs bf16";
-      c.ratio_per_call = true;
+      c.ratio_of = RatioOf::calls;
     }
     c.batch = batch;
     c.len = len;
@@ -72,12 +92,15 @@ std::vector<CaseDef> all_cases() {
   decode(1, 1024);
   decode(64, 8192, KvDType::e4m3);
 
-  auto prefill = [&](CaseKind kind, int head_dim, bool causal, int batch, int len, int page) {
+  const std::string causal_prefill = "prefill/hd128.causal.B2x8192";
+  auto prefill = [&](CaseKind kind, int head_dim, bool causal, int batch, int len, int page,
+                     const std::function<void(CaseDef&)>& with = nullptr) {
     CaseDef c;
     c.kind = kind;
     c.kernel = kind == CaseKind::prefill ? "prefill" : "paged_prefill";
-    c.label = fmt::format("hd{}{}.{}.B{}x{}", head_dim, page ? fmt::format(".ps{}", page) : std::string(),
-                          causal ? "causal" : "full", batch, len);
+    if (with) with(c);
+    c.label = fmt::format("hd{}{}.{}.B{}x{}{}", head_dim, page ? fmt::format(".ps{}", page) : std::string(),
+                          causal ? "causal" : "full", batch, len, feature_suffix(c));
     c.batch = batch;
     c.len = len;
     c.n_heads = 32;
@@ -86,8 +109,12 @@ std::vector<CaseDef> all_cases() {
     c.page_size = page;
     c.causal = causal;
     if (kind == CaseKind::paged_prefill) {
-      c.ratio_to = "prefill/hd128.causal.B2x8192";
+      c.ratio_to = causal_prefill;
       c.ratio_label = "TFLOP/s vs prefill";
+    } else if (c.flags() != 0) {
+      c.ratio_to = causal_prefill;
+      c.ratio_label = "time vs plain";
+      c.ratio_of = RatioOf::time;
     }
     cases.push_back(c);
   };
@@ -96,6 +123,10 @@ std::vector<CaseDef> all_cases() {
   prefill(CaseKind::prefill, 64, true, 2, 8192, 0);
   prefill(CaseKind::prefill, 256, true, 2, 8192, 0);
   prefill(CaseKind::paged_prefill, 128, true, 2, 8192, 16);
+  // Features run the portable kernel (the sm_90a Hopper kernel has none) against a plain row
+  // that runs the Hopper kernel there; the window cuts the score work (noted with the row).
+  prefill(CaseKind::prefill, 128, true, 2, 8192, 0, window);
+  prefill(CaseKind::prefill, 128, true, 2, 8192, 0, cap);
 
   auto rotary = [&](int tokens) {
     CaseDef c;
@@ -151,6 +182,34 @@ PagedLayout make_paged_layout(std::vector<std::int32_t> lens, int page_size, std
 
 std::uint64_t seed_of(const std::string& name) { return std::hash<std::string>{}(name) | 1u; }
 
+// Sink logits for a case with sinks, one per query head, in the range the GPU tests use.
+std::vector<float> sink_logits(const CaseDef& def) {
+  std::mt19937 rng(static_cast<std::uint32_t>(seed_of(def.name()) ^ 0x5eedu));
+  std::uniform_real_distribution<float> logit(-2.f, 7.f);
+  std::vector<float> values(static_cast<std::size_t>(def.n_heads));
+  for (auto& value : values) value = logit(rng);
+  return values;
+}
+
+// What a decode call reads of its sequences: all of them, or with a window only the last
+// window_left + 1 tokens and the pages that hold them.
+struct DecodeReads {
+  std::int64_t tokens = 0;
+  std::int64_t pages = 0;
+};
+
+DecodeReads decode_reads(const CaseDef& def, const PagedLayout& layout) {
+  if (def.window_left < 0) return {layout.total_tokens, layout.pages_read};
+  DecodeReads reads;
+  for (const int len : layout.lens) {
+    if (len <= 0) continue;
+    const int first = std::max(0, len - 1 - def.window_left);
+    reads.tokens += len - first;
+    reads.pages += (len - 1) / def.page_size - first / def.page_size + 1;
+  }
+  return reads;
+}
+
 void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
   std::mt19937 rng(static_cast<std::uint32_t>(seed_of(def.name())));
   std::vector<std::int32_t> lens(static_cast<std::size_t>(def.batch), def.len);
@@ -164,8 +223,13 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
                                         static_cast<double>(layout.total_tokens) / def.batch));
   const int group = def.n_heads / def.n_kv_heads;
   const bool fp8 = def.kv_dtype != KvDType::same;
-  const std::uint32_t flags = !fp8 ? 0u : def.kv_dtype == KvDType::e4m3 ? kFeatureKvE4m3 : kFeatureKvE5m2;
-  result->variant = variant_name(KernelKind::paged_decode, def.head_dim, def.page_size, group, flags);
+  result->variant = variant_name(KernelKind::paged_decode, def.head_dim, def.page_size, group, def.flags());
+  const DecodeReads reads = decode_reads(def, layout);
+  if (!def.features().empty()) result->notes.push_back(def.features());
+  if (def.window_left >= 0)
+    result->notes.push_back(fmt::format("reads {:.2f}x the tokens ({} of {})",
+                                        static_cast<double>(reads.tokens) / static_cast<double>(layout.total_tokens),
+                                        reads.tokens, layout.total_tokens));
 
   const std::size_t pool_elems = static_cast<std::size_t>(layout.num_pages) * def.page_size * def.n_kv_heads * def.head_dim;
   const std::size_t kv_element_bytes = fp8 ? 1 : 2;
@@ -193,6 +257,8 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
   const DeviceBuffer seq_lens = DeviceBuffer::from(layout.lens);
   const std::vector<float> unit_scales(static_cast<std::size_t>(def.n_kv_heads), 1.f);
   const DeviceBuffer scales = DeviceBuffer::from(unit_scales);
+  DeviceBuffer sinks;
+  if (def.sinks) sinks = DeviceBuffer::from(sink_logits(def));
   sync_all();
 
   astrai::PagedDecodeArgs base;
@@ -211,6 +277,9 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
     base.k_scale = base.v_scale = scales.as<const float>();
     base.kv_scale_per_head = true;
   }
+  base.logit_cap = def.logit_cap;
+  if (def.sinks) base.sinks = sinks.as<const float>();
+  base.window_left = def.window_left;
   const Call call = [&](int s, CUstream stream) {
     astrai::PagedDecodeArgs args = base;
     const Set& set = buffers[static_cast<std::size_t>(s)];
@@ -222,10 +291,12 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
     Runtime::get().paged_decode(args);
   };
   const Timing timing = time_calls(sets, call);
-  const double kv_bytes = static_cast<double>(layout.total_tokens) * def.n_kv_heads * def.head_dim * 2 *
+  // Bytes moved: the K and V of the tokens read (a window's only), Q, O, the page table entries
+  // read and the lengths.
+  const double kv_bytes = static_cast<double>(reads.tokens) * def.n_kv_heads * def.head_dim * 2 *
                           static_cast<double>(kv_element_bytes);
-  const double bytes = kv_bytes + 2.0 * static_cast<double>(q_elems) * 2 +
-                       static_cast<double>(layout.pages_read) * 4 + static_cast<double>(def.batch) * 4;
+  const double bytes = kv_bytes + 2.0 * static_cast<double>(q_elems) * 2 + static_cast<double>(reads.pages) * 4 +
+                       static_cast<double>(def.batch) * 4;
   finish(result, timing, bytes, false);
 }
 
@@ -286,12 +357,22 @@ void Bench::case_decode(const CaseDef& def, CaseResult* result) {
 
 double attention_flops(const CaseDef& def) {
   const double flops = 4.0 * def.batch * def.n_heads * static_cast<double>(def.len) * def.len * def.head_dim;
-  return def.causal ? flops / 2 : flops;
+  if (def.window_left < 0) return def.causal ? flops / 2 : flops;
+  // A causal window: query i attends to min(i + 1, window_left + 1) keys.
+  const double window = std::min<double>(def.window_left + 1.0, def.len);
+  const double keys = window * (window + 1) / 2 + (def.len - window) * window;
+  return 4.0 * def.batch * def.n_heads * keys * def.head_dim;
 }
 
 void Bench::case_prefill(const CaseDef& def, CaseResult* result) {
   const int group = def.n_heads / def.n_kv_heads;
-  result->variant = variant_name(KernelKind::prefill, def.head_dim, 0, group);
+  result->variant = variant_name(KernelKind::prefill, def.head_dim, 0, group, def.flags());
+  if (!def.features().empty()) result->notes.push_back(def.features());
+  if (def.window_left >= 0) {
+    CaseDef causal = def;
+    causal.window_left = -1;
+    result->notes.push_back(fmt::format("{:.2f}x the causal score work", attention_flops(def) / attention_flops(causal)));
+  }
   const std::size_t q_elems = static_cast<std::size_t>(def.batch) * def.len * def.n_heads * def.head_dim;
   const std::size_t kv_elems = static_cast<std::size_t>(def.batch) * def.len * def.n_kv_heads * def.head_dim;
   const std::size_t set_bytes = 2 * q_elems * 2 + 2 * kv_elems * 2;
@@ -311,6 +392,8 @@ void Bench::case_prefill(const CaseDef& def, CaseResult* result) {
     fill_bf16(set.out, q_elems, seed + 3);
     buffers.push_back(std::move(set));
   }
+  DeviceBuffer sinks;
+  if (def.sinks) sinks = DeviceBuffer::from(sink_logits(def));
   sync_all();
   astrai::PrefillArgs base;
   base.dtype = DType::bf16;
@@ -321,6 +404,9 @@ void Bench::case_prefill(const CaseDef& def, CaseResult* result) {
   base.n_kv_heads = def.n_kv_heads;
   base.head_dim = def.head_dim;
   base.causal_offset = def.causal ? 0 : -1;  // a fresh prompt: kv_len - q_len
+  base.logit_cap = def.logit_cap;
+  if (def.sinks) base.sinks = sinks.as<const float>();
+  base.window_left = def.window_left;
   const Call call = [&](int s, CUstream stream) {
     astrai::PrefillArgs args = base;
     const Set& set = buffers[static_cast<std::size_t>(s)];
@@ -466,9 +552,17 @@ CaseResult Bench::run_case(const CaseDef& def, const std::map<std::string, CaseR
   }
   if (result.status == "ok" && !def.ratio_to.empty()) {
     auto it = earlier.find(def.ratio_to);
-    if (it != earlier.end() && it->second.status == "ok" && it->second.rate > 0)
-      result.ratio = def.ratio_per_call ? it->second.us.median / result.us.median : result.rate / it->second.rate;
-    else if (it == earlier.end())
+    if (it != earlier.end() && it->second.status == "ok" && it->second.rate > 0) {
+      const CaseResult& other = it->second;
+      switch (def.ratio_of) {
+        case RatioOf::rate: result.ratio = result.rate / other.rate; break;
+        case RatioOf::calls: result.ratio = other.us.median / result.us.median; break;
+        case RatioOf::time: result.ratio = result.us.median / other.us.median; break;
+      }
+      // On sm_90a a plain prefill runs the Hopper kernel, a prefill with a feature the portable one.
+      if (other.variant.find(".wgmma.") != std::string::npos && result.variant.find(".wgmma.") == std::string::npos)
+        result.notes.push_back("the compared row runs the Hopper kernel");
+    } else if (it == earlier.end())
       result.notes.push_back("select " + def.ratio_to + " too for the ratio");
   }
   return result;

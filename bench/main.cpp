@@ -123,9 +123,13 @@ int main(int argc, char** argv) {
   }
 
   if (options.list) {
-    for (const auto& def : selected)
-      fmt::print("{}\n", def.basis().empty() ? fmt::format("{:<42} {}", def.name(), def.shape())
-                                              : fmt::format("{:<42} {:<34} {}", def.name(), def.shape(), def.basis()));
+    for (const auto& def : selected) {
+      std::string line = def.basis().empty() ? fmt::format("{:<42} {}", def.name(), def.shape())
+                                             : fmt::format("{:<42} {:<34} {:<30}", def.name(), def.shape(), def.basis());
+      if (!def.features().empty()) line += " " + def.features();
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      fmt::print("{}\n", line);
+    }
     return kExitOk;
   }
   try {

@@ -47,12 +47,12 @@ void print_header(const Bench& bench, const Options& options) {
 
 void print_table(const std::vector<CaseResult>& results) {
   if (results.empty()) return;
-  const char* format = "{:<13} {:<28} {:<40} {:<28} {:>10} {:>15} {:>7}  {:<19} {}\n";
+  const char* format = "{:<13} {:<30} {:<40} {:<28} {:>10} {:>15} {:>7}  {:<19} {}\n";
   fmt::print("\n");
   fmt::print(format, "kernel", "case", "variant", "shape", "us/call", "rate", "% ceil", "spread us", "notes");
   for (const auto& r : results) {
     if (r.status != "ok") {
-      fmt::print("{:<13} {:<28} {:<40} {:<28} {}\n", r.def.kernel, r.def.label, r.variant, r.def.shape(),
+      fmt::print("{:<13} {:<30} {:<40} {:<28} {}\n", r.def.kernel, r.def.label, r.variant, r.def.shape(),
                  clip(first_line(r.error), 120));
       continue;
     }

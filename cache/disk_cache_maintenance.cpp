@@ -1,5 +1,7 @@
 // DiskCache maintenance: the directory scan and what is built on it (list, stats, verify,
 // prune, clear), and the full check of one listed entry (verify, export).
+#include "cache/disk_cache.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,7 +12,6 @@
 #include <utility>
 
 #include "base/logging.hpp"
-#include "cache/disk_cache.hpp"
 #include "cache/disk_cache_internal.hpp"
 
 namespace astrai::detail {

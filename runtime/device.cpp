@@ -114,7 +114,10 @@ Device::Device(int ordinal, const JitEngine& engine)
   arch_ = engine.target_for_device(major, minor);
   force_no_mma_ = engine.config().no_mma && arch_number(arch_) >= 80;
   no_wgmma_ = engine.config().no_wgmma;
-  programmatic_launch_ = major >= 9 && driver().driver_version >= 12030;
+  // The kernels wait for their predecessor (griddepcontrol) only when compiled for sm_90 or newer;
+  // PTX of an older virtual arch (ASTRAI_JIT_ARCH=compute_80 on Hopper) has no wait, so it must
+  // not be launched early.
+  programmatic_launch_ = major >= 9 && arch_number(arch_) >= 90 && driver().driver_version >= 12030;
   log(LogLevel::debug, "device {}: sm_{}{}, {} SMs, target {}{}{}", ordinal, major, minor, num_sms_, arch_,
       force_no_mma_ ? " (ASTRAI_JIT_NO_MMA)" : "", no_wgmma_ && arch_ == "sm_90a" ? " (ASTRAI_JIT_NO_WGMMA)" : "");
 }

@@ -41,7 +41,6 @@ constexpr const char* kCacheSharedVar = "ASTRAI_JIT_CACHE_SHARED";
 constexpr const char* kBoolAllowed = "1, 0, true, false, yes, no, on, off";
 constexpr const char* kCacheAllowed = "rw, ro, off";
 constexpr const char* kLogAllowed = "off, error, warn, info, debug";
-constexpr const char* kArchAllowed = "an arch like sm_80, sm_89, sm_90a, or 8.9";
 constexpr const char* kCachePathAllowed =
     "a colon-separated list of absolute directories, e.g. /opt/astrai-jit/cache:/mnt/kernels";
 constexpr const char* kCacheSharedAllowed =
@@ -226,7 +225,15 @@ std::optional<std::uint64_t> parse_byte_size(const std::string& text) {
 std::optional<std::string> normalize_arch(const std::string& text) {
   std::string_view rest(text);
   bool prefixed = false;
-  if (rest.size() >= 2 && to_lower(rest[0]) == 's' && to_lower(rest[1]) == 'm') {
+  // "compute_XY" names a virtual arch: PTX that the driver finishes for the device it loads on.
+  constexpr std::string_view kCompute = "compute_";
+  bool virtual_arch = rest.size() >= kCompute.size();
+  for (std::size_t i = 0; virtual_arch && i < kCompute.size(); ++i)
+    virtual_arch = to_lower(rest[i]) == kCompute[i];
+  if (virtual_arch) {
+    rest.remove_prefix(kCompute.size());
+    prefixed = true;
+  } else if (rest.size() >= 2 && to_lower(rest[0]) == 's' && to_lower(rest[1]) == 'm') {
     rest.remove_prefix(2);
     if (!rest.empty() && rest.front() == '_') rest.remove_prefix(1);
     prefixed = true;
@@ -270,7 +277,7 @@ std::optional<std::string> normalize_arch(const std::string& text) {
     minor = number % 10;
   }
   if (major < 3 || major > 15 || minor < 0 || minor > 9) return std::nullopt;
-  return fmt::format("sm_{}{}{}", major, minor, suffix);
+  return fmt::format("{}{}{}{}", virtual_arch ? "compute_" : "sm_", major, minor, suffix);
 }
 
 EnvConfig parse_env_config(const std::vector<std::string>& environment) {
@@ -332,15 +339,14 @@ EnvConfig parse_env_config(const std::vector<std::string>& environment) {
     const std::string_view text = trim(*value);
     if (!text.empty()) {
       std::optional<std::string> arch = normalize_arch(std::string(text));
-      if (!arch) throw_invalid(kArchVar, *value, kArchAllowed);
-      // Validated like `warm --arch`: sm_75 is the oldest target the kernels support.
+      if (!arch) throw_invalid(kArchVar, *value, kArchForms);
+      // Validated like `warm --arch`: 75 is the oldest arch the kernels support.
       int number = 0;
       for (char c : *arch)
         if (is_digit(c)) number = number * 10 + (c - '0');
       if (number < kMinArchNumber)
-        throw ConfigError(fmt::format("{}={} is not supported (allowed: sm_75 or newer, e.g. "
-                                      "sm_80, sm_89, sm_90a)",
-                                      kArchVar, *value));
+        throw ConfigError(fmt::format("{}={} is not supported (allowed: {})", kArchVar, *value,
+                                      kArchSupported));
       config.arch_override = *arch;
     }
   }

@@ -25,7 +25,10 @@ struct EnvConfig {
   std::filesystem::path record_file;   // ASTRAI_JIT_RECORD=<file>; empty = off
   std::uint64_t max_cache_bytes = 0;   // ASTRAI_JIT_MAX_CACHE_SIZE: bytes with optional K/M/G/T (powers of 1024) suffix, "KiB"/"MiB"/"GiB"/"TiB" or "KB"/"MB"/"GB" accepted; 0 = unlimited
   LogLevel log_level = LogLevel::warn; // ASTRAI_JIT_LOG = off | error | warn | info | debug
-  std::string arch_override;           // ASTRAI_JIT_ARCH, normalized: "sm_89", "sm_90a", "sm_100a" (accepts "89", "8.9", "sm89", "sm_89", "90a", "compute_90a" is rejected)
+  // ASTRAI_JIT_ARCH, normalized: "sm_89", "sm_90a", "sm_100a", "compute_80", "compute_90a"
+  // (accepts "89", "8.9", "sm89", "sm_89", "90a", "compute_80"; a compute_ target compiles PTX
+  // that the driver finishes for the device).
+  std::string arch_override;
   bool no_mma = false;                 // ASTRAI_JIT_NO_MMA (bool)
   bool no_wgmma = false;               // ASTRAI_JIT_NO_WGMMA (bool): portable kernels on sm_90a
   std::filesystem::path dump_dir;      // ASTRAI_JIT_DUMP=<dir>; empty = off
@@ -48,7 +51,16 @@ EnvConfig load_env_config_from_process();
 // The oldest target the kernels support (also the floor of `warm --arch`).
 inline constexpr int kMinArchNumber = 75;
 
-// Normalizes an arch string ("89", "8.9", "sm89", "sm_89", "sm_90a", "90a") to "sm_89"/"sm_90a".
+// What ASTRAI_JIT_ARCH and `warm --arch` accept, for messages: the notations normalize_arch
+// takes, then the supported range.
+inline constexpr const char* kArchForms =
+    "sm_XY, XY or X.Y for a cubin of that arch, or compute_XY for PTX that the driver finishes "
+    "for the device, each with an optional a or f suffix; e.g. sm_80, 8.9, sm_90a, compute_80";
+inline constexpr const char* kArchSupported =
+    "sm_75 or newer, or compute_75 or newer; e.g. sm_80, sm_89, sm_90a, compute_80";
+
+// Normalizes an arch string ("89", "8.9", "sm89", "sm_89", "sm_90a", "90a") to "sm_89"/"sm_90a",
+// and a virtual arch ("compute_80", "COMPUTE_90a"; packed digits only) to "compute_80"/"compute_90a".
 // Returns nullopt when it is not an arch (letters, out-of-range numbers: major 3..15, minor 0..9).
 std::optional<std::string> normalize_arch(const std::string& text);
 

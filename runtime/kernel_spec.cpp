@@ -190,8 +190,8 @@ void KernelSpec::validate() const {
   const KernelFamily& info = family();
   const FamilyLimits& limits = info.limits;
   if (arch_number(arch) < 75)
-    throw InvalidArgument(fmt::format("{}: arch '{}' is not supported (allowed: sm_75 or newer, "
-                                      "e.g. sm_80, sm_89, sm_90a)", variant, arch));
+    throw InvalidArgument(fmt::format("{}: arch '{}' is not supported (allowed: {})", variant, arch,
+                                      kArchSupported));
   if (!limits.head_dim.contains(head_dim))
     throw InvalidArgument(fmt::format("{}: head_dim {} is not supported (allowed: {})", variant,
                                       head_dim, limits.head_dim.allowed()));
@@ -231,7 +231,8 @@ void KernelSpec::validate() const {
   if (wgmma && !info.hopper.serves(head_dim, page_size))
     throw InvalidArgument(fmt::format("{}: the sm_90a implementation does not serve head_dim {}{} (the "
                                       "portable variant does)",
-                                      variant, head_dim, info.paged ? fmt::format(" with page_size {}", page_size) : ""));
+                                      variant, head_dim,
+                                      info.paged ? fmt::format(" with page_size {}", page_size) : ""));
 }
 
 std::string KernelSpec::warm_command() const {

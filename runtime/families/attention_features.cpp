@@ -50,9 +50,9 @@ void require_fp8_strides(const char* call, const KvCacheRequest& kv,
                                       "16-byte aligned)", name, stride));
 }
 
-long long decode_span_tokens(long long capacity, std::uint32_t flags, int window_left) {
-  if ((flags & kFeatureWindow) == 0) return capacity;
-  return std::min<long long>(capacity, std::max(window_left, 0) + 1LL + (kDecodeBlockTokens - 1));
+long long decode_span_tokens(long long capacity, int window_left) {
+  if (window_left < 0) return capacity;
+  return std::min<long long>(capacity, window_left + 1LL + (kDecodeBlockTokens - 1));
 }
 
 FeatureRequest attention_features(float scale, float logit_cap, const float* sinks, int window_left,

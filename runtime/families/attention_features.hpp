@@ -49,8 +49,8 @@ void require_window(const char* call, int window_left, bool causal, const char* 
 FeatureRequest attention_features(float scale, float logit_cap, const float* sinks, int window_left,
                                   const KvCacheRequest& kv = {});
 
-// Tokens a decode split plan must cover: the table capacity, or with a window the blocks its
-// keys can touch (window_left + 1 keys from a block boundary on).
-long long decode_span_tokens(long long capacity, std::uint32_t flags, int window_left);
+// Tokens a decode split plan must cover: the table capacity, or with a window (window_left >= 0)
+// the blocks its keys can touch (window_left + 1 keys from a block boundary on).
+long long decode_span_tokens(long long capacity, int window_left);
 
 }  // namespace astrai::detail

@@ -83,8 +83,8 @@ DecodeArgs resolve_decode_args(const DecodeArgs& input) {
 void Runtime::decode(const DecodeArgs& input) {
   const DecodeArgs args = detail::resolve_decode_args(input);
   if (args.batch == 0) return;
-  const detail::FeatureRequest features = detail::attention_features(args.scale, args.logit_cap, args.sinks, args.window_left,
-                                                                         detail::kv_cache_request(args));
+  const detail::FeatureRequest features = detail::attention_features(
+      args.scale, args.logit_cap, args.sinks, args.window_left, detail::kv_cache_request(args));
   PagedDecodeParams params = detail::common_decode_params(args, features);
   params.k_cache = args.k;
   params.v_cache = args.v;

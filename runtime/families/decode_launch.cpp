@@ -1,5 +1,7 @@
 #include "runtime/families/decode_launch.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "runtime/launch_heuristics.hpp"
@@ -34,8 +36,11 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   };
   thread_local PlanMemo memo;
   // A window's splits cover only the blocks it can touch (a function of the shape and the
-  // window, so graphs stay valid as lengths grow).
-  const int span = static_cast<int>(decode_span_tokens(params.kv_capacity, launch.flags, params.features.window_left));
+  // window, so graphs stay valid as lengths grow). The flag says whether there is a window:
+  // without one the value is unset (0), and contiguous decode folds a causal offset past kv_len
+  // into it, down to -1 (nothing to attend to), which still plans one block.
+  const int window_left = (launch.flags & kFeatureWindow) != 0 ? std::max(params.features.window_left, 0) : -1;
+  const int span = static_cast<int>(decode_span_tokens(params.kv_capacity, window_left));
   if (memo.variant != &variant || memo.batch != params.batch || memo.n_kv_heads != params.n_kv_heads ||
       memo.capacity != span) {
     memo.plan = plan_decode_splits(params.batch, params.n_kv_heads, head_tiles, span, variant.resident_ctas);

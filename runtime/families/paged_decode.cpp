@@ -128,12 +128,11 @@ std::size_t paged_decode_workspace_bytes(const PagedDecodeArgs& input, int num_s
   const PagedDecodeArgs args = detail::resolve_paged_decode_args(input);
   const int group = args.n_heads / args.n_kv_heads;
   const int head_tiles = (group + kDecodeHeadsPerTile - 1) / kDecodeHeadsPerTile;
+  const long long span = detail::decode_span_tokens(1LL * args.max_pages_per_seq * args.page_size, args.window_left);
   // The plan depends on the kernel's occupancy, known once it is loaded: take the largest
   // workspace over every occupancy a 128-thread CTA can have.
   std::size_t bytes = 0;
   for (int per_sm = 1; per_sm <= 16; ++per_sm) {
-    const long long span = detail::decode_span_tokens(1LL * args.max_pages_per_seq * args.page_size,
-                                                      args.window_left >= 0 ? kFeatureWindow : 0u, args.window_left);
     const auto plan = detail::plan_decode_splits(args.batch, args.n_kv_heads, head_tiles, span, per_sm * num_sms);
     bytes = std::max(bytes, detail::decode_workspace_bytes(plan, args.batch, args.n_heads, args.head_dim));
   }
@@ -143,8 +142,8 @@ std::size_t paged_decode_workspace_bytes(const PagedDecodeArgs& input, int num_s
 void Runtime::paged_decode(const PagedDecodeArgs& input) {
   const PagedDecodeArgs args = detail::resolve_paged_decode_args(input);
   if (args.batch == 0) return;
-  const detail::FeatureRequest features = detail::attention_features(args.scale, args.logit_cap, args.sinks, args.window_left,
-                                                                         detail::kv_cache_request(args));
+  const detail::FeatureRequest features = detail::attention_features(
+      args.scale, args.logit_cap, args.sinks, args.window_left, detail::kv_cache_request(args));
   PagedDecodeParams params = detail::common_decode_params(args, features);
   params.k_cache = args.k_cache;
   params.v_cache = args.v_cache;

@@ -1,4 +1,5 @@
-// paged_prefill: prefill over a paged KV cache with a ragged batch of queries (chunked prefill) (kernel_src/prefill.cuh). Descriptor, argument checks and launch.
+// paged_prefill: prefill over a paged KV cache with a ragged batch of queries (chunked prefill)
+// (kernel_src/prefill.cuh). Descriptor, argument checks and launch.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -26,7 +27,8 @@ const KernelFamily& paged_prefill_family() {
       attention_limits(/*paged=*/true),
       /*supported_flags=*/kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2,
       attention_warm_defaults(/*paged=*/true),
-      /*hopper=*/{"prefill_sm90.cuh", [](const KernelSpec& spec) { return prefill_sm90_instantiations(spec, spec.page_size); },
+      /*hopper=*/{"prefill_sm90.cuh",
+                  [](const KernelSpec& spec) { return prefill_sm90_instantiations(spec, spec.page_size); },
                   [](int head_dim, int page_size) { return prefill_sm90_serves(head_dim, page_size); }},
   };
   return family;
@@ -140,8 +142,8 @@ void Runtime::paged_prefill(const PagedPrefillArgs& input) {
   params.max_pages_per_seq = args.max_pages_per_seq;
   params.causal_offset = args.causal ? 0 : -1;
   params.scale_log2 = args.scale * detail::kLog2e;
-  const detail::FeatureRequest features = detail::attention_features(args.scale, args.logit_cap, args.sinks, args.window_left,
-                                                                         detail::kv_cache_request(args));
+  const detail::FeatureRequest features = detail::attention_features(
+      args.scale, args.logit_cap, args.sinks, args.window_left, detail::kv_cache_request(args));
   params.features = features.values;
   detail::launch_prefill(*impl_, detail::paged_prefill_family(), "cuLaunchKernel(paged_prefill)", args.dtype,
                  args.head_dim, args.page_size, features.flags, args.max_q_len, params, args.stream);

@@ -1,4 +1,5 @@
-// prefill: attention of a block of query tokens over a contiguous KV cache (kernel_src/prefill.cuh). Descriptor, argument checks and launch.
+// prefill: attention of a block of query tokens over a contiguous KV cache
+// (kernel_src/prefill.cuh). Descriptor, argument checks and launch.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -139,7 +140,8 @@ void Runtime::prefill(const PrefillArgs& input) {
   params.n_kv_heads = args.n_kv_heads;
   params.causal_offset = args.causal_offset;
   params.scale_log2 = args.scale * detail::kLog2e;
-  const detail::FeatureRequest features = detail::attention_features(args.scale, args.logit_cap, args.sinks, args.window_left);
+  const detail::FeatureRequest features =
+      detail::attention_features(args.scale, args.logit_cap, args.sinks, args.window_left);
   params.features = features.values;
   detail::launch_prefill(*impl_, detail::prefill_family(), "cuLaunchKernel(prefill)", args.dtype, args.head_dim,
                  0, features.flags, args.q_len, params, args.stream);

@@ -172,7 +172,8 @@ expect_err "--features 'kv_e4m3\+kv_e5m2': the features kv_e4m3 and kv_e5m2 excl
 check "warm --features refuses unknown or repeated features by name"
 run warm --dry-run --arch sm_90a --features cap+cap
 expect_rc 2
-expect_err "--features 'cap\+cap' is not a feature set \(allowed: none, or distinct features joined by '\+': kv_e4m3, kv_e5m2, swa, cap, sink"
+expect_err "--features 'cap\+cap' is not a feature set \(allowed: none, or distinct features joined by "\
+"'\+': kv_e4m3, kv_e5m2, swa, cap, sink"
 run warm --dry-run --arch sm_90a --features softcap
 expect_rc 2
 expect_err "--features 'softcap' is not a feature set"
@@ -183,6 +184,27 @@ expect_rc 0
 expect_out "^warm: 2 variants"
 expect_out '^rotary_emb\.bf16\.hd64\.nomma\.sm_80'
 expect_out '^rotary_emb\.bf16\.hd64\.nomma\.sm_89'
+
+check "warm --arch takes compute_ targets (PTX) and never pairs them with a Hopper variant"
+run warm --dry-run --arch compute_80,COMPUTE_90a --kernels paged_decode,prefill --head-dims 128 --group-sizes 4 \
+    --page-sizes 16
+expect_rc 0
+expect_out "^warm: 4 variants"
+expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.compute_80( |$)'
+expect_out '^prefill\.bf16\.hd128\.g4\.compute_90a( |$)'
+expect_count '\.wgmma\.' 0
+set +e
+ASTRAI_JIT_ARCH=compute_80 "$BIN" warm --dry-run --kernels rotary_emb --head-dims 64 >"$OUT" 2>"$ERR"
+RC=$?
+set -e
+expect_rc 0
+expect_out '^rotary_emb\.bf16\.hd64\.compute_80( |$)'
+run warm --dry-run --arch compute_70
+expect_rc 2
+expect_err "--arch 'compute_70' is not supported \(allowed: sm_75 or newer, or compute_75 or newer"
+run warm --dry-run --arch compute_8.0
+expect_rc 2
+expect_err "--arch 'compute_8\.0' is not a valid target \(allowed: auto, or sm_XY, XY or X\.Y .*compute_XY"
 
 check "the strict-mode hint of every family warms exactly the missed variant"
 # The commands KernelSpec::warm_command() prints (pinned per family in test_kernel_family.cpp).

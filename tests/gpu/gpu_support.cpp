@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/env_config.hpp"
+
 namespace astrai::gpu_test {
 
 using detail::check_cu;
@@ -140,6 +142,13 @@ int device_compute_capability() {
   check_cu(driver().cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
            "cuDeviceGetAttribute", 0);
   return major * 10 + minor;
+}
+
+bool sm90a_target() {
+  if (device_compute_capability() != 90) return false;
+  const char* value = std::getenv("ASTRAI_JIT_ARCH");
+  if (!value || !*value) return true;
+  return detail::normalize_arch(value) == std::optional<std::string>("sm_90a");
 }
 
 }  // namespace astrai::gpu_test

@@ -48,6 +48,9 @@ bool mma_forced_off();
 bool wgmma_forced_off();  // ASTRAI_JIT_NO_WGMMA
 // Compute capability of device 0 as major * 10 + minor (90 on an H100/H200).
 int device_compute_capability();
+// Whether the runtime compiles for sm_90a on device 0: an sm_90 GPU and no ASTRAI_JIT_ARCH
+// naming another target (ASTRAI_JIT_ARCH=compute_80 runs the sm_80 code path there).
+bool sm90a_target();
 
 // The serving features of an attention case. text() is its part of the parameter string,
 // " cap=4" for those set, "" for none.

@@ -1,6 +1,11 @@
 // FP8 KV caches (e4m3, e5m2) in paged_decode, decode and paged_prefill against a float64
 // reference over the dequantized cache (fp8_to_float(code) * scale), output poisoned first.
 // The fused append must write exactly the host codec's bytes and attend to them.
+//
+// The kernels widen and quantize FP8 with cvt from sm_89 on and with bit operations before.
+// To run the pre-sm_89 conversions on an sm_89 or sm_90 GPU (an H200), compile PTX for an older
+// virtual arch, which the driver finishes for the device (variants named ...compute_80):
+//   ASTRAI_JIT_ARCH=compute_80 build/tests/astrai_gpu_tests -ts=kv_fp8
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -89,7 +94,8 @@ std::vector<float> dequantized_rows(const std::vector<std::uint8_t>& cache, int 
   std::vector<float> rows(static_cast<std::size_t>(std::max(n, 1)) * d, 0.f);
   for (int t = 0; t < n; ++t) {
     const std::int64_t base = offset(t);
-    for (int i = 0; i < d; ++i) rows[static_cast<std::size_t>(t) * d + i] = fp8_to_float(cache[base + i], format) * scale;
+    for (int i = 0; i < d; ++i)
+      rows[static_cast<std::size_t>(t) * d + i] = fp8_to_float(cache[base + i], format) * scale;
   }
   return rows;
 }
@@ -116,7 +122,8 @@ PagePool make_page_pool(const std::vector<int>& seq_lens, int page_size, std::mt
   pool.table.assign(static_cast<std::size_t>(std::max(1, batch)) * pool.max_pages, -1);
   int next = 0;
   for (int b = 0; b < batch; ++b)
-    for (int p = 0; p < (seq_lens[b] + page_size - 1) / page_size; ++p) pool.table[b * pool.max_pages + p] = physical[next++];
+    for (int p = 0; p < (seq_lens[b] + page_size - 1) / page_size; ++p)
+      pool.table[b * pool.max_pages + p] = physical[next++];
   return pool;
 }
 

@@ -474,7 +474,7 @@ TEST_CASE("prefill with a sliding window: short, tile-sized and longer-than-prom
 }
 
 TEST_CASE("on sm_90a an unmasked prefill with the soft-cap, sinks and a window runs the Hopper kernel, named by them") {
-  if (device_compute_capability() != 90) return;
+  if (!sm90a_target()) return;
   PrefillCase c;
   c.head_dim = 128;
   c.q_len = 300;
@@ -488,7 +488,8 @@ TEST_CASE("on sm_90a an unmasked prefill with the soft-cap, sinks and a window r
   int portable = 0;
   int hopper = 0;
   for (const auto& name : Runtime::get().loaded_variants()) {
-    const bool features = name.find(".swa.cap.sink.") != std::string::npos && name.rfind("prefill.bf16.hd128.g4.", 0) == 0;
+    const bool features =
+        name.find(".swa.cap.sink.") != std::string::npos && name.rfind("prefill.bf16.hd128.g4.", 0) == 0;
     portable += features && name.find("wgmma") == std::string::npos;
     hopper += features && name.find(".wgmma.") != std::string::npos;
   }
@@ -497,8 +498,9 @@ TEST_CASE("on sm_90a an unmasked prefill with the soft-cap, sinks and a window r
   CHECK(portable == (on_hopper ? 0 : 1));
 }
 
-TEST_CASE("on sm_90a an unmasked prefill runs the Hopper kernel (unless switched off), a masked one the portable kernel") {
-  if (device_compute_capability() != 90) return;
+TEST_CASE("on sm_90a an unmasked prefill runs the Hopper kernel (unless switched off), a masked one the portable "
+          "kernel") {
+  if (!sm90a_target()) return;
   auto count = [](const std::string& needle) {
     int found = 0;
     for (const auto& name : Runtime::get().loaded_variants()) found += name.find(needle) != std::string::npos;

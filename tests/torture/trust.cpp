@@ -20,8 +20,9 @@ namespace {
 
 bool become(long uid, long gid) {
   if (uid < 0) return true;
-  return ::setgroups(0, nullptr) == 0 && ::setresgid(static_cast<gid_t>(gid), static_cast<gid_t>(gid), static_cast<gid_t>(gid)) == 0 &&
-         ::setresuid(static_cast<uid_t>(uid), static_cast<uid_t>(uid), static_cast<uid_t>(uid)) == 0;
+  const auto g = static_cast<gid_t>(gid);
+  const auto u = static_cast<uid_t>(uid);
+  return ::setgroups(0, nullptr) == 0 && ::setresgid(g, g, g) == 0 && ::setresuid(u, u, u) == 0;
 }
 
 }  // namespace
@@ -200,7 +201,8 @@ int run_trust(TrustOptions options) {
         JitEngine probe(engine_config(root));
         const std::string hex = probe.key_for(spec).hex();
         const fs::path entry = probe.cache().entry_path(probe.key_for(spec), spec.name());
-        const fs::path decoy_entry = DiskCache(decoy, CacheMode::read_only, 0).entry_path(probe.key_for(spec), spec.name());
+        const fs::path decoy_entry =
+            DiskCache(decoy, CacheMode::read_only, 0).entry_path(probe.key_for(spec), spec.name());
         EnvConfig config = engine_config(root);
         std::error_code ec;
         if (place == "root") {

@@ -54,7 +54,9 @@ std::string size_error(const std::string& value) {
 
 std::string arch_error(const std::string& value) {
   return "ASTRAI_JIT_ARCH=" + value +
-         " is not valid (allowed: an arch like sm_80, sm_89, sm_90a, or 8.9)";
+         " is not valid (allowed: sm_XY, XY or X.Y for a cubin of that arch, or compute_XY for PTX "
+         "that the driver finishes for the device, each with an optional a or f suffix; e.g. sm_80, "
+         "8.9, sm_90a, compute_80)";
 }
 
 bool get_flag(const EnvConfig& config, const std::string& name) {
@@ -328,19 +330,29 @@ TEST_CASE("the arch override is normalized") {
   CHECK(parse_one("ASTRAI_JIT_ARCH", "").arch_override.empty());
 }
 
-TEST_CASE("a bad arch override is rejected with examples of valid ones") {
+TEST_CASE("an arch override may name a virtual arch, compiled to PTX that the driver finishes") {
+  CHECK(parse_one("ASTRAI_JIT_ARCH", "compute_80").arch_override == "compute_80");
+  CHECK(parse_one("ASTRAI_JIT_ARCH", "compute_89").arch_override == "compute_89");
+  CHECK(parse_one("ASTRAI_JIT_ARCH", "compute_90a").arch_override == "compute_90a");
+  CHECK(parse_one("ASTRAI_JIT_ARCH", "COMPUTE_90").arch_override == "compute_90");
+  CHECK(parse_one("ASTRAI_JIT_ARCH", " compute_75 ").arch_override == "compute_75");
+}
+
+TEST_CASE("a bad arch override is rejected naming every accepted form") {
   CHECK_THROWS_WITH_AS(parse_one("ASTRAI_JIT_ARCH", "sm_xx"),
-                       "ASTRAI_JIT_ARCH=sm_xx is not valid (allowed: an arch like sm_80, sm_89, "
-                       "sm_90a, or 8.9)",
+                       "ASTRAI_JIT_ARCH=sm_xx is not valid (allowed: sm_XY, XY or X.Y for a cubin of "
+                       "that arch, or compute_XY for PTX that the driver finishes for the device, each "
+                       "with an optional a or f suffix; e.g. sm_80, 8.9, sm_90a, compute_80)",
                        ConfigError);
-  for (const std::string value : {"compute_90a", "sm_20", "sm_160", "ampere", "8.10"}) {
+  for (const std::string value : {"compute_8.9", "compute_", "compute80", "compute_sm_80", "sm_20", "sm_160",
+                                  "ampere", "8.10"}) {
     CAPTURE(value);
     CHECK_THROWS_WITH_AS(parse_one("ASTRAI_JIT_ARCH", value), arch_error(value).c_str(),
                          ConfigError);
   }
 }
 
-TEST_CASE("arch strings in every accepted notation normalize to sm_<major><minor>") {
+TEST_CASE("arch strings in every accepted notation normalize to sm_<major><minor> or compute_<major><minor>") {
   struct Row {
     const char* text;
     const char* arch;
@@ -356,6 +368,9 @@ TEST_CASE("arch strings in every accepted notation normalize to sm_<major><minor
       {"sm_120", "sm_120"},  {"12.0", "sm_120"},      {"sm_121a", "sm_121a"},
       {"30", "sm_30"},       {"3.0", "sm_30"},        {"sm_35", "sm_35"},
       {"159", "sm_159"},     {"15.9", "sm_159"},      {"7.5", "sm_75"},
+      {"compute_80", "compute_80"},   {"compute_89", "compute_89"},   {"compute_90a", "compute_90a"},
+      {"COMPUTE_90A", "compute_90a"}, {"Compute_100f", "compute_100f"}, {"compute_120", "compute_120"},
+      {"compute_75", "compute_75"},   {"compute_30", "compute_30"},
   };
   for (const Row& row : rows) {
     CAPTURE(row.text);
@@ -371,9 +386,12 @@ TEST_CASE("strings that are not an arch do not normalize") {
       "9",       "sm_9",     "20",         "2.0",       "sm_20",     "160",
       "16.0",    "sm_160",   "1000",       "sm_1000",   "089",       "sm_089",
       "08.9",    "8.10",     "8.",         ".9",        "8..9",      "sm_8.9",
-      "sm8.9",   "compute_90a", "compute_90", "sm_90b",  "sm_90aa",   "sm_90af",
-      "a90",     "sm_a90",   "ampere",     "sm_89 ",    " sm_89",    "sm-89",
-      "+89",     "-89",      "8.9.0",      "sm_9x",     "sm_100fa",  "lto_90",
+      "sm8.9",   "sm_90b",   "sm_90aa",    "sm_90af",   "a90",       "sm_a90",
+      "ampere",  "sm_89 ",   " sm_89",     "sm-89",     "+89",       "-89",
+      "8.9.0",   "sm_9x",    "sm_100fa",   "lto_90",    "compute",   "compute_",
+      "compute_8.9", "compute80", "compute-80", "compute_9", "compute_20", "compute_160",
+      "compute_089", "compute_90b", "compute_90aa", "compute_sm_80", "sm_compute_80", "compute_80 ",
+      "computer_80", "compute_a",
   };
   for (const char* text : rows) {
     CAPTURE(text);
@@ -505,8 +523,12 @@ TEST_CASE("the shared cache takes off, group, a group name or a gid") {
 
 TEST_CASE("an arch override older than sm_75 is refused like warm --arch") {
   CHECK_THROWS_WITH_AS(parse_one("ASTRAI_JIT_ARCH", "sm_70"),
-                       "ASTRAI_JIT_ARCH=sm_70 is not supported (allowed: sm_75 or newer, e.g. "
-                       "sm_80, sm_89, sm_90a)",
+                       "ASTRAI_JIT_ARCH=sm_70 is not supported (allowed: sm_75 or newer, or "
+                       "compute_75 or newer; e.g. sm_80, sm_89, sm_90a, compute_80)",
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(parse_one("ASTRAI_JIT_ARCH", "compute_70"),
+                       "ASTRAI_JIT_ARCH=compute_70 is not supported (allowed: sm_75 or newer, or "
+                       "compute_75 or newer; e.g. sm_80, sm_89, sm_90a, compute_80)",
                        ConfigError);
   CHECK_THROWS_AS(parse_one("ASTRAI_JIT_ARCH", "6.1"), ConfigError);
   CHECK(parse_one("ASTRAI_JIT_ARCH", "7.5").arch_override == "sm_75");

@@ -67,7 +67,8 @@ TEST_CASE("several features appear in the fixed order of kernel_features()") {
   CHECK(with_flags(attention_spec(KernelKind::decode), astrai::kFeatureSink).name() ==
         "decode.bf16.hd128.g4.sink.sm_90a");
   CHECK_THROWS_WITH_AS(KernelSpec::parse("paged_prefill.bf16.hd128.ps16.g4.sink.cap.sm_90a"),
-                       doctest::Contains("not the canonical spelling 'paged_prefill.bf16.hd128.ps16.g4.cap.sink.sm_90a'"),
+                       doctest::Contains("not the canonical spelling "
+                                         "'paged_prefill.bf16.hd128.ps16.g4.cap.sink.sm_90a'"),
                        InvalidArgument);
   CHECK(rejection(with_flags(astrai::testing::rotary_spec(DType::bf16, 64, "sm_90a"),
                              astrai::kFeatureSoftCap | astrai::kFeatureSink)) ==
@@ -94,7 +95,8 @@ TEST_CASE("the window is the first feature field, and every family takes all thr
 TEST_CASE("every attention call checks window_left; prefill calls need a causal limit for it") {
   using namespace astrai::testing;
   const char* kRange = "window_left -2 is not valid (allowed: -1 for no window, or >= 0)";
-  check_rejected<PagedDecodeArgs>(valid_paged(), {"window_left", [](PagedDecodeArgs& a) { a.window_left = -2; }, {kRange}},
+  check_rejected<PagedDecodeArgs>(valid_paged(),
+                                  {"window_left", [](PagedDecodeArgs& a) { a.window_left = -2; }, {kRange}},
                                   astrai::detail::resolve_paged_decode_args, "paged_decode");
   check_rejected<DecodeArgs>(valid_decode(), {"window_left", [](DecodeArgs& a) { a.window_left = -2; }, {kRange}},
                              astrai::detail::resolve_decode_args, "decode");
@@ -122,11 +124,10 @@ TEST_CASE("every attention call checks window_left; prefill calls need a causal 
 
 TEST_CASE("a windowed decode plans its splits over the window, so its workspace follows the window") {
   using astrai::detail::decode_span_tokens;
-  CHECK(decode_span_tokens(8192, 0, -1) == 8192);
-  CHECK(decode_span_tokens(8192, astrai::kFeatureWindow, 127) == 127 + 1 + astrai::kDecodeBlockTokens - 1);
-  CHECK(decode_span_tokens(8192, astrai::kFeatureWindow, 0) == astrai::kDecodeBlockTokens);
-  CHECK(decode_span_tokens(100, astrai::kFeatureWindow, 4096) == 100);
-  CHECK(decode_span_tokens(8192, astrai::kFeatureWindow, -1) == astrai::kDecodeBlockTokens);
+  CHECK(decode_span_tokens(8192, -1) == 8192);
+  CHECK(decode_span_tokens(8192, 127) == 127 + 1 + astrai::kDecodeBlockTokens - 1);
+  CHECK(decode_span_tokens(8192, 0) == astrai::kDecodeBlockTokens);
+  CHECK(decode_span_tokens(100, 4096) == 100);
   astrai::PagedDecodeArgs args = astrai::testing::valid_paged();
   args.batch = 1;
   args.max_pages_per_seq = 4096;  // 65536 tokens
@@ -251,7 +252,8 @@ TEST_CASE("an FP8 KV cache is the first feature field: .kv_e4m3 or .kv_e5m2, nam
   CHECK(with_flags(attention_spec(KernelKind::decode, "sm_80"), astrai::kFeatureKvE4m3).name() ==
         "decode.bf16.hd128.g4.kv_e4m3.sm_80");
   CHECK_THROWS_WITH_AS(KernelSpec::parse("paged_decode.bf16.hd128.ps16.g4.swa.kv_e4m3.sm_90a"),
-                       doctest::Contains("not the canonical spelling 'paged_decode.bf16.hd128.ps16.g4.kv_e4m3.swa.sm_90a'"),
+                       doctest::Contains("not the canonical spelling "
+                                         "'paged_decode.bf16.hd128.ps16.g4.kv_e4m3.swa.sm_90a'"),
                        InvalidArgument);
 }
 

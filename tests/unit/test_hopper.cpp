@@ -153,8 +153,10 @@ TEST_SUITE("hopper") {
         CHECK(contains(result.ptx, fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", block_n, types)));
         CHECK(contains(result.ptx, fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", head_dim, types)));
         CHECK(contains(result.ptx, "cp.async.bulk.tensor.4d"));
-        CHECK(contains(result.ptx, fmt::format("setmaxnreg.dec.sync.aligned.u32 {}", astrai::kPrefillSm90ProducerRegs)));
-        CHECK(contains(result.ptx, fmt::format("setmaxnreg.inc.sync.aligned.u32 {}", astrai::kPrefillSm90ConsumerRegs)));
+        CHECK(contains(result.ptx,
+                       fmt::format("setmaxnreg.dec.sync.aligned.u32 {}", astrai::kPrefillSm90ProducerRegs)));
+        CHECK(contains(result.ptx,
+                       fmt::format("setmaxnreg.inc.sync.aligned.u32 {}", astrai::kPrefillSm90ConsumerRegs)));
         CHECK(contains(result.ptx, "bar.sync"));  // the ping-pong between consumer warpgroups
         check_log_clean(result);
       }

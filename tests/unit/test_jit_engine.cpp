@@ -565,6 +565,11 @@ TEST_CASE("the device target is arch-specific from Hopper on and follows the ove
   config.arch_override = "sm_86";
   JitEngine overridden(config);
   CHECK(overridden.target_for_device(9, 0) == "sm_86");
+
+  // A virtual arch override compiles PTX the driver finishes for any newer device.
+  config.arch_override = "compute_80";
+  JitEngine virtual_target(config);
+  CHECK(virtual_target.target_for_device(9, 0) == "compute_80");
 }
 
 TEST_CASE("variant payloads round-trip through encode and decode") {
@@ -607,7 +612,8 @@ TEST_CASE("decode rejects a payload truncated anywhere before the binary") {
       // a cut inside it still yields the intact symbols and a shorter binary.
       REQUIRE(ok);
       CHECK(out_symbols == symbols);
-      CHECK(out_binary == std::vector<char>(binary.begin(), binary.begin() + static_cast<std::ptrdiff_t>(size - table_end)));
+      const auto kept = static_cast<std::ptrdiff_t>(size - table_end);
+      CHECK(out_binary == std::vector<char>(binary.begin(), binary.begin() + kept));
     }
   }
 }

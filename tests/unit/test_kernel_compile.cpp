@@ -342,6 +342,23 @@ TEST_CASE("a compute target yields PTX text instead of a cubin") {
   CHECK_FALSE(is_elf(result.binary));
 }
 
+TEST_CASE("a compute_80 FP8 variant is PTX with tensor cores and the pre-sm_89 conversions") {
+  // What ASTRAI_JIT_ARCH=compute_80 runs on an sm_89 or sm_90 GPU.
+  const KernelSpec spec = KernelSpec::parse("paged_decode.bf16.hd128.ps16.g4.kv_e4m3.compute_80");
+  const CompileRequest request = request_for(spec);
+  REQUIRE(request.emit_ptx_only);
+  const CompileResult result = nvrtc_compile(request, false);
+  CHECK(result.kind == BinaryKind::ptx);
+  REQUIRE_FALSE(result.binary.empty());
+  CHECK(result.binary.back() == '\0');
+  const std::string text(result.binary.data());
+  CHECK(contains(text, ".target sm_80"));
+  check_tensor_core_ptx(text);
+  CHECK_FALSE(contains(text, "cvt.rn.f16x2.e4m3x2"));
+  CHECK_FALSE(contains(text, "satfinite"));
+  CHECK(contains(text, "mul.rn.f16x2"));
+}
+
 TEST_CASE("a compile without the PTX request returns no PTX text") {
   const CompileResult result = nvrtc_compile(request_for(rotary(DType::fp16, 64, "sm_80")), false);
   CHECK(result.ptx.empty());

@@ -94,6 +94,29 @@ TEST_CASE("variant names follow the pinned dotted format") {
   CHECK(rotary(DType::bf16, 512, "compute_90").name() == "rotary_emb.bf16.hd512.compute_90");
 }
 
+TEST_CASE("a compute_ target names itself and selects kernels by its number, never the Hopper ones") {
+  // ASTRAI_JIT_ARCH=compute_80 on an H200: the sm_80 code path, PTX the driver finishes.
+  const KernelSpec fp8 = KernelSpec::parse("paged_decode.bf16.hd128.ps16.g4.kv_e4m3.compute_80");
+  CHECK(fp8.arch == "compute_80");
+  CHECK(fp8.uses_mma());
+  CHECK(fp8.warm_command().find("--arch compute_80 ") != std::string::npos);
+  CHECK(paged(DType::bf16, 128, 16, 4, "compute_80", true).name() ==
+        "paged_decode.bf16.hd128.ps16.g4.nomma.compute_80");
+  CHECK_FALSE(paged(DType::bf16, 128, 16, 4, "compute_75").uses_mma());
+  // Hopper kernels exist only for the sm_90a cubin target, not for compute_90a PTX.
+  KernelSpec prefill = astrai::testing::make_spec(KernelKind::prefill, DType::bf16, 128, 0, 4, "sm_90a");
+  CHECK(astrai::detail::hopper_serves(prefill));
+  for (const char* arch : {"compute_90a", "compute_90", "sm_90"}) {
+    CAPTURE(arch);
+    prefill.arch = arch;
+    CHECK_FALSE(astrai::detail::hopper_serves(prefill));
+    CHECK(prefill.warm_command().find("wgmma") == std::string::npos);
+    KernelSpec wgmma = prefill;
+    wgmma.wgmma = true;
+    CHECK_THROWS_AS(wgmma.validate(), astrai::InvalidArgument);
+  }
+}
+
 TEST_CASE("a forced CUDA-core variant carries the nomma field before the arch") {
   CHECK(paged(DType::bf16, 128, 16, 4, "sm_90a", true).name() ==
         "paged_decode.bf16.hd128.ps16.g4.nomma.sm_90a");
@@ -286,8 +309,9 @@ TEST_CASE("validate rejects unsupported rotary fields and any flags") {
 
   KernelSpec flagged = paged(DType::bf16, 128, 16, 4, "sm_90a");
   flagged.flags = 0x1000;
-  CHECK(validate_message(flagged).rfind(
-            "paged_decode.bf16.hd128.ps16.g4.f1000.sm_90a: flags 0x1000 name no feature (allowed: kv_e4m3, kv_e5m2, swa, cap, sink)", 0) == 0);
+  CHECK(validate_message(flagged).rfind("paged_decode.bf16.hd128.ps16.g4.f1000.sm_90a: flags 0x1000 name no "
+                                        "feature (allowed: kv_e4m3, kv_e5m2, swa, cap, sink)",
+                                        0) == 0);
 }
 
 TEST_CASE("instantiations name the kernel templates with the spec's constants") {

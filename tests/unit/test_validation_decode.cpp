@@ -188,7 +188,9 @@ TEST_CASE("paged decode accepts the edges of every allowed range") {
       {"page_size 256", [](A& a) { a.page_size = 256; }},
       {"group 128", [](A& a) { a.n_heads = 256; }},
       {"MHA", [](A& a) { a.n_kv_heads = 8; }},
-      {"one query head, dense rows", [](A& a) { a.n_heads = 1; a.n_kv_heads = 1; a.q_stride_head = 8; a.out_stride_head = 8; a.out_stride_batch = 128; }},
+      {"one query head, dense rows", [](A& a) {
+         a.n_heads = 1; a.n_kv_heads = 1; a.q_stride_head = 8; a.out_stride_head = 8; a.out_stride_batch = 128;
+       }},
       {"one KV head, dense rows", [](A& a) { a.n_kv_heads = 1; a.k_stride_head = 8; a.v_stride_head = 8; }},
       {"one sequence, short output stride", [](A& a) { a.batch = 1; a.out_stride_batch = 8; }},
       {"broadcast query", [](A& a) { a.q_stride_batch = 8; }},

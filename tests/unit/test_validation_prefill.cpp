@@ -165,18 +165,29 @@ TEST_CASE("prefill accepts the edges of every allowed range") {
       {"65535 heads", [](A& a) { a.n_heads = 65535; a.n_kv_heads = 65535; }},
       {"65535 prompts", [](A& a) { a.batch = 65535; a.mask_batch = 1; }},
       {"empty KV without K and V", [](A& a) { a.kv_len = 0; a.k = nullptr; a.v = nullptr; }},
-      {"no queries without pointers", [](A& a) { a.q_len = 0; a.q = nullptr; a.out = nullptr; a.k = nullptr; a.v = nullptr; a.mask_q_len = 1; }},
-      {"empty batch without pointers", [](A& a) { a.batch = 0; a.q = nullptr; a.k = nullptr; a.v = nullptr; a.out = nullptr; a.mask = nullptr; }},
+      {"no queries without pointers",
+       [](A& a) { a.q_len = 0; a.q = nullptr; a.out = nullptr; a.k = nullptr; a.v = nullptr; a.mask_q_len = 1; }},
+      {"empty batch without pointers",
+       [](A& a) { a.batch = 0; a.q = nullptr; a.k = nullptr; a.v = nullptr; a.out = nullptr; a.mask = nullptr; }},
       {"broadcast mask", [](A& a) { a.mask_batch = 1; }},
       {"explicit mask batch", [](A& a) { a.mask_batch = 2; }},
       {"3D mask", [](A& a) { a.mask_q_len = 100; }},
       {"3D broadcast mask", [](A& a) { a.mask_batch = 1; a.mask_q_len = 100; }},
-      {"odd mask address and strides", [](A& a) { a.mask = fake_pointer<const bool>(0x50001); a.mask_q_len = 100; a.mask_stride_q = 301; a.mask_stride_batch = 30101; }},
+      {"odd mask address and strides", [](A& a) {
+         a.mask = fake_pointer<const bool>(0x50001); a.mask_q_len = 100; a.mask_stride_q = 301;
+         a.mask_stride_batch = 30101;
+       }},
       {"a mask shape is ignored without a mask", [](A& a) { a.mask = nullptr; a.mask_batch = 5; a.mask_q_len = 3; }},
       {"no lse", [](A& a) { a.lse = nullptr; }},
-      {"one query, short output stride", [](A& a) { a.q_len = 1; a.out_stride_seq = 1024; a.out_stride_batch = 1024; a.mask_q_len = 1; }},
-      {"one head, dense rows", [](A& a) { a.n_heads = 1; a.n_kv_heads = 1; a.q_stride_head = 8; a.out_stride_head = 8; a.out_stride_seq = 128; }},
-      {"bhld layout", [](A& a) { a.q_stride_head = 100 * 128; a.q_stride_seq = 128; a.q_stride_batch = 8 * 100 * 128; a.out_stride_head = 100 * 128; a.out_stride_seq = 128; a.out_stride_batch = 8 * 100 * 128; }},
+      {"one query, short output stride",
+       [](A& a) { a.q_len = 1; a.out_stride_seq = 1024; a.out_stride_batch = 1024; a.mask_q_len = 1; }},
+      {"one head, dense rows", [](A& a) {
+         a.n_heads = 1; a.n_kv_heads = 1; a.q_stride_head = 8; a.out_stride_head = 8; a.out_stride_seq = 128;
+       }},
+      {"bhld layout", [](A& a) {
+         a.q_stride_head = 100 * 128; a.q_stride_seq = 128; a.q_stride_batch = 8 * 100 * 128;
+         a.out_stride_head = 100 * 128; a.out_stride_seq = 128; a.out_stride_batch = 8 * 100 * 128;
+       }},
       {"padded rows", [](A& a) { a.k_stride_head = 136; a.v_stride_seq = 4096; a.out_stride_head = 136; }},
   }, resolve_prefill_args);
 }
@@ -289,8 +300,14 @@ TEST_CASE("paged prefill accepts the edges of every allowed range") {
       {"one request holds every row", [](A& a) { a.max_q_len = 40; }},
       {"rows spread evenly", [](A& a) { a.max_q_len = 14; }},
       {"one request", [](A& a) { a.batch = 1; a.max_q_len = 40; }},
-      {"no rows without pointers", [](A& a) { a.total_q = 0; a.max_q_len = 0; a.q = nullptr; a.qo_indptr = nullptr; a.k_cache = nullptr; a.v_cache = nullptr; a.page_table = nullptr; a.seq_lens = nullptr; a.out = nullptr; }},
-      {"empty batch without pointers", [](A& a) { a.batch = 0; a.q = nullptr; a.qo_indptr = nullptr; a.k_cache = nullptr; a.v_cache = nullptr; a.page_table = nullptr; a.seq_lens = nullptr; a.out = nullptr; }},
+      {"no rows without pointers", [](A& a) {
+         a.total_q = 0; a.max_q_len = 0; a.q = nullptr; a.qo_indptr = nullptr; a.k_cache = nullptr; a.v_cache = nullptr;
+         a.page_table = nullptr; a.seq_lens = nullptr; a.out = nullptr;
+       }},
+      {"empty batch without pointers", [](A& a) {
+         a.batch = 0; a.q = nullptr; a.qo_indptr = nullptr; a.k_cache = nullptr; a.v_cache = nullptr;
+         a.page_table = nullptr; a.seq_lens = nullptr; a.out = nullptr;
+       }},
       {"odd mask address and stride", [](A& a) { a.mask = fake_pointer<const bool>(0x80003); a.mask_stride_q = 77; }},
       {"aligned lse", [](A& a) { a.lse = fake_pointer<float>(0x90004); }},
       {"interleaved K/V pool", [](A& a) { a.k_stride_page = 2 * 16 * 256; a.v_stride_page = 2 * 16 * 256; }},

@@ -40,8 +40,8 @@ void add_warm_command(CLI::App& app, Commands* commands) {
   CLI::App* warm = app.add_subcommand(
       "warm", "Compile kernel variants ahead of time into the disk cache (no GPU needed)");
   warm->add_option("--arch", options.archs,
-                   "Targets, e.g. sm_75,sm_80,sm_89,sm_90a, or auto (each local GPU's target; "
-                   "sm_90a without a GPU) [default: auto]")
+                   "Targets, e.g. sm_75,sm_80,sm_89,sm_90a, compute_80 (PTX the driver finishes), "
+                   "or auto (each local GPU's target; sm_90a without a GPU) [default: auto]")
       ->delimiter(',')->type_name("LIST");
   warm->add_option("--kernels", options.kernels,
                    fmt::format("Kernels: {} [default: {}]", join(astrai::detail::kernel_kind_names(), ", "),

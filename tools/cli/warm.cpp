@@ -48,13 +48,12 @@ std::vector<std::string> resolve_archs(const std::vector<std::string>& requested
     }
     const std::optional<std::string> arch = astrai::detail::normalize_arch(text);
     if (!arch)
-      throw astrai::InvalidArgument(fmt::format(
-          "--arch '{}' is not a valid target (allowed: auto, or an arch like sm_75, sm_80, "
-          "sm_89, sm_90a, 8.9)", raw));
+      throw astrai::InvalidArgument(fmt::format("--arch '{}' is not a valid target (allowed: auto, or {})",
+                                                raw, astrai::detail::kArchForms));
     const int number = astrai::detail::arch_number(*arch);
-    if (number < 75)
-      throw astrai::InvalidArgument(fmt::format(
-          "--arch '{}' is not supported (allowed: sm_75 or newer, e.g. sm_80, sm_89, sm_90a)", raw));
+    if (number < astrai::detail::kMinArchNumber)
+      throw astrai::InvalidArgument(fmt::format("--arch '{}' is not supported (allowed: {})", raw,
+                                                astrai::detail::kArchSupported));
     if (!supported.empty() &&
         std::find(supported.begin(), supported.end(), number) == supported.end()) {
       std::vector<std::string> names;

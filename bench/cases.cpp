@@ -123,8 +123,8 @@ std::vector<CaseDef> all_cases() {
   prefill(CaseKind::prefill, 64, true, 2, 8192, 0);
   prefill(CaseKind::prefill, 256, true, 2, 8192, 0);
   prefill(CaseKind::paged_prefill, 128, true, 2, 8192, 16);
-  // Features run the portable kernel (the sm_90a Hopper kernel has none) against a plain row
-  // that runs the Hopper kernel there; the window cuts the score work (noted with the row).
+  // On sm_90a these run the Hopper kernel like the plain row; the window cuts the score work
+  // (noted with the row).
   prefill(CaseKind::prefill, 128, true, 2, 8192, 0, window);
   prefill(CaseKind::prefill, 128, true, 2, 8192, 0, cap);
 
@@ -559,7 +559,7 @@ CaseResult Bench::run_case(const CaseDef& def, const std::map<std::string, CaseR
         case RatioOf::calls: result.ratio = other.us.median / result.us.median; break;
         case RatioOf::time: result.ratio = result.us.median / other.us.median; break;
       }
-      // On sm_90a a plain prefill runs the Hopper kernel, a prefill with a feature the portable one.
+      // Rows on different paths (e.g. ASTRAI_JIT_NO_WGMMA=1 on one of them) say so.
       if (other.variant.find(".wgmma.") != std::string::npos && result.variant.find(".wgmma.") == std::string::npos)
         result.notes.push_back("the compared row runs the Hopper kernel");
     } else if (it == earlier.end())

@@ -52,7 +52,9 @@ void require_fp8_strides(const char* call, const KvCacheRequest& kv,
 
 long long decode_span_tokens(long long capacity, std::uint32_t flags, int window_left) {
   if ((flags & kFeatureWindow) == 0) return capacity;
-  return std::min<long long>(capacity, std::max(window_left, 0) + 1LL + (kDecodeBlockTokens - 1));
+  // From the first query token's window on: q_len - 1 more keys for the later tokens.
+  return std::min<long long>(capacity, std::max(window_left, 0) + 1LL * decode_q_len(flags) +
+                                           (kDecodeBlockTokens - 1));
 }
 
 FeatureRequest attention_features(float scale, float logit_cap, const float* sinks, int window_left,

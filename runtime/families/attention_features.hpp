@@ -50,7 +50,8 @@ FeatureRequest attention_features(float scale, float logit_cap, const float* sin
                                   const KvCacheRequest& kv = {});
 
 // Tokens a decode split plan must cover: the table capacity, or with a window the blocks its
-// keys can touch (window_left + 1 keys from a block boundary on).
+// keys can touch (window_left + q_len keys from a block boundary on; q_len from the flags'
+// multi-token field).
 long long decode_span_tokens(long long capacity, std::uint32_t flags, int window_left);
 
 }  // namespace astrai::detail

@@ -280,6 +280,7 @@ struct CaseDef {
   std::string ratio_label;
   bool ratio_per_call = false;  // compare calls per second instead of the rate (same work)
   KvDType kv_dtype = KvDType::same;  // decode cases: an FP8 cache (bytes counted as moved)
+  int q_len = 1;  // paged_decode: new query tokens per request (multi-token decode)
 
   std::string name() const { return kernel + "/" + label; }
 
@@ -289,7 +290,8 @@ struct CaseDef {
         if (ragged)
           return fmt::format("B{} L1..{} H{}/{} D{} ps{}", batch, 2 * len, n_heads, n_kv_heads, head_dim,
                              page_size);
-        return fmt::format("B{} L{} H{}/{} D{} ps{}", batch, len, n_heads, n_kv_heads, head_dim, page_size);
+        return fmt::format("B{} L{} H{}/{} D{} ps{}{}", batch, len, n_heads, n_kv_heads, head_dim, page_size,
+                           q_len > 1 ? fmt::format(" q{}", q_len) : "");
       case CaseKind::decode:
         return fmt::format("B{} L{} H{}/{} D{}", batch, len, n_heads, n_kv_heads, head_dim);
       case CaseKind::prefill:

@@ -9,15 +9,18 @@ std::vector<CaseDef> all_cases() {
   // second, with the bf16 row of the same shape.
   auto kv_suffix = [](KvDType kv) { return kv == KvDType::same ? std::string() : fmt::format(".kv_{}", kv_dtype_name(kv)); };
   auto paged_decode = [&](int head_dim, int heads, int kv_heads, int page, int batch, int len,
-                          bool ragged, std::string ratio_to, std::string ratio_label, KvDType kv = KvDType::same) {
+                          bool ragged, std::string ratio_to, std::string ratio_label, KvDType kv = KvDType::same,
+                          int q_len = 1) {
     CaseDef c;
     c.kind = CaseKind::paged_decode;
     c.kernel = "paged_decode";
-    c.label = fmt::format("hd{}{}.ps{}.B{}xL{}{}{}", head_dim,
+    c.label = fmt::format("hd{}{}.ps{}.B{}xL{}{}{}{}", head_dim,
                           heads == 32 && kv_heads == 8 ? std::string()
                                                        : fmt::format(".h{}kv{}", heads, kv_heads),
-                          page, batch, len, ragged ? ".ragged" : "", kv_suffix(kv));
+                          page, batch, len, ragged ? ".ragged" : "", kv_suffix(kv),
+                          q_len > 1 ? fmt::format(".q{}", q_len) : "");
     c.kv_dtype = kv;
+    c.q_len = q_len;
     c.ratio_per_call = kv != KvDType::same;
     c.batch = batch;
     c.len = len;
@@ -48,6 +51,9 @@ std::vector<CaseDef> all_cases() {
   paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "tokens/s vs bf16", KvDType::e4m3);
   paged_decode(64, 24, 4, 1, 32, 4096, false, "paged_decode/hd64.h24kv4.ps1.B32xL4096", "tokens/s vs bf16",
                KvDType::e4m3);
+  // Multi-token decode (issue 13: at q_len 4, >= 0.9x the bandwidth of q_len 1 at B32 x 4096;
+  // group 4 x 4 tokens = one 16-row tile, K and V read once).
+  paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "TB/s vs q1", KvDType::same, 4);
 
   auto decode = [&](int batch, int len, KvDType kv = KvDType::same) {
     CaseDef c;
@@ -164,12 +170,13 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
                                         static_cast<double>(layout.total_tokens) / def.batch));
   const int group = def.n_heads / def.n_kv_heads;
   const bool fp8 = def.kv_dtype != KvDType::same;
-  const std::uint32_t flags = !fp8 ? 0u : def.kv_dtype == KvDType::e4m3 ? kFeatureKvE4m3 : kFeatureKvE5m2;
+  const std::uint32_t flags = (!fp8 ? 0u : def.kv_dtype == KvDType::e4m3 ? kFeatureKvE4m3 : kFeatureKvE5m2) |
+                              decode_q_len_flags(def.q_len);
   result->variant = variant_name(KernelKind::paged_decode, def.head_dim, def.page_size, group, flags);
 
   const std::size_t pool_elems = static_cast<std::size_t>(layout.num_pages) * def.page_size * def.n_kv_heads * def.head_dim;
   const std::size_t kv_element_bytes = fp8 ? 1 : 2;
-  const std::size_t q_elems = static_cast<std::size_t>(def.batch) * def.n_heads * def.head_dim;
+  const std::size_t q_elems = static_cast<std::size_t>(def.batch) * def.q_len * def.n_heads * def.head_dim;
   const std::size_t set_bytes = 2 * pool_elems * kv_element_bytes + 2 * q_elems * 2;
   const std::size_t shared_bytes = (layout.table.size() + layout.lens.size()) * 4;
   const int sets = choose_sets(set_bytes, shared_bytes, &result->notes);
@@ -206,6 +213,7 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
   base.max_pages_per_seq = layout.width;
   base.page_table = table.as<const std::int32_t>();
   base.seq_lens = seq_lens.as<const std::int32_t>();
+  base.q_len = def.q_len;
   if (fp8) {
     base.kv_dtype = def.kv_dtype;
     base.k_scale = base.v_scale = scales.as<const float>();

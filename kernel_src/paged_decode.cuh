@@ -660,7 +660,8 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
     const float lse = empty ? negative_infinity() : (max_all + __log2f(total)) * kLn2;
     store_row_element<T, kHeadDim, kQLen>(p.workspace, p.out, p.out_stride_batch, p.out_stride_seq,
                                           p.out_stride_head, p.lse, p.batch, p.n_heads, split, batch_index,
-                                          row_token<kQLen>(first_row, row), row_head<kQLen>(first_head, first_row, row), col,
+                                          row_token<kQLen>(first_row, row),
+                                          row_head<kQLen>(first_head, first_row, row), col,
                                           empty ? 0.f : (kFp8 ? value * v_scale : value) / total, lse);
   }
 }
@@ -822,7 +823,8 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
     // The sink joins the denominator once per row: in split 0 (the combine adds the rest).
     float sink_factor = 1.f;
     if (has_feature<kFlags>(kFeatureSink) && split == 0)
-      sink_factor = fold_sink(p.features.sinks[row_head<kQLen>(first_head, first_row, local)], &row_max[i], &row_sum[i]);
+      sink_factor =
+          fold_sink(p.features.sinks[row_head<kQLen>(first_head, first_row, local)], &row_max[i], &row_sum[i]);
     const bool empty = !(row_sum[i] > 0.f);  // every token masked
     const float lse = empty ? negative_infinity() : (row_max[i] + __log2f(row_sum[i])) * kLn2;
     const float inverse = empty ? 0.f : (kFp8 ? sink_factor * v_scale : sink_factor) / row_sum[i];

@@ -41,7 +41,8 @@ struct MultiTokenCase {
   std::string describe() const {
     return fmt::format("paged_decode q_len={} dtype={}{} hd={} ps={} kv_heads={} group={} extra_pages={} bhld={} "
                        "mask={} lse={} seed={} lens=[{}]{}{}",
-                       q_len, dtype_name(dtype), fp8() ? fmt::format(" kv={}{}", kv_dtype_name(kv), per_head ? "/head" : "") : "",
+                       q_len, dtype_name(dtype),
+                       fp8() ? fmt::format(" kv={}{}", kv_dtype_name(kv), per_head ? "/head" : "") : "",
                        head_dim, page_size, n_kv_heads, group, extra_pages, bhld, mask, lse, seed,
                        fmt::join(seq_lens, ","), scale > 0 ? fmt::format(" scale={}", scale) : "", features.text());
   }
@@ -306,7 +307,8 @@ TEST_CASE("multi-token paged_decode fills partial and several head tiles (group 
     int group, q_len, head_dim;
   };
   // 18 rows (one full tile and 2 rows), 40 rows (3 tiles), 64 rows (4 tiles), 7 rows, 48 rows.
-  for (const Shape& shape : {Shape{6, 3, 128}, Shape{20, 2, 64}, Shape{8, 8, 128}, Shape{1, 7, 80}, Shape{16, 3, 256}}) {
+  for (const Shape& shape :
+       {Shape{6, 3, 128}, Shape{20, 2, 64}, Shape{8, 8, 128}, Shape{1, 7, 80}, Shape{16, 3, 256}}) {
     MultiTokenCase c;
     c.group = shape.group;
     c.q_len = shape.q_len;

@@ -56,8 +56,9 @@ TEST_CASE("q_len is a field of the template flags: 0 for one token, q_len - 1 in
     CHECK(astrai::decode_q_len(astrai::decode_q_len_flags(q_len) | astrai::kFeatureSink | astrai::kFeatureKvE4m3) ==
           q_len);
     // The field shares no bit with the one-bit features.
-    CHECK((astrai::decode_q_len_flags(q_len) & (astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow |
-                                                astrai::kFeatureKvE4m3 | astrai::kFeatureKvE5m2)) == 0u);
+    const unsigned bits = astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow |
+                          astrai::kFeatureKvE4m3 | astrai::kFeatureKvE5m2;
+    CHECK((astrai::decode_q_len_flags(q_len) & bits) == 0u);
   }
 }
 
@@ -128,7 +129,8 @@ TEST_CASE("only paged_decode takes a q_len field; the other families refuse it b
   }
   KernelSpec rotary = astrai::testing::rotary_spec(DType::bf16, 64, "sm_90a");
   rotary.flags = astrai::decode_q_len_flags(2);
-  CHECK(rejection(rotary) == "rotary_emb.bf16.hd64.q2.sm_90a: rotary_emb does not support the feature q2 (allowed: none)");
+  CHECK(rejection(rotary) ==
+        "rotary_emb.bf16.hd64.q2.sm_90a: rotary_emb does not support the feature q2 (allowed: none)");
   CHECK(astrai::detail::supported_feature_names(astrai::detail::paged_decode_family().supported_flags) ==
         "kv_e4m3, kv_e5m2, swa, cap, sink, q2..q8");
   CHECK(astrai::detail::feature_names(astrai::kFeatureSink | astrai::decode_q_len_flags(6), "+") == "sink+q6");

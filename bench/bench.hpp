@@ -290,6 +290,7 @@ struct CaseDef {
   float logit_cap = 0.f;  // > 0: soft-cap (.cap)
   bool sinks = false;     // one random sink logit per query head (.sink)
   int window_left = -1;   // >= 0: sliding window (.swa); prefill cases with it are causal
+  int q_len = 1;  // paged_decode: new query tokens per request (multi-token decode)
 
   std::string name() const { return kernel + "/" + label; }
 
@@ -301,7 +302,7 @@ struct CaseDef {
     if (window_left >= 0) bits |= kFeatureWindow;
     if (logit_cap > 0) bits |= kFeatureSoftCap;
     if (sinks) bits |= kFeatureSink;
-    return bits;
+    return bits | decode_q_len_flags(q_len);
   }
 
   // The feature arguments, "window_left=1024 logit_cap=30 sinks"; "" for none.
@@ -319,7 +320,8 @@ struct CaseDef {
         if (ragged)
           return fmt::format("B{} L1..{} H{}/{} D{} ps{}", batch, 2 * len, n_heads, n_kv_heads, head_dim,
                              page_size);
-        return fmt::format("B{} L{} H{}/{} D{} ps{}", batch, len, n_heads, n_kv_heads, head_dim, page_size);
+        return fmt::format("B{} L{} H{}/{} D{} ps{}{}", batch, len, n_heads, n_kv_heads, head_dim, page_size,
+                           q_len > 1 ? fmt::format(" q{}", q_len) : "");
       case CaseKind::decode:
         return fmt::format("B{} L{} H{}/{} D{}", batch, len, n_heads, n_kv_heads, head_dim);
       case CaseKind::prefill:

@@ -24,7 +24,7 @@ std::vector<CaseDef> all_cases() {
                                                        : fmt::format(".h{}kv{}", heads, kv_heads),
                           page, batch, len, ragged ? ".ragged" : "", feature_suffix(c));
     if (kv != KvDType::same) c.ratio_of = RatioOf::calls;
-    else if (c.flags() != 0) c.ratio_of = RatioOf::time;
+    else if (!c.features().empty()) c.ratio_of = RatioOf::time;
     c.batch = batch;
     c.len = len;
     c.n_heads = heads;
@@ -68,6 +68,10 @@ std::vector<CaseDef> all_cases() {
   paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "time vs plain", KvDType::same, cap);
   paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "time vs plain", KvDType::same, sink);
   paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "time vs plain", KvDType::same, window_sink);
+  // Multi-token decode (issue 13: at q_len 4, >= 0.9x the bandwidth of q_len 1 at B32 x 4096;
+  // group 4 x 4 tokens = one 16-row tile, K and V read once).
+  paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "TB/s vs q1", KvDType::same,
+               [](CaseDef& c) { c.q_len = 4; });
 
   auto decode = [&](int batch, int len, KvDType kv = KvDType::same) {
     CaseDef c;
@@ -233,7 +237,7 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
 
   const std::size_t pool_elems = static_cast<std::size_t>(layout.num_pages) * def.page_size * def.n_kv_heads * def.head_dim;
   const std::size_t kv_element_bytes = fp8 ? 1 : 2;
-  const std::size_t q_elems = static_cast<std::size_t>(def.batch) * def.n_heads * def.head_dim;
+  const std::size_t q_elems = static_cast<std::size_t>(def.batch) * def.q_len * def.n_heads * def.head_dim;
   const std::size_t set_bytes = 2 * pool_elems * kv_element_bytes + 2 * q_elems * 2;
   const std::size_t shared_bytes = (layout.table.size() + layout.lens.size()) * 4;
   const int sets = choose_sets(set_bytes, shared_bytes, &result->notes);
@@ -272,6 +276,7 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
   base.max_pages_per_seq = layout.width;
   base.page_table = table.as<const std::int32_t>();
   base.seq_lens = seq_lens.as<const std::int32_t>();
+  base.q_len = def.q_len;
   if (fp8) {
     base.kv_dtype = def.kv_dtype;
     base.k_scale = base.v_scale = scales.as<const float>();

@@ -5,45 +5,52 @@
 
 namespace astrai {
 
-// Writes element `col` of one finished (normalized) row. With one split the result goes
-// straight to `out`; otherwise to the split workspace with its log-sum-exp (natural log,
-// -inf for a split that saw no token, so the merge gives it zero weight).
-template <typename T, int kHeadDim>
+// Writes element `col` of one finished (normalized) row, query token `token` of kQLen (the
+// multi-token decode; 0 of 1 otherwise). With one split the result goes straight to `out`;
+// otherwise to the split workspace with its log-sum-exp (natural log, -inf for a split that
+// saw no token, so the merge gives it zero weight).
+template <typename T, int kHeadDim, int kQLen = 1>
 __device__ __forceinline__ void store_row_element(const SplitWorkspace& workspace, void* out,
-                                                  long long out_stride_batch,
+                                                  long long out_stride_batch, long long out_stride_seq,
                                                   long long out_stride_head, float* final_lse,
                                                   int batch, int n_heads, int split,
-                                                  int batch_index, int head, int col, float value,
+                                                  int batch_index, int token, int head, int col, float value,
                                                   float lse) {
   if (workspace.num_splits > 1) {
     const long long row =
-        (static_cast<long long>(split) * batch + batch_index) * n_heads + head;
+        ((static_cast<long long>(split) * batch + batch_index) * kQLen + token) * n_heads + head;
     workspace.partial_out[row * kHeadDim + col] = value;
     if (col == 0) workspace.partial_lse[row] = lse;
   } else {
-    T* dst = static_cast<T*>(out) + batch_index * out_stride_batch + head * out_stride_head;
+    T* dst = static_cast<T*>(out) + batch_index * out_stride_batch + token * out_stride_seq +
+             head * out_stride_head;
     dst[col] = from_float<T>(value);
-    if (final_lse != nullptr && col == 0) final_lse[batch_index * n_heads + head] = lse;
+    if (final_lse != nullptr && col == 0) final_lse[(batch_index * kQLen + token) * n_heads + head] = lse;
   }
 }
 
-// One CTA per (batch, head) row: out = sum_s w_s * partial_s with w_s = exp(lse_s - lse).
-// The row is read as float4 columns; groups of threads take every kGroups-th split so that
-// long split lists (batch 1, long contexts) are read in parallel, then the groups are summed.
-template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(128) split_combine_kernel(const CombineParams p) {
+// The combine's tiling: a row is read as float4 columns by kHeadDim / 4 lanes, and the CTA's
+// 128 threads form this many groups of them.
+constexpr int combine_groups(int head_dim) { return 128 / (head_dim / 4) > 0 ? 128 / (head_dim / 4) : 1; }
+
+// One CTA per (batch, head) row, or (batch, token, head) with kQLen query tokens: out = sum_s
+// w_s * partial_s with w_s = exp(lse_s - lse). The row is read as float4 columns; groups of
+// threads take every kGroups-th split so that long split lists (batch 1, long contexts) are
+// read in parallel, then the groups are summed. The kernel owns the shared arrays.
+template <typename T, int kHeadDim, int kQLen>
+__device__ __forceinline__ void combine_split_row(const CombineParams& p, long long out_stride_seq, float* weights,
+                                                  float& inverse_total, float4 (*group_sums)[kHeadDim / 4]) {
   constexpr int kLanesPerRow = kHeadDim / 4;  // float4 columns
-  constexpr int kGroups = 128 / kLanesPerRow > 0 ? 128 / kLanesPerRow : 1;
+  constexpr int kGroups = combine_groups(kHeadDim);
   static_assert(kHeadDim % 4 == 0 && kLanesPerRow <= 128, "combine tiling");
-  __shared__ float weights[kMaxSplits];
-  __shared__ float inverse_total;
-  __shared__ float4 group_sums[kGroups][kLanesPerRow];
   wait_for_previous_grid();  // launched as a dependent of the attention kernel (sm_90+)
   const int row = blockIdx.x;
-  const int batch_index = row / p.n_heads;
+  const int batch_token = row / p.n_heads;  // batch_index * kQLen + token
+  const int batch_index = batch_token / kQLen;
+  const int token = batch_token % kQLen;
   const int head = row % p.n_heads;
   const int num_splits = p.workspace.num_splits;
-  const long long rows_per_split = static_cast<long long>(p.batch) * p.n_heads;
+  const long long rows_per_split = static_cast<long long>(p.batch) * kQLen * p.n_heads;
 
   if (threadIdx.x < 32) {
     float max_lse = negative_infinity();
@@ -95,14 +102,31 @@ __global__ void __launch_bounds__(128) split_combine_kernel(const CombineParams 
       sum.z += part.z;
       sum.w += part.w;
     }
-    T* dst = static_cast<T*>(p.out) + batch_index * p.out_stride_batch + head * p.out_stride_head +
-             threadIdx.x * 4;
+    T* dst = static_cast<T*>(p.out) + batch_index * p.out_stride_batch +
+             token * out_stride_seq + head * p.out_stride_head + threadIdx.x * 4;
     const float scale = inverse_total;
     dst[0] = from_float<T>(sum.x * scale);
     dst[1] = from_float<T>(sum.y * scale);
     dst[2] = from_float<T>(sum.z * scale);
     dst[3] = from_float<T>(sum.w * scale);
   }
+}
+
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(128) split_combine_kernel(const CombineParams p) {
+  __shared__ float weights[kMaxSplits];
+  __shared__ float inverse_total;
+  __shared__ float4 group_sums[combine_groups(kHeadDim)][kHeadDim / 4];
+  combine_split_row<T, kHeadDim, 1>(p, 0, weights, inverse_total, group_sums);
+}
+
+// The multi-token decode's combine: the rows of kQLen query tokens per request.
+template <typename T, int kHeadDim, int kQLen>
+__global__ void __launch_bounds__(128) split_combine_tokens_kernel(const TokenCombineParams p) {
+  __shared__ float weights[kMaxSplits];
+  __shared__ float inverse_total;
+  __shared__ float4 group_sums[combine_groups(kHeadDim)][kHeadDim / 4];
+  combine_split_row<T, kHeadDim, kQLen>(p.rows, p.out_stride_seq, weights, inverse_total, group_sums);
 }
 
 }  // namespace astrai

@@ -5,7 +5,7 @@
 namespace astrai {
 
 // Feature bits of the attention templates (their kFlags argument; a variant name spells each as
-// a field: ".kv_e4m3", ".swa", ".cap", ".sink"). A variant without a bit compiles none of its code.
+// a field: ".kv_e4m3", ".swa", ".cap", ".sink", ".q4"). A variant without a bit compiles none of its code.
 // An enum, not constants: namespace-scope constants become device globals in every cubin.
 enum FeatureBit : unsigned {
   kFeatureSoftCap = 1u,  // logit soft-cap: s -> cap * tanh(s / cap)
@@ -13,7 +13,19 @@ enum FeatureBit : unsigned {
   kFeatureWindow = 4u,   // sliding window: a query at position p attends to [p - window_left, p]
   kFeatureKvE4m3 = 8u,   // FP8 KV cache, e4m3 bytes (value = fp8 * scale); q and out keep T
   kFeatureKvE5m2 = 16u,  // FP8 KV cache, e5m2 bytes; excludes kFeatureKvE4m3
+  // Multi-token decode (paged decode only), a field rather than a bit: q_len - 1 in bits 5..7,
+  // the new query tokens per request (named ".q2" .. ".q8"); 0 is the single-token decode.
+  kFeatureQLenField = 7u << 5,
 };
+enum DecodeQLen : int { kDecodeQLenShift = 5, kMaxDecodeQLen = 8 };
+
+// The q_len a decode template's kFlags carries (1 without the field), and the field of a q_len.
+constexpr int decode_q_len(unsigned flags) {
+  return static_cast<int>((flags & kFeatureQLenField) >> kDecodeQLenShift) + 1;
+}
+constexpr unsigned decode_q_len_flags(int q_len) {
+  return (static_cast<unsigned>(q_len - 1) << kDecodeQLenShift) & kFeatureQLenField;
+}
 
 // The run-time values of the features, the same in every attention params struct. Scores are
 // kept in log2 units (raw dot * scale * log2(e)) inside the kernels.
@@ -27,7 +39,8 @@ struct AttentionFeatures {
   int kv_scale_stride;   // FP8 KV: 0 one scale per tensor, 1 one per KV head
 };
 
-// Split-KV partial results live in a float workspace:
+// Split-KV partial results live in a float workspace (multi-token decode: n_heads becomes
+// q_len x n_heads rows, token-major):
 //   partial_out [num_splits, batch, n_heads, head_dim]   unnormalized-then-rescaled outputs
 //   partial_lse [num_splits, batch, n_heads]              log-sum-exp (natural log) per row
 struct SplitWorkspace {
@@ -36,8 +49,11 @@ struct SplitWorkspace {
   int num_splits;
 };
 
+// Multi-token decode (q_len > 1): q, out and the LSE gain a token dimension, [batch, q_len,
+// n_heads, ...]; query token i of request b sits at position seq_len - q_len + i and attends to
+// the keys up to it. The split workspace then holds q_len * n_heads rows per request.
 struct PagedDecodeParams {
-  const void* q;                 // [batch, n_heads, head_dim]
+  const void* q;                 // [batch, n_heads, head_dim]; multi-token [batch, q_len, n_heads, head_dim]
   long long q_stride_batch;
   long long q_stride_head;
   // Paged: [num_pages, page_size, n_kv_heads, head_dim]. Contiguous decode (page size 0):
@@ -81,6 +97,8 @@ struct PagedDecodeParams {
   // seq_len - 1 (contiguous decode folds a causal offset past kv_len into window_left; a
   // negative value then leaves nothing to attend to).
   AttentionFeatures features;
+  long long q_stride_seq;        // multi-token only: between the query tokens of a request
+  long long out_stride_seq;      // multi-token only
 };
 
 // Tiling shared by the host launcher and the paged decode kernel.
@@ -115,6 +133,12 @@ struct CombineParams {
   long long out_stride_head;
   int batch;
   int n_heads;
+};
+
+// The multi-token decode's combine: rows (batch, token, head) of q_len tokens per request.
+struct TokenCombineParams {
+  CombineParams rows;            // lse [batch, q_len, n_heads], out [batch, q_len, n_heads, head_dim]
+  long long out_stride_seq;
 };
 
 struct RotaryParams {

@@ -9,6 +9,9 @@
 // owns query heads w, w+4, ... and walks every token with warp-wide dot products.
 // kPageSize 0 instantiates the contiguous-KV decode: token t of sequence b at
 // b * stride_page + t * stride_token.
+// Multi-token decode (kFlags' q_len field, speculative verification): the rows of a KV head
+// are (query head, query token) pairs, cut into 16-row head tiles like a large group's heads,
+// so K and V are still read once per tile; each row masks the keys past its own token.
 #pragma once
 
 #include "astrai_common.cuh"
@@ -81,6 +84,19 @@ __device__ __forceinline__ bool kv_rows(const PagedDecodeParams& p, const Decode
   return true;
 }
 
+// Multi-token decode: a KV head's kGroup * kQLen rows are (query head, query token) pairs,
+// head-major (row r is token r % kQLen of the group's head r / kQLen); a head tile takes 16 of
+// them from first_row = head_tile * 16 on, and first_head = kv_head * kGroup + first_row. With
+// one token a row is a query head.
+template <int kQLen>
+__device__ __forceinline__ int row_head(int first_head, int first_row, int row) {
+  return kQLen == 1 ? first_head + row : first_head - first_row + (first_row + row) / kQLen;
+}
+template <int kQLen>
+__device__ __forceinline__ int row_token(int first_row, int row) {
+  return kQLen == 1 ? 0 : (first_row + row) % kQLen;
+}
+
 __device__ __forceinline__ bool token_kept(const PagedDecodeParams& p, int batch_index, int token) {
   return p.mask == nullptr || p.mask[batch_index * p.mask_stride_batch + token];
 }
@@ -142,15 +158,15 @@ __device__ void append_new_token(const PagedDecodeParams& p, const DecodeSequenc
 
 // Rows of a split that holds no token: zeros and LSE -inf, or with sinks (kSink) the sink's
 // LSE in split 0, which carries each row's sink term.
-template <typename T, int kHeadDim, bool kSink = false>
+template <typename T, int kHeadDim, int kQLen, bool kSink = false>
 __device__ void write_empty_rows(const PagedDecodeParams& p, int split, int batch_index,
-                                 int first_head, int rows) {
+                                 int first_head, int first_row, int rows) {
   for (int e = threadIdx.x; e < rows * kHeadDim; e += blockDim.x) {
-    store_row_element<T, kHeadDim>(p.workspace, p.out, p.out_stride_batch, p.out_stride_head,
-                                   p.lse, p.batch, p.n_heads, split, batch_index,
-                                   first_head + e / kHeadDim, e % kHeadDim, 0.f,
-                                   kSink && split == 0 ? p.features.sinks[first_head + e / kHeadDim]
-                                                       : negative_infinity());
+    const int head = row_head<kQLen>(first_head, first_row, e / kHeadDim);
+    store_row_element<T, kHeadDim, kQLen>(p.workspace, p.out, p.out_stride_batch, p.out_stride_seq,
+                                          p.out_stride_head, p.lse, p.batch, p.n_heads, split, batch_index,
+                                          row_token<kQLen>(first_row, e / kHeadDim), head, e % kHeadDim, 0.f,
+                                          kSink && split == 0 ? p.features.sinks[head] : negative_infinity());
   }
 }
 
@@ -553,7 +569,8 @@ struct Kv8StepLoader {
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem_raw) {
   using Tiles = PagedDecodeTiles<T, kHeadDim, kPageSize>;
-  constexpr int kHeadTiles = CeilDiv<kGroup, kDecodeHeadsPerTile>::value;
+  constexpr int kQLen = decode_q_len(kFlags);
+  constexpr int kHeadTiles = CeilDiv<kGroup * kQLen, kDecodeHeadsPerTile>::value;
   constexpr int kRowStride = Tiles::kRowStride;
   constexpr int kNTiles = kHeadDim / 8;  // n8 tiles of the output accumulator
 
@@ -574,17 +591,20 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   const int kv_head = blockIdx.y / kHeadTiles;
   const int head_tile = blockIdx.y % kHeadTiles;
   const int batch_index = blockIdx.z;
-  const int rows = min(kDecodeHeadsPerTile, kGroup - head_tile * kDecodeHeadsPerTile);
+  const int rows = min(kDecodeHeadsPerTile, kGroup * kQLen - head_tile * kDecodeHeadsPerTile);
   const int first_head = kv_head * kGroup + head_tile * kDecodeHeadsPerTile;
+  const int first_row = head_tile * kDecodeHeadsPerTile;  // of the KV head's kGroup * kQLen rows
   const DecodeSequence seq = decode_sequence<kPageSize>(p, batch_index);
   // With a window the splits cover only the blocks from the window's first key on (the split
-  // plan is sized for the window), so the time follows the window, not the length.
-  const int window_first = has_feature<kFlags>(kFeatureWindow) ? window_first_key(seq.length - 1, p.features) : 0;
+  // plan is sized for the window), so the time follows the window, not the length. With
+  // several query tokens, the first token's window.
+  const int window_first = has_feature<kFlags>(kFeatureWindow) ? window_first_key(seq.length - kQLen, p.features) : 0;
   const int span_begin = has_feature<kFlags>(kFeatureWindow) ? max(window_first, 0) / kDecodeBlockTokens * kDecodeBlockTokens : 0;
   const int split_begin = span_begin + split * p.tokens_per_split;
   const int split_end = min(seq.length, split_begin + p.tokens_per_split);
   if (split_begin >= split_end) {
-    write_empty_rows<T, kHeadDim, has_feature<kFlags>(kFeatureSink)>(p, split, batch_index, first_head, rows);
+    write_empty_rows<T, kHeadDim, kQLen, has_feature<kFlags>(kFeatureSink)>(p, split, batch_index, first_head,
+                                                                          first_row, rows);
     return;
   }
   if (kPageSize > 0 && head_tile == 0 && seq.append_token >= split_begin && seq.append_token < split_end)
@@ -593,7 +613,7 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   const float k_scale = kFp8 ? kv_scale(p.features.k_scale, p.features.kv_scale_stride, kv_head) : 1.f;
   const float v_scale = kFp8 ? kv_scale(p.features.v_scale, p.features.kv_scale_stride, kv_head) : 1.f;
 
-  // Q tile: 16 rows (query heads), rows past the group zero-filled.
+  // Q tile: 16 rows (query heads, or (head, token) pairs), rows past the group zero-filled.
   {
     const T* q = static_cast<const T*>(p.q) + batch_index * p.q_stride_batch;
     for (int chunk = threadIdx.x; chunk < kDecodeHeadsPerTile * Tiles::kChunksPerRow;
@@ -602,7 +622,8 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
       const int col = (chunk % Tiles::kChunksPerRow) * 8;
       uint4 value = make_uint4(0, 0, 0, 0);
       if (row < rows) {
-        const T* q_row = q + (first_head + row) * p.q_stride_head;
+        const T* q_row = q + row_token<kQLen>(first_row, row) * p.q_stride_seq +
+                         row_head<kQLen>(first_head, first_row, row) * p.q_stride_head;
         if constexpr (kDirect) {  // f16, the dims in the direct path's fragment order
           unsigned words[4];
 #pragma unroll
@@ -622,6 +643,16 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   const int warp = threadIdx.x >> 5;
   const int quad_row = lane >> 2;  // accumulator row g (and g + 8)
   const int quad_col = lane & 3;   // accumulator column pair 2t, 2t + 1
+  // Multi-token: rows g and g + 8 attend to keys up to their own token's position, and from
+  // that position's window on.
+  int row_end[2];
+  int row_window_first[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int position = seq.length - kQLen + row_token<kQLen>(first_row, quad_row + 8 * r);
+    row_end[r] = position + 1;
+    row_window_first[r] = has_feature<kFlags>(kFeatureWindow) ? window_first_key(position, p.features) : 0;
+  }
 
   float o[kNTiles][4];
 #pragma unroll
@@ -786,16 +817,22 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           s[j][e] = has_feature<kFlags>(kFeatureSoftCap) ? soft_capped(s[j][e], p.features) : s[j][e] * p.scale_log2;
-      // Only the tail, the window's first step and masked calls test each token (warp-uniform).
-      const bool whole = warp_first_token + 16 <= split_end && p.mask == nullptr &&
-                         (!has_feature<kFlags>(kFeatureWindow) || warp_first_token >= window_first);
+      // Only the tail, the window's first step, multi-token rows' own ends and masked calls test
+      // each token (this thread's rows decide; warp-uniform in the common cases).
+      const bool whole =
+          warp_first_token + 16 <= split_end && p.mask == nullptr &&
+          (kQLen == 1 || warp_first_token + 16 <= min(row_end[0], row_end[1])) &&
+          (!has_feature<kFlags>(kFeatureWindow) ||
+           warp_first_token >= (kQLen == 1 ? window_first : max(row_window_first[0], row_window_first[1])));
       if (!whole) {
 #pragma unroll
         for (int j = 0; j < 2; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int token = warp_first_token + j * 8 + quad_col * 2 + (e & 1);
-            if (!(token < split_end && (!has_feature<kFlags>(kFeatureWindow) || token >= window_first) &&
+            if (!(token < split_end && (kQLen == 1 || token < row_end[e >> 1]) &&
+                  (!has_feature<kFlags>(kFeatureWindow) ||
+                   token >= (kQLen == 1 ? window_first : row_window_first[e >> 1])) &&
                   token_kept(p, batch_index, token)))
               s[j][e] = negative_infinity();
           }
@@ -949,13 +986,15 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
     }
     // The sink joins the denominator once per row: in split 0 (the combine adds the rest).
     if (has_feature<kFlags>(kFeatureSink) && split == 0)
-      value *= fold_sink(p.features.sinks[first_head + row], &max_all, &total);
+      value *= fold_sink(p.features.sinks[row_head<kQLen>(first_head, first_row, row)], &max_all, &total);
     // Nothing kept (every token masked): zeros and -inf, never NaN.
     const bool empty = !(total > 0.f);
     const float lse = empty ? negative_infinity() : (max_all + __log2f(total)) * kLn2;
-    store_row_element<T, kHeadDim>(p.workspace, p.out, p.out_stride_batch, p.out_stride_head,
-                                   p.lse, p.batch, p.n_heads, split, batch_index, first_head + row, col,
-                                   empty ? 0.f : (kFp8 ? value * v_scale : value) / total, lse);
+    store_row_element<T, kHeadDim, kQLen>(p.workspace, p.out, p.out_stride_batch, p.out_stride_seq,
+                                          p.out_stride_head, p.lse, p.batch, p.n_heads, split, batch_index,
+                                          row_token<kQLen>(first_row, row),
+                                          row_head<kQLen>(first_head, first_row, row), col,
+                                          empty ? 0.f : (kFp8 ? value * v_scale : value) / total, lse);
   }
 }
 
@@ -964,7 +1003,8 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned char* smem_raw) {
   using Tiles = PagedDecodeTiles<T, kHeadDim, kPageSize>;
-  constexpr int kHeadTiles = CeilDiv<kGroup, kDecodeHeadsPerTile>::value;
+  constexpr int kQLen = decode_q_len(kFlags);
+  constexpr int kHeadTiles = CeilDiv<kGroup * kQLen, kDecodeHeadsPerTile>::value;
   constexpr int kRowStride = Tiles::kRowStride;
   constexpr int kPerLane = CeilDiv<kHeadDim, 32>::value;  // elements of a row per lane
   constexpr int kHeadsPerWarp = kDecodeHeadsPerTile / 4;
@@ -976,17 +1016,20 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
   const int kv_head = blockIdx.y / kHeadTiles;
   const int head_tile = blockIdx.y % kHeadTiles;
   const int batch_index = blockIdx.z;
-  const int rows = min(kDecodeHeadsPerTile, kGroup - head_tile * kDecodeHeadsPerTile);
+  const int rows = min(kDecodeHeadsPerTile, kGroup * kQLen - head_tile * kDecodeHeadsPerTile);
   const int first_head = kv_head * kGroup + head_tile * kDecodeHeadsPerTile;
+  const int first_row = head_tile * kDecodeHeadsPerTile;  // of the KV head's kGroup * kQLen rows
   const DecodeSequence seq = decode_sequence<kPageSize>(p, batch_index);
   // With a window the splits cover only the blocks from the window's first key on (the split
-  // plan is sized for the window), so the time follows the window, not the length.
-  const int window_first = has_feature<kFlags>(kFeatureWindow) ? window_first_key(seq.length - 1, p.features) : 0;
+  // plan is sized for the window), so the time follows the window, not the length. With
+  // several query tokens, the first token's window.
+  const int window_first = has_feature<kFlags>(kFeatureWindow) ? window_first_key(seq.length - kQLen, p.features) : 0;
   const int span_begin = has_feature<kFlags>(kFeatureWindow) ? max(window_first, 0) / kDecodeBlockTokens * kDecodeBlockTokens : 0;
   const int split_begin = span_begin + split * p.tokens_per_split;
   const int split_end = min(seq.length, split_begin + p.tokens_per_split);
   if (split_begin >= split_end) {
-    write_empty_rows<T, kHeadDim, has_feature<kFlags>(kFeatureSink)>(p, split, batch_index, first_head, rows);
+    write_empty_rows<T, kHeadDim, kQLen, has_feature<kFlags>(kFeatureSink)>(p, split, batch_index, first_head,
+                                                                          first_row, rows);
     return;
   }
   if (kPageSize > 0 && head_tile == 0 && seq.append_token >= split_begin && seq.append_token < split_end)
@@ -1003,10 +1046,15 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
   float acc[kHeadsPerWarp][kPerLane];
   float row_max[kHeadsPerWarp];
   float row_sum[kHeadsPerWarp];
+  int row_end[kHeadsPerWarp];           // multi-token: past the row's own query token
+  int row_window_first[kHeadsPerWarp];  // multi-token: that token's window
   const T* q_base = static_cast<const T*>(p.q) + batch_index * p.q_stride_batch;
 #pragma unroll
   for (int i = 0; i < kHeadsPerWarp; ++i) {
     const int local = warp + 4 * i;
+    const int position = seq.length - kQLen + row_token<kQLen>(first_row, local);
+    row_end[i] = position + 1;
+    row_window_first[i] = has_feature<kFlags>(kFeatureWindow) ? window_first_key(position, p.features) : 0;
     row_max[i] = negative_infinity();
     row_sum[i] = 0.f;
 #pragma unroll
@@ -1015,7 +1063,8 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
       acc[i][k] = 0.f;
       q[i][k] = (local < rows && d < kHeadDim)
                     // The scale, or with a soft-cap the tanh argument's (scale / cap).
-                    ? to_float(q_base[(first_head + local) * p.q_stride_head + d]) *
+                    ? to_float(q_base[row_token<kQLen>(first_row, local) * p.q_stride_seq +
+                                      row_head<kQLen>(first_head, first_row, local) * p.q_stride_head + d]) *
                           (has_feature<kFlags>(kFeatureSoftCap) ? p.features.cap_scale : p.scale_log2)
                     : 0.f;
       if constexpr (kFp8) q[i][k] *= k_scale;
@@ -1079,6 +1128,9 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
 #pragma unroll
       for (int i = 0; i < kHeadsPerWarp; ++i) {
         if (warp + 4 * i >= rows) continue;  // warp-uniform
+        if (kQLen > 1 && (block_start + t >= row_end[i] ||
+                          (has_feature<kFlags>(kFeatureWindow) && block_start + t < row_window_first[i])))
+          continue;  // past the row's query token or before its window (warp-uniform)
         float dot = 0.f;
 #pragma unroll
         for (int k = 0; k < kPerLane; ++k) dot += q[i][k] * k_row[k];
@@ -1103,7 +1155,8 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
     // The sink joins the denominator once per row: in split 0 (the combine adds the rest).
     float sink_factor = 1.f;
     if (has_feature<kFlags>(kFeatureSink) && split == 0)
-      sink_factor = fold_sink(p.features.sinks[first_head + local], &row_max[i], &row_sum[i]);
+      sink_factor =
+          fold_sink(p.features.sinks[row_head<kQLen>(first_head, first_row, local)], &row_max[i], &row_sum[i]);
     const bool empty = !(row_sum[i] > 0.f);  // every token masked
     const float lse = empty ? negative_infinity() : (row_max[i] + __log2f(row_sum[i])) * kLn2;
     const float inverse = empty ? 0.f : (kFp8 ? sink_factor * v_scale : sink_factor) / row_sum[i];
@@ -1111,9 +1164,11 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
     for (int k = 0; k < kPerLane; ++k) {
       const int d = lane + 32 * k;
       if (d < kHeadDim)
-        store_row_element<T, kHeadDim>(p.workspace, p.out, p.out_stride_batch, p.out_stride_head,
-                                       p.lse, p.batch, p.n_heads, split, batch_index, first_head + local,
-                                       d, acc[i][k] * inverse, lse);
+        store_row_element<T, kHeadDim, kQLen>(p.workspace, p.out, p.out_stride_batch, p.out_stride_seq,
+                                              p.out_stride_head, p.lse, p.batch, p.n_heads, split, batch_index,
+                                              row_token<kQLen>(first_row, local),
+                                              row_head<kQLen>(first_head, first_row, local), d, acc[i][k] * inverse,
+                                              lse);
     }
   }
 }
@@ -1122,7 +1177,8 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
 
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const PagedDecodeParams p) {
-  static_assert((kFlags & ~(kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2)) == 0,
+  static_assert((kFlags & ~(kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2 |
+                            kFeatureQLenField)) == 0,
                 "paged decode feature bits");
   static_assert(!has_feature<kFlags>(kFeatureKvE4m3) || !has_feature<kFlags>(kFeatureKvE5m2), "one FP8 format");
   extern __shared__ __align__(16) unsigned char smem_raw[];

@@ -27,22 +27,48 @@ WarmDefaults attention_warm_defaults(bool paged) {
 }
 
 const std::vector<KernelFeature>& kernel_features() {
-  static const std::vector<KernelFeature> features = {
-      {kFeatureKvE4m3, "kv_e4m3"},
-      {kFeatureKvE5m2, "kv_e5m2"},
-      {kFeatureWindow, "swa"},
-      {kFeatureSoftCap, "cap"},
-      {kFeatureSink, "sink"},
-  };
+  static const std::vector<KernelFeature> features = [] {
+    std::vector<KernelFeature> list = {
+        {kFeatureKvE4m3, "kv_e4m3"},
+        {kFeatureKvE5m2, "kv_e5m2"},
+        {kFeatureWindow, "swa"},
+        {kFeatureSoftCap, "cap"},
+        {kFeatureSink, "sink"},
+    };
+    // Multi-token decode: ".q2" .. ".q8" (q_len 1 is the plain variant and has no field).
+    static const char* const kQLenNames[] = {"q2", "q3", "q4", "q5", "q6", "q7", "q8"};
+    for (int q_len = 2; q_len <= kMaxDecodeQLen; ++q_len)
+      list.push_back({decode_q_len_flags(q_len), kQLenNames[q_len - 2], kFeatureQLenField, "q_len"});
+    return list;
+  }();
   return features;
 }
 
 std::string feature_names(std::uint32_t flags, const char* separator) {
   std::string names;
   for (const KernelFeature& feature : kernel_features()) {
-    if ((flags & feature.bit) == 0) continue;
+    if (!feature.in(flags)) continue;
     if (!names.empty()) names += separator;
     names += feature.name;
+  }
+  return names;
+}
+
+std::string supported_feature_names(std::uint32_t supported) {
+  const std::vector<KernelFeature>& features = kernel_features();
+  std::string names;
+  for (std::size_t i = 0; i < features.size(); ++i) {
+    const KernelFeature& feature = features[i];
+    if ((supported & feature.mask()) != feature.mask()) continue;
+    std::string name = feature.name;
+    if (feature.field != 0) {  // the values of one field are listed together
+      std::size_t last = i;
+      while (last + 1 < features.size() && features[last + 1].field == feature.field) ++last;
+      if (last > i) name += std::string("..") + features[last].name;
+      i = last;
+    }
+    if (!names.empty()) names += ", ";
+    names += name;
   }
   return names;
 }
@@ -53,10 +79,10 @@ std::string feature_conflict(std::uint32_t flags) {
   return "";
 }
 
-std::uint32_t find_kernel_feature(std::string_view name) {
+const KernelFeature* find_kernel_feature(std::string_view name) {
   for (const KernelFeature& feature : kernel_features())
-    if (name == feature.name) return feature.bit;
-  return 0;
+    if (name == feature.name) return &feature;
+  return nullptr;
 }
 
 const std::vector<const KernelFamily*>& kernel_families() {

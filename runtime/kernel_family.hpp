@@ -74,19 +74,29 @@ struct KernelFamily {
 };
 
 // A compile-time feature of the attention templates (a bit of KernelSpec::flags, defined in
-// kernel_src/kernel_params.h), spelled as its own field of a variant name.
+// kernel_src/kernel_params.h), spelled as its own field of a variant name. A few features are
+// values of a multi-bit field instead (the multi-token decode's q_len: q2 .. q8); a variant
+// has at most one value of a field.
 struct KernelFeature {
-  std::uint32_t bit;
-  const char* name;  // the name field and the `warm --features` spelling
+  std::uint32_t bit;      // the feature's bit, or its value of `field`
+  const char* name;       // the name field and the `warm --features` spelling
+  std::uint32_t field = 0;           // the field's bits; 0: a one-bit feature
+  const char* field_name = nullptr;  // "q_len", for messages
+
+  std::uint32_t mask() const { return field != 0 ? field : bit; }
+  bool in(std::uint32_t flags) const { return (flags & mask()) == bit; }
 };
 // Every feature, in the order their fields appear in a variant name.
 const std::vector<KernelFeature>& kernel_features();
-// "swa, cap" for the named bits of `flags` (", " or another separator between them).
+// "swa, cap" for the named features of `flags` (", " or another separator between them).
 std::string feature_names(std::uint32_t flags, const char* separator = ", ");
+// The features a family's supported_flags allow: "swa, cap, sink, q2..q8" (a field's values as
+// a range).
+std::string supported_feature_names(std::uint32_t supported);
 // Why a set of feature bits cannot be one variant ("" when it can): kv_e4m3 with kv_e5m2.
 std::string feature_conflict(std::uint32_t flags);
-// The bit of a feature name; 0 when unknown.
-std::uint32_t find_kernel_feature(std::string_view name);
+// The feature of a name; null when unknown.
+const KernelFeature* find_kernel_feature(std::string_view name);
 
 // What the attention families share: head dims 32..256 in steps of 16, GQA groups up to 128,
 // page sizes up to 256 (paged), and the default warm set: AstrAI 1B (head_dim 64, group 6) and

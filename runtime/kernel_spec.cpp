@@ -80,9 +80,9 @@ std::string KernelSpec::name() const {
   if (info.grouped) result += fmt::format(".g{}", group_size);
   std::uint32_t unnamed = flags;
   for (const KernelFeature& feature : kernel_features()) {
-    if ((flags & feature.bit) == 0) continue;
+    if (!feature.in(flags)) continue;
     result += fmt::format(".{}", feature.name);
-    unnamed &= ~feature.bit;
+    unnamed &= ~feature.mask();
   }
   // Bits no feature names (never valid) still make a distinct, parseable name.
   if (unnamed != 0) result += fmt::format(".f{:x}", unnamed);
@@ -130,10 +130,13 @@ KernelSpec KernelSpec::parse(const std::string& name) {
   }
   // Feature fields; their order is checked by the canonical spelling below.
   while (next < fields.size() - 1) {
-    const std::uint32_t bit = find_kernel_feature(fields[next]);
-    if (bit == 0) break;
-    if (spec.flags & bit) throw fail("feature '" + fields[next] + "' given twice");
-    spec.flags |= bit;
+    const KernelFeature* feature = find_kernel_feature(fields[next]);
+    if (feature == nullptr) break;
+    if (spec.flags & feature->mask()) {
+      if (feature->field == 0) throw fail("feature '" + fields[next] + "' given twice");
+      throw fail(fmt::format("'{}' is a second {} field", fields[next], feature->field_name));
+    }
+    spec.flags |= feature->bit;
     ++next;
   }
   if (next < fields.size() - 1 && fields[next].size() > 1 && fields[next][0] == 'f') {
@@ -208,7 +211,7 @@ void KernelSpec::validate() const {
   const std::uint32_t refused = flags & ~info.supported_flags;
   if (refused != 0) {
     const std::string allowed =
-        info.supported_flags == 0 ? std::string("none") : feature_names(info.supported_flags);
+        info.supported_flags == 0 ? std::string("none") : supported_feature_names(info.supported_flags);
     const std::string named = feature_names(refused);
     if (!named.empty())
       throw InvalidArgument(fmt::format("{}: {} does not support the feature{} {} (allowed: {})", variant,

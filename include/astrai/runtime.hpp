@@ -63,9 +63,17 @@ struct PagedDecodeArgs {
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
   bool kv_scale_per_head = false;
+  // Multi-token decode (speculative verification): q_len new query tokens per request, 1..8,
+  // the same for every request. q, out and the LSE gain a token dimension ([batch, q_len,
+  // n_heads, ...]); seq_len counts the new tokens, and query token i sits at position
+  // seq_len - q_len + i and attends to keys [0, seq_len - q_len + i] (causal among the new
+  // tokens; the window, mask, sinks and soft-cap apply to each query row as to a single one).
+  // Where seq_len < q_len the first tokens have nothing to attend to: zeros, LSE -inf (or the
+  // sink). q_len > 1 runs the ".q<q_len>" variant and takes no fused append (new_k / new_v).
+  int q_len = 1;
 
-  const void* q = nullptr;  // [batch, n_heads, head_dim]
-  std::int64_t q_stride_batch = 0, q_stride_head = 0;
+  const void* q = nullptr;  // [batch, n_heads, head_dim]; q_len > 1: [batch, q_len, n_heads, head_dim]
+  std::int64_t q_stride_batch = 0, q_stride_seq = 0, q_stride_head = 0;  // q_stride_seq: q_len > 1 only
   const void* k_cache = nullptr;  // [num_pages, page_size, n_kv_heads, head_dim]
   std::int64_t k_stride_page = 0, k_stride_token = 0, k_stride_head = 0;
   const void* v_cache = nullptr;  // same shape as k_cache
@@ -74,16 +82,16 @@ struct PagedDecodeArgs {
   std::int64_t page_table_stride = 0;        // elements between rows (0: max_pages_per_seq)
   const std::int32_t* seq_lens = nullptr;    // [batch], the current token included; read on
                                              // the device, clamped to [0, table capacity]
-  void* out = nullptr;  // [batch, n_heads, head_dim]
-  std::int64_t out_stride_batch = 0, out_stride_head = 0;
+  void* out = nullptr;  // like q
+  std::int64_t out_stride_batch = 0, out_stride_seq = 0, out_stride_head = 0;
 
   // Optional: the row of page_table each request uses (AstrAI's req_pool_indices), [batch].
   // Null: request b uses row b. page_table_rows bounds the rows (0: batch); a row index outside
   // [0, page_table_rows) makes that request empty (zeros) instead of reading out of bounds.
   const std::int32_t* req_indices = nullptr;
   int page_table_rows = 0;
-  // Optional mask, [batch, max_pages_per_seq * page_size] bool, true = keep; a row with
-  // nothing kept outputs zeros.
+  // Optional mask, [batch, max_pages_per_seq * page_size] bool, true = keep (one row per request,
+  // shared by its q_len query tokens); a row with nothing kept outputs zeros.
   const bool* mask = nullptr;
   std::int64_t mask_stride_batch = 0;  // 0: max_pages_per_seq * page_size
   // Optional fused append: the new token's K and V, [batch, n_kv_heads, head_dim]. They are
@@ -93,7 +101,7 @@ struct PagedDecodeArgs {
   std::int64_t new_k_stride_batch = 0, new_k_stride_head = 0;
   std::int64_t new_v_stride_batch = 0, new_v_stride_head = 0;
   // Optional output: natural-log log-sum-exp of each query row's scaled scores, f32
-  // [batch, n_heads]; -inf for a row with nothing to attend to.
+  // [batch, n_heads] (q_len > 1: [batch, q_len, n_heads]); -inf for a row with nothing to attend to.
   float* lse = nullptr;
 
   void* stream = nullptr;  // CUstream

@@ -135,20 +135,23 @@ def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor
                  new_v: Optional[Tensor] = None, return_lse: bool = False, logit_cap: float = 0.0,
                  sinks: Optional[Tensor] = None, window_left: int = -1, k_scale: Optional[Tensor] = None,
                  v_scale: Optional[Tensor] = None, stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
-    """Decode attention over a paged KV cache: one query token per sequence.
+    """Decode attention over a paged KV cache: one query token per sequence, or q_len of them.
 
-    q ``[batch, n_heads, head_dim]``; k_cache, v_cache ``[num_pages, page_size, n_kv_heads,
-    head_dim]`` (bf16 or fp16, any strides with a contiguous head_dim); page_table int32
-    ``[rows, max_pages_per_seq]``; seq_lens int32 ``[batch]`` with the current token included;
-    mask bool ``[batch, max_pages_per_seq * page_size]`` (True = keep); req_indices int32
-    ``[batch]`` picks each request's page-table row; new_k, new_v ``[batch, n_kv_heads,
-    head_dim]`` are used at position ``seq_len - 1`` and written into the caches (fused append).
-    Returns out ``[batch, n_heads, head_dim]``, and with ``return_lse`` the f32 log-sum-exp
-    ``[batch, n_heads]``.
+    q ``[batch, n_heads, head_dim]``, or ``[batch, q_len, n_heads, head_dim]`` for q_len new
+    tokens per request (1..8, speculative verification: token i sits at position
+    ``seq_len - q_len + i`` and attends to the keys up to it; a token with none outputs zeros);
+    k_cache, v_cache ``[num_pages, page_size, n_kv_heads, head_dim]`` (bf16 or fp16, any
+    strides with a contiguous head_dim); page_table int32 ``[rows, max_pages_per_seq]``;
+    seq_lens int32 ``[batch]`` with the current (new) tokens included; mask bool ``[batch,
+    max_pages_per_seq * page_size]`` (True = keep, shared by a request's tokens); req_indices
+    int32 ``[batch]`` picks each request's page-table row; new_k, new_v ``[batch, n_kv_heads,
+    head_dim]`` are used at position ``seq_len - 1`` and written into the caches (fused append;
+    one token, so not with q_len > 1). Returns out like q, and with ``return_lse`` the f32
+    log-sum-exp ``[batch, n_heads]`` (``[batch, q_len, n_heads]`` for a 4-D q).
     """
     call = "paged_decode"
     out = _out_like(call, q, out)
-    lse = _lse(q, q.shape[:2]) if return_lse else None
+    lse = _lse(q, q.shape[:-1]) if return_lse else None
     s = _resolve_scale(scale)
     f = _features(call, logit_cap, sinks, window_left) + _kv_scales(call, k_scale, v_scale)
     if _eager(q):

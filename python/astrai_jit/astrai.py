@@ -69,6 +69,9 @@ def attn_paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: T
     int32 ``[rows, max_pages]``; seq_lens int32 ``[batch]`` with the current token; req_indices
     picks each request's row; new_k, new_v ``[batch, 1, n_kv_heads, D]`` or ``[batch,
     n_kv_heads, D]`` are appended at ``seq_len - 1`` in the same call. Returns out like q."""
+    if q.dim() == 4 and q.shape[1] != 1:  # the SDPA fallback decodes one token
+        raise _C.InvalidArgument(f"attn_paged_decode: q has shape {list(q.shape)} (allowed: [batch, 1, n_heads, D] "
+                                 "or [batch, n_heads, D]; astrai_jit.paged_decode takes several query tokens)")
     squeeze = q.dim() == 4
     q3 = q.squeeze(1) if squeeze else q
     nk = new_k.squeeze(1) if new_k is not None and new_k.dim() == 4 else new_k

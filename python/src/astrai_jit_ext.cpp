@@ -426,21 +426,26 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
                                           const Opt<Input>& sinks, int window_left, const Opt<Input>& k_scale,
                                           const Opt<Input>& v_scale, Opt<std::uintptr_t> stream) {
   constexpr const char* kCall = "paged_decode";
+  constexpr const char* kQueryLayout = "[batch, n_heads, head_dim] or [batch, q_len, n_heads, head_dim]";
   Checker c(kCall);
   astrai::PagedDecodeArgs a;
-  c.rank("q", q, 3, "[batch, n_heads, head_dim]");
+  // A 4-D q carries q_len new tokens per request (multi-token decode); the runtime checks 1..8.
+  const bool tokens = q.ndim() == 4;
+  const std::size_t h = tokens ? 2 : 1;  // the n_heads dim of q, out and lse; head_dim follows
+  c.rank("q", q, tokens ? 4 : 3, kQueryLayout);
   c.rank("k_cache", k_cache, 4, "[num_pages, page_size, n_kv_heads, head_dim]");
   c.rank("v_cache", v_cache, 4, "[num_pages, page_size, n_kv_heads, head_dim]");
   c.rank("page_table", page_table, 2, "[batch, max_pages_per_seq]");
   c.rank("seq_lens", seq_lens, 1, "[batch]");
-  c.rank("out", out, 3, "[batch, n_heads, head_dim]");
+  c.rank("out", out, tokens ? 4 : 3, kQueryLayout);
   a.dtype = c.attention_dtype("q", q);
   c.dtype("page_table", page_table, Kind::int32);
   c.dtype("seq_lens", seq_lens, Kind::int32);
   c.same_dtype("out", out, a.dtype);
   a.batch = as_int(kCall, "batch", q.shape(0));
-  a.n_heads = as_int(kCall, "n_heads", q.shape(1));
-  a.head_dim = as_int(kCall, "head_dim", q.shape(2));
+  a.q_len = tokens ? as_int(kCall, "q_len", q.shape(1)) : 1;
+  a.n_heads = as_int(kCall, "n_heads", q.shape(h));
+  a.head_dim = as_int(kCall, "head_dim", q.shape(h + 1));
   a.num_pages = as_int(kCall, "num_pages", k_cache.shape(0));
   a.page_size = as_int(kCall, "page_size", k_cache.shape(1));
   a.n_kv_heads = as_int(kCall, "n_kv_heads", k_cache.shape(2));
@@ -456,7 +461,8 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
   c.contiguous("seq_lens", seq_lens);
   a.q = q.data();
   a.q_stride_batch = c.stride("q", q, 0);
-  a.q_stride_head = c.stride("q", q, 1);
+  if (tokens) a.q_stride_seq = c.stride("q", q, 1);
+  a.q_stride_head = c.stride("q", q, h);
   a.k_cache = k_cache.data();
   a.k_stride_page = c.stride("k_cache", k_cache, 0);
   a.k_stride_token = c.stride("k_cache", k_cache, 1);
@@ -471,7 +477,8 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
   a.seq_lens = static_cast<const std::int32_t*>(seq_lens.data());
   a.out = out.data();
   a.out_stride_batch = c.stride("out", out, 0);
-  a.out_stride_head = c.stride("out", out, 1);
+  if (tokens) a.out_stride_seq = c.stride("out", out, 1);
+  a.out_stride_head = c.stride("out", out, h);
   if (req_indices) {
     c.rank("req_indices", *req_indices, 1, "[batch]");
     c.dtype("req_indices", *req_indices, Kind::int32);
@@ -515,10 +522,11 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
     a.new_v_stride_head = c.stride("new_v", *new_v, 1);
   }
   if (lse) {
-    c.rank("lse", *lse, 2, "[batch, n_heads]");
+    c.rank("lse", *lse, tokens ? 3 : 2, tokens ? "[batch, q_len, n_heads]" : "[batch, n_heads]");
     c.dtype("lse", *lse, Kind::float32);
     c.dim("lse", *lse, 0, a.batch, "batch of q");
-    c.dim("lse", *lse, 1, a.n_heads, "n_heads of q");
+    if (tokens) c.dim("lse", *lse, 1, a.q_len, "q_len of q");
+    c.dim("lse", *lse, h, a.n_heads, "n_heads of q");
     c.contiguous("lse", *lse);
     a.lse = static_cast<float*>(lse->data());
   }

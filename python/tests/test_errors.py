@@ -66,8 +66,44 @@ class TestPagedDecode:
 
     def test_wrong_rank(self):
         q, k, v, table, lens = paged_inputs()
-        with raises(ValueError, "paged_decode: q has shape [2, 1, 8, 64] (allowed: [batch, n_heads, head_dim])"):
-            astrai_jit.paged_decode(q[:, None], k, v, table, lens)
+        with raises(ValueError, "paged_decode: q has shape [8, 64] (allowed: [batch, n_heads, head_dim] or "
+                                "[batch, q_len, n_heads, head_dim])"):
+            astrai_jit.paged_decode(q[0], k, v, table, lens)
+        with raises(ValueError, "paged_decode: q has shape [2, 1, 1, 8, 64] (allowed: [batch, n_heads, head_dim] or "
+                                "[batch, q_len, n_heads, head_dim])"):
+            astrai_jit.paged_decode(q[:, None, None], k, v, table, lens)
+
+    @pytest.mark.parametrize("q_len", [1, 2, 4, 8])
+    def test_a_4d_q_carries_q_len_tokens(self, q_len):
+        # Every shape check passes (multi-token decode); only the CPU device is refused.
+        q, k, v, table, lens = paged_inputs()
+        q4 = torch.randn(2, q_len, 8, 64, dtype=bf16)
+        with raises(ValueError, "paged_decode: q is on cpu (allowed: a CUDA device)"):
+            astrai_jit.paged_decode(q4, k, v, table, lens)
+        with raises(ValueError, "paged_decode: q is on cpu"):  # [batch, n_heads, q_len, head_dim] storage
+            astrai_jit.paged_decode(torch.randn(2, 8, q_len, 64, dtype=bf16).transpose(1, 2), k, v, table, lens,
+                                    return_lse=True)
+
+    @pytest.mark.parametrize("q_len", [0, 9])
+    def test_q_len_outside_1_to_8_is_refused_by_name(self, q_len):
+        q, k, v, table, lens = paged_inputs()
+        with raises(ValueError, f"paged_decode: q_len {q_len} is not valid (allowed: 1..8)"):
+            astrai_jit.paged_decode(torch.randn(2, q_len, 8, 64, dtype=bf16), k, v, table, lens)
+
+    def test_fused_append_takes_one_token(self):
+        q, k, v, table, lens = paged_inputs()
+        new = torch.randn(2, 2, 64, dtype=bf16)
+        with raises(ValueError, "is set with q_len 3: the fused append writes one token"):
+            astrai_jit.paged_decode(torch.randn(2, 3, 8, 64, dtype=bf16), k, v, table, lens, new_k=new, new_v=new)
+
+    def test_multi_token_out_must_match_q(self):
+        q, k, v, table, lens = paged_inputs()
+        q4 = torch.randn(2, 4, 8, 64, dtype=bf16)
+        with raises(ValueError, "paged_decode: out has shape [2, 3, 8, 64] (allowed: [2, 4, 8, 64], the shape of q)"):
+            astrai_jit.paged_decode(q4, k, v, table, lens, out=torch.empty(2, 3, 8, 64, dtype=bf16))
+        with raises(ValueError, "paged_decode: out has shape [2, 8, 64] (allowed: [batch, n_heads, head_dim] or "
+                                "[batch, q_len, n_heads, head_dim])"):
+            astrai_jit.paged_decode(q4, k, v, table, lens, out=torch.empty(2, 8, 64, dtype=bf16))
 
     def test_seq_lens_batch(self):
         q, k, v, table, lens = paged_inputs()

@@ -33,7 +33,11 @@ def paged_case(batch, n_heads, n_kv_heads, head_dim, page_size, max_pages, dtype
 
 
 def paged_ref(q, kc, vc, table, lens, mask=None, req=None, scale=None, logit_cap=0.0, sinks=None, window_left=-1):
+    """q [batch, n_heads, D], or [batch, q_len, n_heads, D] (multi-token decode: token i sits at
+    position len - q_len + i and sees the keys up to it); out and lse shaped like q's rows."""
     page_size = kc.shape[1]
+    tokens = q.dim() == 4
+    q_len = q.shape[1] if tokens else 1
     outs, lses = [], []
     for b in range(q.shape[0]):
         row = table[b if req is None else int(req[b])].long()
@@ -41,13 +45,15 @@ def paged_ref(q, kc, vc, table, lens, mask=None, req=None, scale=None, logit_cap
         pos = torch.arange(n, device=q.device)
         k = kc[row[pos // page_size], pos % page_size]
         v = vc[row[pos // page_size], pos % page_size]
-        keep = None if mask is None else mask[b, :n][None, None]
-        if window_left >= 0:  # the query sits at position n - 1
-            inside = (pos >= n - 1 - window_left)[None, None]
-            keep = inside if keep is None else keep & inside
-        o, l = attention_ref(q[b][None, None], k[None], v[None], keep, scale, logit_cap, sinks)
-        outs.append(o[0, 0])
-        lses.append(l[0, 0])
+        if window_left >= 0:
+            keep = window_keep(1, q_len, n, n - q_len, window_left, q.device)
+        else:
+            keep = causal_keep(1, q_len, n, n - q_len, q.device)
+        if mask is not None:
+            keep = keep & mask[b, :n][None, None]
+        o, l = attention_ref((q[b] if tokens else q[b][None])[None], k[None], v[None], keep, scale, logit_cap, sinks)
+        outs.append(o[0] if tokens else o[0, 0])
+        lses.append(l[0] if tokens else l[0, 0])
     return torch.stack(outs), torch.stack(lses)
 
 
@@ -183,6 +189,36 @@ def test_paged_decode_features_match_float64(dtype, features):
     expected, expected_lse = paged_ref(q, kc, vc, table, lens, **args)
     assert close(got, expected)[0], close(got, expected)[1]
     assert close(lse, expected_lse, 1e-3, 1e-3)[0]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("q_len,n_heads,n_kv_heads,page_size,features", [
+    (4, 32, 8, 16, {}), (8, 16, 2, 1, dict(window_left=37)), (3, 24, 4, 16, dict(sinks=True)),
+    (2, 8, 8, 4, dict(logit_cap=4.0, sinks=True, window_left=5))])
+def test_multi_token_paged_decode_matches_float64(dtype, q_len, n_heads, n_kv_heads, page_size, features):
+    _, kc, vc, table, lens = paged_case(5, n_heads, n_kv_heads, 128, page_size, 96 // page_size + 2, dtype, seed=11)
+    lens[0] = 1          # fewer keys than new tokens: the first tokens see nothing
+    lens[1] = q_len      # exactly the new tokens
+    q = rand(5, q_len, n_heads, 128, dtype=dtype)
+    args = feature_args(n_heads, features)
+    out = poisoned(*q.shape, dtype=dtype)
+    got, lse = astrai_jit.paged_decode(q, kc, vc, table, lens, out=out, return_lse=True, **args)
+    assert got is out and lse.shape == (5, q_len, n_heads)
+    expected, expected_lse = paged_ref(q, kc, vc, table, lens, **args)
+    assert close(got, expected)[0], close(got, expected)[1]
+    finite = expected_lse.isfinite()
+    assert torch.equal(lse.isfinite(), finite)
+    assert close(lse[finite], expected_lse[finite], 1e-3, 1e-3)[0]
+
+
+def test_multi_token_paged_decode_takes_strided_views():
+    # q and out [batch, n_heads, q_len, D] in memory, viewed as [batch, q_len, n_heads, D].
+    _, kc, vc, table, lens = paged_case(3, 16, 4, 64, 16, 20, torch.bfloat16, seed=12)
+    q = rand(3, 16, 4, 64).transpose(1, 2)
+    out = poisoned(3, 16, 4, 64, dtype=torch.bfloat16).transpose(1, 2)
+    got = astrai_jit.paged_decode(q, kc, vc, table, lens, out=out)
+    expected, _ = paged_ref(q, kc, vc, table, lens)
+    assert close(got, expected)[0], close(got, expected)[1]
 
 
 @pytest.mark.parametrize("features", FEATURES)

@@ -65,6 +65,24 @@ void resolve_token_strides(const char* call, StrideField batch, StrideField head
   require_stride(call, batch.name, *batch.value, disjoint ? (heads - 1) * *head.value + head_dim : 1, disjoint);
 }
 
+void resolve_query_strides(const char* call, StrideField batch, StrideField seq, StrideField head, int heads,
+                           std::int64_t head_dim, int q_len, int disjoint_batch) {
+  if (q_len == 1) {
+    resolve_token_strides(call, batch, head, heads, head_dim, disjoint_batch);
+    if (*seq.value == 0) *seq.value = heads * *head.value;
+    return;
+  }
+  if (*head.value == 0) *head.value = head_dim;
+  if (*seq.value == 0) *seq.value = heads * *head.value;
+  if (*batch.value == 0) *batch.value = q_len * *seq.value;
+  require_stride(call, head.name, *head.value, head_dim, heads > 1);
+  require_stride(call, seq.name, *seq.value, 1, false);
+  require_stride(call, batch.name, *batch.value, 1, false);
+  if (disjoint_batch > 0)
+    require_disjoint_rows(call, head_dim, {{head.name, *head.value, heads}, {seq.name, *seq.value, q_len},
+                                           {batch.name, *batch.value, disjoint_batch}});
+}
+
 void require_mask_stride(const char* call, const char* name, std::int64_t stride) {
   if (stride <= 0)
     fail_argument(call, fmt::format("{} {} is not valid (allowed: > 0, or 0 for contiguous)", name, stride));

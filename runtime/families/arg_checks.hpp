@@ -38,6 +38,11 @@ void resolve_kv_strides(const char* call, StrideField outer, StrideField row, St
 // overlap, and when `disjoint_batch` > 1 (an output's batch) neither may batch rows.
 void resolve_token_strides(const char* call, StrideField batch, StrideField head, int heads,
                            std::int64_t head_dim, int disjoint_batch);
+// The same with query tokens, [batch, q_len, heads, head_dim] (multi-token decode's q and out):
+// q_len 1 is resolve_token_strides (the token stride only takes its contiguous value); more
+// tokens check each stride, and for an output (`disjoint_batch` > 0) that no two rows overlap.
+void resolve_query_strides(const char* call, StrideField batch, StrideField seq, StrideField head, int heads,
+                           std::int64_t head_dim, int q_len, int disjoint_batch);
 // Byte-addressed (bool) mask strides: any positive value.
 void require_mask_stride(const char* call, const char* name, std::int64_t stride);
 void require_positive(const char* call, const char* name, long long value);

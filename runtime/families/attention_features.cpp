@@ -50,9 +50,10 @@ void require_fp8_strides(const char* call, const KvCacheRequest& kv,
                                       "16-byte aligned)", name, stride));
 }
 
-long long decode_span_tokens(long long capacity, int window_left) {
+long long decode_span_tokens(long long capacity, int window_left, int q_len) {
   if (window_left < 0) return capacity;
-  return std::min<long long>(capacity, window_left + 1LL + (kDecodeBlockTokens - 1));
+  // From the first query token's window on: q_len - 1 more keys for the later tokens.
+  return std::min<long long>(capacity, window_left + 1LL * q_len + (kDecodeBlockTokens - 1));
 }
 
 FeatureRequest attention_features(float scale, float logit_cap, const float* sinks, int window_left,

@@ -50,7 +50,7 @@ FeatureRequest attention_features(float scale, float logit_cap, const float* sin
                                   const KvCacheRequest& kv = {});
 
 // Tokens a decode split plan must cover: the table capacity, or with a window (window_left >= 0)
-// the blocks its keys can touch (window_left + 1 keys from a block boundary on).
-long long decode_span_tokens(long long capacity, int window_left);
+// the blocks its keys can touch (window_left + q_len keys from a block boundary on).
+long long decode_span_tokens(long long capacity, int window_left, int q_len = 1);
 
 }  // namespace astrai::detail

@@ -10,9 +10,11 @@ namespace astrai::detail {
 
 std::vector<std::string> decode_instantiations(const KernelSpec& spec, int page_size) {
   const char* type = device_type_name(spec.dtype);
+  const int q_len = decode_q_len(spec.flags);
   return {fmt::format("astrai::paged_decode_kernel<{}, {}, {}, {}, {}>", type, spec.head_dim, page_size,
                       spec.group_size, spec.flags),
-          fmt::format("astrai::split_combine_kernel<{}, {}>", type, spec.head_dim)};
+          q_len == 1 ? fmt::format("astrai::split_combine_kernel<{}, {}>", type, spec.head_dim)
+                     : fmt::format("astrai::split_combine_tokens_kernel<{}, {}, {}>", type, spec.head_dim, q_len)};
 }
 
 void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeParams params) {
@@ -27,7 +29,9 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   spec.flags = launch.flags;
   const int smem = paged_decode_smem_bytes(launch.head_dim, (launch.flags & (kFeatureKvE4m3 | kFeatureKvE5m2)) != 0);
   const LoadedVariant& variant = impl.variant(device, spec, {kDecodeThreads, smem});
-  const int head_tiles = (group + kDecodeHeadsPerTile - 1) / kDecodeHeadsPerTile;
+  // Multi-token decode: q_len rows per query head, in the head tiles and the split workspace.
+  const int q_len = decode_q_len(launch.flags);
+  const int head_tiles = (group * q_len + kDecodeHeadsPerTile - 1) / kDecodeHeadsPerTile;
   // The plan is a pure function of the shape; remember the last one per thread (hot path).
   struct PlanMemo {
     const LoadedVariant* variant = nullptr;
@@ -40,7 +44,7 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   // without one the value is unset (0), and contiguous decode folds a causal offset past kv_len
   // into it, down to -1 (nothing to attend to), which still plans one block.
   const int window_left = (launch.flags & kFeatureWindow) != 0 ? std::max(params.features.window_left, 0) : -1;
-  const int span = static_cast<int>(decode_span_tokens(params.kv_capacity, window_left));
+  const int span = static_cast<int>(decode_span_tokens(params.kv_capacity, window_left, q_len));
   if (memo.variant != &variant || memo.batch != params.batch || memo.n_kv_heads != params.n_kv_heads ||
       memo.capacity != span) {
     memo.plan = plan_decode_splits(params.batch, params.n_kv_heads, head_tiles, span, variant.resident_ctas);
@@ -53,7 +57,7 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   params.tokens_per_split = plan.tokens_per_split;
   params.workspace.num_splits = plan.num_splits;
   if (plan.num_splits > 1) {
-    const std::size_t bytes = decode_workspace_bytes(plan, params.batch, params.n_heads, launch.head_dim);
+    const std::size_t bytes = decode_workspace_bytes(plan, params.batch, params.n_heads * q_len, launch.head_dim);
     CUdeviceptr base = 0;
     if (launch.workspace) {
       if (launch.workspace_bytes < bytes)
@@ -64,7 +68,7 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
     } else {
       base = device.workspace(launch.stream, bytes, launch.family.name);
     }
-    const std::size_t rows = static_cast<std::size_t>(plan.num_splits) * params.batch * params.n_heads;
+    const std::size_t rows = static_cast<std::size_t>(plan.num_splits) * params.batch * params.n_heads * q_len;
     const std::size_t out_bytes = ((rows * launch.head_dim * sizeof(float) + 255) / 256) * 256;
     params.workspace.partial_out = reinterpret_cast<float*>(base);
     params.workspace.partial_lse = reinterpret_cast<float*>(base + out_bytes);
@@ -86,14 +90,15 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
     combine.out_stride_head = params.out_stride_head;
     combine.batch = params.batch;
     combine.n_heads = params.n_heads;
+    TokenCombineParams token_combine{combine, params.out_stride_seq};
     LaunchConfig merge{};
     merge.name = "cuLaunchKernel(split_combine)";
-    merge.grid = {static_cast<unsigned>(params.batch * params.n_heads), 1, 1};
+    merge.grid = {static_cast<unsigned>(params.batch * params.n_heads * q_len), 1, 1};
     merge.block = 128;
     merge.smem = 0;
     merge.stream = launch.stream;
     merge.programmatic_dependent = true;
-    device.launch(variant.functions[1], merge, &combine);
+    device.launch(variant.functions[1], merge, q_len > 1 ? static_cast<void*>(&token_combine) : &combine);
   }
 }
 

@@ -1,5 +1,5 @@
-// paged_decode: one new query token per sequence against a paged KV cache
-// (kernel_src/paged_decode.cuh). Descriptor, argument checks and launch.
+// paged_decode: one new query token per sequence (or q_len of them, multi-token decode)
+// against a paged KV cache (kernel_src/paged_decode.cuh). Descriptor, argument checks and launch.
 #include <algorithm>
 #include <limits>
 
@@ -25,7 +25,8 @@ const KernelFamily& paged_decode_family() {
       "paged_decode.cuh",
       [](const KernelSpec& spec) { return decode_instantiations(spec, spec.page_size); },
       attention_limits(/*paged=*/true),
-      /*supported_flags=*/kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2,
+      /*supported_flags=*/kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2 |
+          kFeatureQLenField,
       attention_warm_defaults(/*paged=*/true),
   };
   return family;
@@ -59,19 +60,21 @@ PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& input) {
   require_logit_cap(kCall, a.logit_cap);
   require_optional_alignment(kCall, "sinks", a.sinks, 4);
   require_window(kCall, a.window_left, true, "");
+  if (a.q_len < 1 || a.q_len > kMaxDecodeQLen)
+    fail_argument(kCall, fmt::format("q_len {} is not valid (allowed: 1..{})", a.q_len, int{kMaxDecodeQLen}));
 
   const std::int64_t d = a.head_dim;
   if (a.page_table_stride == 0) a.page_table_stride = a.max_pages_per_seq;
 
-  resolve_token_strides(kCall, {"q_stride_batch", &a.q_stride_batch}, {"q_stride_head", &a.q_stride_head},
-                        a.n_heads, d, 0);
+  resolve_query_strides(kCall, {"q_stride_batch", &a.q_stride_batch}, {"q_stride_seq", &a.q_stride_seq},
+                        {"q_stride_head", &a.q_stride_head}, a.n_heads, d, a.q_len, 0);
   resolve_kv_strides(kCall, {"k_stride_page", &a.k_stride_page}, {"k_stride_token", &a.k_stride_token},
                      {"k_stride_head", &a.k_stride_head}, a.n_kv_heads, d, a.page_size);
   resolve_kv_strides(kCall, {"v_stride_page", &a.v_stride_page}, {"v_stride_token", &a.v_stride_token},
                      {"v_stride_head", &a.v_stride_head}, a.n_kv_heads, d, a.page_size);
   // Outputs must not overlap, or blocks would race on them.
-  resolve_token_strides(kCall, {"out_stride_batch", &a.out_stride_batch}, {"out_stride_head", &a.out_stride_head},
-                        a.n_heads, d, a.batch);
+  resolve_query_strides(kCall, {"out_stride_batch", &a.out_stride_batch}, {"out_stride_seq", &a.out_stride_seq},
+                        {"out_stride_head", &a.out_stride_head}, a.n_heads, d, a.q_len, a.batch);
   if (a.page_table_stride < a.max_pages_per_seq)
     fail_argument(kCall, fmt::format("page_table_stride {} is smaller than max_pages_per_seq {}",
                                      a.page_table_stride, a.max_pages_per_seq));
@@ -107,6 +110,10 @@ PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& input) {
   if ((a.new_k == nullptr) != (a.new_v == nullptr))
     fail_argument(kCall, fmt::format("new_k = {} and new_v = {}: the fused append needs both or neither",
                                      a.new_k, a.new_v));
+  if (a.new_k != nullptr && a.q_len > 1)
+    fail_argument(kCall, fmt::format("new_k = {} is set with q_len {}: the fused append writes one token (allowed "
+                                     "with q_len 1; write the {} new tokens' K/V into the cache before the call)",
+                                     a.new_k, a.q_len, a.q_len));
   if (a.new_k != nullptr) {
     resolve_token_strides(kCall, {"new_k_stride_batch", &a.new_k_stride_batch},
                           {"new_k_stride_head", &a.new_k_stride_head}, a.n_kv_heads, d, 0);
@@ -127,14 +134,17 @@ PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& input) {
 std::size_t paged_decode_workspace_bytes(const PagedDecodeArgs& input, int num_sms) {
   const PagedDecodeArgs args = detail::resolve_paged_decode_args(input);
   const int group = args.n_heads / args.n_kv_heads;
-  const int head_tiles = (group + kDecodeHeadsPerTile - 1) / kDecodeHeadsPerTile;
-  const long long span = detail::decode_span_tokens(1LL * args.max_pages_per_seq * args.page_size, args.window_left);
+  // Multi-token decode: each KV head's rows are its group's (head, token) pairs.
+  const int head_tiles = (group * args.q_len + kDecodeHeadsPerTile - 1) / kDecodeHeadsPerTile;
+  const long long span =
+      detail::decode_span_tokens(1LL * args.max_pages_per_seq * args.page_size, args.window_left, args.q_len);
   // The plan depends on the kernel's occupancy, known once it is loaded: take the largest
   // workspace over every occupancy a 128-thread CTA can have.
   std::size_t bytes = 0;
   for (int per_sm = 1; per_sm <= 16; ++per_sm) {
     const auto plan = detail::plan_decode_splits(args.batch, args.n_kv_heads, head_tiles, span, per_sm * num_sms);
-    bytes = std::max(bytes, detail::decode_workspace_bytes(plan, args.batch, args.n_heads, args.head_dim));
+    bytes = std::max(bytes, detail::decode_workspace_bytes(plan, args.batch, args.n_heads * args.q_len,
+                                                           args.head_dim));
   }
   return bytes;
 }
@@ -142,9 +152,12 @@ std::size_t paged_decode_workspace_bytes(const PagedDecodeArgs& input, int num_s
 void Runtime::paged_decode(const PagedDecodeArgs& input) {
   const PagedDecodeArgs args = detail::resolve_paged_decode_args(input);
   if (args.batch == 0) return;
-  const detail::FeatureRequest features = detail::attention_features(
+  detail::FeatureRequest features = detail::attention_features(
       args.scale, args.logit_cap, args.sinks, args.window_left, detail::kv_cache_request(args));
+  features.flags |= decode_q_len_flags(args.q_len);
   PagedDecodeParams params = detail::common_decode_params(args, features);
+  params.q_stride_seq = args.q_stride_seq;
+  params.out_stride_seq = args.out_stride_seq;
   params.k_cache = args.k_cache;
   params.v_cache = args.v_cache;
   params.k_stride_page = args.k_stride_page;

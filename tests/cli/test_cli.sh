@@ -178,6 +178,26 @@ run warm --dry-run --arch sm_90a --features softcap
 expect_rc 2
 expect_err "--features 'softcap' is not a feature set"
 
+check "warm --features takes the multi-token q2..q8 for paged_decode only, at most one"
+run warm --dry-run --arch sm_90a --kernels paged_decode,rotary_emb --head-dims 128 --group-sizes 4 \
+    --page-sizes 16 --features none,q4,kv_e4m3+swa+q8
+expect_rc 0
+expect_out "^warm: 4 variants"   # three of paged_decode, rotary_emb's plain one
+expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.q4\.sm_90a( |$)'
+expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.kv_e4m3\.swa\.q8\.sm_90a( |$)'
+run warm --dry-run --arch sm_90a --kernels decode --head-dims 128 --group-sizes 4 --features q2
+expect_rc 2
+expect_err "--features q2: decode does not support q2 \(supported: kv_e4m3, kv_e5m2, swa, cap, sink\)"
+for bad in q9 q1 q0 q2+q4 q3+q3; do
+  run warm --dry-run --arch sm_90a --features "$bad"
+  expect_rc 2
+  expect_err "--features '${bad//+/\\+}' is not a feature set \(allowed: none, or distinct features joined by '\+': .*, q2\.\.q8; at most one of q2\.\.q8\)"
+done
+run warm --arch sm_80 --kernels paged_decode --head-dims 64 --group-sizes 8 --page-sizes 1 --features swa+q4 --jobs 1 \
+    --cache-dir "$WORK/multi-token-cache"
+expect_rc 0
+expect_out '^\[1/1\] paged_decode\.bf16\.hd64\.ps1\.g8\.swa\.q4\.sm_80 [0-9.]+ s$'
+
 check "warm --dry-run accepts repeated flags, arch spellings and --no-mma"
 run warm --dry-run --arch sm_80 --arch 8.9 --kernels rotary_emb --head-dims 64 --no-mma
 expect_rc 0

@@ -1,6 +1,6 @@
-// What the prefill and paged_prefill GPU tests share: the float64 reference of one query row,
-// the per-case verdict (output, LSE, poison outside the written rows) and the variant lists'
-// element type.
+// What the prefill and paged_prefill GPU tests share (and the multi-token decode test): the
+// float64 reference of one query row, the per-case verdict (output, LSE, poison outside the
+// written rows) and the variant lists' element type.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -62,6 +62,17 @@ inline bool attend_row(const float* q, const float* k, const float* v, int n, co
   for (int c = 0; c < d; ++c) (*out)[c] /= total;
   *lse = max_score + std::log(total);
   return true;
+}
+
+// The keys a decode query attends to when it is token i of q_len new tokens over `len` keys
+// (the new tokens included): positions [0, len - q_len + i], from that position's window on
+// (window_left >= 0), where `mask` (null: none) keeps them. q_len 1 is the single-token decode.
+inline std::vector<char> decode_query_keep(int len, int q_len, int i, int window_left, const std::uint8_t* mask) {
+  std::vector<char> keep(static_cast<std::size_t>(std::max(len, 1)), 0);
+  const long long position = static_cast<long long>(len) - q_len + i;
+  for (int t = 0; t < len; ++t)
+    keep[t] = t <= position && (window_left < 0 || t >= position - window_left) && (mask == nullptr || mask[t] != 0);
+  return keep;
 }
 
 // Everything one case checks: output elements, LSE values, and exact expectations (zeros and

@@ -310,7 +310,7 @@ TEST_CASE("validate rejects unsupported rotary fields and any flags") {
   KernelSpec flagged = paged(DType::bf16, 128, 16, 4, "sm_90a");
   flagged.flags = 0x1000;
   CHECK(validate_message(flagged).rfind("paged_decode.bf16.hd128.ps16.g4.f1000.sm_90a: flags 0x1000 name no "
-                                        "feature (allowed: kv_e4m3, kv_e5m2, swa, cap, sink)",
+                                        "feature (allowed: kv_e4m3, kv_e5m2, swa, cap, sink, q2..q8)",
                                         0) == 0);
 }
 

@@ -59,7 +59,8 @@ void add_warm_command(CLI::App& app, Commands* commands) {
       ->delimiter(',')->type_name("LIST");
   warm->add_option("--features", options.features,
                    "Feature sets of the attention kernels: none, or features joined by '+' "
-                   "(kv_e4m3, kv_e5m2, swa, cap, sink), e.g. none,cap,swa+sink,kv_e4m3 [default: none]")
+                   "(kv_e4m3, kv_e5m2, swa, cap, sink, q2..q8), e.g. none,cap,swa+sink,kv_e4m3,q4 "
+                   "[default: none]")
       ->delimiter(',')->type_name("LIST");
   warm->add_option("--manifest", options.manifest,
                    "File of variant names, one per line (as written by ASTRAI_JIT_RECORD); "

@@ -104,16 +104,17 @@ std::vector<std::uint32_t> resolve_feature_sets(const std::vector<std::string>& 
       std::string name;
       bool bad = text.empty();
       while (!bad && std::getline(stream, name, '+')) {
-        const std::uint32_t bit = astrai::detail::find_kernel_feature(trim(name));
-        bad = bit == 0 || (flags & bit) != 0;
-        flags |= bit;
+        // A field's values (q2 .. q8) exclude each other like a repeated feature.
+        const astrai::detail::KernelFeature* feature = astrai::detail::find_kernel_feature(trim(name));
+        bad = feature == nullptr || (flags & feature->mask()) != 0;
+        if (!bad) flags |= feature->bit;
       }
       if (bad || text.back() == '+') {
-        std::vector<std::string> names;
-        for (const auto& feature : astrai::detail::kernel_features()) names.emplace_back(feature.name);
+        std::uint32_t every = 0;
+        for (const auto& feature : astrai::detail::kernel_features()) every |= feature.mask();
         throw astrai::InvalidArgument(fmt::format(
             "--features '{}' is not a feature set (allowed: none, or distinct features joined by "
-            "'+': {})", raw, join(names, ", ")));
+            "'+': {}; at most one of q2..q8)", raw, astrai::detail::supported_feature_names(every)));
       }
       const std::string conflict = astrai::detail::feature_conflict(flags);
       if (!conflict.empty())
@@ -194,7 +195,9 @@ std::vector<KernelSpec> build_selection(const WarmOptions& options, const JitEng
             throw astrai::InvalidArgument(fmt::format(
                 "--features {}: {} does not support {} (supported: {})",
                 astrai::detail::feature_names(flags, "+"), family.name,
-                astrai::detail::feature_names(refused), astrai::detail::feature_names(family.supported_flags)));
+                astrai::detail::feature_names(refused),
+                family.supported_flags == 0 ? std::string("none")
+                                            : astrai::detail::supported_feature_names(family.supported_flags)));
           if (std::find(family_sets.begin(), family_sets.end(), flags) == family_sets.end())
             family_sets.push_back(flags);
         }

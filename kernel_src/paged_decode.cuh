@@ -287,16 +287,17 @@ struct FullBlockLoader {
   // Page ids of block `block_start` (tokens past `end` read as unmapped; unused then).
   __device__ __forceinline__ void fetch(const PagedDecodeParams& p, const DecodeSequence& seq,
                                         int block_start, int end) {
-    if (kPageSize == 0) return;
+    if constexpr (kPageSize > 0) {
 #pragma unroll
-    for (int l = 0; l < kLookups; ++l) {
-      const int token = block_start + row0 + l * kPassesPerLookup * kPassRows;
-      int id = -1;
-      if (token < end) {
-        id = __ldg(seq.table_row + (token >> PagedDecodeTiles<T, kHeadDim, kPageSize>::kPageShift));
-        if (static_cast<unsigned>(id) >= static_cast<unsigned>(p.num_pages)) id = -1;
+      for (int l = 0; l < kLookups; ++l) {
+        const int token = block_start + row0 + l * kPassesPerLookup * kPassRows;
+        int id = -1;
+        if (token < end) {
+          id = __ldg(seq.table_row + (token >> PagedDecodeTiles<T, kHeadDim, kPageSize>::kPageShift));
+          if (static_cast<unsigned>(id) >= static_cast<unsigned>(p.num_pages)) id = -1;
+        }
+        page[l] = id;
       }
-      page[l] = id;
     }
   }
 
@@ -495,7 +496,7 @@ struct Kv8StepLoader {
       return;
     }
     const unsigned stage_address = shared_address(stage);
-    if (kPageSize >= 16) {
+    if constexpr (kPageSize >= 16) {
       // The page holds the whole step (steps start at multiples of 16): one id, row strides.
       const int id = __shfl_sync(0xffffffffu, step_page, 0);
       const int slot = (first & (kPageSize - 1)) + row0;
@@ -508,8 +509,14 @@ struct Kv8StepLoader {
         cp_async_16(stage_address + Layout::kTileBytes + dst[i], valid ? v_row + i * v_row_step : v_base,
                     valid ? 16 : 0);
       }
-      return;
+    } else {
+      issue_rows(p, stage_address, first, end, step_page);
     }
+  }
+
+  // Pages smaller than the step, and contiguous KV: each row's own offset.
+  __device__ __forceinline__ void issue_rows(const PagedDecodeParams& p, unsigned stage_address, int first, int end,
+                                             int step_page) const {
 #pragma unroll
     for (int i = 0; i < Layout::kChunksPerLane; ++i) {
       const int row = row0 + i * kRowStep;
@@ -704,7 +711,7 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   // Direct path: this warp's ring and its steps' first tokens.
   unsigned char* ring = smem_kv8 + warp * Direct::kWarpBytes;
   const int warp_begin = split_begin + warp * Direct::kRows;
-  Kv8StepLoader<T, kHeadDim, kPageSize, kE5m2> step_loader;
+  Kv8StepLoader<T, kHeadDim, kPageSize, kE5m2> step_loader{};
   auto issue_step = [&](int step) {
     const int first = warp_begin + step * kDecodeBlockTokens;
     const int page = step_loader.page;

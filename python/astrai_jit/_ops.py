@@ -96,12 +96,18 @@ def _features(call: str, logit_cap, sinks, window_left) -> tuple:
     # negative or non-finite cap, a window below -1 and sinks of the wrong shape).
     if sinks is not None:
         _check_tensor(call, "sinks", sinks)
-    if isinstance(logit_cap, bool) or not isinstance(logit_cap, numbers.Real):
-        raise TypeError(f"{call}: logit_cap is a {type(logit_cap).__name__} (allowed: a float >= 0, 0 for none)")
-    if isinstance(window_left, bool) or not isinstance(window_left, numbers.Integral):
-        raise TypeError(f"{call}: window_left is a {type(window_left).__name__} (allowed: an int >= -1, -1 for "
-                        f"none)")
-    return float(logit_cap), sinks, int(window_left)
+    # Exact float / int (the defaults) skip the slower ABC checks: this runs on every call.
+    if type(logit_cap) is not float:
+        if isinstance(logit_cap, bool) or not isinstance(logit_cap, numbers.Real):
+            raise TypeError(f"{call}: logit_cap is a {type(logit_cap).__name__} (allowed: a float >= 0, 0 for "
+                            f"none)")
+        logit_cap = float(logit_cap)
+    if type(window_left) is not int:
+        if isinstance(window_left, bool) or not isinstance(window_left, numbers.Integral):
+            raise TypeError(f"{call}: window_left is a {type(window_left).__name__} (allowed: an int >= -1, -1 "
+                            f"for none)")
+        window_left = int(window_left)
+    return logit_cap, sinks, window_left
 
 
 def _kv_scales(call: str, k_scale, v_scale) -> tuple:

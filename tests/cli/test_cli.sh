@@ -140,15 +140,16 @@ run warm --dry-run --arch sm_90a --kernels prefill --head-dims 128 --group-sizes
 expect_rc 0
 expect_count '\.wgmma\.' 0
 
-check "warm --features selects feature variants (portable only on sm_90a) and keeps rotary_emb plain"
+check "warm --features selects feature variants (prefill with its Hopper pair on sm_90a) and keeps rotary_emb plain"
 run warm --dry-run --arch sm_90a --kernels paged_decode,rotary_emb,prefill --head-dims 128 --group-sizes 4 \
     --page-sizes 16 --features none,cap
 expect_rc 0
-expect_out "^warm: 6 variants"   # paged_decode 2, rotary_emb 1, prefill 2 + 1 wgmma (plain only)
+expect_out "^warm: 7 variants"   # paged_decode 2, rotary_emb 1, prefill 2 + 2 wgmma
 expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.cap\.sm_90a( |$)'
 expect_out '^prefill\.bf16\.hd128\.g4\.cap\.sm_90a( |$)'
-expect_count '\.wgmma\.' 1
-expect_count '\.cap\.' 2
+expect_out '^prefill\.bf16\.hd128\.g4\.cap\.wgmma\.sm_90a( |$)'
+expect_count '\.wgmma\.' 2
+expect_count '\.cap\.' 3
 run warm --dry-run --arch sm_89 --kernels decode --head-dims 64 --group-sizes 6 --features cap --no-mma
 expect_rc 0
 expect_out '^decode\.bf16\.hd64\.g6\.cap\.nomma\.sm_89( |$)'
@@ -157,7 +158,7 @@ check "warm --features takes the FP8 KV cache for paged_decode, decode and paged
 run warm --dry-run --arch sm_90a --kernels paged_decode,decode,paged_prefill --head-dims 128 --group-sizes 4 \
     --page-sizes 16 --features none,kv_e4m3,kv_e5m2+swa
 expect_rc 0
-expect_out "^warm: 10 variants"   # plain, kv_e4m3, kv_e5m2.swa per family; one wgmma (plain only)
+expect_out "^warm: 10 variants"   # plain, kv_e4m3, kv_e5m2.swa per family; one wgmma (FP8 stays portable)
 expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.kv_e4m3\.sm_90a( |$)'
 expect_out '^decode\.bf16\.hd128\.g4\.kv_e5m2\.swa\.sm_90a( |$)'
 expect_out '^paged_prefill\.bf16\.hd128\.ps16\.g4\.kv_e4m3\.sm_90a( |$)'
@@ -242,9 +243,9 @@ paged_prefill.fp16.hd64.ps16.g6.sm_90a --arch sm_90a --kernels paged_prefill --d
 prefill.bf16.hd128.g4.wgmma.sm_90a --arch sm_90a --kernels prefill --dtypes bf16 --head-dims 128 --group-sizes 4 --wgmma
 paged_prefill.fp16.hd80.ps16.g6.sm_90a --arch sm_90a --kernels paged_prefill --dtypes fp16 --head-dims 80 --page-sizes 16 --group-sizes 6
 paged_decode.bf16.hd128.ps1.g4.nomma.sm_90a --arch sm_90a --kernels paged_decode --dtypes bf16 --head-dims 128 --page-sizes 1 --group-sizes 4 --no-mma
-prefill.bf16.hd128.g4.cap.sm_90a --arch sm_90a --kernels prefill --dtypes bf16 --head-dims 128 --group-sizes 4 --features cap
+prefill.bf16.hd128.g4.cap.sm_90a --arch sm_90a --kernels prefill --dtypes bf16 --head-dims 128 --group-sizes 4 --features cap --no-wgmma
 paged_decode.bf16.hd64.ps16.g6.cap.sink.sm_90a --arch sm_90a --kernels paged_decode --dtypes bf16 --head-dims 64 --page-sizes 16 --group-sizes 6 --features cap+sink
-paged_prefill.fp16.hd128.ps16.g4.swa.sink.sm_90a --arch sm_90a --kernels paged_prefill --dtypes fp16 --head-dims 128 --page-sizes 16 --group-sizes 4 --features swa+sink
+paged_prefill.fp16.hd128.ps16.g4.swa.sink.sm_90a --arch sm_90a --kernels paged_prefill --dtypes fp16 --head-dims 128 --page-sizes 16 --group-sizes 4 --features swa+sink --no-wgmma
 paged_prefill.bf16.hd128.ps16.g4.kv_e4m3.sm_90a --arch sm_90a --kernels paged_prefill --dtypes bf16 --head-dims 128 --page-sizes 16 --group-sizes 4 --features kv_e4m3
 decode.fp16.hd64.g6.kv_e5m2.cap.sm_89 --arch sm_89 --kernels decode --dtypes fp16 --head-dims 64 --group-sizes 6 --features kv_e5m2+cap
 HINTS

@@ -206,7 +206,7 @@ TEST_CASE("the strict hint's warm command selects the features") {
   const KernelSpec spec = with_flags(attention_spec(KernelKind::paged_prefill), astrai::kFeatureSoftCap);
   CHECK(spec.warm_command() ==
         "astrai-jit warm --arch sm_90a --kernels paged_prefill --dtypes bf16 --head-dims 128 --page-sizes 16 "
-        "--group-sizes 4 --features cap");
+        "--group-sizes 4 --features cap --no-wgmma");
 }
 
 TEST_CASE("every attention call checks logit_cap: finite and >= 0") {

@@ -182,9 +182,7 @@ std::optional<CacheEntryData> decode_entry_of_variant(std::string_view variant_n
   // An entry holding the other kind would be refused by the runtime anyway.
   const std::size_t dot = variant_name.rfind('.');
   const std::string_view target = variant_name.substr(dot == std::string_view::npos ? 0 : dot + 1);
-  const BinaryKind expected =
-      target.rfind("compute_", 0) == 0 ? BinaryKind::ptx : BinaryKind::cubin;
-  if (decoded->kind != expected) {
+  if (decoded->kind != binary_kind_for_target(target)) {
     if (why) *why = "binary kind does not match the variant's target";
     return std::nullopt;
   }

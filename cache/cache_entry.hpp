@@ -13,6 +13,11 @@ namespace astrai::detail {
 
 enum class BinaryKind : std::uint8_t { cubin = 1, ptx = 2 };
 
+// What a compile target yields: PTX for a virtual arch ("compute_89"), a cubin otherwise.
+inline BinaryKind binary_kind_for_target(std::string_view target) {
+  return target.rfind("compute_", 0) == 0 ? BinaryKind::ptx : BinaryKind::cubin;
+}
+
 struct CacheEntryData {
   BinaryKind kind = BinaryKind::cubin;
   std::string variant_name;

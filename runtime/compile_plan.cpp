@@ -1,5 +1,7 @@
 #include "runtime/compile_plan.hpp"
 
+#include "cache/cache_entry.hpp"
+
 namespace astrai::detail {
 
 CompileRequest compile_request(const KernelSpec& spec) {
@@ -11,7 +13,7 @@ CompileRequest compile_request(const KernelSpec& spec) {
   request.name_expressions = spec.instantiations();
   request.options = spec.compile_options();
   request.arch = spec.arch;
-  request.emit_ptx_only = spec.arch.rfind("compute_", 0) == 0;
+  request.emit_ptx_only = binary_kind_for_target(spec.arch) == BinaryKind::ptx;
   return request;
 }
 

@@ -11,6 +11,7 @@
 
 #include "astrai/error.hpp"
 #include "base/logging.hpp"
+#include "cache/cache_entry.hpp"
 #include "runtime/compile_plan.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
@@ -163,9 +164,7 @@ std::shared_ptr<const CompiledVariant> JitEngine::from_entry(const KernelSpec& s
   variant->kind = entry.kind;
   // The kind byte lives in the entry header, outside the checksum: an entry whose kind is not
   // the one this spec compiles to (PTX for compute_ targets, a cubin otherwise) is damaged.
-  const BinaryKind expected =
-      spec.arch.rfind("compute_", 0) == 0 ? BinaryKind::ptx : BinaryKind::cubin;
-  if (entry.kind != expected) return nullptr;
+  if (entry.kind != binary_kind_for_target(spec.arch)) return nullptr;
   std::size_t offset = 0;
   if (!decode_variant_symbols(entry.payload, &variant->symbols, &offset) ||
       variant->symbols.size() != spec.instantiations().size())

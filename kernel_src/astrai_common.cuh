@@ -101,9 +101,17 @@ __device__ __forceinline__ void wait_for_previous_grid() {
 template <int kFlags> __device__ constexpr bool has_feature(FeatureBit bit) { return (kFlags & bit) != 0; }
 
 // Soft-capped score in log2 units from a raw dot product: cap * tanh(raw * scale / cap), times
-// log2(e). tanhf, not tanh.approx: its 2^-11 relative error becomes cap * 2^-11 in the score.
+// log2(e). tanh(x) = 1 - 2 / (e^(2|x|) + 1) with the sign put back, through ex2.approx and
+// rcp.approx: an absolute error near 2^-21, so cap * 2^-21 in the score (tanh.approx's 2^-11
+// relative error would be cap * 2^-11; tanhf's branches cost more than the rest of the softmax).
+// Infinities give +-cap, NaN stays NaN.
 __device__ __forceinline__ float soft_capped(float raw, const AttentionFeatures& f) {
-  return f.cap_log2 * tanhf(raw * f.cap_scale);
+  const float x = raw * f.cap_scale;
+  float power;
+  float inverse;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(power) : "f"(fabsf(x) * 2.8853900817779268f));  // 2 log2(e)
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(inverse) : "f"(power + 1.f));
+  return f.cap_log2 * copysignf(1.f - 2.f * inverse, x);
 }
 
 // Folds a sink logit (natural units, as the scaled scores) into a finished row's max and sum

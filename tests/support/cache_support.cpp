@@ -48,6 +48,21 @@ std::vector<fs::path> all_files(const fs::path& dir) {
   return files;
 }
 
+std::map<std::string, std::string> snapshot(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::file_status status = it->symlink_status();
+    if (fs::is_symlink(status))
+      files[it->path().string()] = "-> " + fs::read_symlink(it->path()).string();
+    else if (fs::is_regular_file(status))
+      files[it->path().string()] = read_file(it->path());
+    else
+      files[it->path().string()] = "(dir)";
+  }
+  return files;
+}
+
 std::size_t count_temp_files(const fs::path& dir) {
   std::size_t count = 0;
   for (const auto& file : all_files(dir))
@@ -71,5 +86,16 @@ QuietLog::QuietLog(detail::LogLevel level) : old_(detail::Logger::instance().lev
 }
 
 QuietLog::~QuietLog() { detail::Logger::instance().set_level(old_); }
+
+LogCapture::LogCapture(const fs::path& file)
+    : old_level_(detail::Logger::instance().level()), capture_(file) {
+  detail::Logger::instance().set_level(detail::LogLevel::warn);
+}
+
+std::string LogCapture::finish() {
+  std::string text = capture_.finish();
+  detail::Logger::instance().set_level(old_level_);
+  return text;
+}
 
 }  // namespace astrai::testing

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "cache/cache_entry.hpp"
 #include "cache/cache_key.hpp"
 #include "runtime/env_config.hpp"
+#include "tests/support/support.hpp"
 
 namespace astrai::testing {
 
@@ -31,6 +33,10 @@ detail::EnvConfig config_for(const std::filesystem::path& dir,
 
 // Every regular file below `dir`, sorted (directories are not listed).
 std::vector<std::filesystem::path> all_files(const std::filesystem::path& dir);
+
+// Everything below `dir` (links not followed) with file contents and link targets: a file
+// created, written or removed anywhere below it changes the snapshot.
+std::map<std::string, std::string> snapshot(const std::filesystem::path& dir);
 
 // Temp files (".tmp-*") below `dir`: writers that did not finish.
 std::size_t count_temp_files(const std::filesystem::path& dir);
@@ -51,6 +57,20 @@ class QuietLog {
 
  private:
   detail::LogLevel old_;
+};
+
+// Collects the log for the scope (warnings and above).
+class LogCapture {
+ public:
+  explicit LogCapture(const std::filesystem::path& file);
+  ~LogCapture() { finish(); }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  std::string finish();
+
+ private:
+  detail::LogLevel old_level_;
+  StderrCapture capture_;
 };
 
 }  // namespace astrai::testing

@@ -5,7 +5,9 @@
 // group (the M rows of the MMA tile), so K and V are read from memory once per group.
 // Tensor-core path: K/V blocks of 64 tokens stream through shared memory with cp.async
 // (double buffered); warp w takes tokens [16w, 16w+16) of each block, keeps its own online
-// softmax state, and the four warps merge at the end. CUDA-core path (ASTRAI_NO_MMA): warp w
+// softmax state, and the four warps merge at the end. An FP8 cache at head dim 64/128/256 takes
+// the direct path instead (Kv8Direct: each warp streams its own rows' bytes through a ring and
+// reads them straight into f16 MMA fragments). CUDA-core path (ASTRAI_NO_MMA): warp w
 // owns query heads w, w+4, ... and walks every token with warp-wide dot products.
 // kPageSize 0 instantiates the contiguous-KV decode: token t of sequence b at
 // b * stride_page + t * stride_token.

@@ -1,6 +1,9 @@
 """PyTorch's own attention kernels (cuDNN, FlashAttention-2) on the shapes of the sm_90 prefill
-rows, timed like astrai-sm90-check (median of CUDA-event timings after a warm-up), so that the
-ratios are read from one run on one GPU. Prints one TIME line per case and backend.
+rows and of the decode rows, timed like astrai-sm90-check (median of CUDA-event timings after a
+warm-up), so that the ratios are read from one run on one GPU. Prints one TIME line per case and
+backend. Decode is SDPA over a contiguous [B, H, L, D] cache with grouped KV heads
+(enable_gqa), one query token: the reference for issue 9's paged-decode targets; its TB/s
+counts the K and V bytes, as astrai-bench does.
 
     python3 bench/torch_reference.py [--filter REGEX] [--reps N]
 
@@ -57,6 +60,25 @@ def main():
                 print(f"TIME {label}: {ms:.3f} ms {flops / (ms * 1e-3) / 1e12:.1f} TFLOP/s", flush=True)
             except Exception as error:  # a backend that refuses the shape says so, the rest still run
                 print(f"SKIP torch-{name} prefill hd{head_dim}: {str(error).splitlines()[0][:160]}", flush=True)
+        del q, k, v
+    # Decode: (head_dim, heads, kv_heads, batch, length); each call reads 2 x B x Hkv x L x D x 2 bytes.
+    decode_cases = [(128, 32, 8, 64, 8192), (128, 32, 8, 16, 32768), (128, 32, 8, 32, 4096), (64, 24, 4, 32, 4096)]
+    for head_dim, heads, kv_heads, batch, length in decode_cases:
+        q = torch.rand(batch, heads, 1, head_dim, device="cuda", dtype=torch.bfloat16).sub_(0.5)
+        k = torch.rand(batch, kv_heads, length, head_dim, device="cuda", dtype=torch.bfloat16).sub_(0.5)
+        v = torch.rand_like(k).sub_(0.5)
+        kv_bytes = 2.0 * k.numel() * k.element_size()
+        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash2", SDPBackend.FLASH_ATTENTION)):
+            label = f"torch-{name} decode hd{head_dim} h{heads}kv{kv_heads} B{batch} L{length}"
+            if not pattern.search(label):
+                continue
+            try:
+                with sdpa_kernel([backend]):
+                    run = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+                    ms = median_ms(run, args.reps)
+                print(f"TIME {label}: {ms * 1e3:.1f} us {kv_bytes / (ms * 1e-3) / 1e12:.2f} TB/s", flush=True)
+            except Exception as error:
+                print(f"SKIP {label}: {str(error).splitlines()[0][:160]}", flush=True)
         del q, k, v
     return 0
 

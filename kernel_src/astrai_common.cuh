@@ -100,18 +100,22 @@ __device__ __forceinline__ void wait_for_previous_grid() {
 // member: those become device globals in the cubin of every variant.
 template <int kFlags> __device__ constexpr bool has_feature(FeatureBit bit) { return (kFlags & bit) != 0; }
 
-// Soft-capped score in log2 units from a raw dot product: cap * tanh(raw * scale / cap), times
-// log2(e). tanh(x) = 1 - 2 / (e^(2|x|) + 1) with the sign put back, through ex2.approx and
-// rcp.approx: an absolute error near 2^-21, so cap * 2^-21 in the score (tanh.approx's 2^-11
-// relative error would be cap * 2^-11; tanhf's branches cost more than the rest of the softmax).
-// Infinities give +-cap, NaN stays NaN.
-__device__ __forceinline__ float soft_capped(float raw, const AttentionFeatures& f) {
-  const float x = raw * f.cap_scale;
+// tanh(x) = 1 - 2 / (e^(2|x|) + 1) with the sign put back, through ex2.approx and rcp.approx:
+// an absolute error near 2^-21 (tanh.approx's 2^-11 relative error is too coarse for a
+// soft-capped score; tanhf's branches cost more than the rest of the softmax). Infinities give
+// +-1, NaN stays NaN.
+__device__ __forceinline__ float fast_tanh(float x) {
   float power;
   float inverse;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(power) : "f"(fabsf(x) * 2.8853900817779268f));  // 2 log2(e)
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(inverse) : "f"(power + 1.f));
-  return f.cap_log2 * copysignf(1.f - 2.f * inverse, x);
+  return copysignf(1.f - 2.f * inverse, x);
+}
+
+// Soft-capped score in log2 units from a raw dot product: cap * tanh(raw * scale / cap), times
+// log2(e); the score's error is cap * 2^-21.
+__device__ __forceinline__ float soft_capped(float raw, const AttentionFeatures& f) {
+  return f.cap_log2 * fast_tanh(raw * f.cap_scale);
 }
 
 // Folds a sink logit (natural units, as the scaled scores) into a finished row's max and sum
@@ -247,6 +251,13 @@ __device__ __forceinline__ unsigned quantize_fp8x4(const T* values, float scale)
   return float_to_fp8<kE5m2>(to_float(values[0]) / scale) | (float_to_fp8<kE5m2>(to_float(values[1]) / scale) << 8) |
          (float_to_fp8<kE5m2>(to_float(values[2]) / scale) << 16) |
          (float_to_fp8<kE5m2>(to_float(values[3]) / scale) << 24);
+}
+
+// Sixteen elements of T quantized to FP8 in one 16-byte chunk (an appended token's piece of a row).
+template <typename T, bool kE5m2>
+__device__ __forceinline__ uint4 quantize_fp8x16(const T* values, float scale) {
+  return make_uint4(quantize_fp8x4<T, kE5m2>(values, scale), quantize_fp8x4<T, kE5m2>(values + 4, scale),
+                    quantize_fp8x4<T, kE5m2>(values + 8, scale), quantize_fp8x4<T, kE5m2>(values + 12, scale));
 }
 
 // The FP8 scale of a KV head: one per tensor (stride 0) or one per head.

@@ -172,6 +172,56 @@ __device__ void write_empty_rows(const PagedDecodeParams& p, int split, int batc
   }
 }
 
+// What one CTA of the decode kernels attends to: one KV head's head tile (up to 16 rows) over
+// one split of one sequence's tokens. Grid: (split, kv_head * head_tiles + head_tile, batch).
+struct DecodeWork {
+  DecodeSequence seq;
+  int split, kv_head, head_tile, batch_index;
+  int rows;          // rows of this head tile: query heads, or (head, token) pairs
+  int first_head;    // the query head of row 0
+  int first_row;     // of the KV head's kGroup * kQLen rows
+  int window_first;  // the (first query token's) window's first key; 0 without a window
+  int split_begin, split_end;
+};
+
+template <int kPageSize, int kGroup, int kFlags>
+__device__ __forceinline__ DecodeWork decode_work(const PagedDecodeParams& p) {
+  constexpr int kQLen = decode_q_len(kFlags);
+  constexpr int kHeadTiles = CeilDiv<kGroup * kQLen, kDecodeHeadsPerTile>::value;
+  DecodeWork w;
+  w.split = blockIdx.x;
+  w.kv_head = blockIdx.y / kHeadTiles;
+  w.head_tile = blockIdx.y % kHeadTiles;
+  w.batch_index = blockIdx.z;
+  w.rows = min(kDecodeHeadsPerTile, kGroup * kQLen - w.head_tile * kDecodeHeadsPerTile);
+  w.first_head = w.kv_head * kGroup + w.head_tile * kDecodeHeadsPerTile;
+  w.first_row = w.head_tile * kDecodeHeadsPerTile;
+  w.seq = decode_sequence<kPageSize>(p, w.batch_index);
+  // With a window the splits cover only the blocks from the window's first key on (the split
+  // plan is sized for the window), so the time follows the window, not the length. With
+  // several query tokens, the first token's window.
+  w.window_first = has_feature<kFlags>(kFeatureWindow) ? window_first_key(w.seq.length - kQLen, p.features) : 0;
+  const int span_begin =
+      has_feature<kFlags>(kFeatureWindow) ? max(w.window_first, 0) / kDecodeBlockTokens * kDecodeBlockTokens : 0;
+  w.split_begin = span_begin + w.split * p.tokens_per_split;
+  w.split_end = min(w.seq.length, w.split_begin + p.tokens_per_split);
+  return w;
+}
+
+// The start every decode kernel shares: a split with no token writes its empty rows and ends
+// the CTA (false); the CTA owning the appended token writes it into the cache.
+template <typename T, int kHeadDim, int kPageSize, int kFlags>
+__device__ __forceinline__ bool decode_work_begin(const PagedDecodeParams& p, const DecodeWork& w) {
+  if (w.split_begin >= w.split_end) {
+    write_empty_rows<T, kHeadDim, decode_q_len(kFlags), has_feature<kFlags>(kFeatureSink)>(
+        p, w.split, w.batch_index, w.first_head, w.first_row, w.rows);
+    return false;
+  }
+  if (kPageSize > 0 && w.head_tile == 0 && w.seq.append_token >= w.split_begin && w.seq.append_token < w.split_end)
+    append_new_token<T, kHeadDim, kPageSize, kFlags>(p, w.seq, w.batch_index, w.kv_head);
+  return true;
+}
+
 #ifndef ASTRAI_NO_MMA
 
 // Page sizes below 16 look each row's page id up one block ahead (into registers), so that
@@ -360,12 +410,8 @@ __device__ __forceinline__ void load_kv8_block_async(const PagedDecodeParams& p,
                        kv_head * p.new_k_stride_head + col;
       const T* v_src = static_cast<const T*>(p.new_v) + batch_index * p.new_v_stride_batch +
                        kv_head * p.new_v_stride_head + col;
-      *reinterpret_cast<uint4*>(k_dst) =
-          make_uint4(quantize_fp8x4<T, kE5m2>(k_src, k_scale), quantize_fp8x4<T, kE5m2>(k_src + 4, k_scale),
-                     quantize_fp8x4<T, kE5m2>(k_src + 8, k_scale), quantize_fp8x4<T, kE5m2>(k_src + 12, k_scale));
-      *reinterpret_cast<uint4*>(v_dst) =
-          make_uint4(quantize_fp8x4<T, kE5m2>(v_src, v_scale), quantize_fp8x4<T, kE5m2>(v_src + 4, v_scale),
-                     quantize_fp8x4<T, kE5m2>(v_src + 8, v_scale), quantize_fp8x4<T, kE5m2>(v_src + 12, v_scale));
+      *reinterpret_cast<uint4*>(k_dst) = quantize_fp8x16<T, kE5m2>(k_src, k_scale);
+      *reinterpret_cast<uint4*>(v_dst) = quantize_fp8x16<T, kE5m2>(v_src, v_scale);
       continue;
     }
     const unsigned char* k_row = static_cast<const unsigned char*>(p.k_cache);
@@ -557,12 +603,8 @@ struct Kv8StepLoader {
                          kv_head * p.new_k_stride_head + chunk * 16;
         const T* v_src = static_cast<const T*>(p.new_v) + batch_index * p.new_v_stride_batch +
                          kv_head * p.new_v_stride_head + chunk * 16;
-        *reinterpret_cast<uint4*>(k_dst) =
-            make_uint4(quantize_fp8x4<T, kE5m2>(k_src, k_scale), quantize_fp8x4<T, kE5m2>(k_src + 4, k_scale),
-                       quantize_fp8x4<T, kE5m2>(k_src + 8, k_scale), quantize_fp8x4<T, kE5m2>(k_src + 12, k_scale));
-        *reinterpret_cast<uint4*>(v_dst) =
-            make_uint4(quantize_fp8x4<T, kE5m2>(v_src, v_scale), quantize_fp8x4<T, kE5m2>(v_src + 4, v_scale),
-                       quantize_fp8x4<T, kE5m2>(v_src + 8, v_scale), quantize_fp8x4<T, kE5m2>(v_src + 12, v_scale));
+        *reinterpret_cast<uint4*>(k_dst) = quantize_fp8x16<T, kE5m2>(k_src, k_scale);
+        *reinterpret_cast<uint4*>(v_dst) = quantize_fp8x16<T, kE5m2>(v_src, v_scale);
         continue;
       }
       const bool valid = id >= 0 && token < end;
@@ -575,13 +617,228 @@ struct Kv8StepLoader {
   }
 };
 
+// The Q tile of a decode CTA in shared memory: 16 rows of kRowStride elements (query heads, or
+// (head, token) pairs), rows past the tile zero-filled. kDirect: f16, the dims in the direct FP8
+// path's fragment order (kv8_q_dim).
+template <typename T, int kHeadDim, int kQLen, bool kDirect>
+__device__ __forceinline__ void load_decode_q_tile(const PagedDecodeParams& p, const DecodeWork& w, T* smem_q) {
+  constexpr int kRowStride = kHeadDim + 8;
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  const T* q = static_cast<const T*>(p.q) + w.batch_index * p.q_stride_batch;
+  for (int chunk = threadIdx.x; chunk < kDecodeHeadsPerTile * kChunksPerRow; chunk += kDecodeThreads) {
+    const int row = chunk / kChunksPerRow;
+    const int col = (chunk % kChunksPerRow) * 8;
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (row < w.rows) {
+      const T* q_row = q + row_token<kQLen>(w.first_row, row) * p.q_stride_seq +
+                       row_head<kQLen>(w.first_head, w.first_row, row) * p.q_stride_head;
+      if constexpr (kDirect) {
+        unsigned words[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          words[i] = pack2<fp16_t>(kv8_q_value(to_float(q_row[kv8_q_dim<kHeadDim>(col + 2 * i)])),
+                                   kv8_q_value(to_float(q_row[kv8_q_dim<kHeadDim>(col + 2 * i + 1)])));
+        value = make_uint4(words[0], words[1], words[2], words[3]);
+      } else {
+        value = *reinterpret_cast<const uint4*>(q_row + col);
+      }
+    }
+    *reinterpret_cast<uint4*>(smem_q + row * kRowStride + col) = value;
+  }
+}
+
+// One warp's online softmax over its 16-token steps (tensor-core decode kernels): the O
+// accumulator of its 16 rows (m16n8 tiles: rows g and g + 8 of lane (g, t)) and their running
+// max and sum, in log2 units.
+template <int kHeadDim, int kFlags>
+struct DecodeWarpSoftmax {
+  static constexpr int kQLen = decode_q_len(kFlags);
+  static constexpr int kNTiles = kHeadDim / 8;  // n8 tiles of O
+  float o[kNTiles][4];
+  float row_max[2];
+  float row_sum[2];
+  // Multi-token: rows g and g + 8 attend to keys up to their own token's position, and from
+  // that position's window on.
+  int row_end[2];
+  int row_window_first[2];
+
+  __device__ __forceinline__ void init(const PagedDecodeParams& p, const DecodeWork& w) {
+    const int quad_row = (threadIdx.x & 31) >> 2;
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_max[r] = negative_infinity();
+      row_sum[r] = 0.f;
+      const int position = w.seq.length - kQLen + row_token<kQLen>(w.first_row, quad_row + 8 * r);
+      row_end[r] = position + 1;
+      row_window_first[r] = has_feature<kFlags>(kFeatureWindow) ? window_first_key(position, p.features) : 0;
+    }
+  }
+
+  // Turns the raw scores s of tokens [first_token, first_token + 16) (two n8 tiles of S) into P:
+  // scaled or capped, masked, folded into the running max and sum, O rescaled when a max
+  // moved. Returns P as the A fragment of the P V MMA, in PType.
+  template <typename PType>
+  __device__ __forceinline__ void step(float (&s)[2][4], unsigned (&pa)[4], const PagedDecodeParams& p,
+                                       const DecodeWork& w, int first_token) {
+    const int quad_col = threadIdx.x & 3;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[j][e] = has_feature<kFlags>(kFeatureSoftCap) ? soft_capped(s[j][e], p.features) : s[j][e] * p.scale_log2;
+    // Only the tail, the window's first step, multi-token rows' own ends and masked calls test
+    // each token (this thread's rows decide; warp-uniform in the common cases).
+    const bool whole =
+        first_token + 16 <= w.split_end && p.mask == nullptr &&
+        (kQLen == 1 || first_token + 16 <= min(row_end[0], row_end[1])) &&
+        (!has_feature<kFlags>(kFeatureWindow) ||
+         first_token >= (kQLen == 1 ? w.window_first : max(row_window_first[0], row_window_first[1])));
+    if (!whole) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int token = first_token + j * 8 + quad_col * 2 + (e & 1);
+          if (!(token < w.split_end && (kQLen == 1 || token < row_end[e >> 1]) &&
+                (!has_feature<kFlags>(kFeatureWindow) ||
+                 token >= (kQLen == 1 ? w.window_first : row_window_first[e >> 1])) &&
+                token_kept(p, w.batch_index, token)))
+            s[j][e] = negative_infinity();
+        }
+    }
+    float tile_max[2] = {negative_infinity(), negative_infinity()};
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s[j][e]);
+    float correction[2];
+    float reference[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      const float new_max = fmaxf(row_max[r], tile_max[r]);
+      // A row masked so far keeps max -inf; measure from 0 then so that no inf - inf appears.
+      reference[r] = new_max == negative_infinity() ? 0.f : new_max;
+      correction[r] = exp2f(row_max[r] - reference[r]);
+      row_max[r] = new_max;
+      row_sum[r] *= correction[r];
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[j][e] = exp2f(s[j][e] - reference[e >> 1]);
+        row_sum[e >> 1] += s[j][e];
+      }
+    }
+    // Once the running maxima settle, most steps change no row's max: skip the rescale then.
+    if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n) {
+        o[n][0] *= correction[0];
+        o[n][1] *= correction[0];
+        o[n][2] *= correction[1];
+        o[n][3] *= correction[1];
+      }
+    }
+    // The S accumulators are already laid out as the A fragment of a k16 MMA.
+    pa[0] = pack2<PType>(s[0][0], s[0][1]);
+    pa[1] = pack2<PType>(s[0][2], s[0][3]);
+    pa[2] = pack2<PType>(s[1][0], s[1][1]);
+    pa[3] = pack2<PType>(s[1][2], s[1][3]);
+  }
+};
+
+// Merges the four warps' softmax states through shared memory (`merge`: at least
+// decode_merge_bytes(kHeadDim), free by now) and writes the tile's rows: to the output, or to
+// the split workspace with their LSE. kPermuted: O's columns come in the direct FP8 path's
+// order (kv8_out_dim). out_scale: the V scale of an FP8 cache.
+template <int kHeadDim>
+constexpr int decode_merge_bytes() {
+  return (4 * (kHeadDim + 8) + 8) * kDecodeHeadsPerTile * 4;
+}
+
+template <typename T, int kHeadDim, int kFlags, bool kPermuted>
+__device__ __forceinline__ void merge_decode_warps(const PagedDecodeParams& p, const DecodeWork& w,
+                                                   DecodeWarpSoftmax<kHeadDim, kFlags>& state, void* merge,
+                                                   float out_scale) {
+  constexpr int kQLen = decode_q_len(kFlags);
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int quad_row = lane >> 2;
+  const int quad_col = lane & 3;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    state.row_sum[r] += __shfl_xor_sync(0xffffffffu, state.row_sum[r], 1);
+    state.row_sum[r] += __shfl_xor_sync(0xffffffffu, state.row_sum[r], 2);
+  }
+  // Rows padded by 8 floats: the float2 stores of a half-warp then hit 32 distinct banks.
+  constexpr int kMergeStride = kHeadDim + 8;
+  float* merge_o = static_cast<float*>(merge);                          // [4][16][kMergeStride]
+  float* merge_max = merge_o + 4 * kDecodeHeadsPerTile * kMergeStride;  // [4][16]
+  float* merge_sum = merge_max + 4 * kDecodeHeadsPerTile;              // [4][16]
+  {
+    float* mine = merge_o + warp * kDecodeHeadsPerTile * kMergeStride;
+#pragma unroll
+    for (int n = 0; n < kHeadDim / 8; ++n) {
+      if constexpr (kPermuted) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          mine[(quad_row + (e >> 1) * 8) * kMergeStride + kv8_out_dim<kHeadDim>(n, quad_col * 2 + (e & 1))] =
+              state.o[n][e];
+      } else {
+        const int col = n * 8 + quad_col * 2;
+        *reinterpret_cast<float2*>(mine + quad_row * kMergeStride + col) = make_float2(state.o[n][0], state.o[n][1]);
+        *reinterpret_cast<float2*>(mine + (quad_row + 8) * kMergeStride + col) =
+            make_float2(state.o[n][2], state.o[n][3]);
+      }
+    }
+    if (quad_col == 0) {
+      merge_max[warp * kDecodeHeadsPerTile + quad_row] = state.row_max[0];
+      merge_max[warp * kDecodeHeadsPerTile + quad_row + 8] = state.row_max[1];
+      merge_sum[warp * kDecodeHeadsPerTile + quad_row] = state.row_sum[0];
+      merge_sum[warp * kDecodeHeadsPerTile + quad_row + 8] = state.row_sum[1];
+    }
+  }
+  __syncthreads();
+
+  for (int e = threadIdx.x; e < w.rows * kHeadDim; e += kDecodeThreads) {
+    const int row = e / kHeadDim;
+    const int col = e % kHeadDim;
+    float max_all = negative_infinity();
+#pragma unroll
+    for (int v = 0; v < 4; ++v) max_all = fmaxf(max_all, merge_max[v * kDecodeHeadsPerTile + row]);
+    float total = 0.f;
+    float value = 0.f;
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      const float m = merge_max[v * kDecodeHeadsPerTile + row];
+      const float weight = (m == negative_infinity()) ? 0.f : exp2f(m - max_all);
+      total += weight * merge_sum[v * kDecodeHeadsPerTile + row];
+      value += weight * merge_o[(v * kDecodeHeadsPerTile + row) * kMergeStride + col];
+    }
+    // The sink joins the denominator once per row: in split 0 (the combine adds the rest).
+    if (has_feature<kFlags>(kFeatureSink) && w.split == 0)
+      value *= fold_sink(p.features.sinks[row_head<kQLen>(w.first_head, w.first_row, row)], &max_all, &total);
+    // Nothing kept (every token masked): zeros and -inf, never NaN.
+    const bool empty = !(total > 0.f);
+    const float lse = empty ? negative_infinity() : (max_all + __log2f(total)) * kLn2;
+    store_row_element<T, kHeadDim, kQLen>(p.workspace, p.out, p.out_stride_batch, p.out_stride_seq,
+                                          p.out_stride_head, p.lse, p.batch, p.n_heads, w.split, w.batch_index,
+                                          row_token<kQLen>(w.first_row, row),
+                                          row_head<kQLen>(w.first_head, w.first_row, row), col,
+                                          empty ? 0.f : value * out_scale / total, lse);
+  }
+}
+
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem_raw) {
   using Tiles = PagedDecodeTiles<T, kHeadDim, kPageSize>;
   constexpr int kQLen = decode_q_len(kFlags);
-  constexpr int kHeadTiles = CeilDiv<kGroup * kQLen, kDecodeHeadsPerTile>::value;
   constexpr int kRowStride = Tiles::kRowStride;
-  constexpr int kNTiles = kHeadDim / 8;  // n8 tiles of the output accumulator
 
   // An FP8 cache widens each block into one K and one V tile of T; its bytes stream through
   // byte stages after them (see paged_decode_smem_bytes).
@@ -596,78 +853,22 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   T* smem_v = smem_k + kTileStages * Tiles::kStageElems;
   unsigned char* smem_kv8 = reinterpret_cast<unsigned char*>(smem_v + kTileStages * Tiles::kStageElems);
 
-  const int split = blockIdx.x;
-  const int kv_head = blockIdx.y / kHeadTiles;
-  const int head_tile = blockIdx.y % kHeadTiles;
-  const int batch_index = blockIdx.z;
-  const int rows = min(kDecodeHeadsPerTile, kGroup * kQLen - head_tile * kDecodeHeadsPerTile);
-  const int first_head = kv_head * kGroup + head_tile * kDecodeHeadsPerTile;
-  const int first_row = head_tile * kDecodeHeadsPerTile;  // of the KV head's kGroup * kQLen rows
-  const DecodeSequence seq = decode_sequence<kPageSize>(p, batch_index);
-  // With a window the splits cover only the blocks from the window's first key on (the split
-  // plan is sized for the window), so the time follows the window, not the length. With
-  // several query tokens, the first token's window.
-  const int window_first = has_feature<kFlags>(kFeatureWindow) ? window_first_key(seq.length - kQLen, p.features) : 0;
-  const int span_begin = has_feature<kFlags>(kFeatureWindow) ? max(window_first, 0) / kDecodeBlockTokens * kDecodeBlockTokens : 0;
-  const int split_begin = span_begin + split * p.tokens_per_split;
-  const int split_end = min(seq.length, split_begin + p.tokens_per_split);
-  if (split_begin >= split_end) {
-    write_empty_rows<T, kHeadDim, kQLen, has_feature<kFlags>(kFeatureSink)>(p, split, batch_index, first_head,
-                                                                          first_row, rows);
-    return;
-  }
-  if (kPageSize > 0 && head_tile == 0 && seq.append_token >= split_begin && seq.append_token < split_end)
-    append_new_token<T, kHeadDim, kPageSize, kFlags>(p, seq, batch_index, kv_head);
+  const DecodeWork w = decode_work<kPageSize, kGroup, kFlags>(p);
+  if (!decode_work_begin<T, kHeadDim, kPageSize, kFlags>(p, w)) return;
+  const DecodeSequence& seq = w.seq;
+  const int batch_index = w.batch_index, kv_head = w.kv_head;
+  const int split_begin = w.split_begin, split_end = w.split_end;
   // FP8: the K scale multiplies the scores, the V scale the output.
   const float k_scale = kFp8 ? kv_scale(p.features.k_scale, p.features.kv_scale_stride, kv_head) : 1.f;
   const float v_scale = kFp8 ? kv_scale(p.features.v_scale, p.features.kv_scale_stride, kv_head) : 1.f;
-
-  // Q tile: 16 rows (query heads, or (head, token) pairs), rows past the group zero-filled.
-  {
-    const T* q = static_cast<const T*>(p.q) + batch_index * p.q_stride_batch;
-    for (int chunk = threadIdx.x; chunk < kDecodeHeadsPerTile * Tiles::kChunksPerRow;
-         chunk += kDecodeThreads) {
-      const int row = chunk / Tiles::kChunksPerRow;
-      const int col = (chunk % Tiles::kChunksPerRow) * 8;
-      uint4 value = make_uint4(0, 0, 0, 0);
-      if (row < rows) {
-        const T* q_row = q + row_token<kQLen>(first_row, row) * p.q_stride_seq +
-                         row_head<kQLen>(first_head, first_row, row) * p.q_stride_head;
-        if constexpr (kDirect) {  // f16, the dims in the direct path's fragment order
-          unsigned words[4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i)
-            words[i] = pack2<fp16_t>(kv8_q_value(to_float(q_row[kv8_q_dim<kHeadDim>(col + 2 * i)])),
-                                     kv8_q_value(to_float(q_row[kv8_q_dim<kHeadDim>(col + 2 * i + 1)])));
-          value = make_uint4(words[0], words[1], words[2], words[3]);
-        } else {
-          value = *reinterpret_cast<const uint4*>(q_row + col);
-        }
-      }
-      *reinterpret_cast<uint4*>(smem_q + row * kRowStride + col) = value;
-    }
-  }
+  load_decode_q_tile<T, kHeadDim, kQLen, kDirect>(p, w, smem_q);
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int quad_row = lane >> 2;  // accumulator row g (and g + 8)
   const int quad_col = lane & 3;   // accumulator column pair 2t, 2t + 1
-  // Multi-token: rows g and g + 8 attend to keys up to their own token's position, and from
-  // that position's window on.
-  int row_end[2];
-  int row_window_first[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int position = seq.length - kQLen + row_token<kQLen>(first_row, quad_row + 8 * r);
-    row_end[r] = position + 1;
-    row_window_first[r] = has_feature<kFlags>(kFeatureWindow) ? window_first_key(position, p.features) : 0;
-  }
-
-  float o[kNTiles][4];
-#pragma unroll
-  for (int n = 0; n < kNTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-  float row_max[2] = {negative_infinity(), negative_infinity()};
-  float row_sum[2] = {0.f, 0.f};
+  DecodeWarpSoftmax<kHeadDim, kFlags> state;
+  state.init(p, w);
 
   // Per-lane ldmatrix addresses (see the fragment layouts of mma.m16n8k16).
   const unsigned q_address =
@@ -819,73 +1020,9 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
           for (int e = 0; e < 4; ++e) s[j][e] *= k_scale;
       }
 
-      // Scale, mask the tail, and update the running max and sum (rows g and g + 8).
-      float tile_max[2] = {negative_infinity(), negative_infinity()};
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          s[j][e] = has_feature<kFlags>(kFeatureSoftCap) ? soft_capped(s[j][e], p.features) : s[j][e] * p.scale_log2;
-      // Only the tail, the window's first step, multi-token rows' own ends and masked calls test
-      // each token (this thread's rows decide; warp-uniform in the common cases).
-      const bool whole =
-          warp_first_token + 16 <= split_end && p.mask == nullptr &&
-          (kQLen == 1 || warp_first_token + 16 <= min(row_end[0], row_end[1])) &&
-          (!has_feature<kFlags>(kFeatureWindow) ||
-           warp_first_token >= (kQLen == 1 ? window_first : max(row_window_first[0], row_window_first[1])));
-      if (!whole) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int token = warp_first_token + j * 8 + quad_col * 2 + (e & 1);
-            if (!(token < split_end && (kQLen == 1 || token < row_end[e >> 1]) &&
-                  (!has_feature<kFlags>(kFeatureWindow) ||
-                   token >= (kQLen == 1 ? window_first : row_window_first[e >> 1])) &&
-                  token_kept(p, batch_index, token)))
-              s[j][e] = negative_infinity();
-          }
-      }
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s[j][e]);
-      float correction[2];
-      float reference[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-        const float new_max = fmaxf(row_max[r], tile_max[r]);
-        // A row masked so far keeps max -inf; measure from 0 then so that no inf - inf appears.
-        reference[r] = new_max == negative_infinity() ? 0.f : new_max;
-        correction[r] = exp2f(row_max[r] - reference[r]);
-        row_max[r] = new_max;
-        row_sum[r] *= correction[r];
-      }
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[j][e] = exp2f(s[j][e] - reference[e >> 1]);
-          row_sum[e >> 1] += s[j][e];
-        }
-      }
-      // Once the running maxima settle, most blocks change no row's max: skip the rescale then.
-      if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
-#pragma unroll
-        for (int n = 0; n < kNTiles; ++n) {
-          o[n][0] *= correction[0];
-          o[n][1] *= correction[0];
-          o[n][2] *= correction[1];
-          o[n][3] *= correction[1];
-        }
-      }
-
-      // O += P V: the S accumulators are already laid out as the A fragment of a k16 MMA.
-      using PType = typename MmaType<T, kDirect>::type;  // f16 on the direct FP8 path
-      const unsigned pa[4] = {pack2<PType>(s[0][0], s[0][1]), pack2<PType>(s[0][2], s[0][3]),
-                              pack2<PType>(s[1][0], s[1][1]), pack2<PType>(s[1][2], s[1][3])};
+      // O += P V.
+      unsigned pa[4];
+      state.template step<typename MmaType<T, kDirect>::type>(s, pa, p, w, warp_first_token);  // f16 on the direct path
       if constexpr (kDirect) {
         // Rows 2t, 2t+1 give each dim's first token pair, rows 2t+8, 2t+9 its second.
 #pragma unroll
@@ -916,7 +1053,7 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
             for (int i = 0; i < 4; ++i) {
               const int tile = part * Direct::kVBytes + 4 * word + i;
               const int shift = (i & 1) * 16;
-              Mma<fp16_t>::run(o[tile], pa, fp8x2_to_f16x2<kE5m2>(first[i >> 1] >> shift),
+              Mma<fp16_t>::run(state.o[tile], pa, fp8x2_to_f16x2<kE5m2>(first[i >> 1] >> shift),
                                fp8x2_to_f16x2<kE5m2>(second[i >> 1] >> shift));
             }
           }
@@ -926,8 +1063,8 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
         for (int dd = 0; dd < kHeadDim / 16; ++dd) {
           unsigned b[4];
           ldmatrix_x4_trans(b, v_address + dd * 32);
-          Mma<T>::run(o[2 * dd], pa, b[0], b[1]);
-          Mma<T>::run(o[2 * dd + 1], pa, b[2], b[3]);
+          Mma<T>::run(state.o[2 * dd], pa, b[0], b[1]);
+          Mma<T>::run(state.o[2 * dd + 1], pa, b[2], b[3]);
         }
       }
     }
@@ -940,71 +1077,10 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   if constexpr (kDirect) {
     cp_async_wait<0>();
     __syncthreads();  // the merge below reuses every warp's ring
+    static_assert(decode_merge_bytes<kHeadDim>() <= 4 * Direct::kWarpBytes, "the merge fits in the rings");
   }
-
-  // Merge the four warps' states through shared memory (the K/V stages are free now).
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
-    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
-  }
-  // Rows padded by 8 floats: the float2 stores of a half-warp then hit 32 distinct banks.
-  constexpr int kMergeStride = kHeadDim + 8;
-  float* merge_o = reinterpret_cast<float*>(smem_k);  // [4][16][kMergeStride]
-  float* merge_max = merge_o + 4 * kDecodeHeadsPerTile * kMergeStride;  // [4][16]
-  float* merge_sum = merge_max + 4 * kDecodeHeadsPerTile;              // [4][16]
-  static_assert(!kDirect || (4 * kMergeStride + 8) * kDecodeHeadsPerTile * 4 <= 4 * Direct::kWarpBytes,
-                "the merge fits in the direct path's rings");
-  {
-    float* mine = merge_o + warp * kDecodeHeadsPerTile * kMergeStride;
-#pragma unroll
-    for (int n = 0; n < kNTiles; ++n) {
-      if constexpr (kDirect) {  // columns permuted by the direct path's V fragments
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          mine[(quad_row + (e >> 1) * 8) * kMergeStride + kv8_out_dim<kHeadDim>(n, quad_col * 2 + (e & 1))] = o[n][e];
-      } else {
-        const int col = n * 8 + quad_col * 2;
-        *reinterpret_cast<float2*>(mine + quad_row * kMergeStride + col) = make_float2(o[n][0], o[n][1]);
-        *reinterpret_cast<float2*>(mine + (quad_row + 8) * kMergeStride + col) = make_float2(o[n][2], o[n][3]);
-      }
-    }
-    if (quad_col == 0) {
-      merge_max[warp * kDecodeHeadsPerTile + quad_row] = row_max[0];
-      merge_max[warp * kDecodeHeadsPerTile + quad_row + 8] = row_max[1];
-      merge_sum[warp * kDecodeHeadsPerTile + quad_row] = row_sum[0];
-      merge_sum[warp * kDecodeHeadsPerTile + quad_row + 8] = row_sum[1];
-    }
-  }
-  __syncthreads();
-
-  for (int e = threadIdx.x; e < rows * kHeadDim; e += kDecodeThreads) {
-    const int row = e / kHeadDim;
-    const int col = e % kHeadDim;
-    float max_all = negative_infinity();
-#pragma unroll
-    for (int w = 0; w < 4; ++w) max_all = fmaxf(max_all, merge_max[w * kDecodeHeadsPerTile + row]);
-    float total = 0.f;
-    float value = 0.f;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const float m = merge_max[w * kDecodeHeadsPerTile + row];
-      const float weight = (m == negative_infinity()) ? 0.f : exp2f(m - max_all);
-      total += weight * merge_sum[w * kDecodeHeadsPerTile + row];
-      value += weight * merge_o[(w * kDecodeHeadsPerTile + row) * kMergeStride + col];
-    }
-    // The sink joins the denominator once per row: in split 0 (the combine adds the rest).
-    if (has_feature<kFlags>(kFeatureSink) && split == 0)
-      value *= fold_sink(p.features.sinks[row_head<kQLen>(first_head, first_row, row)], &max_all, &total);
-    // Nothing kept (every token masked): zeros and -inf, never NaN.
-    const bool empty = !(total > 0.f);
-    const float lse = empty ? negative_infinity() : (max_all + __log2f(total)) * kLn2;
-    store_row_element<T, kHeadDim, kQLen>(p.workspace, p.out, p.out_stride_batch, p.out_stride_seq,
-                                          p.out_stride_head, p.lse, p.batch, p.n_heads, split, batch_index,
-                                          row_token<kQLen>(first_row, row),
-                                          row_head<kQLen>(first_head, first_row, row), col,
-                                          empty ? 0.f : (kFp8 ? value * v_scale : value) / total, lse);
-  }
+  // The K/V stages (on the direct path the rings, which start there too) are free now.
+  merge_decode_warps<T, kHeadDim, kFlags, kDirect>(p, w, state, smem_k, v_scale);
 }
 
 #else  // ASTRAI_NO_MMA
@@ -1013,7 +1089,6 @@ template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned char* smem_raw) {
   using Tiles = PagedDecodeTiles<T, kHeadDim, kPageSize>;
   constexpr int kQLen = decode_q_len(kFlags);
-  constexpr int kHeadTiles = CeilDiv<kGroup * kQLen, kDecodeHeadsPerTile>::value;
   constexpr int kRowStride = Tiles::kRowStride;
   constexpr int kPerLane = CeilDiv<kHeadDim, 32>::value;  // elements of a row per lane
   constexpr int kHeadsPerWarp = kDecodeHeadsPerTile / 4;
@@ -1021,28 +1096,12 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
   T* smem_k = reinterpret_cast<T*>(smem_raw);
   T* smem_v = smem_k + Tiles::kStageElems;
 
-  const int split = blockIdx.x;
-  const int kv_head = blockIdx.y / kHeadTiles;
-  const int head_tile = blockIdx.y % kHeadTiles;
-  const int batch_index = blockIdx.z;
-  const int rows = min(kDecodeHeadsPerTile, kGroup * kQLen - head_tile * kDecodeHeadsPerTile);
-  const int first_head = kv_head * kGroup + head_tile * kDecodeHeadsPerTile;
-  const int first_row = head_tile * kDecodeHeadsPerTile;  // of the KV head's kGroup * kQLen rows
-  const DecodeSequence seq = decode_sequence<kPageSize>(p, batch_index);
-  // With a window the splits cover only the blocks from the window's first key on (the split
-  // plan is sized for the window), so the time follows the window, not the length. With
-  // several query tokens, the first token's window.
-  const int window_first = has_feature<kFlags>(kFeatureWindow) ? window_first_key(seq.length - kQLen, p.features) : 0;
-  const int span_begin = has_feature<kFlags>(kFeatureWindow) ? max(window_first, 0) / kDecodeBlockTokens * kDecodeBlockTokens : 0;
-  const int split_begin = span_begin + split * p.tokens_per_split;
-  const int split_end = min(seq.length, split_begin + p.tokens_per_split);
-  if (split_begin >= split_end) {
-    write_empty_rows<T, kHeadDim, kQLen, has_feature<kFlags>(kFeatureSink)>(p, split, batch_index, first_head,
-                                                                          first_row, rows);
-    return;
-  }
-  if (kPageSize > 0 && head_tile == 0 && seq.append_token >= split_begin && seq.append_token < split_end)
-    append_new_token<T, kHeadDim, kPageSize, kFlags>(p, seq, batch_index, kv_head);
+  const DecodeWork w = decode_work<kPageSize, kGroup, kFlags>(p);
+  if (!decode_work_begin<T, kHeadDim, kPageSize, kFlags>(p, w)) return;
+  const DecodeSequence& seq = w.seq;
+  const int split = w.split, kv_head = w.kv_head, batch_index = w.batch_index;
+  const int rows = w.rows, first_head = w.first_head, first_row = w.first_row;
+  const int window_first = w.window_first, split_begin = w.split_begin, split_end = w.split_end;
   // FP8: rows are widened as they load; the K scale multiplies q, the V scale the output.
   constexpr bool kFp8 = has_fp8_kv<kFlags>();
   constexpr bool kE5m2 = has_feature<kFlags>(kFeatureKvE5m2);
@@ -1144,7 +1203,7 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
 #pragma unroll
         for (int k = 0; k < kPerLane; ++k) dot += q[i][k] * k_row[k];
         float score = warp_all_sum(dot);
-        if (has_feature<kFlags>(kFeatureSoftCap)) score = p.features.cap_log2 * tanhf(score);
+        if (has_feature<kFlags>(kFeatureSoftCap)) score = p.features.cap_log2 * fast_tanh(score);
         const float new_max = fmaxf(row_max[i], score);
         const float correction = exp2f(row_max[i] - new_max);
         const float weight = exp2f(score - new_max);

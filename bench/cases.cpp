@@ -564,8 +564,12 @@ CaseResult Bench::run_case(const CaseDef& def, const std::map<std::string, CaseR
         case RatioOf::calls: result.ratio = other.us.median / result.us.median; break;
         case RatioOf::time: result.ratio = result.us.median / other.us.median; break;
       }
-      // Rows on different paths (e.g. ASTRAI_JIT_NO_WGMMA=1 on one of them) say so.
-      if (other.variant.find(".wgmma.") != std::string::npos && result.variant.find(".wgmma.") == std::string::npos)
+      // Rows on different paths (an FP8 row beside a Hopper bf16 row, ASTRAI_JIT_NO_WGMMA=1 on one
+      // of them) say so.
+      auto hopper = [](const std::string& variant) {
+        return variant.find(".wgmma.") != std::string::npos || variant.find(".tma.") != std::string::npos;
+      };
+      if (hopper(other.variant) && !hopper(result.variant))
         result.notes.push_back("the compared row runs the Hopper kernel");
     } else if (it == earlier.end())
       result.notes.push_back("select " + def.ratio_to + " too for the ratio");

@@ -378,7 +378,7 @@ std::string Bench::variant_name(KernelKind kind, int head_dim, int page_size, in
   spec.force_no_mma = info_.runtime_no_mma;
   spec.arch = info_.runtime_target;
   // The runtime takes the Hopper kernel for every call it serves (the bench's calls have no mask).
-  spec.wgmma = astrai::detail::hopper_serves(spec) && !info_.runtime_no_wgmma;
+  spec.hopper = astrai::detail::hopper_serves(spec) && !info_.runtime_no_wgmma;
   return spec.name();
 }
 

@@ -65,4 +65,28 @@ constexpr bool prefill_sm90_head_dim(int head_dim) {
   return head_dim == 64 || head_dim == 128 || head_dim == 192 || head_dim == 256;
 }
 
+// Decode (paged_decode_sm90.cuh): the tensor-core decode's 4 warps and 64-token blocks, K and V
+// brought by TMA into a ring of stages of 2 x 64 x head_dim elements: hd64 4 stages (3 CTAs an
+// SM), hd128 3 stages (2 CTAs: the best of a TMA copy probe on the H200), larger head dims 3
+// stages (1 CTA).
+constexpr int decode_sm90_stages(int head_dim) { return head_dim <= 64 ? 4 : 3; }
+
+// The Q tile (rows of head_dim + 8 elements), 1 KB to align the ring by hand, the ring, and a
+// full barrier per stage.
+constexpr int decode_sm90_smem_bytes(int head_dim) {
+  return kDecodeHeadsPerTile * (head_dim + 8) * 2 + 1024 +
+         decode_sm90_stages(head_dim) * (4 * kDecodeBlockTokens * head_dim + 8);
+}
+
+// Features the Hopper decode computes (the FP8 cache keeps its direct path).
+constexpr unsigned decode_sm90_features() {
+  return kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureQLenField;
+}
+
+// Head dims whose rows are whole 128-byte swizzle chunks; contiguous KV or pages of 16 tokens
+// or more (a box per page and chunk; 32 boxes a block at most).
+constexpr bool decode_sm90_serves(int head_dim, int page_size) {
+  return head_dim % 64 == 0 && head_dim <= 256 && (page_size == 0 || page_size >= 16);
+}
+
 }  // namespace astrai

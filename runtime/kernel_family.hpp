@@ -48,12 +48,16 @@ struct WarmDefaults {
   std::vector<int> page_sizes;              // paged families, without --page-sizes
 };
 
-// A family's Hopper (sm_90a) implementation: TMA and wgmma kernels in their own header, compiled
-// as "<...>.wgmma.sm_90a" variants for the shapes it serves; the portable kernels handle the rest.
+// A family's Hopper (sm_90a) implementation: TMA (and wgmma) kernels in their own header,
+// compiled as "<...>.<name_field>.sm_90a" variants ("prefill....wgmma.sm_90a",
+// "paged_decode....tma.sm_90a") for the shapes and features it serves; the portable kernels
+// handle the rest.
 struct HopperImplementation {
   const char* main_file = nullptr;  // null: the family has none
   std::vector<std::string> (*instantiations)(const KernelSpec& spec) = nullptr;
   bool (*serves)(int head_dim, int page_size) = nullptr;
+  const char* name_field = nullptr;  // the variant name's field: what the path is built on
+  std::uint32_t supported_flags = 0;  // feature bits it computes
 };
 
 struct KernelFamily {

@@ -87,7 +87,7 @@ std::string KernelSpec::name() const {
   // Bits no feature names (never valid) still make a distinct, parseable name.
   if (unnamed != 0) result += fmt::format(".f{:x}", unnamed);
   if (force_no_mma) result += ".nomma";
-  if (wgmma) result += ".wgmma";
+  if (hopper) result += fmt::format(".{}", info.hopper.name_field);
   result += "." + arch;
   return result;
 }
@@ -150,8 +150,8 @@ KernelSpec KernelSpec::parse(const std::string& name) {
     spec.force_no_mma = true;
     ++next;
   }
-  if (next < fields.size() - 1 && fields[next] == "wgmma") {
-    spec.wgmma = true;
+  if (next < fields.size() - 1 && info.hopper.main_file != nullptr && fields[next] == info.hopper.name_field) {
+    spec.hopper = true;
     ++next;
   }
   if (next != fields.size() - 1) throw fail("unexpected field '" + fields[next] + "'");
@@ -162,16 +162,16 @@ KernelSpec KernelSpec::parse(const std::string& name) {
   return spec;
 }
 
-std::string KernelSpec::main_file() const { return wgmma ? family().hopper.main_file : family().main_file; }
+std::string KernelSpec::main_file() const { return hopper ? family().hopper.main_file : family().main_file; }
 
 std::vector<std::string> KernelSpec::instantiations() const {
-  return wgmma ? family().hopper.instantiations(*this) : family().instantiations(*this);
+  return hopper ? family().hopper.instantiations(*this) : family().instantiations(*this);
 }
 
 bool hopper_serves(const KernelSpec& spec) {
   const HopperImplementation& hopper = spec.family().hopper;
   return hopper.main_file != nullptr && spec.arch == "sm_90a" && !spec.force_no_mma &&
-         (spec.flags & ~prefill_sm90_features()) == 0 &&
+         (spec.flags & ~hopper.supported_flags) == 0 &&
          hopper.serves(spec.head_dim, spec.page_size);
 }
 
@@ -222,16 +222,17 @@ void KernelSpec::validate() const {
   }
   const std::string conflict = feature_conflict(flags);
   if (!conflict.empty()) throw InvalidArgument(fmt::format("{}: {}", variant, conflict));
-  if (wgmma && info.hopper.main_file == nullptr)
-    throw InvalidArgument(fmt::format("{}: {} has no sm_90a (wgmma) implementation", variant, info.name));
-  if (wgmma && arch != "sm_90a")
-    throw InvalidArgument(fmt::format("{}: wgmma variants exist only for sm_90a, not '{}'", variant, arch));
-  if (wgmma && (flags & ~prefill_sm90_features()) != 0)
-    throw InvalidArgument(fmt::format("{}: the sm_90a (wgmma) implementation has no {} (the portable "
-                                      "variant has)", variant, feature_names(flags & ~prefill_sm90_features())));
-  if (wgmma && force_no_mma)
-    throw InvalidArgument(fmt::format("{}: wgmma variants take no .nomma", variant));
-  if (wgmma && !info.hopper.serves(head_dim, page_size))
+  if (hopper && info.hopper.main_file == nullptr)
+    throw InvalidArgument(fmt::format("{}: {} has no sm_90a implementation", variant, info.name));
+  const char* path = hopper ? info.hopper.name_field : "";
+  if (hopper && arch != "sm_90a")
+    throw InvalidArgument(fmt::format("{}: {} variants exist only for sm_90a, not '{}'", variant, path, arch));
+  if (hopper && (flags & ~info.hopper.supported_flags) != 0)
+    throw InvalidArgument(fmt::format("{}: the sm_90a ({}) implementation has no {} (the portable variant has)",
+                                      variant, path, feature_names(flags & ~info.hopper.supported_flags)));
+  if (hopper && force_no_mma)
+    throw InvalidArgument(fmt::format("{}: {} variants take no .nomma", variant, path));
+  if (hopper && !info.hopper.serves(head_dim, page_size))
     throw InvalidArgument(fmt::format("{}: the sm_90a implementation does not serve head_dim {}{} (the "
                                       "portable variant does)",
                                       variant, head_dim,
@@ -246,8 +247,8 @@ std::string KernelSpec::warm_command() const {
   if (info.grouped) command += fmt::format(" --group-sizes {}", group_size);
   if (flags != 0) command += " --features " + feature_names(flags, "+");
   if (force_no_mma) command += " --no-mma";
-  if (wgmma) command += " --wgmma";
-  else if (hopper_serves(*this)) command += " --no-wgmma";
+  if (hopper) command += " --hopper";
+  else if (hopper_serves(*this)) command += " --no-hopper";
   return command;
 }
 

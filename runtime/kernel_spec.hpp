@@ -24,14 +24,15 @@ struct KernelSpec {
   int group_size = 0;       // grouped (attention) families: query heads per KV head
   std::uint32_t flags = 0;  // family feature bits (KernelFamily::supported_flags)
   bool force_no_mma = false;  // ASTRAI_JIT_NO_MMA on an arch that has tensor cores
-  bool wgmma = false;         // the family's Hopper implementation (sm_90a only)
+  bool hopper = false;        // the family's Hopper implementation (sm_90a only)
   std::string arch;         // compile target with suffix: "sm_90a", "sm_89", "compute_120"
 
   const KernelFamily& family() const { return kernel_family(kind); }
 
   // Readable, unique, stable: "paged_decode.bf16.hd128.ps16.g4.sm_90a" (a field per feature,
-  // ".cap", in kernel_features() order; ".nomma" when forced; ".wgmma" for the Hopper
-  // implementation: "prefill.bf16.hd128.g4.wgmma.sm_90a").
+  // ".cap", in kernel_features() order; ".nomma" when forced; the family's Hopper field for its
+  // Hopper implementation: "prefill.bf16.hd128.g4.wgmma.sm_90a",
+  // "paged_decode.bf16.hd128.ps16.g4.tma.sm_90a").
   std::string name() const;
   // Inverse of name(); throws astrai::InvalidArgument naming the text when it is malformed.
   static KernelSpec parse(const std::string& name);

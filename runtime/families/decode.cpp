@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "kernel_src/hopper_params.h"
 #include "runtime/families/arg_checks.hpp"
 #include "runtime/families/attention_features.hpp"
 #include "runtime/families/decode_launch.hpp"
@@ -25,6 +26,8 @@ const KernelFamily& decode_family() {
       attention_limits(/*paged=*/false),
       /*supported_flags=*/kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2,
       attention_warm_defaults(/*paged=*/false),
+      /*hopper=*/{"paged_decode_sm90.cuh", [](const KernelSpec& spec) { return decode_sm90_instantiations(spec, 0); },
+                  [](int head_dim, int) { return decode_sm90_serves(head_dim, 0); }, "tma", decode_sm90_features()},
   };
   return family;
 }

@@ -4,7 +4,10 @@
 
 #include <fmt/format.h>
 
+#include "base/logging.hpp"
+#include "kernel_src/hopper_params.h"
 #include "runtime/launch_heuristics.hpp"
+#include "runtime/tensor_map.hpp"
 
 namespace astrai::detail {
 
@@ -17,6 +20,94 @@ std::vector<std::string> decode_instantiations(const KernelSpec& spec, int page_
                      : fmt::format("astrai::split_combine_tokens_kernel<{}, {}, {}>", type, spec.head_dim, q_len)};
 }
 
+std::vector<std::string> decode_sm90_instantiations(const KernelSpec& spec, int page_size) {
+  std::vector<std::string> names = decode_instantiations(spec, page_size);
+  names[0] = fmt::format("astrai::paged_decode_sm90_kernel<{}, {}, {}, {}, {}>", device_type_name(spec.dtype),
+                         spec.head_dim, page_size, spec.group_size, spec.flags);
+  return names;
+}
+
+namespace {
+
+// The TMA views of the K and V caches the Hopper decode reads (kernel_src/paged_decode_sm90.cuh):
+// paged {d, n_kv_heads, page_size, num_pages}, contiguous {d, n_kv_heads, kv_capacity, batch};
+// boxes of 64 elements by min(page_size, 64) tokens.
+struct DecodeMapKey {
+  int device, head_dim, page_size, n_kv_heads, rows, outer;
+  DType dtype;
+  const void* k;
+  const void* v;
+  std::int64_t k_strides[3], v_strides[3];  // head, token, page (contiguous: batch)
+
+  bool operator==(const DecodeMapKey& o) const {
+    return device == o.device && head_dim == o.head_dim && page_size == o.page_size && n_kv_heads == o.n_kv_heads &&
+           rows == o.rows && outer == o.outer && dtype == o.dtype && k == o.k && v == o.v &&
+           std::equal(k_strides, k_strides + 3, o.k_strides) && std::equal(v_strides, v_strides + 3, o.v_strides);
+  }
+};
+
+TensorMapShape decode_map_shape(const DecodeMapKey& key, const void* base, const std::int64_t* strides) {
+  using U = std::uint64_t;
+  const std::uint32_t box =
+      static_cast<std::uint32_t>(key.page_size > 0 ? std::min(key.page_size, kDecodeBlockTokens) : kDecodeBlockTokens);
+  return {base, {U(key.head_dim), U(key.n_kv_heads), U(key.rows), U(key.outer)}, {strides[0], strides[1], strides[2]},
+          {64, 1, box, 1}};
+}
+
+// The encoded maps of the last call on this thread: a serving loop decodes over the same cache
+// every step, and encoding costs more than the rest of the call's host work.
+struct DecodeMapMemo {
+  bool valid = false;  // the key has maps (false: not yet, or TMA cannot read these caches)
+  bool usable = false;
+  DecodeMapKey key{};
+  CUtensorMap map_k{}, map_v{};
+};
+
+// Whether the Hopper decode serves this call, and its maps: false leaves it to the portable one.
+bool decode_sm90_maps(const Device& device, const KernelSpec& spec, const PagedDecodeParams& p, CUtensorMap* map_k,
+                      CUtensorMap* map_v) {
+  if (!device.uses_wgmma() || p.mask != nullptr || !hopper_serves(spec)) return false;
+  const DecodeMapKey key{device.ordinal(),
+                         spec.head_dim,
+                         spec.page_size,
+                         p.n_kv_heads,
+                         std::max(spec.page_size > 0 ? spec.page_size : p.kv_capacity, 1),
+                         std::max(spec.page_size > 0 ? p.num_pages : p.batch, 1),
+                         spec.dtype,
+                         p.k_cache,
+                         p.v_cache,
+                         {p.k_stride_head, p.k_stride_token, p.k_stride_page},
+                         {p.v_stride_head, p.v_stride_token, p.v_stride_page}};
+  thread_local DecodeMapMemo memo;
+  if (!memo.valid || !(memo.key == key)) {
+    memo.valid = false;
+    const TensorMapShape k = decode_map_shape(key, p.k_cache, key.k_strides);
+    const TensorMapShape v = decode_map_shape(key, p.v_cache, key.v_strides);
+    memo.usable = true;
+    for (const auto& [what, shape] : {std::pair{"k", &k}, std::pair{"v", &v}}) {
+      const std::string problem = tensor_map_problem(*shape);
+      if (!problem.empty()) {
+        log(LogLevel::debug, "{}: portable kernel, {} cannot be read through TMA: {}", spec.family().name, what,
+            problem);
+        memo.usable = false;
+        break;
+      }
+    }
+    if (memo.usable) {
+      const bool fp16 = spec.dtype == DType::fp16;
+      memo.map_k = encode_tensor_map(k, fp16, device.ordinal());
+      memo.map_v = encode_tensor_map(v, fp16, device.ordinal());
+    }
+    memo.key = key;
+    memo.valid = true;
+  }
+  *map_k = memo.map_k;
+  *map_v = memo.map_v;
+  return memo.usable;
+}
+
+}  // namespace
+
 void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeParams params) {
   Device& device = impl.current_device();
   const int group = params.n_heads / params.n_kv_heads;
@@ -27,7 +118,13 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   spec.page_size = launch.page_size;
   spec.group_size = group;
   spec.flags = launch.flags;
-  const int smem = paged_decode_smem_bytes(launch.head_dim, (launch.flags & (kFeatureKvE4m3 | kFeatureKvE5m2)) != 0);
+  spec.arch = device.arch();
+  CUtensorMap map_k;
+  CUtensorMap map_v;
+  spec.hopper = decode_sm90_maps(device, spec, params, &map_k, &map_v);
+  const int smem = spec.hopper ? decode_sm90_smem_bytes(launch.head_dim)
+                               : paged_decode_smem_bytes(launch.head_dim,
+                                                         (launch.flags & (kFeatureKvE4m3 | kFeatureKvE5m2)) != 0);
   const LoadedVariant& variant = impl.variant(device, spec, {kDecodeThreads, smem});
   // Multi-token decode: q_len rows per query head, in the head tiles and the split workspace.
   const int q_len = decode_q_len(launch.flags);
@@ -80,7 +177,12 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   attention.block = kDecodeThreads;
   attention.smem = static_cast<unsigned>(smem);
   attention.stream = launch.stream;
-  device.launch(variant.functions[0], attention, &params);
+  if (spec.hopper) {
+    void* arguments[] = {&params, &map_k, &map_v};
+    device.launch(variant.functions[0], attention, arguments);
+  } else {
+    device.launch(variant.functions[0], attention, &params);
+  }
   if (plan.num_splits > 1) {
     CombineParams combine{};
     combine.workspace = params.workspace;

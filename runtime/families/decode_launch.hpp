@@ -25,7 +25,8 @@ struct DecodeLaunch {
 };
 
 // Picks the split plan from the capacity, places the workspace, launches the attention kernel
-// and, when split, the combine kernel (a programmatic dependent launch where supported).
+// (on sm_90a the Hopper one where it serves the call) and, when split, the combine kernel (a
+// programmatic dependent launch where supported).
 void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeParams params);
 
 // The fields paged and contiguous decode fill alike: query, output, LSE, mask, shape, scale
@@ -53,5 +54,7 @@ PagedDecodeParams common_decode_params(const Args& args, const FeatureRequest& f
 // Instantiations of kernel_src/paged_decode.cuh: the attention kernel (page size 0 selects
 // contiguous addressing), then the split combine.
 std::vector<std::string> decode_instantiations(const KernelSpec& spec, int page_size);
+// The same for the Hopper decode (kernel_src/paged_decode_sm90.cuh: K and V by TMA).
+std::vector<std::string> decode_sm90_instantiations(const KernelSpec& spec, int page_size);
 
 }  // namespace astrai::detail

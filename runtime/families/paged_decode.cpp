@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "kernel_src/hopper_params.h"
 #include "runtime/families/arg_checks.hpp"
 #include "runtime/families/attention_features.hpp"
 #include "runtime/families/decode_launch.hpp"
@@ -28,6 +29,10 @@ const KernelFamily& paged_decode_family() {
       /*supported_flags=*/kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2 |
           kFeatureQLenField,
       attention_warm_defaults(/*paged=*/true),
+      /*hopper=*/{"paged_decode_sm90.cuh",
+                  [](const KernelSpec& spec) { return decode_sm90_instantiations(spec, spec.page_size); },
+                  [](int head_dim, int page_size) { return decode_sm90_serves(head_dim, page_size); }, "tma",
+                  decode_sm90_features()},
   };
   return family;
 }

@@ -8,6 +8,7 @@
 
 #include "runtime/families/arg_checks.hpp"
 #include "runtime/families/attention_features.hpp"
+#include "kernel_src/hopper_params.h"
 #include "runtime/families/prefill_launch.hpp"
 #include "runtime/validation.hpp"
 
@@ -29,7 +30,8 @@ const KernelFamily& paged_prefill_family() {
       attention_warm_defaults(/*paged=*/true),
       /*hopper=*/{"prefill_sm90.cuh",
                   [](const KernelSpec& spec) { return prefill_sm90_instantiations(spec, spec.page_size); },
-                  [](int head_dim, int page_size) { return prefill_sm90_serves(head_dim, page_size); }},
+                  [](int head_dim, int page_size) { return prefill_sm90_serves(head_dim, page_size); }, "wgmma",
+                  prefill_sm90_features()},
   };
   return family;
 }

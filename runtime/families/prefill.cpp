@@ -8,6 +8,7 @@
 
 #include "runtime/families/arg_checks.hpp"
 #include "runtime/families/attention_features.hpp"
+#include "kernel_src/hopper_params.h"
 #include "runtime/families/prefill_launch.hpp"
 #include "runtime/validation.hpp"
 
@@ -28,7 +29,8 @@ const KernelFamily& prefill_family() {
       /*supported_flags=*/kFeatureSoftCap | kFeatureSink | kFeatureWindow,
       attention_warm_defaults(/*paged=*/false),
       /*hopper=*/{"prefill_sm90.cuh", [](const KernelSpec& spec) { return prefill_sm90_instantiations(spec, 0); },
-                  [](int head_dim, int) { return prefill_sm90_serves(head_dim, 0); }},
+                  [](int head_dim, int) { return prefill_sm90_serves(head_dim, 0); }, "wgmma",
+                  prefill_sm90_features()},
   };
   return family;
 }

@@ -128,7 +128,7 @@ expect_out "^warm: 6 variants"   # paged: 2 head dims x 1 group x 2 page sizes; 
 expect_count '^paged_decode\.' 4
 expect_count '^rotary_emb\.' 2
 
-check "warm --dry-run on sm_90a pairs each prefill variant the Hopper kernels serve with its .wgmma variant"
+check "warm --dry-run on sm_90a pairs each variant the Hopper kernels serve with its .wgmma or .tma variant"
 run warm --dry-run --arch sm_90a --kernels prefill,paged_prefill --head-dims 96,128 --group-sizes 4 \
     --page-sizes 1,16
 expect_rc 0
@@ -136,20 +136,34 @@ expect_out "^warm: 8 variants"   # prefill 2 + 1 wgmma (hd128); paged 4 + 1 wgmm
 expect_out '^prefill\.bf16\.hd128\.g4\.wgmma\.sm_90a( |$)'
 expect_out '^paged_prefill\.bf16\.hd128\.ps16\.g4\.wgmma\.sm_90a( |$)'
 expect_count '\.wgmma\.' 2
-run warm --dry-run --arch sm_90a --kernels prefill --head-dims 128 --group-sizes 4 --no-mma
+run warm --dry-run --arch sm_90a --kernels paged_decode,decode --head-dims 96,128 --group-sizes 4 --page-sizes 1,16
 expect_rc 0
-expect_count '\.wgmma\.' 0
+expect_out "^warm: 8 variants"   # paged 4 + 1 tma (hd128, ps16); decode 2 + 1 tma (hd128)
+expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.tma\.sm_90a( |$)'
+expect_out '^decode\.bf16\.hd128\.g4\.tma\.sm_90a( |$)'
+expect_count '\.tma\.' 2
+run warm --dry-run --arch sm_90a --kernels paged_decode,prefill --head-dims 128 --group-sizes 4 --page-sizes 16 \
+    --hopper
+expect_rc 0
+expect_out "^warm: 2 variants"
+expect_count '\.(tma|wgmma)\.' 2
+for flag in --no-hopper --no-wgmma --no-mma; do
+  run warm --dry-run --arch sm_90a --kernels prefill,paged_decode --head-dims 128 --group-sizes 4 --page-sizes 16 $flag
+  expect_rc 0
+  expect_count '\.(wgmma|tma)\.' 0
+done
 
 check "warm --features selects feature variants (prefill with its Hopper pair on sm_90a) and keeps rotary_emb plain"
 run warm --dry-run --arch sm_90a --kernels paged_decode,rotary_emb,prefill --head-dims 128 --group-sizes 4 \
     --page-sizes 16 --features none,cap
 expect_rc 0
-expect_out "^warm: 7 variants"   # paged_decode 2, rotary_emb 1, prefill 2 + 2 wgmma
+expect_out "^warm: 9 variants"   # paged_decode 2 + 2 tma, rotary_emb 1, prefill 2 + 2 wgmma
 expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.cap\.sm_90a( |$)'
 expect_out '^prefill\.bf16\.hd128\.g4\.cap\.sm_90a( |$)'
 expect_out '^prefill\.bf16\.hd128\.g4\.cap\.wgmma\.sm_90a( |$)'
+expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.cap\.tma\.sm_90a( |$)'
 expect_count '\.wgmma\.' 2
-expect_count '\.cap\.' 3
+expect_count '\.cap\.' 4
 run warm --dry-run --arch sm_89 --kernels decode --head-dims 64 --group-sizes 6 --features cap --no-mma
 expect_rc 0
 expect_out '^decode\.bf16\.hd64\.g6\.cap\.nomma\.sm_89( |$)'
@@ -158,11 +172,12 @@ check "warm --features takes the FP8 KV cache for paged_decode, decode and paged
 run warm --dry-run --arch sm_90a --kernels paged_decode,decode,paged_prefill --head-dims 128 --group-sizes 4 \
     --page-sizes 16 --features none,kv_e4m3,kv_e5m2+swa
 expect_rc 0
-expect_out "^warm: 10 variants"   # plain, kv_e4m3, kv_e5m2.swa per family; one wgmma (FP8 stays portable)
+expect_out "^warm: 12 variants"   # plain, kv_e4m3, kv_e5m2.swa per family; the plain ones' Hopper pairs
 expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.kv_e4m3\.sm_90a( |$)'
 expect_out '^decode\.bf16\.hd128\.g4\.kv_e5m2\.swa\.sm_90a( |$)'
 expect_out '^paged_prefill\.bf16\.hd128\.ps16\.g4\.kv_e4m3\.sm_90a( |$)'
 expect_count '\.wgmma\.' 1
+expect_count '\.tma\.' 2   # FP8 stays portable
 run warm --dry-run --arch sm_90a --kernels prefill --head-dims 128 --group-sizes 4 --features kv_e4m3
 expect_rc 2
 expect_err "--features kv_e4m3: prefill does not support kv_e4m3 \(supported: swa, cap, sink\)"
@@ -183,8 +198,9 @@ check "warm --features takes the multi-token q2..q8 for paged_decode only, at mo
 run warm --dry-run --arch sm_90a --kernels paged_decode,rotary_emb --head-dims 128 --group-sizes 4 \
     --page-sizes 16 --features none,q4,kv_e4m3+swa+q8
 expect_rc 0
-expect_out "^warm: 4 variants"   # three of paged_decode, rotary_emb's plain one
+expect_out "^warm: 6 variants"   # three of paged_decode, the Hopper pairs of two, rotary_emb's plain one
 expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.q4\.sm_90a( |$)'
+expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.q4\.tma\.sm_90a( |$)'
 expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.kv_e4m3\.swa\.q8\.sm_90a( |$)'
 run warm --dry-run --arch sm_90a --kernels decode --head-dims 128 --group-sizes 4 --features q2
 expect_rc 2
@@ -235,17 +251,18 @@ while read -r variant flags; do
   expect_out "^warm: 1 variants"
   expect_out "^${variant//./\\.}( |$)"
 done <<'HINTS'
-paged_decode.fp16.hd64.ps16.g6.sm_90a --arch sm_90a --kernels paged_decode --dtypes fp16 --head-dims 64 --page-sizes 16 --group-sizes 6
+paged_decode.fp16.hd64.ps16.g6.sm_90a --arch sm_90a --kernels paged_decode --dtypes fp16 --head-dims 64 --page-sizes 16 --group-sizes 6 --no-hopper
+paged_decode.bf16.hd128.ps16.g4.tma.sm_90a --arch sm_90a --kernels paged_decode --dtypes bf16 --head-dims 128 --page-sizes 16 --group-sizes 4 --hopper
 rotary_emb.fp16.hd64.sm_90a --arch sm_90a --kernels rotary_emb --dtypes fp16 --head-dims 64
-decode.fp16.hd64.g6.sm_90a --arch sm_90a --kernels decode --dtypes fp16 --head-dims 64 --group-sizes 6
-prefill.fp16.hd64.g6.sm_90a --arch sm_90a --kernels prefill --dtypes fp16 --head-dims 64 --group-sizes 6 --no-wgmma
-paged_prefill.fp16.hd64.ps16.g6.sm_90a --arch sm_90a --kernels paged_prefill --dtypes fp16 --head-dims 64 --page-sizes 16 --group-sizes 6 --no-wgmma
-prefill.bf16.hd128.g4.wgmma.sm_90a --arch sm_90a --kernels prefill --dtypes bf16 --head-dims 128 --group-sizes 4 --wgmma
+decode.fp16.hd64.g6.sm_90a --arch sm_90a --kernels decode --dtypes fp16 --head-dims 64 --group-sizes 6 --no-hopper
+prefill.fp16.hd64.g6.sm_90a --arch sm_90a --kernels prefill --dtypes fp16 --head-dims 64 --group-sizes 6 --no-hopper
+paged_prefill.fp16.hd64.ps16.g6.sm_90a --arch sm_90a --kernels paged_prefill --dtypes fp16 --head-dims 64 --page-sizes 16 --group-sizes 6 --no-hopper
+prefill.bf16.hd128.g4.wgmma.sm_90a --arch sm_90a --kernels prefill --dtypes bf16 --head-dims 128 --group-sizes 4 --hopper
 paged_prefill.fp16.hd80.ps16.g6.sm_90a --arch sm_90a --kernels paged_prefill --dtypes fp16 --head-dims 80 --page-sizes 16 --group-sizes 6
 paged_decode.bf16.hd128.ps1.g4.nomma.sm_90a --arch sm_90a --kernels paged_decode --dtypes bf16 --head-dims 128 --page-sizes 1 --group-sizes 4 --no-mma
-prefill.bf16.hd128.g4.cap.sm_90a --arch sm_90a --kernels prefill --dtypes bf16 --head-dims 128 --group-sizes 4 --features cap --no-wgmma
-paged_decode.bf16.hd64.ps16.g6.cap.sink.sm_90a --arch sm_90a --kernels paged_decode --dtypes bf16 --head-dims 64 --page-sizes 16 --group-sizes 6 --features cap+sink
-paged_prefill.fp16.hd128.ps16.g4.swa.sink.sm_90a --arch sm_90a --kernels paged_prefill --dtypes fp16 --head-dims 128 --page-sizes 16 --group-sizes 4 --features swa+sink --no-wgmma
+prefill.bf16.hd128.g4.cap.sm_90a --arch sm_90a --kernels prefill --dtypes bf16 --head-dims 128 --group-sizes 4 --features cap --no-hopper
+paged_decode.bf16.hd64.ps16.g6.cap.sink.sm_90a --arch sm_90a --kernels paged_decode --dtypes bf16 --head-dims 64 --page-sizes 16 --group-sizes 6 --features cap+sink --no-hopper
+paged_prefill.fp16.hd128.ps16.g4.swa.sink.sm_90a --arch sm_90a --kernels paged_prefill --dtypes fp16 --head-dims 128 --page-sizes 16 --group-sizes 4 --features swa+sink --no-hopper
 paged_prefill.bf16.hd128.ps16.g4.kv_e4m3.sm_90a --arch sm_90a --kernels paged_prefill --dtypes bf16 --head-dims 128 --page-sizes 16 --group-sizes 4 --features kv_e4m3
 decode.fp16.hd64.g6.kv_e5m2.cap.sm_89 --arch sm_89 --kernels decode --dtypes fp16 --head-dims 64 --group-sizes 6 --features kv_e5m2+cap
 HINTS

@@ -189,7 +189,7 @@ TEST_CASE("every attention family takes the soft-cap, sinks and window; the Hopp
     CHECK(astrai::detail::hopper_serves(spec) == prefill);
     if (prefill) {
       KernelSpec wgmma = with_flags(spec, astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow);
-      wgmma.wgmma = true;
+      wgmma.hopper = true;
       CHECK(wgmma.name().find(".swa.cap.sink.wgmma.") != std::string::npos);
       CHECK_NOTHROW(wgmma.validate());
     }
@@ -276,7 +276,7 @@ TEST_CASE("prefill, rotary_emb and the wgmma kernels refuse an FP8 cache by name
   KernelSpec wgmma = with_flags(attention_spec(KernelKind::paged_prefill), astrai::kFeatureKvE4m3);
   CHECK_FALSE(astrai::detail::hopper_serves(wgmma));
   CHECK(wgmma.warm_command().find("--no-wgmma") == std::string::npos);
-  wgmma.wgmma = true;
+  wgmma.hopper = true;
   CHECK(rejection(wgmma) == "paged_prefill.bf16.hd128.ps16.g4.kv_e4m3.wgmma.sm_90a: the sm_90a (wgmma) "
                             "implementation has no kv_e4m3 (the portable variant has)");
 }

@@ -34,7 +34,7 @@ KernelSpec hopper_prefill(KernelKind kind, DType dtype, int head_dim, int page_s
   spec.page_size = page_size;
   spec.group_size = group;
   spec.arch = "sm_90a";
-  spec.wgmma = true;
+  spec.hopper = true;
   return spec;
 }
 
@@ -76,12 +76,12 @@ TEST_SUITE("hopper") {
     CHECK(paged.name() == "paged_prefill.fp16.hd64.ps16.g1.wgmma.sm_90a");
     for (const KernelSpec& spec : {prefill, paged}) {
       const KernelSpec parsed = KernelSpec::parse(spec.name());
-      CHECK(parsed.wgmma);
+      CHECK(parsed.hopper);
       CHECK(parsed == spec);
       CHECK(parsed.main_file() == "prefill_sm90.cuh");
     }
     KernelSpec portable = prefill;
-    portable.wgmma = false;
+    portable.hopper = false;
     CHECK(portable.main_file() == "prefill.cuh");
     CHECK(astrai::detail::compile_request(prefill).main_file != astrai::detail::compile_request(portable).main_file);
   }
@@ -95,13 +95,37 @@ TEST_SUITE("hopper") {
     refused("prefill.bf16.hd128.g4.wgmma.sm_90", "only for sm_90a");
     refused("prefill.bf16.hd96.g4.wgmma.sm_90a", "does not serve head_dim 96");
     refused("paged_prefill.bf16.hd128.ps4.g4.wgmma.sm_90a", "does not serve head_dim 128 with page_size 4");
-    refused("paged_decode.bf16.hd128.ps16.g4.wgmma.sm_90a", "paged_decode has no sm_90a (wgmma) implementation");
     refused("prefill.bf16.hd128.g4.nomma.wgmma.sm_90a", "no .nomma");
+    // Each family's Hopper field is its own: decode is built on TMA, prefill on wgmma.
+    refused("paged_decode.bf16.hd128.ps16.g4.wgmma.sm_90a", "unexpected field 'wgmma'");
+    refused("prefill.bf16.hd128.g4.tma.sm_90a", "unexpected field 'tma'");
+    refused("rotary_emb.bf16.hd128.tma.sm_90a", "unexpected field 'tma'");
+    refused("paged_decode.bf16.hd128.ps16.g4.tma.sm_89", "tma variants exist only for sm_90a, not 'sm_89'");
+    refused("paged_decode.bf16.hd96.ps16.g4.tma.sm_90a", "does not serve head_dim 96");
+    refused("paged_decode.bf16.hd128.ps8.g4.tma.sm_90a", "does not serve head_dim 128 with page_size 8");
+    refused("paged_decode.bf16.hd128.ps16.g4.kv_e4m3.tma.sm_90a",
+            "the sm_90a (tma) implementation has no kv_e4m3 (the portable variant has)");
+    refused("decode.bf16.hd64.g4.kv_e5m2.tma.sm_90a", "has no kv_e5m2");
+  }
+
+  TEST_CASE("tma decode variants are named by their path and parse back") {
+    KernelSpec paged = hopper_prefill(KernelKind::paged_decode, DType::bf16, 128, 16, 4);
+    paged.flags = astrai::kFeatureSoftCap | astrai::kFeatureWindow | astrai::decode_q_len_flags(4);
+    CHECK(paged.name() == "paged_decode.bf16.hd128.ps16.g4.swa.cap.q4.tma.sm_90a");
+    const KernelSpec contiguous = hopper_prefill(KernelKind::decode, DType::fp16, 64, 0, 6);
+    CHECK(contiguous.name() == "decode.fp16.hd64.g6.tma.sm_90a");
+    for (const KernelSpec& spec : {paged, contiguous}) {
+      const KernelSpec parsed = KernelSpec::parse(spec.name());
+      CHECK(parsed.hopper);
+      CHECK(parsed == spec);
+      CHECK(parsed.main_file() == "paged_decode_sm90.cuh");
+      CHECK(parsed.instantiations().size() == 2);  // the kernel and its split combine
+    }
   }
 
   TEST_CASE("warm pairs a portable sm_90a spec with its Hopper variant exactly where one serves it") {
     KernelSpec spec = hopper_prefill(KernelKind::prefill, DType::bf16, 128, 0, 4);
-    spec.wgmma = false;
+    spec.hopper = false;
     CHECK(astrai::detail::hopper_serves(spec));
     spec.head_dim = 80;
     CHECK_FALSE(astrai::detail::hopper_serves(spec));
@@ -112,14 +136,71 @@ TEST_SUITE("hopper") {
     spec.force_no_mma = true;
     CHECK_FALSE(astrai::detail::hopper_serves(spec));
     KernelSpec paged = hopper_prefill(KernelKind::paged_prefill, DType::bf16, 64, 8, 1);
-    paged.wgmma = false;
+    paged.hopper = false;
     CHECK(astrai::detail::hopper_serves(paged));
     paged.page_size = 1;
     CHECK_FALSE(astrai::detail::hopper_serves(paged));
     KernelSpec decode = paged;
     decode.kind = KernelKind::paged_decode;
     decode.page_size = 16;
+    CHECK(astrai::detail::hopper_serves(decode));
+    decode.page_size = 8;  // a box per page would leave more than 32 boxes a block at hd256
     CHECK_FALSE(astrai::detail::hopper_serves(decode));
+    decode.page_size = 256;
+    decode.flags = astrai::kFeatureKvE4m3;  // the FP8 cache keeps its direct path
+    CHECK_FALSE(astrai::detail::hopper_serves(decode));
+    decode.flags = astrai::kFeatureSink | astrai::decode_q_len_flags(8);
+    CHECK(astrai::detail::hopper_serves(decode));
+    decode.head_dim = 96;
+    CHECK_FALSE(astrai::detail::hopper_serves(decode));
+    KernelSpec contiguous = decode;
+    contiguous.kind = KernelKind::decode;
+    contiguous.page_size = 0;
+    contiguous.flags = 0;
+    contiguous.head_dim = 192;
+    CHECK(astrai::detail::hopper_serves(contiguous));
+  }
+
+  TEST_CASE("sm_90a decode variants stream K and V through TMA into an mbarrier ring and keep mma.sync") {
+    const KernelSpec portable = [] {
+      KernelSpec spec = hopper_prefill(KernelKind::paged_decode, DType::bf16, 128, 16, 4);
+      spec.hopper = false;
+      return spec;
+    }();
+    const auto portable_result = astrai::detail::nvrtc_compile(astrai::detail::compile_request(portable), true);
+    CHECK(contains(portable_result.ptx, "cp.async.cg.shared.global"));
+    CHECK_FALSE(contains(portable_result.ptx, "cp.async.bulk.tensor"));
+    for (DType dtype : {DType::bf16, DType::fp16}) {
+      for (const auto& [kind, head_dim, page_size, group, flags] :
+           std::vector<std::tuple<KernelKind, int, int, int, std::uint32_t>>{
+               {KernelKind::paged_decode, 128, 16, 4, 0},
+               {KernelKind::paged_decode, 64, 16, 6, 0},
+               {KernelKind::paged_decode, 256, 16, 8, 0},   // 32 boxes a block
+               {KernelKind::paged_decode, 192, 32, 1, 0},
+               {KernelKind::paged_decode, 128, 256, 32, 0},  // two head tiles
+               {KernelKind::paged_decode, 128, 16, 4,
+                astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow},
+               {KernelKind::paged_decode, 64, 64, 4, astrai::decode_q_len_flags(4)},
+               {KernelKind::decode, 128, 0, 4, 0},
+               {KernelKind::decode, 256, 0, 2, astrai::kFeatureWindow}}) {
+        KernelSpec spec = hopper_prefill(kind, dtype, head_dim, page_size, group);
+        spec.flags = flags;
+        CAPTURE(spec.name());
+        REQUIRE(astrai::detail::hopper_serves(spec));
+        const auto result = astrai::detail::nvrtc_compile(astrai::detail::compile_request(spec), true);
+        CHECK(contains(result.ptx, "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"));
+        CHECK(contains(result.ptx, "mbarrier.try_wait.parity.shared::cta.b64"));
+        CHECK(contains(result.ptx, "mbarrier.arrive.expect_tx.shared::cta.b64"));
+        CHECK(contains(result.ptx, fmt::format("mma.sync.aligned.m16n8k16.row.col.f32.{}", dtype == DType::bf16
+                                                                                           ? "bf16.bf16"
+                                                                                           : "f16.f16")));
+        CHECK(contains(result.ptx, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
+        CHECK_FALSE(contains(result.ptx, "cp.async.cg.shared.global"));  // no cp.async loader left
+        CHECK(contains(result.ptx, "griddepcontrol.launch_dependents"));
+        INFO("NVRTC log: " << result.log);
+        CHECK_FALSE(contains(result.log, "warning"));
+      }
+    }
   }
 
   TEST_CASE("the sm_90a GEMM uses TMA, mbarriers, wgmma and setmaxnreg, and ptxas keeps its pipeline") {

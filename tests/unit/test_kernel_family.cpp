@@ -119,17 +119,17 @@ TEST_CASE("the strict-mode hint names the warm flags of every family") {
     std::string command;
   };
   const std::vector<Case> cases = {
+      // Portable variants the Hopper kernels also serve: warm would add the .tma or .wgmma twin.
       {KernelKind::paged_decode, "astrai-jit warm --arch sm_90a --kernels paged_decode --dtypes fp16 "
-                                 "--head-dims 64 --page-sizes 16 --group-sizes 6"},
+                                 "--head-dims 64 --page-sizes 16 --group-sizes 6 --no-hopper"},
       {KernelKind::rotary_emb, "astrai-jit warm --arch sm_90a --kernels rotary_emb --dtypes fp16 "
                                "--head-dims 64"},
       {KernelKind::decode, "astrai-jit warm --arch sm_90a --kernels decode --dtypes fp16 --head-dims 64 "
-                           "--group-sizes 6"},
-      // Portable prefill variants the Hopper kernels also serve: warm would add the .wgmma twin.
+                           "--group-sizes 6 --no-hopper"},
       {KernelKind::prefill, "astrai-jit warm --arch sm_90a --kernels prefill --dtypes fp16 --head-dims 64 "
-                            "--group-sizes 6 --no-wgmma"},
+                            "--group-sizes 6 --no-hopper"},
       {KernelKind::paged_prefill, "astrai-jit warm --arch sm_90a --kernels paged_prefill --dtypes fp16 "
-                                  "--head-dims 64 --page-sizes 16 --group-sizes 6 --no-wgmma"},
+                                  "--head-dims 64 --page-sizes 16 --group-sizes 6 --no-hopper"},
   };
   TempDir dir;
   EnvConfig config;

@@ -112,7 +112,7 @@ TEST_CASE("a compute_ target names itself and selects kernels by its number, nev
     CHECK_FALSE(astrai::detail::hopper_serves(prefill));
     CHECK(prefill.warm_command().find("wgmma") == std::string::npos);
     KernelSpec wgmma = prefill;
-    wgmma.wgmma = true;
+    wgmma.hopper = true;
     CHECK_THROWS_AS(wgmma.validate(), astrai::InvalidArgument);
   }
 }

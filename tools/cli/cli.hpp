@@ -76,17 +76,19 @@ constexpr const char* kWarmFooter =
     "  together with any other selection flag (--arch included) both sets are warmed.\n"
     "  --no-mma (or ASTRAI_JIT_NO_MMA=1) selects the no-tensor-core variants on sm_80 and newer\n"
     "  for the flag selection; manifest lines are taken as written.\n"
-    "  On sm_90a, prefill and paged_prefill variants that the Hopper kernels serve (head dims\n"
-    "  64, 128, 192, 256; pages of 8 tokens or more) are warmed twice: the portable variant\n"
-    "  (masked calls) and the .wgmma one. --no-wgmma (or ASTRAI_JIT_NO_WGMMA=1) keeps only the\n"
-    "  portable ones, --wgmma only the Hopper ones.\n"
+    "  On sm_90a, variants that the Hopper kernels serve are warmed twice: the portable variant\n"
+    "  (masked calls) and the Hopper one: .wgmma for prefill and paged_prefill (head dims 64,\n"
+    "  128, 192, 256; pages of 8 tokens or more), .tma for paged_decode and decode (head dims\n"
+    "  64, 128, 192, 256; pages of 16 tokens or more). --no-hopper (or ASTRAI_JIT_NO_WGMMA=1)\n"
+    "  keeps only the portable ones, --hopper only the Hopper ones (--no-wgmma and --wgmma are\n"
+    "  the same flags).\n"
     "  --features lists feature sets, each `none` (the plain variants, the default) or feature\n"
     "  names joined by '+', e.g. `--features none,swa+sink`; every attention kernel selected\n"
     "  must support each set (rotary_emb takes only its plain variant). Features: kv_e4m3 and\n"
     "  kv_e5m2 (FP8 KV cache; paged_decode, decode and paged_prefill; one of the two), swa\n"
     "  (sliding window), cap (logit soft-cap), sink (attention sinks), q2..q8 (multi-token\n"
-    "  paged_decode: 2..8 query tokens per request; at most one). Feature variants have no\n"
-    "  .wgmma form.\n"
+    "  paged_decode: 2..8 query tokens per request; at most one). The Hopper variants take swa,\n"
+    "  cap, sink and (decode) q2..q8; FP8 variants stay portable.\n"
     "  --arch auto: the target of each local GPU (ASTRAI_JIT_ARCH overrides); sm_90a when no GPU\n"
     "  is found. --arch compute_XY (e.g. compute_80) compiles PTX for that virtual arch, which the\n"
     "  driver finishes for the GPU that loads it: the sm_80 code path on an sm_90 GPU.\n"
@@ -140,8 +142,8 @@ struct WarmOptions {
   std::string cache_dir;
   int jobs = 0;
   bool no_mma = false;
-  bool no_wgmma = false;    // portable variants only on sm_90a
-  bool wgmma_only = false;  // Hopper variants only on sm_90a
+  bool no_hopper = false;    // portable variants only on sm_90a
+  bool hopper_only = false;  // Hopper variants only on sm_90a
   bool dry_run = false;
 };
 

@@ -70,10 +70,11 @@ void add_warm_command(CLI::App& app, Commands* commands) {
       ->check(CLI::Range(1, 64))->type_name("N");
   warm->add_flag("--no-mma", options.no_mma,
                  "Compile the variants without tensor cores on sm_80+ (as ASTRAI_JIT_NO_MMA=1)");
-  auto* no_wgmma = warm->add_flag("--no-wgmma", options.no_wgmma,
-                                  "On sm_90a, only the portable prefill variants (as ASTRAI_JIT_NO_WGMMA=1)");
-  warm->add_flag("--wgmma", options.wgmma_only, "On sm_90a, only the Hopper (.wgmma) prefill variants")
-      ->excludes(no_wgmma);
+  auto* no_hopper = warm->add_flag("--no-hopper,--no-wgmma", options.no_hopper,
+                                   "On sm_90a, only the portable variants (as ASTRAI_JIT_NO_WGMMA=1)");
+  warm->add_flag("--hopper,--wgmma", options.hopper_only,
+                 "On sm_90a, only the Hopper variants (.wgmma prefill, .tma decode) of the kernels that have them")
+      ->excludes(no_hopper);
   warm->add_flag("--dry-run,-n", options.dry_run,
                  "List the selected variants (and which are cached) without compiling");
   warm->add_option("--cache-dir", options.cache_dir,

@@ -176,7 +176,7 @@ std::vector<KernelSpec> build_selection(const WarmOptions& options, const JitEng
     const std::vector<DType> dtypes =
         resolve_dtypes(options.dtypes.empty() ? std::vector<std::string>{"bf16"} : options.dtypes);
     const bool no_mma = options.no_mma || engine.config().no_mma;
-    const bool no_wgmma = options.no_wgmma || engine.config().no_wgmma;
+    const bool no_hopper = options.no_hopper || engine.config().no_wgmma;
     const bool shape_flags = !options.head_dims.empty() || !options.group_sizes.empty();
     const std::vector<std::uint32_t> feature_sets =
         resolve_feature_sets(options.features.empty() ? std::vector<std::string>{"none"} : options.features);
@@ -233,12 +233,12 @@ std::vector<KernelSpec> build_selection(const WarmOptions& options, const JitEng
                 spec.page_size = page_size;
                 // On sm_90a the runtime takes the Hopper kernel where it serves a call and the
                 // portable one otherwise (masks, features, other head dims): warm both unless told.
-                const bool hopper = astrai::detail::hopper_serves(spec) && !no_wgmma;
-                if (!hopper || !options.wgmma_only) add(spec);
+                const bool hopper = astrai::detail::hopper_serves(spec) && !no_hopper;
+                if (!hopper || !options.hopper_only) add(spec);
                 if (hopper) {
-                  KernelSpec wgmma = spec;
-                  wgmma.wgmma = true;
-                  add(wgmma);
+                  KernelSpec hopper_spec = spec;
+                  hopper_spec.hopper = true;
+                  add(hopper_spec);
                 }
               }
             }

@@ -1,0 +1,205 @@
+// Paged and contiguous decode for sm_90a: the tensor-core decode of paged_decode.cuh (4 warps, a
+// 64-token block per step, warp w taking tokens [16w, 16w + 16) of each, its own online softmax,
+// the merge and the split combine) with K and V arriving by TMA instead of cp.async. Warp 0
+// issues the copies of a block kStages - 1 blocks ahead (lane j one box: a page part of K or of V
+// in one 64-column chunk), into a ring of stages guarded by one mbarrier each; the copy engine
+// does the address work the cp.async loaders spent most of their instructions on, and deeper
+// rings cost no registers. A CTA barrier at the end of each block frees its stage for the next
+// issue.
+//
+// Shared memory: the Q tile (padded rows, as the portable kernel), then the ring aligned to
+// 1024 bytes: per stage K then V, each [kHeadDim / 64 chunks][64 rows][128 bytes] with the
+// 128-byte swizzle (16-byte piece c of row r at c ^ (r & 7)), then the barriers.
+//
+// Tensor maps (128-byte swizzle, boxes 64 elements wide):
+//   paged:      {head_dim, n_kv_heads, page_size, num_pages}, box {64, 1, min(page_size, 64), 1};
+//   contiguous: {head_dim, n_kv_heads, kv_capacity, batch},   box {64, 1, 64, 1}.
+// Page ids past the split's tokens, negative or past num_pages address no element: TMA writes
+// zeros. Rows of a loaded page past the sequence may hold anything (0 * NaN is NaN in P V), so
+// the tail block's V rows past the split are cleared; the appended token's row is written from
+// new_k/new_v, as every decode kernel reads it.
+#pragma once
+
+#include "hopper_params.h"
+#include "hopper_ptx.cuh"
+#include "paged_decode.cuh"
+
+namespace astrai {
+
+template <int kHeadDim, int kPageSize>
+struct DecodeSm90Shape {
+  static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head_dim");
+  static_assert(kPageSize == 0 || kPageSize >= 16, "page_size");
+  static constexpr int kStages = decode_sm90_stages(kHeadDim);
+  static constexpr int kChunks = kHeadDim / 64;                    // 128-byte chunks of a row
+  static constexpr int kChunkBytes = kDecodeBlockTokens * 128;     // one chunk of a block's K or V
+  static constexpr int kTileBytes = kChunks * kChunkBytes;         // a block's K or V
+  static constexpr int kStageBytes = 2 * kTileBytes;
+  static constexpr int kBoxRows = kPageSize == 0 || kPageSize >= kDecodeBlockTokens ? kDecodeBlockTokens : kPageSize;
+  static constexpr int kBoxes = kDecodeBlockTokens / kBoxRows;  // per chunk of K or V
+  static constexpr int kCopies = 2 * kChunks * kBoxes;          // boxes per block, a lane each
+  static_assert(kCopies <= 32, "one lane per box");
+  static constexpr int kQBytes = kDecodeHeadsPerTile * (kHeadDim + 8) * 2;
+  static_assert(kStages * kStageBytes >= decode_merge_bytes<kHeadDim>(), "the merge fits in the ring");
+};
+
+// Byte offset of 16-byte piece `piece` of row `row` in a swizzled K or V tile.
+template <int kChunkBytes>
+__device__ __forceinline__ int swizzled_offset(int row, int piece) {
+  return (piece >> 3) * kChunkBytes + row * 128 + (((piece & 7) ^ (row & 7)) << 4);
+}
+
+template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
+__global__ void __launch_bounds__(kDecodeThreads)
+    paged_decode_sm90_kernel(const __grid_constant__ PagedDecodeParams p, const __grid_constant__ sm90::TmaMap map_k,
+                             const __grid_constant__ sm90::TmaMap map_v) {
+  using namespace sm90;
+  static_assert((kFlags & ~decode_sm90_features()) == 0, "features of the Hopper decode");
+  using Shape = DecodeSm90Shape<kHeadDim, kPageSize>;
+  constexpr int kStages = Shape::kStages;
+  constexpr int kQLen = decode_q_len(kFlags);
+  constexpr int kRowStride = kHeadDim + 8;
+  constexpr int kPieces = kHeadDim / 8;  // 16-byte pieces of a row
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  allow_dependent_grid();  // the split combine may be scheduled as CTAs free up
+  T* smem_q = reinterpret_cast<T*>(smem_raw);
+  unsigned char* ring = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<unsigned long long>(smem_raw) + Shape::kQBytes + 1023) & ~1023ull);
+  u64* full = reinterpret_cast<u64*>(ring + kStages * Shape::kStageBytes);
+
+  const DecodeWork w = decode_work<kPageSize, kGroup, kFlags>(p);
+  if (!decode_work_begin<T, kHeadDim, kPageSize, kFlags>(p, w)) return;
+  load_decode_q_tile<T, kHeadDim, kQLen, false>(p, w, smem_q);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) mbar_init(&full[s], 1);
+    fence_mbar_init();
+  }
+  __syncthreads();
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int num_blocks = (w.split_end - w.split_begin + kDecodeBlockTokens - 1) / kDecodeBlockTokens;
+
+  // Warp 0, lane j < kCopies: box j % kBoxes of chunk (j / kBoxes) % kChunks of K (or V from
+  // j >= kCopies / 2) of every block.
+  const int copy_box = lane % Shape::kBoxes;
+  const int copy_chunk = (lane / Shape::kBoxes) % Shape::kChunks;
+  const bool copy_v = lane >= Shape::kCopies / 2;
+  const TmaMap* copy_map = copy_v ? &map_v : &map_k;
+  const int copy_offset =
+      (copy_v ? Shape::kTileBytes : 0) + copy_chunk * Shape::kChunkBytes + copy_box * Shape::kBoxRows * 128;
+  // The page of this lane's box in `block` (contiguous: the sequence), -1 past the split.
+  auto box_page = [&](int block) {
+    if constexpr (kPageSize == 0) {
+      return w.batch_index;
+    } else {
+      const int token = w.split_begin + block * kDecodeBlockTokens + copy_box * Shape::kBoxRows;
+      return lane < Shape::kCopies && block < num_blocks && token < w.split_end
+                 ? __ldg(w.seq.table_row + token / kPageSize)
+                 : -1;
+    }
+  };
+  auto issue = [&](int block, int page) {
+    const int s = block % kStages;
+    if (lane == 0) mbar_arrive_expect_tx(&full[s], Shape::kStageBytes);
+    __syncwarp();
+    if (lane < Shape::kCopies) {
+      const int token = w.split_begin + block * kDecodeBlockTokens + copy_box * Shape::kBoxRows;
+      tma_load_4d(ring + s * Shape::kStageBytes + copy_offset, copy_map, &full[s], 64 * copy_chunk, w.kv_head,
+                  kPageSize == 0 ? token : token % (kPageSize > 0 ? kPageSize : 1), page);
+    }
+  };
+  // Page ids are looked up a block ahead of their issue, so the lookup never stalls it.
+  int page = 0;
+  if (warp == 0) {
+    if (lane == 0) {
+      tma_prefetch_map(&map_k);
+      tma_prefetch_map(&map_v);
+    }
+    page = box_page(0);
+    for (int block = 0; block < kStages - 1 && block < num_blocks; ++block) {
+      const int next = box_page(block + 1);
+      issue(block, page);
+      page = next;
+    }
+  }
+
+  DecodeWarpSoftmax<kHeadDim, kFlags> state;
+  state.init(p, w);
+  // Per-lane ldmatrix rows (the fragment layouts of mma.m16n8k16) and the swizzle's XOR of
+  // their pieces: K rows 16w + (l / 16) 8 + l % 8, piece 2kk + (l / 8) % 2; V (transposed) rows
+  // 16w + ((l / 8) % 2) 8 + l % 8, piece 2dd + l / 16. Piece 2m + b of a row r sits at
+  // (2m) ^ (b ^ r % 8).
+  const unsigned q_address = shared_address(smem_q + (lane & 15) * kRowStride + (lane >> 4) * 8);
+  const int k_row = warp * 16 + (lane >> 4) * 8 + (lane & 7);
+  const int k_xor = ((lane >> 3) & 1) ^ (lane & 7);
+  const int v_row = warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+  const int v_xor = (lane >> 4) ^ (lane & 7);
+
+  for (int block = 0; block < num_blocks; ++block) {
+    if (warp == 0 && block + kStages - 1 < num_blocks) {
+      const int next = box_page(block + kStages);
+      issue(block + kStages - 1, page);
+      page = next;
+    }
+    const int s = block % kStages;
+    mbar_wait(&full[s], (block / kStages) & 1);
+    unsigned char* k_tile = ring + s * Shape::kStageBytes;
+    unsigned char* v_tile = k_tile + Shape::kTileBytes;
+    const int first_token = w.split_begin + block * kDecodeBlockTokens + warp * 16;
+    if (first_token < w.split_end) {
+      // The tail's V rows past the split are cleared; the appended token comes from new_k/new_v.
+      const bool has_append = w.seq.append_token >= first_token && w.seq.append_token < first_token + 16;
+      if (first_token + 16 > w.split_end || has_append) {
+        for (int i = lane; i < 16 * kPieces; i += 32) {
+          const int r = i / kPieces;
+          const int piece = i % kPieces;
+          const int token = first_token + r;
+          const int offset = swizzled_offset<Shape::kChunkBytes>(warp * 16 + r, piece);
+          if (token >= w.split_end) {
+            *reinterpret_cast<uint4*>(v_tile + offset) = make_uint4(0u, 0u, 0u, 0u);
+          } else if (token == w.seq.append_token) {
+            const T* k_src = static_cast<const T*>(p.new_k) + w.batch_index * p.new_k_stride_batch +
+                             w.kv_head * p.new_k_stride_head;
+            const T* v_src = static_cast<const T*>(p.new_v) + w.batch_index * p.new_v_stride_batch +
+                             w.kv_head * p.new_v_stride_head;
+            *reinterpret_cast<uint4*>(k_tile + offset) = reinterpret_cast<const uint4*>(k_src)[piece];
+            *reinterpret_cast<uint4*>(v_tile + offset) = reinterpret_cast<const uint4*>(v_src)[piece];
+          }
+        }
+        fence_proxy_async_shared();  // before a later TMA refills the stage
+        __syncwarp();
+      }
+
+      // S = Q K^T for this warp's 16 tokens.
+      const unsigned k_address = shared_address(k_tile) + k_row * 128;
+      float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+        unsigned a[4];
+        unsigned b[4];
+        ldmatrix_x4(a, q_address + kk * 32);
+        ldmatrix_x4(b, k_address + (kk >> 2) * Shape::kChunkBytes + (((2 * (kk & 3)) ^ k_xor) << 4));
+        Mma<T>::run(sc[0], a, b[0], b[1]);
+        Mma<T>::run(sc[1], a, b[2], b[3]);
+      }
+      unsigned pa[4];
+      state.template step<T>(sc, pa, p, w, first_token);
+      // O += P V.
+      const unsigned v_address = shared_address(v_tile) + v_row * 128;
+#pragma unroll
+      for (int dd = 0; dd < kHeadDim / 16; ++dd) {
+        unsigned b[4];
+        ldmatrix_x4_trans(b, v_address + (dd >> 2) * Shape::kChunkBytes + (((2 * (dd & 3)) ^ v_xor) << 4));
+        Mma<T>::run(state.o[2 * dd], pa, b[0], b[1]);
+        Mma<T>::run(state.o[2 * dd + 1], pa, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with stage s: the next block's issue refills it
+  }
+  // Every issued block has been waited for: the ring is free for the merge.
+  merge_decode_warps<T, kHeadDim, kFlags, false>(p, w, state, ring, 1.f);
+}
+
+}  // namespace astrai

@@ -179,20 +179,18 @@ TEST_CASE("feature names that are repeated, misordered or unknown are refused") 
                        InvalidArgument);
 }
 
-TEST_CASE("every attention family takes the soft-cap, sinks and window; the Hopper prefill serves them, rotary_emb "
+TEST_CASE("every attention family takes the soft-cap, sinks and window; the Hopper kernels serve them, rotary_emb "
           "refuses them by name") {
   for (KernelKind kind : kAttentionKinds) {
     const KernelSpec spec = with_flags(attention_spec(kind), astrai::kFeatureSoftCap | astrai::kFeatureSink);
     CAPTURE(spec.name());
     CHECK_NOTHROW(spec.validate());
+    CHECK(astrai::detail::hopper_serves(spec));
+    KernelSpec hopper = with_flags(spec, astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow);
+    hopper.hopper = true;
     const bool prefill = kind == KernelKind::prefill || kind == KernelKind::paged_prefill;
-    CHECK(astrai::detail::hopper_serves(spec) == prefill);
-    if (prefill) {
-      KernelSpec wgmma = with_flags(spec, astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow);
-      wgmma.hopper = true;
-      CHECK(wgmma.name().find(".swa.cap.sink.wgmma.") != std::string::npos);
-      CHECK_NOTHROW(wgmma.validate());
-    }
+    CHECK(hopper.name().find(prefill ? ".swa.cap.sink.wgmma." : ".swa.cap.sink.tma.") != std::string::npos);
+    CHECK_NOTHROW(hopper.validate());
   }
   const KernelSpec rotary = with_flags(astrai::testing::rotary_spec(DType::bf16, 64, "sm_90a"),
                                        astrai::kFeatureSoftCap);
@@ -206,7 +204,7 @@ TEST_CASE("the strict hint's warm command selects the features") {
   const KernelSpec spec = with_flags(attention_spec(KernelKind::paged_prefill), astrai::kFeatureSoftCap);
   CHECK(spec.warm_command() ==
         "astrai-jit warm --arch sm_90a --kernels paged_prefill --dtypes bf16 --head-dims 128 --page-sizes 16 "
-        "--group-sizes 4 --features cap --no-wgmma");
+        "--group-sizes 4 --features cap --no-hopper");
 }
 
 TEST_CASE("every attention call checks logit_cap: finite and >= 0") {
@@ -275,7 +273,7 @@ TEST_CASE("prefill, rotary_emb and the wgmma kernels refuse an FP8 cache by name
         "rotary_emb.bf16.hd64.kv_e5m2.sm_90a: rotary_emb does not support the feature kv_e5m2 (allowed: none)");
   KernelSpec wgmma = with_flags(attention_spec(KernelKind::paged_prefill), astrai::kFeatureKvE4m3);
   CHECK_FALSE(astrai::detail::hopper_serves(wgmma));
-  CHECK(wgmma.warm_command().find("--no-wgmma") == std::string::npos);
+  CHECK(wgmma.warm_command().find("--no-hopper") == std::string::npos);
   wgmma.hopper = true;
   CHECK(rejection(wgmma) == "paged_prefill.bf16.hd128.ps16.g4.kv_e4m3.wgmma.sm_90a: the sm_90a (wgmma) "
                             "implementation has no kv_e4m3 (the portable variant has)");

@@ -291,6 +291,10 @@ struct CaseDef {
   bool sinks = false;     // one random sink logit per query head (.sink)
   int window_left = -1;   // >= 0: sliding window (.swa); prefill cases with it are causal
   int q_len = 1;  // paged_decode: new query tokens per request (multi-token decode)
+  // Decode cases: the cache head-major, paged [pages, kv_heads, page_size, D] (".hnd") or
+  // contiguous [batch, kv_heads, len, D] (".bhld", the layout PyTorch's SDPA reads), instead of
+  // token-major ([pages, page_size, kv_heads, D], [batch, len, kv_heads, D]).
+  bool head_major = false;
 
   std::string name() const { return kernel + "/" + label; }
 

@@ -19,12 +19,13 @@ std::vector<CaseDef> all_cases() {
     c.kernel = "paged_decode";
     c.kv_dtype = kv;
     if (with) with(c);
-    c.label = fmt::format("hd{}{}.ps{}.B{}xL{}{}{}", head_dim,
+    c.label = fmt::format("hd{}{}.ps{}.B{}xL{}{}{}{}", head_dim,
                           heads == 32 && kv_heads == 8 ? std::string()
                                                        : fmt::format(".h{}kv{}", heads, kv_heads),
-                          page, batch, len, ragged ? ".ragged" : "", feature_suffix(c));
+                          page, batch, len, ragged ? ".ragged" : "", feature_suffix(c), c.head_major ? ".hnd" : "");
     if (kv != KvDType::same) c.ratio_of = RatioOf::calls;
     else if (!c.features().empty()) c.ratio_of = RatioOf::time;
+    else if (c.head_major) c.ratio_of = RatioOf::calls;
     c.batch = batch;
     c.len = len;
     c.n_heads = heads;
@@ -68,20 +69,29 @@ std::vector<CaseDef> all_cases() {
   paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "time vs plain", KvDType::same, cap);
   paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "time vs plain", KvDType::same, sink);
   paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "time vs plain", KvDType::same, window_sink);
+  // The same shapes over a head-major pool, each head's page one contiguous run of rows: the
+  // rows a CTA reads no longer interleave with the other heads' (time ratio to the plain row).
+  const auto head_major = [](CaseDef& c) { c.head_major = true; };
+  paged_decode(128, 32, 8, 16, 64, 8192, false, b64, "speed vs token-major", KvDType::same, head_major);
+  paged_decode(128, 32, 8, 16, 16, 32768, false, "paged_decode/hd128.ps16.B16xL32768", "speed vs token-major",
+               KvDType::same, head_major);
+  paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "speed vs token-major", KvDType::same, head_major);
+  paged_decode(64, 24, 4, 16, 32, 4096, false, astrai16, "speed vs token-major", KvDType::same, head_major);
   // Multi-token decode (issue 13: at q_len 4, >= 0.9x the bandwidth of q_len 1 at B32 x 4096;
   // group 4 x 4 tokens = one 16-row tile, K and V read once).
   paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "TB/s vs q1", KvDType::same,
                [](CaseDef& c) { c.q_len = 4; });
 
-  auto decode = [&](int batch, int len, KvDType kv = KvDType::same) {
+  auto decode = [&](int batch, int len, KvDType kv = KvDType::same, bool bhld = false) {
     CaseDef c;
     c.kind = CaseKind::decode;
     c.kernel = "decode";
     c.kv_dtype = kv;
-    c.label = fmt::format("hd128.B{}xL{}{}", batch, len, feature_suffix(c));
-    if (kv != KvDType::same) {
+    c.head_major = bhld;
+    c.label = fmt::format("hd128.B{}xL{}{}{}", batch, len, feature_suffix(c), bhld ? ".bhld" : "");
+    if (kv != KvDType::same || bhld) {
       c.ratio_to = fmt::format("decode/hd128.B{}xL{}", batch, len);
-      c.ratio_label = "tokens/s vs bf16";
+      c.ratio_label = bhld ? "speed vs token-major" : "tokens/s vs bf16";
       c.ratio_of = RatioOf::calls;
     }
     c.batch = batch;
@@ -95,6 +105,8 @@ std::vector<CaseDef> all_cases() {
   decode(32, 4096);
   decode(1, 1024);
   decode(64, 8192, KvDType::e4m3);
+  decode(64, 8192, KvDType::same, true);
+  decode(32, 4096, KvDType::same, true);
 
   const std::string causal_prefill = "prefill/hd128.causal.B2x8192";
   auto prefill = [&](CaseKind kind, int head_dim, bool causal, int batch, int len, int page,
@@ -277,6 +289,11 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
   base.page_table = table.as<const std::int32_t>();
   base.seq_lens = seq_lens.as<const std::int32_t>();
   base.q_len = def.q_len;
+  if (def.head_major) {  // [pages, kv_heads, page_size, D]
+    base.k_stride_page = base.v_stride_page = 1LL * def.n_kv_heads * def.page_size * def.head_dim;
+    base.k_stride_head = base.v_stride_head = 1LL * def.page_size * def.head_dim;
+    base.k_stride_token = base.v_stride_token = def.head_dim;
+  }
   if (fp8) {
     base.kv_dtype = def.kv_dtype;
     base.k_scale = base.v_scale = scales.as<const float>();
@@ -343,6 +360,11 @@ void Bench::case_decode(const CaseDef& def, CaseResult* result) {
   if (fp8) {
     base.kv_dtype = def.kv_dtype;
     base.k_scale = base.v_scale = scale.as<const float>();
+  }
+  if (def.head_major) {  // [batch, kv_heads, len, D]
+    base.k_stride_batch = base.v_stride_batch = 1LL * def.n_kv_heads * def.len * def.head_dim;
+    base.k_stride_head = base.v_stride_head = 1LL * def.len * def.head_dim;
+    base.k_stride_seq = base.v_stride_seq = def.head_dim;
   }
   const Call call = [&](int s, CUstream stream) {
     astrai::DecodeArgs args = base;

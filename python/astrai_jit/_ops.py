@@ -20,13 +20,15 @@ from ._loader import import_extension
 _C = import_extension()
 
 Tensor = torch.Tensor
+# A call is eager, and goes straight to the extension, for a plain tensor outside torch.compile:
+# `type(q) is Tensor and not _compiling()`, tested inline (a helper's call costs more than the
+# test). Under torch.compile, or for a tensor subclass (fake, functional, proxy tensors while
+# tracing), it goes through the custom op so it is recorded.
 _compiling = torch.compiler.is_compiling
 
 
-def _resolve_scale(scale: Optional[float]) -> float:
-    # The runtime reads scale <= 0 as 1/sqrt(head_dim).
-    if scale is None:
-        return 0.0
+def _resolve_scale(scale: float) -> float:
+    # A given scale must be positive: the runtime reads scale <= 0 (None here) as 1/sqrt(head_dim).
     scale = float(scale)
     if not scale > 0.0 or math.isinf(scale):
         raise ValueError(f"scale {scale} is not a positive finite number (allowed: > 0, or None for "
@@ -53,24 +55,25 @@ def stream_handle(device: torch.device, stream) -> int:
 # versions hand the extension each tensor through __dlpack__, and the stream is looked up here.
 _EXTENSION_FINDS_STREAM = _C._reads_type_directly(torch.Tensor)
 
-
-def _eager(t) -> bool:
-    # A plain tensor outside torch.compile goes straight to the extension. Under torch.compile,
-    # or for a tensor subclass (fake, functional, proxy tensors while tracing), the call goes
-    # through the custom op so it is recorded.
-    return type(t) is Tensor and not _compiling()
+# torch.cuda.current_device() less its Python-level lazy-init check (the C call initializes CUDA
+# itself). Only called with a CUDA tensor at hand, so a PyTorch without CUDA never calls it.
+_cuda_device = getattr(torch._C, "_cuda_getDevice", None)
 
 
-def _launch(fn, t: Tensor, stream, *args) -> None:
-    handle = None if stream is None and _EXTENSION_FINDS_STREAM else stream_handle(t.device, stream)
+def _stream(t: Tensor, stream):
+    # The extension's stream argument: None lets it ask PyTorch for the current stream.
+    return None if stream is None and _EXTENSION_FINDS_STREAM else stream_handle(t.device, stream)
+
+
+def _launch(fn, t: Tensor, args: tuple) -> None:
     # The runtime launches on the current device's primary context: switch when the tensors live
-    # on another GPU (get_device() is -1 on the CPU, where the extension refuses them).
-    index = t.get_device()
-    if index >= 0 and index != torch.cuda.current_device():
-        with torch.cuda.device(index):
-            fn(*args, handle)
+    # on another GPU (the extension refuses tensors that are not on one). The arguments come as
+    # one tuple, stream included: calling fn(*args) then builds no second tuple.
+    if t.is_cuda and t.get_device() != _cuda_device():
+        with torch.cuda.device(t.get_device()):
+            fn(*args)
     else:
-        fn(*args, handle)
+        fn(*args)
 
 
 def _op_stream(t: Tensor, stream) -> int:
@@ -78,25 +81,32 @@ def _op_stream(t: Tensor, stream) -> int:
     return -1 if stream is None else stream_handle(t.device, stream)
 
 
+def _not_a_tensor(call: str, name: str, value) -> TypeError:
+    return TypeError(f"{call}: {name} is a {type(value).__name__} (allowed: torch.Tensor)")
+
+
 def _check_tensor(call: str, name: str, value) -> None:
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(f"{call}: {name} is a {type(value).__name__} (allowed: torch.Tensor)")
+    if not isinstance(value, Tensor):
+        raise _not_a_tensor(call, name, value)
 
 
 def _out_like(call: str, q: Tensor, out: Optional[Tensor]) -> Tensor:
-    _check_tensor(call, "q", q)
+    # Checked here, where a non-tensor would otherwise reach torch.empty_like or the custom op.
+    if not isinstance(q, Tensor):
+        raise _not_a_tensor(call, "q", q)
     if out is None:
         return torch.empty_like(q, memory_format=torch.contiguous_format)
-    _check_tensor(call, "out", out)
+    if not isinstance(out, Tensor):
+        raise _not_a_tensor(call, "out", out)
     return out
 
 
-def _features(call: str, logit_cap, sinks, window_left) -> tuple:
-    # Soft-cap, sinks and sliding window, as the extension takes them (the runtime's checks name a
-    # negative or non-finite cap, a window below -1 and sinks of the wrong shape).
-    if sinks is not None:
-        _check_tensor(call, "sinks", sinks)
-    # Exact float / int (the defaults) skip the slower ABC checks: this runs on every call.
+def _options(call: str, scale, logit_cap, window_left, sinks, k_scale=None, v_scale=None) -> tuple:
+    """scale, logit_cap and window_left as the extension takes them, after checking their types
+    and that the optional tensors are tensors; the runtime checks the values (a negative or
+    non-finite cap, a window below -1, sinks or scales of the wrong shape). Runs on every call,
+    so the defaults (None, an exact float and int, no tensors) take the shortest path."""
+    s = 0.0 if scale is None else _resolve_scale(scale)
     if type(logit_cap) is not float:
         if isinstance(logit_cap, bool) or not isinstance(logit_cap, numbers.Real):
             raise TypeError(f"{call}: logit_cap is a {type(logit_cap).__name__} (allowed: a float >= 0, 0 for "
@@ -107,14 +117,11 @@ def _features(call: str, logit_cap, sinks, window_left) -> tuple:
             raise TypeError(f"{call}: window_left is a {type(window_left).__name__} (allowed: an int >= -1, -1 "
                             f"for none)")
         window_left = int(window_left)
-    return logit_cap, sinks, window_left
-
-
-def _kv_scales(call: str, k_scale, v_scale) -> tuple:
-    for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
-        if value is not None:
-            _check_tensor(call, name, value)
-    return k_scale, v_scale
+    if sinks is not None or k_scale is not None or v_scale is not None:
+        for name, value in (("sinks", sinks), ("k_scale", k_scale), ("v_scale", v_scale)):
+            if value is not None:
+                _check_tensor(call, name, value)
+    return s, logit_cap, window_left
 
 
 _FEATURES_DOC = """
@@ -158,19 +165,19 @@ def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor
     call = "paged_decode"
     out = _out_like(call, q, out)
     lse = _lse(q, q.shape[:-1]) if return_lse else None
-    s = _resolve_scale(scale)
-    f = _features(call, logit_cap, sinks, window_left) + _kv_scales(call, k_scale, v_scale)
-    if _eager(q):
-        _launch(_C.paged_decode, q, stream, q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
-                req_indices, new_k, new_v, s, *f)
+    s, cap, window = _options(call, scale, logit_cap, window_left, sinks, k_scale, v_scale)
+    if type(q) is Tensor and not _compiling():
+        _launch(_C.paged_decode, q, (q, k_cache, v_cache, page_table, seq_lens, out, lse, mask, req_indices,
+                                     new_k, new_v, s, cap, sinks, window, k_scale, v_scale, _stream(q, stream)))
     else:
         handle = _op_stream(q, stream)
         if new_k is not None or new_v is not None:
             torch.ops.astrai_jit.paged_decode_append(q, k_cache, v_cache, page_table, seq_lens, out, lse,
-                                                     mask, req_indices, new_k, new_v, s, *f, handle)
+                                                     mask, req_indices, new_k, new_v, s, cap, sinks, window,
+                                                     k_scale, v_scale, handle)
         else:
             torch.ops.astrai_jit.paged_decode(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
-                                              req_indices, s, *f, handle)
+                                              req_indices, s, cap, sinks, window, k_scale, v_scale, handle)
     return (out, lse) if return_lse else out
 
 
@@ -188,12 +195,13 @@ def decode(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sca
     call = "decode"
     out = _out_like(call, q, out)
     lse = _lse(q, (q.shape[0], q.shape[-2])) if return_lse else None
-    s = _resolve_scale(scale)
-    f = _features(call, logit_cap, sinks, window_left) + _kv_scales(call, k_scale, v_scale)
-    if _eager(q):
-        _launch(_C.decode, q, stream, q, k, v, out, lse, mask, int(causal_offset), s, *f)
+    s, cap, window = _options(call, scale, logit_cap, window_left, sinks, k_scale, v_scale)
+    if type(q) is Tensor and not _compiling():
+        _launch(_C.decode, q, (q, k, v, out, lse, mask, int(causal_offset), s, cap, sinks, window, k_scale,
+                               v_scale, _stream(q, stream)))
     else:
-        torch.ops.astrai_jit.decode(q, k, v, out, lse, mask, int(causal_offset), s, *f, _op_stream(q, stream))
+        torch.ops.astrai_jit.decode(q, k, v, out, lse, mask, int(causal_offset), s, cap, sinks, window, k_scale,
+                                    v_scale, _op_stream(q, stream))
     return (out, lse) if return_lse else out
 
 
@@ -212,12 +220,13 @@ def prefill(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sc
     call = "prefill"
     out = _out_like(call, q, out)
     lse = _lse(q, q.shape[:3]) if return_lse else None
-    s = _resolve_scale(scale)
-    f = _features(call, logit_cap, sinks, window_left)
-    if _eager(q):
-        _launch(_C.prefill, q, stream, q, k, v, out, lse, mask, int(causal_offset), s, *f)
+    s, cap, window = _options(call, scale, logit_cap, window_left, sinks)
+    if type(q) is Tensor and not _compiling():
+        _launch(_C.prefill, q, (q, k, v, out, lse, mask, int(causal_offset), s, cap, sinks, window,
+                                _stream(q, stream)))
     else:
-        torch.ops.astrai_jit.prefill(q, k, v, out, lse, mask, int(causal_offset), s, *f, _op_stream(q, stream))
+        torch.ops.astrai_jit.prefill(q, k, v, out, lse, mask, int(causal_offset), s, cap, sinks, window,
+                                     _op_stream(q, stream))
     return (out, lse) if return_lse else out
 
 
@@ -237,15 +246,15 @@ def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tenso
     call = "paged_prefill"
     out = _out_like(call, q, out)
     lse = _lse(q, q.shape[:2]) if return_lse else None
-    s = _resolve_scale(scale)
+    s, cap, window = _options(call, scale, logit_cap, window_left, sinks, k_scale, v_scale)
     m = -1 if max_q_len is None else int(max_q_len)
-    f = _features(call, logit_cap, sinks, window_left) + _kv_scales(call, k_scale, v_scale)
-    if _eager(q):
-        _launch(_C.paged_prefill, q, stream, q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse,
-                mask, m, bool(causal), s, *f)
+    if type(q) is Tensor and not _compiling():
+        _launch(_C.paged_prefill, q, (q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse, mask, m,
+                                      bool(causal), s, cap, sinks, window, k_scale, v_scale, _stream(q, stream)))
     else:
         torch.ops.astrai_jit.paged_prefill(q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse,
-                                           mask, m, bool(causal), s, *f, _op_stream(q, stream))
+                                           mask, m, bool(causal), s, cap, sinks, window, k_scale, v_scale,
+                                           _op_stream(q, stream))
     return (out, lse) if return_lse else out
 
 
@@ -259,8 +268,8 @@ def rotary_emb(x: Tensor, freqs_cis: Tensor, out: Optional[Tensor] = None, *, st
     call = "rotary_emb"
     _check_tensor(call, "x", x)
     out = _out_like(call, x, out)
-    if _eager(x):
-        _launch(_C.rotary_emb, x, stream, x, freqs_cis, out)
+    if type(x) is Tensor and not _compiling():
+        _launch(_C.rotary_emb, x, (x, freqs_cis, out, _stream(x, stream)))
     elif out is x:
         torch.ops.astrai_jit.rotary_emb_(x, freqs_cis, _op_stream(x, stream))
     else:

@@ -10,11 +10,13 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -267,7 +269,9 @@ class Checker {
 
   template <typename T>
   void rank(const char* name, const T& t, std::size_t ndim, const char* layout) {
-    tensors_.push_back({name, t.device_type(), t.device_id()});
+    if (count_ == tensors_.size())
+      throw std::logic_error(std::string(call_) + ": more tensor arguments than Checker has room for");
+    tensors_[count_++] = {name, t.device_type(), t.device_id()};
     if (t.ndim() != ndim)
       invalid(call_, std::string(name) + " has shape " + shape_string(t) + " (allowed: " + layout + ")");
   }
@@ -330,9 +334,10 @@ class Checker {
 
   // Runs last: every tensor on one CUDA device.
   void devices() {
-    if (tensors_.empty()) return;
-    const Seen& first = tensors_.front();
-    for (const Seen& seen : tensors_) {
+    if (count_ == 0) return;
+    const Seen& first = tensors_[0];
+    for (std::size_t i = 1; i < count_; ++i) {
+      const Seen& seen = tensors_[i];
       if (seen.type != first.type || seen.id != first.id)
         invalid(call_, std::string(seen.name) + " is on " + device_string(seen.type, seen.id) + " but " +
                            first.name + " is on " + device_string(first.type, first.id) +
@@ -356,7 +361,9 @@ class Checker {
   }
 
   const char* call_;
-  std::vector<Seen> tensors_;
+  // Room for the call with the most tensors (paged_decode: 14), so checking allocates nothing.
+  std::array<Seen, 16> tensors_;
+  std::size_t count_ = 0;
 };
 
 int as_int(const char* call, const char* what, std::size_t value) {
@@ -419,8 +426,8 @@ void set_kv_format(Checker& c, Args& a, const char* k_name, const Input& k, cons
 }
 
 astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, const Input& v_cache,
-                                          const Input& page_table, const Input& seq_lens, Output& out,
-                                          Opt<Output>& lse, const Opt<Input>& mask,
+                                          const Input& page_table, const Input& seq_lens, const Output& out,
+                                          const Opt<Output>& lse, const Opt<Input>& mask,
                                           const Opt<Input>& req_indices, const Opt<Input>& new_k,
                                           const Opt<Input>& new_v, double scale, double logit_cap,
                                           const Opt<Input>& sinks, int window_left, const Opt<Input>& k_scale,
@@ -539,10 +546,10 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
 }
 
 void paged_decode(const Input& q, const Input& k_cache, const Input& v_cache, const Input& page_table,
-                  const Input& seq_lens, Output out, Opt<Output> lse, Opt<Input> mask,
-                  Opt<Input> req_indices, Opt<Input> new_k, Opt<Input> new_v, double scale, double logit_cap,
-                  Opt<Input> sinks, int window_left, Opt<Input> k_scale, Opt<Input> v_scale,
-                  Opt<std::uintptr_t> stream) {
+                  const Input& seq_lens, const Output& out, const Opt<Output>& lse, const Opt<Input>& mask,
+                  const Opt<Input>& req_indices, const Opt<Input>& new_k, const Opt<Input>& new_v, double scale,
+                  double logit_cap, const Opt<Input>& sinks, int window_left, const Opt<Input>& k_scale,
+                  const Opt<Input>& v_scale, Opt<std::uintptr_t> stream) {
   const astrai::PagedDecodeArgs a = paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
                                                       req_indices, new_k, new_v, scale, logit_cap, sinks,
                                                       window_left, k_scale, v_scale, stream);
@@ -552,7 +559,7 @@ void paged_decode(const Input& q, const Input& k_cache, const Input& v_cache, co
 // For the host-overhead benchmark: mean host microseconds of `calls` back-to-back C++
 // paged_decode calls with these arguments (checked and converted once, as a C++ caller would).
 double time_paged_decode_calls(const Input& q, const Input& k_cache, const Input& v_cache,
-                               const Input& page_table, const Input& seq_lens, Output out, double scale,
+                               const Input& page_table, const Input& seq_lens, const Output& out, double scale,
                                Opt<std::uintptr_t> stream, int calls) {
   Opt<Output> lse;
   const astrai::PagedDecodeArgs a = paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, {},
@@ -577,9 +584,9 @@ std::size_t decode_heads_dim(Checker& c, const char* name, const Input& t) {
   return 1;
 }
 
-void decode(const Input& q, const Input& k, const Input& v, Output out, Opt<Output> lse, Opt<Input> mask,
-            int causal_offset, double scale, double logit_cap, Opt<Input> sinks, int window_left,
-            Opt<Input> k_scale, Opt<Input> v_scale, Opt<std::uintptr_t> stream) {
+void decode(const Input& q, const Input& k, const Input& v, const Output& out, const Opt<Output>& lse,
+            const Opt<Input>& mask, int causal_offset, double scale, double logit_cap, const Opt<Input>& sinks,
+            int window_left, const Opt<Input>& k_scale, const Opt<Input>& v_scale, Opt<std::uintptr_t> stream) {
   constexpr const char* kCall = "decode";
   Checker c(kCall);
   astrai::DecodeArgs a;
@@ -646,9 +653,9 @@ void decode(const Input& q, const Input& k, const Input& v, Output out, Opt<Outp
   launch(&astrai::Runtime::decode, a);
 }
 
-void prefill(const Input& q, const Input& k, const Input& v, Output out, Opt<Output> lse, Opt<Input> mask,
-             int causal_offset, double scale, double logit_cap, Opt<Input> sinks, int window_left,
-             Opt<std::uintptr_t> stream) {
+void prefill(const Input& q, const Input& k, const Input& v, const Output& out, const Opt<Output>& lse,
+             const Opt<Input>& mask, int causal_offset, double scale, double logit_cap, const Opt<Input>& sinks,
+             int window_left, Opt<std::uintptr_t> stream) {
   constexpr const char* kCall = "prefill";
   Checker c(kCall);
   astrai::PrefillArgs a;
@@ -721,9 +728,9 @@ void prefill(const Input& q, const Input& k, const Input& v, Output out, Opt<Out
 }
 
 void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, const Input& page_table,
-                   const Input& seq_lens, const Input& qo_indptr, Output out, Opt<Output> lse,
-                   Opt<Input> mask, int max_q_len, bool causal, double scale, double logit_cap,
-                   Opt<Input> sinks, int window_left, Opt<Input> k_scale, Opt<Input> v_scale,
+                   const Input& seq_lens, const Input& qo_indptr, const Output& out, const Opt<Output>& lse,
+                   const Opt<Input>& mask, int max_q_len, bool causal, double scale, double logit_cap,
+                   const Opt<Input>& sinks, int window_left, const Opt<Input>& k_scale, const Opt<Input>& v_scale,
                    Opt<std::uintptr_t> stream) {
   constexpr const char* kCall = "paged_prefill";
   Checker c(kCall);
@@ -807,7 +814,7 @@ void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, c
   launch(&astrai::Runtime::paged_prefill, a);
 }
 
-void rotary_emb(const Input& x, const Input& freqs, Output out, Opt<std::uintptr_t> stream) {
+void rotary_emb(const Input& x, const Input& freqs, const Output& out, Opt<std::uintptr_t> stream) {
   constexpr const char* kCall = "rotary_emb";
   Checker c(kCall);
   astrai::RotaryArgs a;

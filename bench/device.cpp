@@ -199,7 +199,7 @@ void Bench::measure_gemm() {
     auto map = [&](const DeviceBuffer& buffer, std::uint32_t rows) {
       astrai::detail::TensorMapShape shape{reinterpret_cast<const void*>(buffer.get()),
                                            {kSize, kSize}, {kSize}, {64, rows}};
-      return astrai::detail::encode_tensor_map(shape, false, 0);
+      return astrai::detail::encode_tensor_map(shape, false, 0, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
     };
     CUtensorMap map_a = map(a, astrai::kGemmBlockM);
     CUtensorMap map_b = map(b, astrai::kGemmBlockN);

@@ -161,7 +161,7 @@ CUtensorMap tensor_map(const void* base, bool fp16, std::vector<std::uint64_t> d
   if (dims.size() > 2) shape.box[2] = box2;
   const std::string problem = astrai::detail::tensor_map_problem(shape);
   if (!problem.empty()) throw std::runtime_error("tensor map: " + problem);
-  return astrai::detail::encode_tensor_map(shape, fp16, 0);
+  return astrai::detail::encode_tensor_map(shape, fp16, 0, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 }
 
 struct Grid {

@@ -28,7 +28,8 @@ std::string tensor_map_problem(const TensorMapShape& shape) {
   return {};
 }
 
-CUtensorMap encode_tensor_map(const TensorMapShape& shape, bool fp16, int device) {
+CUtensorMap encode_tensor_map(const TensorMapShape& shape, bool fp16, int device,
+                              CUtensorMapL2promotion promotion) {
   const std::size_t rank = shape.dims.size();
   cuuint64_t dims[5];
   cuuint64_t strides[4];
@@ -44,7 +45,7 @@ CUtensorMap encode_tensor_map(const TensorMapShape& shape, bool fp16, int device
   check_cu(driver().cuTensorMapEncodeTiled(&map, fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
                                            static_cast<cuuint32_t>(rank), const_cast<void*>(shape.base), dims,
                                            strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                           CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                           CU_TENSOR_MAP_SWIZZLE_128B, promotion,
                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
            "cuTensorMapEncodeTiled", device);
   return map;

@@ -23,8 +23,11 @@ struct TensorMapShape {
 // breaks ("q: stride 72 bytes is not a multiple of 16"). Checked without a driver.
 std::string tensor_map_problem(const TensorMapShape& shape);
 
-// The encoded map (cuTensorMapEncodeTiled; zeros outside the tensor, L2 promotion of 256 B).
-// Throws CudaError when the driver refuses it.
-CUtensorMap encode_tensor_map(const TensorMapShape& shape, bool fp16, int device);
+// The encoded map (cuTensorMapEncodeTiled; zeros outside the tensor). `promotion`: how much a
+// box row's L2 miss fetches. A box row is half of a 256-byte K/V row at head dim 128: promoting
+// it to 256 B cost the decode 6% of its bandwidth on the H200 (docs/performance.md), so the
+// decode maps take none. Throws CudaError when the driver refuses the map.
+CUtensorMap encode_tensor_map(const TensorMapShape& shape, bool fp16, int device,
+                              CUtensorMapL2promotion promotion);
 
 }  // namespace astrai::detail

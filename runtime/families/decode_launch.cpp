@@ -95,8 +95,8 @@ bool decode_sm90_maps(const Device& device, const KernelSpec& spec, const PagedD
     }
     if (memo.usable) {
       const bool fp16 = spec.dtype == DType::fp16;
-      memo.map_k = encode_tensor_map(k, fp16, device.ordinal());
-      memo.map_v = encode_tensor_map(v, fp16, device.ordinal());
+      memo.map_k = encode_tensor_map(k, fp16, device.ordinal(), CU_TENSOR_MAP_L2_PROMOTION_NONE);
+      memo.map_v = encode_tensor_map(v, fp16, device.ordinal(), CU_TENSOR_MAP_L2_PROMOTION_NONE);
     }
     memo.key = key;
     memo.valid = true;

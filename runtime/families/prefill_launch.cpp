@@ -74,9 +74,10 @@ bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, c
     }
   }
   const bool fp16 = spec.dtype == DType::fp16;
-  CUtensorMap map_q = encode_tensor_map(maps.q, fp16, device.ordinal());
-  CUtensorMap map_k = encode_tensor_map(maps.k, fp16, device.ordinal());
-  CUtensorMap map_v = encode_tensor_map(maps.v, fp16, device.ordinal());
+  constexpr CUtensorMapL2promotion kPromotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  CUtensorMap map_q = encode_tensor_map(maps.q, fp16, device.ordinal(), kPromotion);
+  CUtensorMap map_k = encode_tensor_map(maps.k, fp16, device.ordinal(), kPromotion);
+  CUtensorMap map_v = encode_tensor_map(maps.v, fp16, device.ordinal(), kPromotion);
   spec.hopper = true;
   const int smem = prefill_sm90_smem_bytes(spec.head_dim, prefill_sm90_block_n(spec.head_dim));
   const LoadedVariant& variant = impl.variant(device, spec, {kPrefillSm90Threads, smem});

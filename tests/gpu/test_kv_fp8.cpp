@@ -10,11 +10,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include <fmt/format.h>
 
 #include "tests/gpu/gpu_support.hpp"
+#include "tests/gpu/paged_decode_support.hpp"
 #include "tests/gpu/prefill_support.hpp"
 #include "tests/support/fp8.hpp"
 
@@ -61,19 +61,6 @@ struct Fp8Case {
   }
 };
 
-// Scales of the K or V cache: per tensor (one value) or per KV head, spread so that values of
-// about +-1 use most of the format's finite range without saturating.
-std::vector<float> make_scales(const Fp8Case& c, std::mt19937& rng) {
-  std::uniform_real_distribution<float> spread(0.004f, 0.012f);
-  std::vector<float> scales(c.per_head ? c.n_kv_heads : 1);
-  for (auto& s : scales) s = spread(rng);
-  return scales;
-}
-
-float scale_of(const std::vector<float>& scales, int kv_head) {
-  return scales.size() == 1 ? scales[0] : scales[kv_head];
-}
-
 // A cache of `rows` rows of n_kv_heads heads (head stride `head_stride` bytes): random values
 // in [-1, 1) quantized with the head's scale; bytes between heads are random too.
 std::vector<std::uint8_t> make_cache(std::size_t bytes, const Fp8Case& c, const std::vector<float>& scales,
@@ -100,33 +87,6 @@ std::vector<float> dequantized_rows(const std::vector<std::uint8_t>& cache, int 
   return rows;
 }
 
-// Pages of a ragged batch handed out in a shuffled order (logical and physical order differ),
-// one spare table column and two spare pages.
-struct PagePool {
-  int max_pages = 1;
-  int num_pages = 0;
-  std::vector<std::int32_t> table;  // [batch, max_pages], -1 where unused
-};
-
-PagePool make_page_pool(const std::vector<int>& seq_lens, int page_size, std::mt19937& rng) {
-  PagePool pool;
-  const int batch = static_cast<int>(seq_lens.size());
-  const int max_len = batch ? *std::max_element(seq_lens.begin(), seq_lens.end()) : 0;
-  pool.max_pages = std::max(1, (max_len + page_size - 1) / page_size + 1);
-  int used = 0;
-  for (int len : seq_lens) used += (len + page_size - 1) / page_size;
-  pool.num_pages = used + 2;
-  std::vector<int> physical(pool.num_pages);
-  std::iota(physical.begin(), physical.end(), 0);
-  std::shuffle(physical.begin(), physical.end(), rng);
-  pool.table.assign(static_cast<std::size_t>(std::max(1, batch)) * pool.max_pages, -1);
-  int next = 0;
-  for (int b = 0; b < batch; ++b)
-    for (int p = 0; p < (seq_lens[b] + page_size - 1) / page_size; ++p)
-      pool.table[b * pool.max_pages + p] = physical[next++];
-  return pool;
-}
-
 // Compares one query row's output and LSE with the reference.
 void compare_row(Comparison* comparison, const std::vector<std::uint16_t>& out, std::int64_t out_base,
                  const std::vector<float>& lse, std::int64_t lse_index, bool check_lse, DType dtype,
@@ -135,13 +95,7 @@ void compare_row(Comparison* comparison, const std::vector<std::uint16_t>& out, 
     accumulate(comparison, bits_to_float(out[out_base + i], dtype), want[i], kTolerance, kTolerance,
                fmt::format("{} d={}", where, i));
   if (!check_lse) return;
-  const double got = lse[lse_index];
-  if (std::isinf(want_lse)) {
-    if (!(std::isinf(got) && got < 0) && comparison->failures++ == 0)
-      comparison->first_failure = fmt::format("{} lse: got {} want -inf", where, got);
-  } else {
-    accumulate(comparison, got, want_lse, 2e-3, 1e-3, where + " lse");
-  }
+  compare_lse(comparison, lse[lse_index], want_lse, where + " lse");
 }
 
 Comparison run_paged_decode(const Fp8Case& c) {
@@ -150,17 +104,17 @@ Comparison run_paged_decode(const Fp8Case& c) {
   const int n_heads = c.n_kv_heads * c.group;
   const int d = c.head_dim;
   const int ps = c.page_size;
-  const PagePool pool = make_page_pool(c.seq_lens, ps, rng);
-  const int max_pages = pool.max_pages;
-  const int num_pages = pool.num_pages;
-  const std::vector<std::int32_t>& table = pool.table;
+  const PageTable pages = make_page_table(c.seq_lens, ps, PageTableShape(), rng);
+  const int max_pages = pages.max_pages;
+  const int num_pages = pages.num_pages;
+  const std::vector<std::int32_t>& table = pages.table;
 
   const std::int64_t head_stride = d + (c.padded ? 16 : 0);
   const std::int64_t token_stride = c.n_kv_heads * head_stride;
   const std::int64_t page_stride = ps * token_stride;
   const std::size_t pool_bytes = static_cast<std::size_t>(num_pages) * page_stride;
-  const std::vector<float> k_scales = make_scales(c, rng);
-  const std::vector<float> v_scales = make_scales(c, rng);
+  const std::vector<float> k_scales = kv_scales(c.per_head, c.n_kv_heads, rng);
+  const std::vector<float> v_scales = kv_scales(c.per_head, c.n_kv_heads, rng);
   std::vector<std::uint8_t> k_pool = make_cache(pool_bytes, c, k_scales, head_stride, rng);
   std::vector<std::uint8_t> v_pool = make_cache(pool_bytes, c, v_scales, head_stride, rng);
 
@@ -289,12 +243,7 @@ Comparison run_paged_decode(const Fp8Case& c) {
       }
     }
   }
-  if (c.padded)  // padding between output rows keeps its poison
-    for (int b = 0; b < batch; ++b)
-      for (int h = 0; h < n_heads; ++h)
-        for (std::int64_t i = d; i < q_head_stride; ++i)
-          if (out[b * q_batch_stride + h * q_head_stride + i] != kPoison && comparison.failures++ == 0)
-            comparison.first_failure = fmt::format("padding written at b={} h={} col={}", b, h, i);
+  if (c.padded) check_row_padding(&comparison, out, batch, n_heads, q_batch_stride, q_head_stride, d);
   finish(&comparison);
   return comparison;
 }
@@ -308,8 +257,8 @@ Comparison run_decode(const Fp8Case& c) {
   const std::int64_t seq_stride = c.n_kv_heads * head_stride;
   const std::int64_t batch_stride = std::max(1, c.kv_len) * seq_stride;
   const std::size_t cache_bytes = static_cast<std::size_t>(std::max(1, batch)) * batch_stride;
-  const std::vector<float> k_scales = make_scales(c, rng);
-  const std::vector<float> v_scales = make_scales(c, rng);
+  const std::vector<float> k_scales = kv_scales(c.per_head, c.n_kv_heads, rng);
+  const std::vector<float> v_scales = kv_scales(c.per_head, c.n_kv_heads, rng);
   const std::vector<std::uint8_t> k_cache = make_cache(cache_bytes, c, k_scales, head_stride, rng);
   const std::vector<std::uint8_t> v_cache = make_cache(cache_bytes, c, v_scales, head_stride, rng);
   const std::int64_t q_batch_stride = static_cast<std::int64_t>(n_heads) * d;
@@ -397,17 +346,17 @@ Comparison run_paged_prefill(const Fp8Case& c) {
   for (int b = 0; b < batch; ++b) indptr[b + 1] = indptr[b] + c.q_lens[b];
   const int total_q = indptr[batch];
   const int max_q_len = batch ? *std::max_element(c.q_lens.begin(), c.q_lens.end()) : 0;
-  const PagePool pool = make_page_pool(c.seq_lens, ps, rng);
-  const int max_pages = pool.max_pages;
-  const int num_pages = pool.num_pages;
-  const std::vector<std::int32_t>& table = pool.table;
+  const PageTable pages = make_page_table(c.seq_lens, ps, PageTableShape(), rng);
+  const int max_pages = pages.max_pages;
+  const int num_pages = pages.num_pages;
+  const std::vector<std::int32_t>& table = pages.table;
 
   const std::int64_t head_stride = d + (c.padded ? 16 : 0);
   const std::int64_t token_stride = c.n_kv_heads * head_stride;
   const std::int64_t page_stride = ps * token_stride;
   const std::size_t pool_bytes = static_cast<std::size_t>(num_pages) * page_stride;
-  const std::vector<float> k_scales = make_scales(c, rng);
-  const std::vector<float> v_scales = make_scales(c, rng);
+  const std::vector<float> k_scales = kv_scales(c.per_head, c.n_kv_heads, rng);
+  const std::vector<float> v_scales = kv_scales(c.per_head, c.n_kv_heads, rng);
   const std::vector<std::uint8_t> k_pool = make_cache(pool_bytes, c, k_scales, head_stride, rng);
   const std::vector<std::uint8_t> v_pool = make_cache(pool_bytes, c, v_scales, head_stride, rng);
   const std::int64_t q_token_stride = static_cast<std::int64_t>(n_heads) * d;
@@ -505,11 +454,7 @@ void check_case(const Fp8Case& c) {
                                 : c.call == Fp8Call::decode     ? run_decode(c)
                                                                 : run_paged_prefill(c);
   note_worst(std::string(call_name(c.call)) + " fp8", c.dtype, comparison);
-  INFO(c.describe());
-  MESSAGE(fmt::format("{} -> max|err| {:.3g} norm-rel {:.3g}", c.describe(), comparison.max_abs_error,
-                      comparison.norm_rel_error));
-  CHECK_MESSAGE(comparison.failures == 0, comparison.first_failure);
-  CHECK(comparison.norm_rel_error <= kTolerance);
+  check_comparison(c.describe(), comparison);
 }
 
 std::vector<int> ragged_lengths(int page_size, std::mt19937& rng) {

@@ -6,11 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include <fmt/format.h>
 
 #include "tests/gpu/gpu_support.hpp"
+#include "tests/gpu/paged_decode_support.hpp"
 #include "tests/gpu/prefill_support.hpp"
 #include "tests/support/fp8.hpp"
 
@@ -78,19 +78,12 @@ void check_case(const MultiTokenCase& c, bool graph = false) {
   const int n_heads = c.n_heads();
   const int d = c.head_dim;
   const int ps = c.page_size;
-  const int max_len = batch ? *std::max_element(c.seq_lens.begin(), c.seq_lens.end()) : 0;
-  const int max_pages = std::max(1, (max_len + ps - 1) / ps + c.extra_pages);
-  int used_pages = 0;
-  for (int len : c.seq_lens) used_pages += (len + ps - 1) / ps;
-  const int num_pages = used_pages + 2;
-  // Pages handed out in a shuffled order: logical and physical order differ.
-  std::vector<int> physical(num_pages);
-  std::iota(physical.begin(), physical.end(), 0);
-  std::shuffle(physical.begin(), physical.end(), rng);
-  std::vector<std::int32_t> table(static_cast<std::size_t>(std::max(1, batch)) * max_pages, -1);
-  int next = 0;
-  for (int b = 0; b < batch; ++b)
-    for (int p = 0; p < (c.seq_lens[b] + ps - 1) / ps; ++p) table[b * max_pages + p] = physical[next++];
+  PageTableShape shape;
+  shape.extra_pages = c.extra_pages;
+  const PageTable pages = make_page_table(c.seq_lens, ps, shape, rng);
+  const int max_pages = pages.max_pages;
+  const int num_pages = pages.num_pages;
+  const std::vector<std::int32_t>& table = pages.table;
 
   // The cache, [num_pages, page_size, n_kv_heads, head_dim] with heads padded by 16 elements,
   // and its values as the kernel reads them (dequantized for FP8).
@@ -98,13 +91,8 @@ void check_case(const MultiTokenCase& c, bool graph = false) {
   const std::int64_t token_stride = c.n_kv_heads * head_stride;
   const std::int64_t page_stride = ps * token_stride;
   const std::size_t pool_elems = static_cast<std::size_t>(num_pages) * page_stride;
-  std::vector<float> k_scales(c.per_head ? c.n_kv_heads : 1), v_scales(k_scales.size());
-  std::uniform_real_distribution<float> spread(0.004f, 0.012f);
-  for (auto& s : k_scales) s = spread(rng);
-  for (auto& s : v_scales) s = spread(rng);
-  auto scale_of = [](const std::vector<float>& scales, int kv_head) {
-    return scales.size() == 1 ? scales[0] : scales[kv_head];
-  };
+  const std::vector<float> k_scales = kv_scales(c.per_head, c.n_kv_heads, rng);
+  const std::vector<float> v_scales = kv_scales(c.per_head, c.n_kv_heads, rng);
   std::vector<std::uint16_t> k16, v16;
   std::vector<std::uint8_t> k8, v8;
   std::vector<float> k_value(pool_elems), v_value(pool_elems);
@@ -131,13 +119,8 @@ void check_case(const MultiTokenCase& c, bool graph = false) {
   const QueryLayout layout = query_layout(c);
   const std::vector<std::uint16_t> q = random_elements(layout.elements, c.dtype, rng);
   const std::int64_t capacity = static_cast<std::int64_t>(max_pages) * ps;
-  std::vector<std::uint8_t> mask;
-  if (c.mask) {
-    mask.resize(static_cast<std::size_t>(std::max(1, batch)) * capacity);
-    std::bernoulli_distribution keep(0.7);
-    for (auto& m : mask) m = keep(rng) ? 1 : 0;
-    std::fill(mask.begin(), mask.begin() + capacity, 0);  // request 0 keeps nothing
-  }
+  const std::vector<std::uint8_t> mask =
+      c.mask ? random_keep_mask(batch, capacity, rng) : std::vector<std::uint8_t>();
   const std::vector<float> sinks = sink_values(n_heads, c.seed);
 
   DeviceBuffer d_k = c.fp8() ? DeviceBuffer::from(k8) : DeviceBuffer::from(k16);
@@ -200,32 +183,7 @@ void check_case(const MultiTokenCase& c, bool graph = false) {
   const auto out = d_out.to_host<std::uint16_t>(layout.elements);
   const auto lse = d_lse.to_host<float>(lse_count);
 
-  if (graph) {
-    // Captured on a fresh stream after an eager call there (which sizes its workspace),
-    // replayed twice over a re-poisoned output: the eager call's bits.
-    const auto& api = detail::driver();
-    CUstream stream;
-    detail::check_cu(api.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate", -1);
-    args.stream = stream;
-    Runtime::get().paged_decode(args);
-    detail::check_cu(api.cuStreamSynchronize(stream), "cuStreamSynchronize", -1);
-    CUgraph captured;
-    CUgraphExec exec;
-    detail::check_cu(api.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture", -1);
-    Runtime::get().paged_decode(args);
-    detail::check_cu(api.cuStreamEndCapture(stream, &captured), "cuStreamEndCapture", -1);
-    detail::check_cu(api.cuGraphInstantiate(&exec, captured, 0), "cuGraphInstantiate", -1);
-    for (int replay = 0; replay < 2; ++replay) {
-      d_out.fill_byte(0xff);
-      detail::check_cu(api.cuGraphLaunch(exec, stream), "cuGraphLaunch", -1);
-      detail::check_cu(api.cuStreamSynchronize(stream), "cuStreamSynchronize", -1);
-      CHECK_MESSAGE(d_out.to_host<std::uint16_t>(layout.elements) == out,
-                    "graph replay differs from the eager call: " << c.describe());
-    }
-    api.cuGraphExecDestroy(exec);
-    api.cuGraphDestroy(captured);
-    api.cuStreamDestroy(stream);
-  }
+  if (graph) check_graph_replay(args, &d_out, out, c.describe());
 
   Verdict verdict;
   std::vector<char> written(out.size(), 0);

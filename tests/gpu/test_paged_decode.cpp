@@ -3,12 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "tests/gpu/gpu_support.hpp"
+#include "tests/gpu/paged_decode_support.hpp"
 
 namespace astrai::gpu_test {
 namespace {
@@ -53,31 +53,17 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
   const int d = c.head_dim;
   const int ps = c.page_size;
   const int pad = c.strided ? 8 : 0;
-  const int max_len = batch ? *std::max_element(c.seq_lens.begin(), c.seq_lens.end()) : 0;
-  const int max_pages = std::max(1, (max_len + ps - 1) / ps + c.extra_pages);
-  int used_pages = 0;
-  for (int len : c.seq_lens) used_pages += (len + ps - 1) / ps;
-  const int num_pages = used_pages + 3;
-
-  // Pages handed out in a shuffled order so logical and physical order differ.
-  std::vector<int> physical(num_pages);
-  std::iota(physical.begin(), physical.end(), 0);
-  std::shuffle(physical.begin(), physical.end(), rng);
-  const int table_stride = max_pages + (c.strided ? 5 : 0);
-  // With req_rows the table has spare rows and request b uses row req[b] (a shuffled pick).
-  const int table_rows = c.req_rows ? batch + 3 : batch;
-  std::vector<std::int32_t> req(batch);
-  std::iota(req.begin(), req.end(), 0);
-  if (c.req_rows) {
-    std::vector<std::int32_t> rows(table_rows);
-    std::iota(rows.begin(), rows.end(), 0);
-    std::shuffle(rows.begin(), rows.end(), rng);
-    for (int b = 0; b < batch; ++b) req[b] = rows[b];
-  }
-  std::vector<std::int32_t> table(static_cast<std::size_t>(std::max(1, table_rows)) * table_stride, -1);
-  int next = 0;
-  for (int b = 0; b < batch; ++b)
-    for (int p = 0; p < (c.seq_lens[b] + ps - 1) / ps; ++p) table[req[b] * table_stride + p] = physical[next++];
+  PageTableShape shape;
+  shape.extra_pages = c.extra_pages;
+  shape.spare_pages = 3;
+  shape.stride_padding = c.strided ? 5 : 0;
+  shape.request_rows = c.req_rows;
+  const PageTable pages = make_page_table(c.seq_lens, ps, shape, rng);
+  const int max_pages = pages.max_pages;
+  const int num_pages = pages.num_pages;
+  const int table_stride = pages.stride;
+  const std::vector<std::int32_t>& req = pages.request_row;
+  const std::vector<std::int32_t>& table = pages.table;
 
   const std::int64_t kv_head_stride = d + pad;
   const std::int64_t kv_token_stride = c.n_kv_heads * kv_head_stride;
@@ -98,13 +84,8 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
 
   const std::int64_t capacity = static_cast<std::int64_t>(max_pages) * ps;
   const std::int64_t mask_stride = capacity + (c.strided ? 3 : 0);
-  std::vector<std::uint8_t> mask;
-  if (c.mask) {
-    mask.resize(std::max<std::size_t>(1, batch * mask_stride));
-    std::bernoulli_distribution keep(0.7);
-    for (auto& m : mask) m = keep(rng) ? 1 : 0;
-    for (std::int64_t t = 0; batch > 0 && t < mask_stride; ++t) mask[t] = 0;  // row 0: nothing kept
-  }
+  const std::vector<std::uint8_t> mask =
+      c.mask ? random_keep_mask(batch, mask_stride, rng) : std::vector<std::uint8_t>();
   const std::int64_t new_stride_batch = c.n_kv_heads * kv_head_stride;
   std::vector<std::uint16_t> new_k, new_v;
   if (c.append) {
@@ -170,7 +151,7 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
   }
   if (c.req_rows) {
     args.req_indices = static_cast<const std::int32_t*>(d_req.get());
-    args.page_table_rows = table_rows;
+    args.page_table_rows = pages.rows;
   }
   if (c.lse) args.lse = static_cast<float*>(d_lse.get());
   Runtime::get().paged_decode(args);
@@ -201,34 +182,7 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
     }
   }
 
-  if (capture_graph) {
-    // Capture the same call on a fresh stream (the eager call above sized the workspace),
-    // replay it twice over a re-poisoned output, and demand the same bits.
-    const auto& api = detail::driver();
-    CUstream stream;
-    detail::check_cu(api.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate", -1);
-    args.stream = stream;
-    Runtime::get().paged_decode(args);  // eager on this stream: sizes its workspace
-    detail::check_cu(api.cuStreamSynchronize(stream), "cuStreamSynchronize", -1);
-    d_out.fill_byte(0xff);
-    CUgraph graph;
-    CUgraphExec exec;
-    detail::check_cu(api.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-                     "cuStreamBeginCapture", -1);
-    Runtime::get().paged_decode(args);
-    detail::check_cu(api.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture", -1);
-    detail::check_cu(api.cuGraphInstantiate(&exec, graph, 0), "cuGraphInstantiate", -1);
-    for (int replay = 0; replay < 2; ++replay) {
-      d_out.fill_byte(0xff);
-      detail::check_cu(api.cuGraphLaunch(exec, stream), "cuGraphLaunch", -1);
-      detail::check_cu(api.cuStreamSynchronize(stream), "cuStreamSynchronize", -1);
-      const auto replayed = d_out.to_host<std::uint16_t>(out_elems);
-      CHECK_MESSAGE(replayed == run.out, "graph replay differs from the eager call: " << c.describe());
-    }
-    api.cuGraphExecDestroy(exec);
-    api.cuGraphDestroy(graph);
-    api.cuStreamDestroy(stream);
-  }
+  if (capture_graph) check_graph_replay(args, &d_out, run.out, c.describe());
 
   const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(d));
   std::vector<double> scores;
@@ -258,13 +212,7 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
       for (int t = 0; t < len; ++t) total += (scores[t] = kept(t) ? std::exp(scores[t] - max_score) : 0.0);
       if (c.lse) {
         const double want_lse = total > 0 ? max_score + std::log(total) : -INFINITY;
-        const double got_lse = lse[b * n_heads + h];
-        if (std::isinf(want_lse)) {
-          if (!(std::isinf(got_lse) && got_lse < 0) && run.comparison.failures++ == 0)
-            run.comparison.first_failure = fmt::format("lse b={} h={}: got {} want -inf", b, h, got_lse);
-        } else {
-          accumulate(&run.comparison, got_lse, want_lse, 2e-3, 1e-3, fmt::format("lse b={} h={}", b, h));
-        }
+        compare_lse(&run.comparison, lse[b * n_heads + h], want_lse, fmt::format("lse b={} h={}", b, h));
       }
       for (int i = 0; i < d; ++i) {
         double want = 0;
@@ -281,28 +229,15 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
       }
     }
   }
-  // Padding between output rows must still hold the poison (nothing written out of bounds).
-  if (c.strided) {
-    for (int b = 0; b < batch; ++b)
-      for (int h = 0; h < n_heads; ++h)
-        for (int i = d; i < out_head_stride; ++i)
-          if (run.out[b * out_batch_stride + h * out_head_stride + i] != 0xffff) {
-            ++run.comparison.failures;
-            run.comparison.first_failure = fmt::format("padding written at b={} h={} col={}", b, h, i);
-          }
-  }
+  if (c.strided)
+    check_row_padding(&run.comparison, run.out, batch, n_heads, out_batch_stride, out_head_stride, d);
   finish(&run.comparison);
   note_worst("paged_decode", c.dtype, run.comparison);
   return run;
 }
 
 void check_case(const PagedCase& c, bool graph = false) {
-  const PagedRun run = run_paged_case(c, graph);
-  INFO(c.describe());
-  MESSAGE(fmt::format("{} -> max|err| {:.3g} norm-rel {:.3g}", c.describe(),
-                      run.comparison.max_abs_error, run.comparison.norm_rel_error));
-  CHECK_MESSAGE(run.comparison.failures == 0, run.comparison.first_failure);
-  CHECK(run.comparison.norm_rel_error <= 1e-2);
+  check_comparison(c.describe(), run_paged_case(c, graph).comparison);
 }
 
 std::vector<int> ragged_lengths(int page_size, std::mt19937& rng) {

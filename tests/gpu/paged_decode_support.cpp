@@ -1,0 +1,115 @@
+#include "tests/gpu/paged_decode_support.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "tests/gpu/prefill_support.hpp"
+
+namespace astrai::gpu_test {
+
+PageTable make_page_table(const std::vector<int>& seq_lens, int page_size, const PageTableShape& shape,
+                          std::mt19937& rng) {
+  PageTable pages;
+  const int batch = static_cast<int>(seq_lens.size());
+  const int max_len = batch ? *std::max_element(seq_lens.begin(), seq_lens.end()) : 0;
+  pages.max_pages = std::max(1, (max_len + page_size - 1) / page_size + shape.extra_pages);
+  int used_pages = 0;
+  for (int len : seq_lens) used_pages += (len + page_size - 1) / page_size;
+  pages.num_pages = used_pages + shape.spare_pages;
+
+  std::vector<int> physical(pages.num_pages);
+  std::iota(physical.begin(), physical.end(), 0);
+  std::shuffle(physical.begin(), physical.end(), rng);
+  pages.stride = pages.max_pages + shape.stride_padding;
+  pages.rows = shape.request_rows ? batch + 3 : batch;
+  pages.request_row.resize(batch);
+  std::iota(pages.request_row.begin(), pages.request_row.end(), 0);
+  if (shape.request_rows) {
+    std::vector<std::int32_t> rows(pages.rows);
+    std::iota(rows.begin(), rows.end(), 0);
+    std::shuffle(rows.begin(), rows.end(), rng);
+    for (int b = 0; b < batch; ++b) pages.request_row[b] = rows[b];
+  }
+  pages.table.assign(static_cast<std::size_t>(std::max(1, pages.rows)) * pages.stride, -1);
+  int next = 0;
+  for (int b = 0; b < batch; ++b)
+    for (int p = 0; p < (seq_lens[b] + page_size - 1) / page_size; ++p)
+      pages.table[pages.request_row[b] * pages.stride + p] = physical[next++];
+  return pages;
+}
+
+std::vector<std::uint8_t> random_keep_mask(int batch, std::int64_t row_stride, std::mt19937& rng) {
+  std::vector<std::uint8_t> mask(std::max<std::size_t>(1, batch * row_stride));
+  std::bernoulli_distribution keep(0.7);
+  for (auto& m : mask) m = keep(rng) ? 1 : 0;
+  for (std::int64_t t = 0; batch > 0 && t < row_stride; ++t) mask[t] = 0;
+  return mask;
+}
+
+std::vector<float> kv_scales(bool per_head, int n_kv_heads, std::mt19937& rng) {
+  std::uniform_real_distribution<float> spread(0.004f, 0.012f);
+  std::vector<float> scales(per_head ? n_kv_heads : 1);
+  for (auto& s : scales) s = spread(rng);
+  return scales;
+}
+
+void check_graph_replay(PagedDecodeArgs args, DeviceBuffer* out, const std::vector<std::uint16_t>& eager_out,
+                        const std::string& description) {
+  const auto& api = detail::driver();
+  CUstream stream;
+  detail::check_cu(api.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate", -1);
+  args.stream = stream;
+  Runtime::get().paged_decode(args);
+  detail::check_cu(api.cuStreamSynchronize(stream), "cuStreamSynchronize", -1);
+  out->fill_byte(0xff);
+  CUgraph graph;
+  CUgraphExec exec;
+  detail::check_cu(api.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture",
+                   -1);
+  Runtime::get().paged_decode(args);
+  detail::check_cu(api.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture", -1);
+  detail::check_cu(api.cuGraphInstantiate(&exec, graph, 0), "cuGraphInstantiate", -1);
+  for (int replay = 0; replay < 2; ++replay) {
+    out->fill_byte(0xff);
+    detail::check_cu(api.cuGraphLaunch(exec, stream), "cuGraphLaunch", -1);
+    detail::check_cu(api.cuStreamSynchronize(stream), "cuStreamSynchronize", -1);
+    const auto replayed = out->to_host<std::uint16_t>(eager_out.size());
+    CHECK_MESSAGE(replayed == eager_out, "graph replay differs from the eager call: " << description);
+  }
+  api.cuGraphExecDestroy(exec);
+  api.cuGraphDestroy(graph);
+  api.cuStreamDestroy(stream);
+}
+
+void compare_lse(Comparison* comparison, double got, double want, const std::string& where) {
+  if (std::isinf(want)) {
+    if (!(std::isinf(got) && got < 0) && comparison->failures++ == 0)
+      comparison->first_failure = fmt::format("{}: got {} want -inf", where, got);
+  } else {
+    accumulate(comparison, got, want, 2e-3, 1e-3, where);
+  }
+}
+
+void check_row_padding(Comparison* comparison, const std::vector<std::uint16_t>& out, int batch, int n_heads,
+                       std::int64_t batch_stride, std::int64_t head_stride, int head_dim) {
+  for (int b = 0; b < batch; ++b)
+    for (int h = 0; h < n_heads; ++h)
+      for (std::int64_t i = head_dim; i < head_stride; ++i)
+        if (out[b * batch_stride + h * head_stride + i] != kPoison && comparison->failures++ == 0)
+          comparison->first_failure = fmt::format("padding written at b={} h={} col={}", b, h, i);
+}
+
+void check_comparison(const std::string& description, const Comparison& comparison) {
+  INFO(description);
+  MESSAGE(fmt::format("{} -> max|err| {:.3g} norm-rel {:.3g}", description, comparison.max_abs_error,
+                      comparison.norm_rel_error));
+  CHECK_MESSAGE(comparison.failures == 0, comparison.first_failure);
+  CHECK(comparison.norm_rel_error <= kTolerance);
+}
+
+}  // namespace astrai::gpu_test

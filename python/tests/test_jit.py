@@ -43,8 +43,12 @@ def test_cache_info_reads_the_environment(tmp_path, monkeypatch):
 
 
 def test_warm_dry_run_counts_the_default_set(tmp_path):
+    # 6 portable variants; on sm_90a the page-16 paged_decode ones (hd64, hd128) gain .tma twins.
     summary = astrai_jit.warm(arch="sm_90a", dry_run=True, cache_dir=tmp_path)
-    assert summary["variants"] == 6 and summary["cached"] == 0
+    assert summary["variants"] == 8 and summary["cached"] == 0
+    assert summary["output"].count(".tma.sm_90a") == 2, summary["output"]
+    portable = astrai_jit.warm(arch="sm_89", dry_run=True, cache_dir=tmp_path)
+    assert portable["variants"] == 6
 
 
 def test_bad_warm_choice_raises_with_the_cli_message(tmp_path):

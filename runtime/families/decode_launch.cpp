@@ -1,6 +1,10 @@
 #include "runtime/families/decode_launch.hpp"
 
 #include <algorithm>
+#include <unordered_map>
+
+#define XXH_INLINE_ALL  // header-only, as cache/cache_key.cpp uses it
+#include <xxhash.h>
 
 #include <fmt/format.h>
 
@@ -54,14 +58,54 @@ TensorMapShape decode_map_shape(const DecodeMapKey& key, const void* base, const
           {64, 1, box, 1}};
 }
 
-// The encoded maps of the last call on this thread: a serving loop decodes over the same cache
-// every step, and encoding costs more than the rest of the call's host work.
-struct DecodeMapMemo {
-  bool valid = false;  // the key has maps (false: not yet, or TMA cannot read these caches)
-  bool usable = false;
-  DecodeMapKey key{};
-  CUtensorMap map_k{}, map_v{};
+struct DecodeMapKeyHash {
+  std::size_t operator()(const DecodeMapKey& key) const {
+    const std::uint64_t words[] = {std::uint64_t(key.device), std::uint64_t(key.head_dim), std::uint64_t(key.page_size),
+                                   std::uint64_t(key.n_kv_heads), std::uint64_t(key.rows), std::uint64_t(key.outer),
+                                   std::uint64_t(key.dtype), reinterpret_cast<std::uintptr_t>(key.k),
+                                   reinterpret_cast<std::uintptr_t>(key.v), std::uint64_t(key.k_strides[0]),
+                                   std::uint64_t(key.k_strides[1]), std::uint64_t(key.k_strides[2]),
+                                   std::uint64_t(key.v_strides[0]), std::uint64_t(key.v_strides[1]),
+                                   std::uint64_t(key.v_strides[2])};
+    return static_cast<std::size_t>(XXH3_64bits(words, sizeof(words)));
+  }
 };
+
+// The maps of a cache, or that TMA cannot read it (the call then takes the portable kernel).
+struct DecodeMaps {
+  bool usable = false;
+  CUtensorMap k{}, v{};
+};
+
+// Encoded maps by what they encode, per thread: a serving loop decodes over the same caches
+// (one pair per layer) every step, and encoding them costs more than the rest of the call's
+// host work. Bounded: a process that keeps making new caches starts over past kMaxEntries.
+constexpr std::size_t kMaxEntries = 1024;
+
+const DecodeMaps& decode_maps(const DecodeMapKey& key, const KernelSpec& spec) {
+  thread_local std::unordered_map<DecodeMapKey, DecodeMaps, DecodeMapKeyHash> cache;
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  if (cache.size() >= kMaxEntries) cache.clear();
+  const TensorMapShape k = decode_map_shape(key, key.k, key.k_strides);
+  const TensorMapShape v = decode_map_shape(key, key.v, key.v_strides);
+  DecodeMaps maps;
+  maps.usable = true;
+  for (const auto& [what, shape] : {std::pair{"k", &k}, std::pair{"v", &v}}) {
+    const std::string problem = tensor_map_problem(*shape);
+    if (!problem.empty()) {
+      log(LogLevel::debug, "{}: portable kernel, {} cannot be read through TMA: {}", spec.family().name, what,
+          problem);
+      maps.usable = false;
+      break;
+    }
+  }
+  if (maps.usable) {  // a throw leaves nothing cached
+    const bool fp16 = spec.dtype == DType::fp16;
+    maps.k = encode_tensor_map(k, fp16, key.device, CU_TENSOR_MAP_L2_PROMOTION_NONE);
+    maps.v = encode_tensor_map(v, fp16, key.device, CU_TENSOR_MAP_L2_PROMOTION_NONE);
+  }
+  return cache.emplace(key, maps).first->second;
+}
 
 // Whether the Hopper decode serves this call, and its maps: false leaves it to the portable one.
 bool decode_sm90_maps(const Device& device, const KernelSpec& spec, const PagedDecodeParams& p, CUtensorMap* map_k,
@@ -78,32 +122,10 @@ bool decode_sm90_maps(const Device& device, const KernelSpec& spec, const PagedD
                          p.v_cache,
                          {p.k_stride_head, p.k_stride_token, p.k_stride_page},
                          {p.v_stride_head, p.v_stride_token, p.v_stride_page}};
-  thread_local DecodeMapMemo memo;
-  if (!memo.valid || !(memo.key == key)) {
-    memo.valid = false;
-    const TensorMapShape k = decode_map_shape(key, p.k_cache, key.k_strides);
-    const TensorMapShape v = decode_map_shape(key, p.v_cache, key.v_strides);
-    memo.usable = true;
-    for (const auto& [what, shape] : {std::pair{"k", &k}, std::pair{"v", &v}}) {
-      const std::string problem = tensor_map_problem(*shape);
-      if (!problem.empty()) {
-        log(LogLevel::debug, "{}: portable kernel, {} cannot be read through TMA: {}", spec.family().name, what,
-            problem);
-        memo.usable = false;
-        break;
-      }
-    }
-    if (memo.usable) {
-      const bool fp16 = spec.dtype == DType::fp16;
-      memo.map_k = encode_tensor_map(k, fp16, device.ordinal(), CU_TENSOR_MAP_L2_PROMOTION_NONE);
-      memo.map_v = encode_tensor_map(v, fp16, device.ordinal(), CU_TENSOR_MAP_L2_PROMOTION_NONE);
-    }
-    memo.key = key;
-    memo.valid = true;
-  }
-  *map_k = memo.map_k;
-  *map_v = memo.map_v;
-  return memo.usable;
+  const DecodeMaps& maps = decode_maps(key, spec);
+  *map_k = maps.k;
+  *map_v = maps.v;
+  return maps.usable;
 }
 
 }  // namespace

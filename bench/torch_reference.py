@@ -31,6 +31,22 @@ def median_ms(fn, reps=20):
     return times[len(times) // 2]
 
 
+BACKENDS = (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash2", SDPBackend.FLASH_ATTENTION))
+
+
+def time_sdpa(pattern, label, backend, run, reps, rate):
+    """Prints `TIME label: rate(ms)` for one SDPA backend when the label matches the filter; a
+    backend that refuses the shape prints SKIP and the rest still run."""
+    if not pattern.search(label):
+        return
+    try:
+        with sdpa_kernel([backend]):
+            ms = median_ms(run, reps)
+        print(f"TIME {label}: {rate(ms)}", flush=True)
+    except Exception as error:
+        print(f"SKIP {label}: {str(error).splitlines()[0][:160]}", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--filter", default="", help="regex over the case labels")
@@ -49,17 +65,10 @@ def main():
         k = k.repeat_interleave(heads // kv_heads, dim=2).transpose(1, 2)
         v = v.repeat_interleave(heads // kv_heads, dim=2).transpose(1, 2)
         flops = 4.0 * batch * heads * length * length * head_dim * (0.5 if causal else 1.0)
-        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash2", SDPBackend.FLASH_ATTENTION)):
-            label = f"torch-{name} prefill hd{head_dim} B{batch} L{length} causal{int(causal)}"
-            if not pattern.search(label):
-                continue
-            try:
-                with sdpa_kernel([backend]):
-                    run = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                    ms = median_ms(run, args.reps)
-                print(f"TIME {label}: {ms:.3f} ms {flops / (ms * 1e-3) / 1e12:.1f} TFLOP/s", flush=True)
-            except Exception as error:  # a backend that refuses the shape says so, the rest still run
-                print(f"SKIP torch-{name} prefill hd{head_dim}: {str(error).splitlines()[0][:160]}", flush=True)
+        for name, backend in BACKENDS:
+            time_sdpa(pattern, f"torch-{name} prefill hd{head_dim} B{batch} L{length} causal{int(causal)}", backend,
+                      lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal), args.reps,
+                      lambda ms: f"{ms:.3f} ms {flops / (ms * 1e-3) / 1e12:.1f} TFLOP/s")
         del q, k, v
     # Decode: (head_dim, heads, kv_heads, batch, length); each call reads 2 x B x Hkv x L x D x 2 bytes.
     decode_cases = [(128, 32, 8, 64, 8192), (128, 32, 8, 16, 32768), (128, 32, 8, 32, 4096), (64, 24, 4, 32, 4096)]
@@ -68,17 +77,10 @@ def main():
         k = torch.rand(batch, kv_heads, length, head_dim, device="cuda", dtype=torch.bfloat16).sub_(0.5)
         v = torch.rand_like(k).sub_(0.5)
         kv_bytes = 2.0 * k.numel() * k.element_size()
-        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash2", SDPBackend.FLASH_ATTENTION)):
-            label = f"torch-{name} decode hd{head_dim} h{heads}kv{kv_heads} B{batch} L{length}"
-            if not pattern.search(label):
-                continue
-            try:
-                with sdpa_kernel([backend]):
-                    run = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-                    ms = median_ms(run, args.reps)
-                print(f"TIME {label}: {ms * 1e3:.1f} us {kv_bytes / (ms * 1e-3) / 1e12:.2f} TB/s", flush=True)
-            except Exception as error:
-                print(f"SKIP {label}: {str(error).splitlines()[0][:160]}", flush=True)
+        for name, backend in BACKENDS:
+            time_sdpa(pattern, f"torch-{name} decode hd{head_dim} h{heads}kv{kv_heads} B{batch} L{length}", backend,
+                      lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True), args.reps,
+                      lambda ms: f"{ms * 1e3:.1f} us {kv_bytes / (ms * 1e-3) / 1e12:.2f} TB/s")
         del q, k, v
     return 0
 

@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include "kernel_src/hopper_params.h"
 #include "runtime/env_config.hpp"
 
 namespace astrai {

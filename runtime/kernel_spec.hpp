@@ -55,8 +55,8 @@ int arch_number(const std::string& arch);
 // True when `arch` with the no-MMA switch compiles the tensor-core path (sm_80 and newer).
 bool target_uses_mma(const std::string& arch, bool force_no_mma);
 
-// The Hopper counterpart of a portable spec, when its family has one that serves its shape on
-// its target (sm_90a, tensor cores on, no feature flags).
+// The Hopper counterpart of a portable spec, when its family has one that serves its shape,
+// target (sm_90a, tensor cores on) and features.
 bool hopper_serves(const KernelSpec& spec);
 
 }  // namespace astrai::detail

@@ -151,4 +151,10 @@ bool sm90a_target() {
   return detail::normalize_arch(value) == std::optional<std::string>("sm_90a");
 }
 
+int loaded_variants_named(const std::string& part) {
+  int found = 0;
+  for (const auto& name : Runtime::get().loaded_variants()) found += name.find(part) != std::string::npos;
+  return found;
+}
+
 }  // namespace astrai::gpu_test

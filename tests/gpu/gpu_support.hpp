@@ -51,6 +51,8 @@ int device_compute_capability();
 // Whether the runtime compiles for sm_90a on device 0: an sm_90 GPU and no ASTRAI_JIT_ARCH
 // naming another target (ASTRAI_JIT_ARCH=compute_80 runs the sm_80 code path there).
 bool sm90a_target();
+// How many variants loaded so far have `part` in their name: which path a call took.
+int loaded_variants_named(const std::string& part);
 
 // The serving features of an attention case. text() is its part of the parameter string,
 // " cap=4" for those set, "" for none.

@@ -499,11 +499,6 @@ TEST_CASE("paged_decode random sweep") {
 TEST_CASE("on sm_90a paged_decode streams K and V through TMA (unless switched off), a masked call takes the "
           "portable kernel") {
   if (!sm90a_target()) return;
-  auto count = [](const std::string& needle) {
-    int found = 0;
-    for (const auto& name : Runtime::get().loaded_variants()) found += name.find(needle) != std::string::npos;
-    return found;
-  };
   // Lengths around the 32-token pages and 64-token blocks, an empty one; the fused append.
   PagedCase c;
   c.page_size = 32;
@@ -514,13 +509,13 @@ TEST_CASE("on sm_90a paged_decode streams K and V through TMA (unless switched o
   c.seed = 5;
   check_case(c);
   const bool hopper = !mma_forced_off() && !wgmma_forced_off();
-  CHECK(count("paged_decode.bf16.hd128.ps32.g3.tma.sm_90a") == (hopper ? 1 : 0));
+  CHECK(loaded_variants_named("paged_decode.bf16.hd128.ps32.g3.tma.sm_90a") == (hopper ? 1 : 0));
   c.mask = true;
   c.seed = 6;
   check_case(c);
   const char* portable =
       mma_forced_off() ? "paged_decode.bf16.hd128.ps32.g3.nomma.sm_90a" : "paged_decode.bf16.hd128.ps32.g3.sm_90a";
-  CHECK(count(portable) == 1);
+  CHECK(loaded_variants_named(portable) == 1);
 }
 
 }  // TEST_SUITE

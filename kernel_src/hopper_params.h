@@ -67,8 +67,10 @@ constexpr bool prefill_sm90_head_dim(int head_dim) {
 
 // Decode (paged_decode_sm90.cuh): the tensor-core decode's 4 warps and 64-token blocks, K and V
 // brought by TMA into a ring of stages of 2 x 64 x head_dim elements: hd64 4 stages (3 CTAs an
-// SM), hd128 3 stages (2 CTAs: the best of a TMA copy probe on the H200), larger head dims 3
-// stages (1 CTA).
+// SM), hd128 3 stages (2 CTAs), larger head dims 3 stages (1 CTA). Measured on the H200
+// (docs/device-notes.md, run 48): hd128 with 6 stages at 1 CTA an SM read 71.5% of the streaming
+// ceiling against 90.5%, with 2 stages at 3 CTAs -0.7 to +2.5 points by shape; hd64 with 6 stages
+// at 2 CTAs read 68.4% against 66.5%, not yet adopted (measured before the L2 promotion fix).
 constexpr int decode_sm90_stages(int head_dim) { return head_dim <= 64 ? 4 : 3; }
 
 // The Q tile (rows of head_dim + 8 elements), 1 KB to align the ring by hand, the ring, and a

@@ -416,13 +416,9 @@ __device__ __forceinline__ void load_kv8_block_async(const PagedDecodeParams& p,
     }
     const unsigned char* k_row = static_cast<const unsigned char*>(p.k_cache);
     const unsigned char* v_row = static_cast<const unsigned char*>(p.v_cache);
-    const bool valid =
-        token < end && kv_rows<unsigned char, kPageSize>(p, seq, batch_index, kv_head, token, &k_row, &v_row);
-    const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache);
-    const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache);
-    // A row that is not read is zero-filled (source size 0) from a valid address.
-    cp_async_16(shared_address(k_dst), valid ? k_row + col : k_base, valid ? 16 : 0);
-    cp_async_16(shared_address(v_dst), valid ? v_row + col : v_base, valid ? 16 : 0);
+    const bool valid = token < end && kv_rows<unsigned char, kPageSize>(p, seq, batch_index, kv_head, token, &k_row, &v_row);
+    cp_async_16(shared_address(k_dst), valid ? k_row + col : static_cast<const unsigned char*>(p.k_cache), valid ? 16 : 0);
+    cp_async_16(shared_address(v_dst), valid ? v_row + col : static_cast<const unsigned char*>(p.v_cache), valid ? 16 : 0);
   }
 }
 

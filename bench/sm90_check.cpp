@@ -264,16 +264,21 @@ struct PrefillCase {
   int n_kv_heads = 1;
   int causal_offset = -1;
   bool lse = true;
+  int consumers = 0;  // consumer warpgroups; 0: the default of hopper_params.h
   int block_n = 0;    // 0: the default of hopper_params.h
   int page_size = 0;  // 0: contiguous KV
-  int kv_block() const { return block_n ? block_n : astrai::prefill_sm90_block_n(head_dim); }
+  bool shuffle_pages = true;  // paged: pages in random pool order (false: in order)
+  int warpgroups() const { return consumers ? consumers : astrai::prefill_sm90_consumers(head_dim); }
+  int block_m() const { return astrai::prefill_sm90_block_m(warpgroups()); }
+  int kv_block() const { return block_n ? block_n : astrai::prefill_sm90_block_n(head_dim, warpgroups()); }
   std::string kernel_name() const {
-    return fmt::format("astrai::prefill_sm90_kernel<astrai::{}, {}, {}, {}, {}>", fp16 ? "fp16_t" : "bf16_t",
-                       head_dim, page_size, n_heads / n_kv_heads, kv_block());
+    return fmt::format("astrai::prefill_sm90_kernel<astrai::{}, {}, {}, {}, {}, {}>", fp16 ? "fp16_t" : "bf16_t",
+                       head_dim, page_size, n_heads / n_kv_heads, warpgroups(), kv_block());
   }
   std::string label() const {
-    return fmt::format("hd{} {} B{} q{} kv{} h{}/{} causal{} bn{} ps{}", head_dim, fp16 ? "fp16" : "bf16", batch,
-                       q_len, kv_len, n_heads, n_kv_heads, causal_offset, kv_block(), page_size);
+    return fmt::format("hd{} {} B{} q{} kv{} h{}/{} causal{} wg{} bn{} ps{}{}", head_dim, fp16 ? "fp16" : "bf16",
+                       batch, q_len, kv_len, n_heads, n_kv_heads, causal_offset, warpgroups(), kv_block(), page_size,
+                       page_size > 0 && !shuffle_pages ? " in order" : "");
   }
 };
 
@@ -355,7 +360,7 @@ PrefillData make_prefill_data(const PrefillCase& c, std::mt19937& rng) {
   d.max_pages += 2;  // table entries past the end of every request
   std::vector<int> order(d.num_pages);
   for (int i = 0; i < d.num_pages; ++i) order[i] = i;
-  std::shuffle(order.begin(), order.end(), rng);
+  if (c.shuffle_pages) std::shuffle(order.begin(), order.end(), rng);
   const std::size_t page_elems = static_cast<std::size_t>(ps) * row;
   std::vector<std::uint16_t> k_cache(d.num_pages * page_elems, 0xffff), v_cache(d.num_pages * page_elems, 0xffff);
   std::vector<int> table(static_cast<std::size_t>(c.batch) * d.max_pages, d.num_pages + 1000);
@@ -415,7 +420,7 @@ void run_sm90_prefill(const PrefillKernels& kernels, const PrefillCase& c, Prefi
     // A zero-length dimension cannot be encoded; such a case has no KV block to load anyway.
     const U kv_rows = std::max(c.kv_len, 1);
     map_q = tensor_map(p.q, c.fp16, {U(c.head_dim), U(c.q_len), U(c.n_heads), U(c.batch)},
-                       {U(q_row), U(c.head_dim), U(p.q_stride_batch)}, 128);
+                       {U(q_row), U(c.head_dim), U(p.q_stride_batch)}, c.block_m());
     map_k = tensor_map(p.k, c.fp16, {U(c.head_dim), kv_rows, U(c.n_kv_heads), U(c.batch)},
                        {U(kv_row), U(c.head_dim), U(p.k_stride_batch)}, block_n);
     map_v = tensor_map(p.v, c.fp16, {U(c.head_dim), kv_rows, U(c.n_kv_heads), U(c.batch)},
@@ -433,16 +438,18 @@ void run_sm90_prefill(const PrefillKernels& kernels, const PrefillCase& c, Prefi
     p.causal_offset = c.causal_offset < 0 ? -1 : 0;
     const std::uint32_t box = std::min(c.page_size, 16);
     map_q = tensor_map(p.q, c.fp16, {U(c.head_dim), U(d.total_q), U(c.n_heads), 1},
-                       {U(q_row), U(c.head_dim), U(q_row) * d.total_q}, 128);
+                       {U(q_row), U(c.head_dim), U(q_row) * d.total_q}, c.block_m());
     map_k = tensor_map(p.k, c.fp16, {U(c.head_dim), U(c.n_kv_heads), U(c.page_size), U(d.num_pages)},
                        {U(c.head_dim), U(kv_row), U(page)}, 1, box);
     map_v = tensor_map(p.v, c.fp16, {U(c.head_dim), U(c.n_kv_heads), U(c.page_size), U(d.num_pages)},
                        {U(c.head_dim), U(kv_row), U(page)}, 1, box);
   }
-  const Grid grid{static_cast<unsigned>((d.max_q_len + 127) / 128), static_cast<unsigned>(c.n_heads),
-                  static_cast<unsigned>(c.batch)};
-  launch(kernels.find(c), grid, 384, static_cast<unsigned>(astrai::prefill_sm90_smem_bytes(c.head_dim, block_n)),
-         stream, {&p, &map_q, &map_k, &map_v});
+  const Grid grid{static_cast<unsigned>((d.max_q_len + c.block_m() - 1) / c.block_m()),
+                  static_cast<unsigned>(c.n_heads), static_cast<unsigned>(c.batch)};
+  const int wg = c.warpgroups();
+  launch(kernels.find(c), grid, astrai::prefill_sm90_threads(wg),
+         static_cast<unsigned>(astrai::prefill_sm90_smem_bytes(c.head_dim, wg, block_n)), stream,
+         {&p, &map_q, &map_k, &map_v});
 }
 
 void run_portable_prefill(const PrefillCase& c, PrefillData& d, CUstream stream) {
@@ -597,8 +604,9 @@ int main(int argc, char** argv) {
 
     // Every check and timing case, then one program holding every kernel they need.
     std::vector<PrefillCase> checks, timings;
-    // Other KV blocks, checked and timed beside the defaults.
-    const std::vector<std::pair<int, int>> alternatives = {{64, 128}, {128, 128}, {256, 64}};
+    // Other tilings (head dim, consumer warpgroups, KV block), checked and timed beside the defaults.
+    const std::vector<std::tuple<int, int, int>> alternatives = {
+        {64, 2, 192}, {128, 2, 128}, {128, 3, 80}, {256, 2, 64}};
     const int lens[][3] = {{1, 1, -1}, {63, 65, -1}, {128, 128, 0}, {129, 300, 171}, {200, 257, -1},
                            {64, 0, -1}, {300, 129, 0}};
     for (bool fp16 : {false, true})
@@ -613,11 +621,13 @@ int main(int argc, char** argv) {
           c.causal_offset = len[2];
           c.n_kv_heads = (len[0] % 2) ? 4 : 1;
           checks.push_back(c);
-          for (const auto& [alt_head_dim, block_n] : alternatives)
+          for (const auto& [alt_head_dim, consumers, block_n] : alternatives)
             if (alt_head_dim == head_dim && !fp16 && c.n_kv_heads == 1) {
+              c.consumers = consumers;
               c.block_n = block_n;
               checks.push_back(c);
             }
+          c.consumers = c.block_n = 0;
         }
     // Paged: ragged requests, pages of 8 to 256 tokens, NaN past each request's last token.
     const int paged_lens[][3] = {{1, 1, 0}, {63, 65, -1}, {129, 300, 0}, {200, 257, -1}, {64, 3, 0}, {17, 700, 0}};
@@ -650,11 +660,16 @@ int main(int argc, char** argv) {
       c.page_size = page_size;
       c.lse = false;
       timings.push_back(c);
-      for (const auto& [alt_head_dim, block_n] : alternatives)
+      for (const auto& [alt_head_dim, consumers, block_n] : alternatives)
         if (alt_head_dim == head_dim && page_size == 0) {
+          c.consumers = consumers;
           c.block_n = block_n;
           timings.push_back(c);
         }
+      if (page_size > 0) {  // what page order costs: the same pool, pages in order
+        c.shuffle_pages = false;
+        timings.push_back(c);
+      }
     }
     PrefillKernels prefill;
     if (timings_only) checks.clear();

@@ -16,44 +16,61 @@ inline constexpr int kGemmStageBytesB = kGemmBlockN * kGemmBlockK * 2;
 // The ring, its barriers, and 1 KB to align the ring to the swizzle atom by hand.
 inline constexpr int kGemmSmemBytes = kGemmStages * (kGemmStageBytesA + kGemmStageBytesB) + 1024 + 1024;
 
-// Prefill (prefill_sm90.cuh): a producer warpgroup and two consumer warpgroups of 64 rows.
-inline constexpr int kPrefillSm90Threads = 384;
-inline constexpr int kPrefillSm90BlockM = 128;  // query rows per CTA
-inline constexpr int kPrefillSm90Stages = 2;    // K and V blocks in flight, each
+// Prefill (prefill_sm90.cuh): a producer warpgroup and two or three consumer warpgroups of 64
+// query rows each, K and V blocks two deep.
+inline constexpr int kPrefillSm90Stages = 2;  // K and V blocks in flight, each
+
+// Consumer warpgroups: three at hd64, whose softmax weighs most against its GEMMs (a third
+// warpgroup's softmax hides behind two others' GEMMs), two at larger head dims, whose O tile needs
+// the registers.
+constexpr int prefill_sm90_consumers(int head_dim) { return head_dim <= 64 ? 3 : 2; }
+constexpr int prefill_sm90_threads(int consumers) { return 128 * (consumers + 1); }
+constexpr int prefill_sm90_block_m(int consumers) { return 64 * consumers; }  // query rows per CTA
+
 // Registers per thread after setmaxnreg: the producer warpgroup gives up what the consumers'
-// S, P and O tiles need. The pool is what the launch allocated (168 a thread under
-// __launch_bounds__(384, 1)), not the SM's 64K: asking for more makes setmaxnreg.inc wait forever.
-inline constexpr int kPrefillSm90LaunchRegs = 168;
+// S, P and O tiles need. The pool is what the launch allocated (65536 / threads, rounded down to
+// 8, under __launch_bounds__(threads, 1)), not more: asking for more makes setmaxnreg.inc wait
+// forever.
 inline constexpr int kPrefillSm90ProducerRegs = 24;
-inline constexpr int kPrefillSm90ConsumerRegs = 240;
-static_assert(128 * kPrefillSm90ProducerRegs + 256 * kPrefillSm90ConsumerRegs <= 384 * kPrefillSm90LaunchRegs,
+constexpr int prefill_sm90_launch_regs(int consumers) { return 65536 / prefill_sm90_threads(consumers) / 8 * 8; }
+constexpr int prefill_sm90_consumer_regs(int consumers) { return consumers == 2 ? 240 : 160; }
+static_assert(128 * kPrefillSm90ProducerRegs + 256 * prefill_sm90_consumer_regs(2) <=
+                  prefill_sm90_threads(2) * prefill_sm90_launch_regs(2),
+              "setmaxnreg asks for more registers than the launch holds");
+static_assert(128 * kPrefillSm90ProducerRegs + 384 * prefill_sm90_consumer_regs(3) <=
+                  prefill_sm90_threads(3) * prefill_sm90_launch_regs(3),
               "setmaxnreg asks for more registers than the launch holds");
 
-// KV tokens per block: S (kBlockN / 2 registers a thread) beside O (kHeadDim / 2), and Q with two
-// stages of K and V inside 227 KB. Measured on the H200 (docs/device-notes.md, sm_90 run 2):
-// hd64 192 beat 128 by 5%, hd128 176 beat 128 by 2%, hd256 80 beat 64 by 6%.
-constexpr int prefill_sm90_block_n(int head_dim) {
-  return head_dim <= 64 ? 192 : head_dim <= 128 ? 176 : 80;
+// KV tokens per block: S (block_n / 2 registers a thread) and P (block_n / 4) beside O
+// (head_dim / 2), and Q with two stages of K and V inside 227 KB. Measured on the H200
+// (docs/device-notes.md, sm_90 run 2): with two consumers hd64 192 beat 128 by 5%, hd128 176 beat
+// 128 by 2%, hd256 80 beat 64 by 6%. Three consumers (160 registers) hold S of 128 tokens.
+constexpr int prefill_sm90_block_n(int head_dim, int consumers) {
+  return consumers == 3 ? 128 : head_dim <= 64 ? 192 : head_dim <= 128 ? 176 : 80;
 }
 
 // Q, the K and V rings, their mbarriers (Q's, and a full and an empty one per stage of K and of
 // V), and 1 KB to align the tiles by hand.
-constexpr int prefill_sm90_smem_bytes(int head_dim, int block_n) {
-  return kPrefillSm90BlockM * head_dim * 2 + 2 * kPrefillSm90Stages * block_n * head_dim * 2 +
+constexpr int prefill_sm90_smem_bytes(int head_dim, int consumers, int block_n) {
+  return prefill_sm90_block_m(consumers) * head_dim * 2 + 2 * kPrefillSm90Stages * block_n * head_dim * 2 +
          8 * (1 + 4 * kPrefillSm90Stages) + 1024;
 }
 
-template <int kHeadDim, int kBlockN_ = prefill_sm90_block_n(kHeadDim)>
+template <int kHeadDim, int kConsumers_, int kBlockN_>
 struct PrefillSm90Shape {
   static_assert(kHeadDim % 64 == 0 && kHeadDim >= 64 && kHeadDim <= 256, "head_dim");
-  static_assert(kBlockN_ % 16 == 0, "block_n");
-  static constexpr int kBlockM = kPrefillSm90BlockM;
+  static_assert(kConsumers_ == 2 || kConsumers_ == 3, "consumer warpgroups");
+  static_assert(kBlockN_ % 16 == 0 && kBlockN_ <= 256, "block_n");
+  static constexpr int kConsumers = kConsumers_;
+  static constexpr int kThreads = prefill_sm90_threads(kConsumers);
+  static constexpr int kConsumerRegs = prefill_sm90_consumer_regs(kConsumers);
+  static constexpr int kBlockM = prefill_sm90_block_m(kConsumers);
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kPrefillSm90Stages;
   static constexpr int kChunks = kHeadDim / 64;  // 128-byte column chunks per row
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V block
-  static constexpr int kSmemBytes = prefill_sm90_smem_bytes(kHeadDim, kBlockN);
+  static constexpr int kSmemBytes = prefill_sm90_smem_bytes(kHeadDim, kConsumers, kBlockN);
 };
 
 // Serving features the Hopper prefill computes: the soft-cap, sinks and the sliding window (an

@@ -41,6 +41,9 @@ struct DecodeSm90Shape {
   static_assert(kCopies <= 32, "one lane per box");
   static constexpr int kQBytes = kDecodeHeadsPerTile * (kHeadDim + 8) * 2;
   static_assert(kStages * kStageBytes >= decode_merge_bytes<kHeadDim>(), "the merge fits in the ring");
+  // The Q tile, the alignment slack, the ring and its barriers: what the host reserves.
+  static_assert(kQBytes + 1024 + kStages * (kStageBytes + 8) <= decode_sm90_smem_bytes(kHeadDim),
+                "decode_sm90_smem_bytes covers the kernel's layout");
 };
 
 // Byte offset of 16-byte piece `piece` of row `row` in a swizzled K or V tile.

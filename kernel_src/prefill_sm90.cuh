@@ -4,16 +4,16 @@
 // without a mask, for contiguous KV (kPageSize 0) and paged KV with pages of 8 tokens or more;
 // head dims that are multiples of 64.
 //
-// Grid: (ceil(q_len / 128), n_heads, batch), walked backwards as in prefill.cuh; 384 threads.
-// Warpgroup 0 (kPrefillSm90ProducerRegs registers) has one thread issue TMA loads: Q once,
+// Grid: (ceil(q_len / kBlockM), n_heads, batch), walked backwards as in prefill.cuh; 128 threads
+// a warpgroup. Warpgroup 0 (kPrefillSm90ProducerRegs registers) has one thread issue TMA loads: Q once,
 // then K and V blocks of kBlockN tokens from the last block the tile can see down to the first
 // (blocks crossing the causal diagonal or the end of the KV come first, so they alone are
 // masked), V one block behind K, each into a two-stage ring whose full/empty mbarriers pace
-// producer and consumers. Warpgroups 1 and 2 (kPrefillSm90ConsumerRegs registers) own 64 query
-// rows each. Per block: S = Q K^T is issued, then O += P V for the previous block; the softmax
-// of S runs while that PV is still in flight, and the two warpgroups take turns issuing
-// (ping-pong), so one's softmax hides behind the other's GEMMs. kBlockNArg overrides the KV
-// block (hopper_params.h) for tuning.
+// producer and consumers. The kConsumers warpgroups after it (2 or 3, hopper_params.h) own 64
+// query rows each. Per block: S = Q K^T is issued, then O += P V for the previous block; the
+// softmax of S runs while that PV is still in flight, and the consumers take turns issuing
+// (round robin), so one's softmax hides behind the others' GEMMs. kConsumersArg and kBlockNArg
+// override the tiling (hopper_params.h) for tuning.
 // Tiles in shared memory use the 128-byte swizzle (hopper_ptx.cuh). Rows and KV positions past
 // the tensor arrive as zeros (TMA fill), so they cannot produce NaN.
 #pragma once
@@ -36,18 +36,19 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 // Tensor maps (128-byte swizzle, boxes 64 elements wide):
 //   map_q: contiguous {head_dim, q_len, n_heads, batch}, paged {head_dim, total_q, n_heads, 1};
-//          box {64, 128, 1, 1}.
+//          box {64, kBlockM, 1, 1}.
 //   map_k, map_v: contiguous {head_dim, kv_len, n_kv_heads, batch}, box {64, kBlockN, 1, 1};
 //          paged {head_dim, n_kv_heads, page_size, num_pages}, box {64, 1, min(page_size, 16), 1}.
-template <typename T, int kHeadDim, int kPageSize, int kGroup,
-          int kBlockNArg = prefill_sm90_block_n(kHeadDim), int kFlags = 0>
-__global__ void __launch_bounds__(384, 1)
+template <typename T, int kHeadDim, int kPageSize, int kGroup, int kConsumersArg = prefill_sm90_consumers(kHeadDim),
+          int kBlockNArg = prefill_sm90_block_n(kHeadDim, kConsumersArg), int kFlags = 0>
+__global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     prefill_sm90_kernel(const __grid_constant__ PrefillParams p,
                         const __grid_constant__ sm90::TmaMap map_q,
                         const __grid_constant__ sm90::TmaMap map_k,
                         const __grid_constant__ sm90::TmaMap map_v) {
   using namespace sm90;
-  using Shape = PrefillSm90Shape<kHeadDim, kBlockNArg>;
+  using Shape = PrefillSm90Shape<kHeadDim, kConsumersArg, kBlockNArg>;
+  constexpr int kConsumers = Shape::kConsumers;
   constexpr int kBlockM = Shape::kBlockM;
   constexpr int kBlockN = Shape::kBlockN;
   constexpr int kStages = Shape::kStages;
@@ -92,8 +93,8 @@ __global__ void __launch_bounds__(384, 1)
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&k_full[s], 1);
       mbar_init(&v_full[s], 1);
-      mbar_init(&k_empty[s], 256);
-      mbar_init(&v_empty[s], 256);
+      mbar_init(&k_empty[s], 128 * kConsumers);
+      mbar_init(&v_empty[s], 128 * kConsumers);
     }
     fence_mbar_init();
   }
@@ -170,13 +171,14 @@ __global__ void __launch_bounds__(384, 1)
     return;
   }
 
-  setmaxnreg_inc<kPrefillSm90ConsumerRegs>();
-  // Ping-pong: the two consumer warpgroups take turns issuing their GEMMs (named barriers 1 and
-  // 2, each 256 threads: one warpgroup waits, the other arrives), so that one's softmax runs
-  // while the other's wgmmas keep the tensor cores busy. Warpgroup 1 goes first.
+  setmaxnreg_inc<Shape::kConsumerRegs>();
+  // Round robin: the consumers take turns issuing their GEMMs (named barrier 1 + c is consumer
+  // c's turn, 256 threads: it waits, its predecessor arrives), so that one's softmax runs while
+  // the others' wgmmas keep the tensor cores busy. Consumer 0 goes first. Barrier
+  // kConsumers + 1 joins all consumers.
   const int consumer = warpgroup - 1;
   auto await_turn = [&] { named_bar_sync(1 + consumer, 256); };
-  auto pass_turn = [&] { named_bar_arrive(2 - consumer, 256); };
+  auto pass_turn = [&] { named_bar_arrive(1 + (consumer + 1) % kConsumers, 256); };
   const int t = threadIdx.x % 128;
   const int lane = t % 32;
   const int row0 = m0 + 64 * consumer + 16 * (t / 32) + lane / 4;  // and row0 + 8
@@ -267,13 +269,13 @@ __global__ void __launch_bounds__(384, 1)
     const int first = r.kv_len - (n_blocks - 1) * kBlockN;  // the walk's first block is the last one
     if (kPageSize == 0 || first >= kBlockN) return;
     const int pieces = (kBlockN - first) * 8;  // 16-byte pieces per chunk
-    for (int i = t + 128 * consumer; i < pieces * kChunks; i += 256) {
+    for (int i = t + 128 * consumer; i < pieces * kChunks; i += 128 * kConsumers) {
       const int row = first + (i % pieces) / 8;
       *reinterpret_cast<uint4*>(smem_v + stage * Shape::kKvBytes + (i / pieces) * kBlockN * 128 + row * 128 +
                                 (i % 8) * 16) = uint4{0u, 0u, 0u, 0u};
     }
     fence_proxy_async_shared();
-    named_bar_sync(3, 256);
+    named_bar_sync(kConsumers + 1, 128 * kConsumers);
   };
   // P in the register layout of wgmma's A operand: k-step kk takes s[8kk .. 8kk + 7].
   auto pack_p = [&]() {
@@ -285,7 +287,7 @@ __global__ void __launch_bounds__(384, 1)
 
   if (block_count > 0) {
     float correction[2];
-    if (consumer == 1) pass_turn();
+    if (consumer == kConsumers - 1) pass_turn();
     mbar_wait(q_full, 0);
     mbar_wait(&k_full[0], 0);
     await_turn();
@@ -322,9 +324,9 @@ __global__ void __launch_bounds__(384, 1)
     if (block_count == 1) clear_v_tail(vs);
     await_turn();
     issue_pv(vs);
-    // Every wait on a turn barrier meets one arrival: warpgroup 2's opening arrival stands in
-    // for its last one.
-    if (consumer == 0) pass_turn();
+    // Every wait on a turn barrier meets one arrival: the last consumer's opening arrival stands
+    // in for its last one.
+    if (consumer != kConsumers - 1) pass_turn();
     wgmma_wait<0>();
     reg_fence(o);
     mbar_arrive(&v_empty[vs]);

@@ -16,8 +16,10 @@ std::vector<std::string> prefill_instantiations(const KernelSpec& spec, int page
 }
 
 std::vector<std::string> prefill_sm90_instantiations(const KernelSpec& spec, int page_size) {
-  return {fmt::format("astrai::prefill_sm90_kernel<{}, {}, {}, {}, {}, {}>", device_type_name(spec.dtype),
-                      spec.head_dim, page_size, spec.group_size, prefill_sm90_block_n(spec.head_dim), spec.flags)};
+  const int consumers = prefill_sm90_consumers(spec.head_dim);
+  return {fmt::format("astrai::prefill_sm90_kernel<{}, {}, {}, {}, {}, {}, {}>", device_type_name(spec.dtype),
+                      spec.head_dim, page_size, spec.group_size, consumers,
+                      prefill_sm90_block_n(spec.head_dim, consumers), spec.flags)};
 }
 
 bool prefill_sm90_serves(int head_dim, int page_size) {
@@ -37,11 +39,13 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
   using U = std::uint64_t;
   const U d = static_cast<U>(head_dim);
   PrefillMaps maps;
-  const std::uint32_t block_n = static_cast<std::uint32_t>(prefill_sm90_block_n(head_dim));
+  const int consumers = prefill_sm90_consumers(head_dim);
+  const std::uint32_t block_m = static_cast<std::uint32_t>(prefill_sm90_block_m(consumers));
+  const std::uint32_t block_n = static_cast<std::uint32_t>(prefill_sm90_block_n(head_dim, consumers));
   if (page_size == 0) {
     const U kv_rows = static_cast<U>(std::max(p.kv_len, 1));  // kv_len 0 loads nothing
     maps.q = {p.q, {d, U(p.q_len), U(p.n_heads), U(p.batch)}, {p.q_stride_seq, p.q_stride_head, p.q_stride_batch},
-              {64, 128, 1, 1}};
+              {64, block_m, 1, 1}};
     maps.k = {p.k, {d, kv_rows, U(p.n_kv_heads), U(p.batch)}, {p.k_stride_seq, p.k_stride_head, p.k_stride_batch},
               {64, block_n, 1, 1}};
     maps.v = {p.v, {d, kv_rows, U(p.n_kv_heads), U(p.batch)}, {p.v_stride_seq, p.v_stride_head, p.v_stride_batch},
@@ -50,7 +54,7 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
     const std::uint32_t box = static_cast<std::uint32_t>(std::min(page_size, 16));
     const U pages = static_cast<U>(std::max(p.num_pages, 1));
     maps.q = {p.q, {d, U(std::max(p.total_q, 1)), U(p.n_heads), 1},
-              {p.q_stride_seq, p.q_stride_head, p.q_stride_seq * std::max(p.total_q, 1)}, {64, 128, 1, 1}};
+              {p.q_stride_seq, p.q_stride_head, p.q_stride_seq * std::max(p.total_q, 1)}, {64, block_m, 1, 1}};
     maps.k = {p.k, {d, U(p.n_kv_heads), U(page_size), pages}, {p.k_stride_head, p.k_stride_seq, p.k_stride_page},
               {64, 1, box, 1}};
     maps.v = {p.v, {d, U(p.n_kv_heads), U(page_size), pages}, {p.v_stride_head, p.v_stride_seq, p.v_stride_page},
@@ -62,9 +66,7 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
 // Launches the Hopper kernel when it serves the call; false leaves it to the portable one.
 bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, const char* launch_name,
                          int max_q_len, const PrefillParams& params, void* stream) {
-  if (!device.uses_wgmma() || params.mask != nullptr || (spec.flags & ~prefill_sm90_features()) != 0 ||
-      !prefill_sm90_serves(spec.head_dim, spec.page_size))
-    return false;
+  if (!device.uses_wgmma() || params.mask != nullptr || !hopper_serves(spec)) return false;
   const PrefillMaps maps = prefill_map_shapes(params, spec.head_dim, spec.page_size);
   for (const auto& [what, shape] : {std::pair{"q", &maps.q}, std::pair{"k", &maps.k}, std::pair{"v", &maps.v}}) {
     const std::string problem = tensor_map_problem(*shape);
@@ -79,16 +81,19 @@ bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, c
   CUtensorMap map_k = encode_tensor_map(maps.k, fp16, device.ordinal(), kPromotion);
   CUtensorMap map_v = encode_tensor_map(maps.v, fp16, device.ordinal(), kPromotion);
   spec.hopper = true;
-  const int smem = prefill_sm90_smem_bytes(spec.head_dim, prefill_sm90_block_n(spec.head_dim));
-  const LoadedVariant& variant = impl.variant(device, spec, {kPrefillSm90Threads, smem});
+  const int consumers = prefill_sm90_consumers(spec.head_dim);
+  const int threads = prefill_sm90_threads(consumers);
+  const int block_m = prefill_sm90_block_m(consumers);
+  const int smem =
+      prefill_sm90_smem_bytes(spec.head_dim, consumers, prefill_sm90_block_n(spec.head_dim, consumers));
+  const LoadedVariant& variant = impl.variant(device, spec, {threads, smem});
   PrefillParams launch_params = params;
   void* arguments[] = {&launch_params, &map_q, &map_k, &map_v};
   LaunchConfig config{};
   config.name = launch_name;
-  config.grid = {static_cast<unsigned>((static_cast<long long>(max_q_len) + kPrefillSm90BlockM - 1) /
-                                       kPrefillSm90BlockM),
+  config.grid = {static_cast<unsigned>((static_cast<long long>(max_q_len) + block_m - 1) / block_m),
                  static_cast<unsigned>(params.n_heads), static_cast<unsigned>(params.batch)};
-  config.block = kPrefillSm90Threads;
+  config.block = static_cast<unsigned>(threads);
   config.smem = static_cast<unsigned>(smem);
   config.stream = static_cast<CUstream>(stream);
   device.launch(variant.functions[0], config, arguments);
@@ -108,6 +113,7 @@ void launch_prefill(Runtime::Impl& impl, const KernelFamily& family, const char*
   spec.page_size = page_size;
   spec.group_size = params.n_heads / params.n_kv_heads;
   spec.flags = flags;
+  spec.arch = device.arch();
   if (launch_prefill_sm90(impl, device, spec, launch_name, max_q_len, params, stream)) return;
   // The tensor-core and CUDA-core paths tile differently: which one runs on this device.
   const bool mma = device.uses_mma();

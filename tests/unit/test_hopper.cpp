@@ -230,15 +230,17 @@ TEST_SUITE("hopper") {
         CAPTURE(spec.name());
         const auto result = astrai::detail::nvrtc_compile(astrai::detail::compile_request(spec), true);
         const std::string types = dtype == DType::bf16 ? "bf16.bf16" : "f16.f16";
-        const int block_n = astrai::prefill_sm90_block_n(head_dim);
+        const int consumers = astrai::prefill_sm90_consumers(head_dim);
+        const int block_n = astrai::prefill_sm90_block_n(head_dim, consumers);
         CHECK(contains(result.ptx, fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", block_n, types)));
         CHECK(contains(result.ptx, fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", head_dim, types)));
         CHECK(contains(result.ptx, "cp.async.bulk.tensor.4d"));
         CHECK(contains(result.ptx,
                        fmt::format("setmaxnreg.dec.sync.aligned.u32 {}", astrai::kPrefillSm90ProducerRegs)));
-        CHECK(contains(result.ptx,
-                       fmt::format("setmaxnreg.inc.sync.aligned.u32 {}", astrai::kPrefillSm90ConsumerRegs)));
-        CHECK(contains(result.ptx, "bar.sync"));  // the ping-pong between consumer warpgroups
+        CHECK(contains(result.ptx, fmt::format("setmaxnreg.inc.sync.aligned.u32 {}",
+                                               astrai::prefill_sm90_consumer_regs(consumers))));
+        CHECK(contains(result.ptx, fmt::format(".maxntid {}", astrai::prefill_sm90_threads(consumers))));
+        CHECK(contains(result.ptx, "bar.sync"));  // the round robin between consumer warpgroups
         check_log_clean(result);
       }
     }
@@ -257,10 +259,12 @@ TEST_SUITE("hopper") {
         CAPTURE(spec.name());
         CHECK(astrai::detail::hopper_serves(spec));
         const auto result = astrai::detail::nvrtc_compile(astrai::detail::compile_request(spec), true);
+        const int consumers = astrai::prefill_sm90_consumers(head_dim);
         CHECK(contains(result.ptx, fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.bf16.bf16",
-                                               astrai::prefill_sm90_block_n(head_dim))));
+                                               astrai::prefill_sm90_block_n(head_dim, consumers))));
         CHECK(contains(result.ptx, "cp.async.bulk.tensor.4d"));
-        CHECK(contains(result.ptx, fmt::format("setmaxnreg.inc.sync.aligned.u32 {}", astrai::kPrefillSm90ConsumerRegs)));
+        CHECK(contains(result.ptx, fmt::format("setmaxnreg.inc.sync.aligned.u32 {}",
+                                               astrai::prefill_sm90_consumer_regs(consumers))));
         if (kind == KernelKind::prefill && head_dim == 128) CHECK(result.ptx.size() != plain_result.ptx.size());
         check_log_clean(result);
       }

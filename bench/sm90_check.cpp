@@ -441,8 +441,9 @@ void run_sm90_prefill(const PrefillKernels& kernels, const PrefillCase& c, Prefi
                        {U(q_row), U(c.head_dim), U(q_row) * d.total_q}, c.block_m());
     map_k = tensor_map(p.k, c.fp16, {U(c.head_dim), U(c.n_kv_heads), U(c.page_size), U(d.num_pages)},
                        {U(c.head_dim), U(kv_row), U(page)}, 1, box);
-    map_v = tensor_map(p.v, c.fp16, {U(c.head_dim), U(c.n_kv_heads), U(c.page_size), U(d.num_pages)},
-                       {U(c.head_dim), U(kv_row), U(page)}, 1, box);
+    const U chunks = U(c.head_dim / 64);
+    map_v = tensor_map(p.v, c.fp16, {64, U(c.page_size), chunks, U(c.n_kv_heads), U(d.num_pages)},
+                       {U(kv_row), 64, U(c.head_dim), U(page)}, box, std::uint32_t(chunks));
   }
   const Grid grid{static_cast<unsigned>((d.max_q_len + c.block_m() - 1) / c.block_m()),
                   static_cast<unsigned>(c.n_heads), static_cast<unsigned>(c.batch)};

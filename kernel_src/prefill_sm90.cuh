@@ -37,8 +37,12 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // Tensor maps (128-byte swizzle, boxes 64 elements wide):
 //   map_q: contiguous {head_dim, q_len, n_heads, batch}, paged {head_dim, total_q, n_heads, 1};
 //          box {64, kBlockM, 1, 1}.
-//   map_k, map_v: contiguous {head_dim, kv_len, n_kv_heads, batch}, box {64, kBlockN, 1, 1};
-//          paged {head_dim, n_kv_heads, page_size, num_pages}, box {64, 1, min(page_size, 16), 1}.
+//   map_k, map_v: contiguous {head_dim, kv_len, n_kv_heads, batch}, box {64, kBlockN, 1, 1}.
+//   map_k paged: {head_dim, n_kv_heads, page_size, num_pages}, box {64, 1, R, 1}, R = min(page_size, 16).
+//   map_v paged: {64, page_size, head_dim / 64, n_kv_heads, num_pages} (the third dim steps 64
+//          columns), box {64, R, head_dim / 64, 1, 1}: one box brings R whole rows.
+// Shared-memory tiles: Q and K [chunk][row][128 B]; V contiguous the same, V paged [box][chunk]
+// [R rows][128 B] (half the boxes of K at hd128; P V's descriptors step through either).
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kConsumersArg = prefill_sm90_consumers(kHeadDim),
           int kBlockNArg = prefill_sm90_block_n(kHeadDim, kConsumersArg), int kFlags = 0>
 __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
@@ -54,6 +58,10 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   constexpr int kStages = Shape::kStages;
   constexpr int kChunks = Shape::kChunks;
   constexpr bool kFp16 = IsFp16<T>::value;
+  // Tokens per TMA box of paged K and V (a box never crosses a page).
+  constexpr int kBoxRows = kPageSize == 0 ? kBlockN : (kPageSize < 16 ? kPageSize : 16);
+  constexpr int kBoxes = kBlockN / kBoxRows;
+  static_assert(kBoxes <= 32 && kBlockN % kBoxRows == 0, "paged boxes");
   constexpr bool kCap = has_feature<kFlags>(kFeatureSoftCap);
   constexpr bool kWindow = has_feature<kFlags>(kFeatureWindow);
   static_assert((kFlags & ~prefill_sm90_features()) == 0, "features of the Hopper prefill");
@@ -119,9 +127,6 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
           tma_load_4d(smem_q + c * kBlockM * 128, &map_q, q_full, 64 * c, r.q_start + m0, head,
                       kPageSize == 0 ? batch_index : 0);
       }
-      constexpr int kBoxRows = kPageSize == 0 ? kBlockN : (kPageSize < 16 ? kPageSize : 16);
-      constexpr int kBoxes = kBlockN / kBoxRows;
-      static_assert(kBoxes <= 32 && kBlockN % kBoxRows == 0, "paged boxes");
       const int* table_row = kPageSize == 0 ? nullptr : p.page_table + batch_index * p.page_table_stride;
       // Page id of box `lane` of the block starting at `token` (contiguous: unused).
       auto box_page = [&](int token) {
@@ -132,8 +137,9 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
           return lane < kBoxes && box_token < r.kv_len ? __ldg(table_row + box_token / kPageSize) : -1;
         }
       };
-      // Step `it` walks block n_blocks - 1 - it.
-      auto load_kv = [&](const TmaMap* map, unsigned char* ring, u64* full, u64* empty, int it, int page) {
+      // Step `it` walks block n_blocks - 1 - it. `is_v`: paged V's boxes bring whole rows.
+      auto load_kv = [&](const TmaMap* map, unsigned char* ring, u64* full, u64* empty, int it, int page,
+                         bool is_v) {
         const int s = it % kStages;
         const int token = (n_blocks - 1 - it) * kBlockN;
         unsigned char* stage = ring + s * Shape::kKvBytes;
@@ -149,11 +155,15 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
         } else {
           // Each lane issues its own box: one thread issuing them all was the bottleneck.
           __syncwarp();
-          if (lane < kBoxes)
+          const int row = (token + lane * kBoxRows) % kPageSize;
+          if (lane < kBoxes && is_v) {
+            tma_load_5d(stage + lane * kChunks * kBoxRows * 128, map, &full[s], 0, row, 0, kv_head, page);
+          } else if (lane < kBoxes) {
 #pragma unroll
             for (int c = 0; c < kChunks; ++c)
-              tma_load_4d(stage + c * kBlockN * 128 + lane * kBoxRows * 128, map, &full[s], 64 * c, kv_head,
-                          (token + lane * kBoxRows) % kPageSize, page);
+              tma_load_4d(stage + c * kBlockN * 128 + lane * kBoxRows * 128, map, &full[s], 64 * c, kv_head, row,
+                          page);
+          }
         }
       };
       // Page ids are fetched a block ahead: the lookup's latency hides behind the waits.
@@ -161,12 +171,12 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       int previous_page = 0;
       for (int it = 0; it < block_count; ++it) {
         const int next_page = it + 1 < block_count ? box_page((n_blocks - 2 - it) * kBlockN) : 0;
-        load_kv(&map_k, smem_k, k_full, k_empty, it, page);
-        if (it > 0) load_kv(&map_v, smem_v, v_full, v_empty, it - 1, previous_page);
+        load_kv(&map_k, smem_k, k_full, k_empty, it, page, false);
+        if (it > 0) load_kv(&map_v, smem_v, v_full, v_empty, it - 1, previous_page, true);
         previous_page = page;
         page = next_page;
       }
-      load_kv(&map_v, smem_v, v_full, v_empty, block_count - 1, previous_page);
+      load_kv(&map_v, smem_v, v_full, v_empty, block_count - 1, previous_page, true);
     }
     return;
   }
@@ -217,9 +227,16 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     reg_fence(o);
     reg_fence(pa);
     wgmma_fence();
+    // k-step kk reads tokens 16kk.. of every chunk: contiguous, chunks kBlockN rows apart; paged,
+    // chunks a box's rows apart, and with 8-token boxes the second 8 rows in the next box.
+    constexpr int kChunkStride = kPageSize == 0 ? kBlockN * 128 : kBoxRows * 128;
+    constexpr int kRowGroupStride = kPageSize == 0 || kBoxRows == 16 ? 1024 : kChunks * 1024;
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk)
-      wgmma_rs<kHeadDim, kFp16>(o, pa[kk], smem_desc(v_base + kk * 2048, kBlockN * 128, 1024), 1);
+      wgmma_rs<kHeadDim, kFp16>(o, pa[kk],
+                                smem_desc(v_base + kk * (kPageSize == 0 ? 2048 : kChunks * 2048), kChunkStride,
+                                          kRowGroupStride),
+                                1);
     wgmma_commit();
   };
   // Online softmax of the block starting at column `col0`: S becomes P (f32, in s), the row
@@ -271,8 +288,10 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     const int pieces = (kBlockN - first) * 8;  // 16-byte pieces per chunk
     for (int i = t + 128 * consumer; i < pieces * kChunks; i += 128 * kConsumers) {
       const int row = first + (i % pieces) / 8;
-      *reinterpret_cast<uint4*>(smem_v + stage * Shape::kKvBytes + (i / pieces) * kBlockN * 128 + row * 128 +
-                                (i % 8) * 16) = uint4{0u, 0u, 0u, 0u};
+      const int chunk = i / pieces;
+      // Paged V: [box][chunk][kBoxRows rows] (the contiguous layout never reaches here).
+      const int offset = (row / kBoxRows) * kChunks * kBoxRows * 128 + chunk * kBoxRows * 128 + (row % kBoxRows) * 128;
+      *reinterpret_cast<uint4*>(smem_v + stage * Shape::kKvBytes + offset + (i % 8) * 16) = uint4{0u, 0u, 0u, 0u};
     }
     fence_proxy_async_shared();
     named_bar_sync(kConsumers + 1, 128 * kConsumers);

@@ -30,7 +30,8 @@ namespace {
 
 // The TMA views of q, K and V the Hopper kernel reads (kernel_src/prefill_sm90.cuh): contiguous
 // q {d, q_len, heads, batch}, K/V {d, kv_len, kv_heads, batch}; paged q {d, total_q, heads, 1},
-// K/V {d, kv_heads, page_size, num_pages} in boxes of up to 16 tokens.
+// K {d, kv_heads, page_size, num_pages} in boxes of up to 16 tokens, V {64, page_size, d / 64,
+// kv_heads, num_pages} in boxes of up to 16 whole rows.
 struct PrefillMaps {
   TensorMapShape q, k, v;
 };
@@ -57,8 +58,12 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
               {p.q_stride_seq, p.q_stride_head, p.q_stride_seq * std::max(p.total_q, 1)}, {64, block_m, 1, 1}};
     maps.k = {p.k, {d, U(p.n_kv_heads), U(page_size), pages}, {p.k_stride_head, p.k_stride_seq, p.k_stride_page},
               {64, 1, box, 1}};
-    maps.v = {p.v, {d, U(p.n_kv_heads), U(page_size), pages}, {p.v_stride_head, p.v_stride_seq, p.v_stride_page},
-              {64, 1, box, 1}};
+    // V in boxes of whole rows: the third dim steps 64 columns.
+    const std::uint32_t chunks = static_cast<std::uint32_t>(head_dim / 64);
+    maps.v = {p.v,
+              {64, U(page_size), chunks, U(p.n_kv_heads), pages},
+              {p.v_stride_seq, 64, p.v_stride_head, p.v_stride_page},
+              {64, box, chunks, 1, 1}};
   }
   return maps;
 }

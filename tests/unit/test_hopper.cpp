@@ -240,6 +240,8 @@ TEST_SUITE("hopper") {
         CHECK(contains(result.ptx, fmt::format("setmaxnreg.inc.sync.aligned.u32 {}",
                                                astrai::prefill_sm90_consumer_regs(consumers))));
         CHECK(contains(result.ptx, fmt::format(".maxntid {}", astrai::prefill_sm90_threads(consumers))));
+        // Paged V arrives in boxes of whole rows (a 5-D map), K and contiguous KV in 4-D boxes.
+        CHECK(contains(result.ptx, "cp.async.bulk.tensor.5d") == (page_size > 0));
         CHECK(contains(result.ptx, "bar.sync"));  // the round robin between consumer warpgroups
         check_log_clean(result);
       }

@@ -5,7 +5,7 @@
 // in one 64-column chunk), into a ring of stages guarded by one mbarrier each; the copy engine
 // does the address work the cp.async loaders spent most of their instructions on, and deeper
 // rings cost no registers. A CTA barrier at the end of each block frees its stage for the next
-// issue.
+// issue. The first copies leave before the Q tile loads (the latency a short split waits on).
 //
 // Shared memory: the Q tile (padded rows, as the portable kernel), then the ring aligned to
 // 1024 bytes: per stage K then V, each [kHeadDim / 64 chunks][64 rows][128 bytes] with the
@@ -73,12 +73,14 @@ __global__ void __launch_bounds__(kDecodeThreads)
 
   const DecodeWork w = decode_work<kPageSize, kGroup, kFlags>(p);
   if (!decode_work_begin<T, kHeadDim, kPageSize, kFlags>(p, w)) return;
-  load_decode_q_tile<T, kHeadDim, kQLen, false>(p, w, smem_q);
+  // The first copies leave before the Q tile loads: a CTA that walks one or two blocks (batch 1)
+  // waits on the page-table and TMA latencies, which now overlap the Q loads. Warp 0 alone uses
+  // the barriers until the __syncthreads after the Q tile.
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) mbar_init(&full[s], 1);
     fence_mbar_init();
   }
-  __syncthreads();
+  __syncwarp();
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -127,6 +129,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
       page = next;
     }
   }
+  load_decode_q_tile<T, kHeadDim, kQLen, false>(p, w, smem_q);
+  __syncthreads();
 
   DecodeWarpSoftmax<kHeadDim, kFlags> state;
   state.init(p, w);

@@ -558,7 +558,8 @@ void time_prefill(const PrefillKernels& kernels, const PrefillCase& c, CUstream 
   PrefillData d = make_prefill_data(c, rng);
   double flops = 0;
   for (const auto& r : d.requests)
-    flops += 4.0 * c.n_heads * static_cast<double>(r.q_len) * r.kv_len * c.head_dim * (c.causal_offset >= 0 ? 0.5 : 1.0);
+    flops += 4.0 * c.n_heads * static_cast<double>(r.q_len) * r.kv_len * c.head_dim *
+             (c.causal_offset >= 0 ? 0.5 : 1.0);
   const double sm90_ms = time_ms(stream, reps, [&] { run_sm90_prefill(kernels, c, d, stream); });
   const double portable_ms = time_ms(stream, reps, [&] { run_portable_prefill(c, d, stream); });
   fmt::print("TIME prefill {}: sm90 {:.3f} ms {:.1f} TFLOP/s | portable {:.3f} ms {:.1f} TFLOP/s | {:.2f}x\n",

@@ -26,16 +26,6 @@ bool prefill_sm90_serves(int head_dim, int page_size) {
   return prefill_sm90_head_dim(head_dim) && (page_size == 0 || page_size >= 8);
 }
 
-namespace {
-
-// The TMA views of q, K and V the Hopper kernel reads (kernel_src/prefill_sm90.cuh): contiguous
-// q {d, q_len, heads, batch}, K/V {d, kv_len, kv_heads, batch}; paged q {d, total_q, heads, 1},
-// K {d, kv_heads, page_size, num_pages} in boxes of up to 16 tokens, V {64, page_size, d / 64,
-// kv_heads, num_pages} in boxes of up to 16 whole rows.
-struct PrefillMaps {
-  TensorMapShape q, k, v;
-};
-
 PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_size) {
   using U = std::uint64_t;
   const U d = static_cast<U>(head_dim);
@@ -67,6 +57,8 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
   }
   return maps;
 }
+
+namespace {
 
 // Launches the Hopper kernel when it serves the call; false leaves it to the portable one.
 bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, const char* launch_name,

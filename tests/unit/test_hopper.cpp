@@ -4,6 +4,7 @@
 // and the tensor-map rules that send a call to the portable kernel.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "astrai/error.hpp"
 #include "kernel_src/hopper_params.h"
 #include "runtime/compile_plan.hpp"
+#include "runtime/families/prefill_launch.hpp"
 #include "runtime/kernel_sources.hpp"
 #include "runtime/kernel_spec.hpp"
 #include "runtime/tensor_map.hpp"
@@ -248,14 +250,15 @@ TEST_SUITE("hopper") {
     }
   }
 
-  TEST_CASE("sm_90a prefill variants with the soft-cap, sinks and window keep the wgmma pipeline and compile the features in") {
+  TEST_CASE("sm_90a prefill variants with the soft-cap, sinks and window keep the wgmma pipeline and compile the "
+            "features in") {
     const KernelSpec plain = hopper_prefill(KernelKind::prefill, DType::bf16, 128, 0, 4);
     const auto plain_result = astrai::detail::nvrtc_compile(astrai::detail::compile_request(plain), true);
     for (const auto& [kind, head_dim, page_size] : std::vector<std::tuple<KernelKind, int, int>>{
              {KernelKind::prefill, 128, 0}, {KernelKind::paged_prefill, 64, 16}, {KernelKind::prefill, 256, 0}}) {
+      constexpr std::uint32_t kAll = astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow;
       for (std::uint32_t flags : {std::uint32_t{astrai::kFeatureSoftCap}, std::uint32_t{astrai::kFeatureWindow},
-                                  std::uint32_t{astrai::kFeatureSink | astrai::kFeatureWindow},
-                                  std::uint32_t{astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow}}) {
+                                  std::uint32_t{astrai::kFeatureSink | astrai::kFeatureWindow}, kAll}) {
         KernelSpec spec = hopper_prefill(kind, DType::bf16, head_dim, page_size, 4);
         spec.flags = flags;
         CAPTURE(spec.name());
@@ -269,6 +272,58 @@ TEST_SUITE("hopper") {
                                                astrai::prefill_sm90_consumer_regs(consumers))));
         if (kind == KernelKind::prefill && head_dim == 128) CHECK(result.ptx.size() != plain_result.ptx.size());
         check_log_clean(result);
+      }
+    }
+  }
+
+  TEST_CASE("the Hopper prefill's tensor-map boxes bring exactly the bytes each of its barriers expects") {
+    // A mismatch would leave a barrier waiting forever: Q's barrier expects the Q tile, each K and
+    // V stage kBlockN rows of head_dim columns, brought by head_dim / 64 boxes (contiguous, paged
+    // K: a box per page part and 64 columns) or by one box per page part (paged V: whole rows).
+    for (int head_dim : {64, 128, 192, 256}) {
+      for (int page_size : {0, 8, 16, 32, 256}) {
+        for (bool head_major : {false, true}) {
+          CAPTURE(head_dim);
+          CAPTURE(page_size);
+          CAPTURE(head_major);
+          alignas(16) static unsigned char storage[64];
+          astrai::PrefillParams p{};
+          p.q = p.k = p.v = p.out = storage;
+          p.batch = 3;
+          p.q_len = 300;
+          p.kv_len = 700;
+          p.total_q = 900;
+          p.n_heads = 8;
+          p.n_kv_heads = 2;
+          p.num_pages = 40;
+          p.q_stride_seq = 8LL * head_dim;
+          p.q_stride_head = head_dim;
+          p.q_stride_batch = p.q_stride_seq * p.q_len;
+          // Token-major [.., tokens, kv_heads, d] or head-major [.., kv_heads, tokens, d] K and V.
+          const long long tokens = page_size > 0 ? page_size : p.kv_len;
+          p.k_stride_seq = p.v_stride_seq = head_major ? head_dim : 2LL * head_dim;
+          p.k_stride_head = p.v_stride_head = head_major ? tokens * head_dim : head_dim;
+          p.k_stride_batch = p.v_stride_batch = 2LL * head_dim * p.kv_len;
+          p.k_stride_page = p.v_stride_page = 2LL * head_dim * page_size;
+          const auto maps = astrai::detail::prefill_map_shapes(p, head_dim, page_size);
+          for (const TensorMapShape* shape : {&maps.q, &maps.k, &maps.v})
+            CHECK(astrai::detail::tensor_map_problem(*shape) == "");
+          const int consumers = astrai::prefill_sm90_consumers(head_dim);
+          const int block_n = astrai::prefill_sm90_block_n(head_dim, consumers);
+          const int chunks = head_dim / 64;
+          const int boxes = page_size == 0 ? 1 : block_n / std::min(page_size, 16);  // per chunk or row run
+          auto box_bytes = [](const TensorMapShape& shape) {
+            long long bytes = 2;
+            for (std::uint32_t extent : shape.box) bytes *= extent;
+            return bytes;
+          };
+          const long long q_bytes = static_cast<long long>(astrai::prefill_sm90_block_m(consumers)) * head_dim * 2;
+          const long long kv_bytes = static_cast<long long>(block_n) * head_dim * 2;
+          CHECK(box_bytes(maps.q) * chunks == q_bytes);
+          CHECK(box_bytes(maps.k) * chunks * boxes == kv_bytes);
+          CHECK(box_bytes(maps.v) * (page_size == 0 ? chunks : 1) * boxes == kv_bytes);
+          CHECK(q_bytes + 4 * kv_bytes <= astrai::prefill_sm90_smem_bytes(head_dim, consumers, block_n));
+        }
       }
     }
   }

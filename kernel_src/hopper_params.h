@@ -63,7 +63,6 @@ struct PrefillSm90Shape {
   static_assert(kConsumers_ == 2 || kConsumers_ == 3, "consumer warpgroups");
   static_assert(kBlockN_ % 16 == 0 && kBlockN_ <= 256, "block_n");
   static constexpr int kConsumers = kConsumers_;
-  static constexpr int kThreads = prefill_sm90_threads(kConsumers);
   static constexpr int kConsumerRegs = prefill_sm90_consumer_regs(kConsumers);
   static constexpr int kBlockM = prefill_sm90_block_m(kConsumers);
   static constexpr int kBlockN = kBlockN_;

@@ -44,6 +44,7 @@ __device__ __forceinline__ void combine_split_row(const CombineParams& p, long l
   constexpr int kGroups = combine_groups(kHeadDim);
   static_assert(kHeadDim % 4 == 0 && kLanesPerRow <= 128, "combine tiling");
   wait_for_previous_grid();  // launched as a dependent of the attention kernel (sm_90+)
+  allow_dependent_grid();    // the next call's attention kernel may be placed; it waits for us
   const int row = blockIdx.x;
   const int batch_token = row / p.n_heads;  // batch_index * kQLen + token
   const int batch_index = batch_token / kQLen;
@@ -51,6 +52,20 @@ __device__ __forceinline__ void combine_split_row(const CombineParams& p, long l
   const int head = row % p.n_heads;
   const int num_splits = p.workspace.num_splits;
   const long long rows_per_split = static_cast<long long>(p.batch) * kQLen * p.n_heads;
+  const int group = threadIdx.x / kLanesPerRow;
+  const int lane = threadIdx.x % kLanesPerRow;
+  const float4* column = reinterpret_cast<const float4*>(p.workspace.partial_out) + lane;
+  auto partial = [&](int s) { return column[(s * rows_per_split + row) * kLanesPerRow]; };
+
+  // Each group's first kHeld splits are read before the weights are known, so that their
+  // latency overlaps the log-sum-exp pass (batch 1 has a few splits a group, all of them held).
+  constexpr int kHeld = 4;
+  float4 held[kHeld];
+#pragma unroll
+  for (int i = 0; i < kHeld; ++i) {
+    const int s = group + i * kGroups;
+    held[i] = group < kGroups && s < num_splits ? partial(s) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
 
   if (threadIdx.x < 32) {
     float max_lse = negative_infinity();
@@ -73,21 +88,21 @@ __device__ __forceinline__ void combine_split_row(const CombineParams& p, long l
   }
   __syncthreads();
 
-  const int group = threadIdx.x / kLanesPerRow;
-  const int lane = threadIdx.x % kLanesPerRow;
   if (group < kGroups) {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    const float4* column = reinterpret_cast<const float4*>(p.workspace.partial_out) + lane;
-#pragma unroll 4
-    for (int s = group; s < num_splits; s += kGroups) {
+    // A zero weight never lets a non-finite partial through.
+    auto add = [&](int s, const float4& v) {
       const float w = weights[s];
-      const float4 v = column[(s * rows_per_split + row) * kLanesPerRow];
-      // A zero weight never lets a non-finite partial through.
       acc.x += w != 0.f ? w * v.x : 0.f;
       acc.y += w != 0.f ? w * v.y : 0.f;
       acc.z += w != 0.f ? w * v.z : 0.f;
       acc.w += w != 0.f ? w * v.w : 0.f;
-    }
+    };
+#pragma unroll
+    for (int i = 0; i < kHeld; ++i)
+      if (group + i * kGroups < num_splits) add(group + i * kGroups, held[i]);
+#pragma unroll 4
+    for (int s = group + kHeld * kGroups; s < num_splits; s += kGroups) add(s, partial(s));
     group_sums[group][lane] = acc;
   }
   __syncthreads();

@@ -39,6 +39,12 @@ struct DecodeSequence {
   int append_token;      // position whose K/V come from new_k/new_v (-1: none)
 };
 
+// The page-table row of a request (paged KV), null for a row index outside the table.
+__device__ __forceinline__ const int* decode_table_row(const PagedDecodeParams& p, int batch_index) {
+  const int row = p.req_indices ? p.req_indices[batch_index] : batch_index;
+  return row < 0 || row >= p.page_table_rows ? nullptr : p.page_table + row * p.page_table_stride;
+}
+
 template <int kPageSize>
 __device__ __forceinline__ DecodeSequence decode_sequence(const PagedDecodeParams& p, int batch_index) {
   DecodeSequence seq;
@@ -46,9 +52,8 @@ __device__ __forceinline__ DecodeSequence decode_sequence(const PagedDecodeParam
   seq.length = 0;
   seq.append_token = -1;
   if (kPageSize > 0) {
-    const int row = p.req_indices ? p.req_indices[batch_index] : batch_index;
-    if (row < 0 || row >= p.page_table_rows) return seq;  // bad row: empty, never out of bounds
-    seq.table_row = p.page_table + row * p.page_table_stride;
+    seq.table_row = decode_table_row(p, batch_index);
+    if (seq.table_row == nullptr) return seq;  // bad row: empty, never out of bounds
   }
   const int length = p.seq_lens ? p.seq_lens[batch_index] : p.kv_capacity;
   seq.length = min(max(length, 0), p.kv_capacity);
@@ -1251,6 +1256,7 @@ __global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const Page
   static_assert(!has_feature<kFlags>(kFeatureKvE4m3) || !has_feature<kFlags>(kFeatureKvE5m2), "one FP8 format");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   allow_dependent_grid();  // the split combine may be scheduled as CTAs free up
+  wait_for_previous_grid();  // launched as a dependent of the kernel before it (sm_90+)
 #ifndef ASTRAI_NO_MMA
   paged_decode_mma<T, kHeadDim, kPageSize, kGroup, kFlags>(p, smem_raw);
 #else

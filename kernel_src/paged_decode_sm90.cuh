@@ -71,20 +71,17 @@ __global__ void __launch_bounds__(kDecodeThreads)
       (reinterpret_cast<unsigned long long>(smem_raw) + Shape::kQBytes + 1023) & ~1023ull);
   u64* full = reinterpret_cast<u64*>(ring + kStages * Shape::kStageBytes);
 
-  const DecodeWork w = decode_work<kPageSize, kGroup, kFlags>(p);
-  if (!decode_work_begin<T, kHeadDim, kPageSize, kFlags>(p, w)) return;
-  // The first copies leave before the Q tile loads: a CTA that walks one or two blocks (batch 1)
-  // waits on the page-table and TMA latencies, which now overlap the Q loads. Warp 0 alone uses
-  // the barriers until the __syncthreads after the Q tile.
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  // Before the wait for the previous kernel (a programmatic dependent launch overlaps this with
+  // its tail) only what no kernel writes: the barriers and the tensor maps.
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) mbar_init(&full[s], 1);
     fence_mbar_init();
+    tma_prefetch_map(&map_k);
+    tma_prefetch_map(&map_v);
   }
-  __syncwarp();
-
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int num_blocks = (w.split_end - w.split_begin + kDecodeBlockTokens - 1) / kDecodeBlockTokens;
+  wait_for_previous_grid();
 
   // Warp 0, lane j < kCopies: box j % kBoxes of chunk (j / kBoxes) % kChunks of K (or V from
   // j >= kCopies / 2) of every block.
@@ -94,17 +91,33 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const TmaMap* copy_map = copy_v ? &map_v : &map_k;
   const int copy_offset =
       (copy_v ? Shape::kTileBytes : 0) + copy_chunk * Shape::kChunkBytes + copy_box * Shape::kBoxRows * 128;
-  // The page of this lane's box in `block` (contiguous: the sequence), -1 past the split.
-  auto box_page = [&](int block) {
+  // The page of this lane's box in `block` of a split starting at `begin`, looked up for tokens
+  // below `end` (the table has a slot for every token below kv_capacity), else -1; contiguous:
+  // the sequence. Ids of boxes past the split's real end are dropped at issue.
+  auto lookup = [&](const int* table_row, int begin, int end, int block) {
     if constexpr (kPageSize == 0) {
-      return w.batch_index;
+      return static_cast<int>(blockIdx.z);
     } else {
-      const int token = w.split_begin + block * kDecodeBlockTokens + copy_box * Shape::kBoxRows;
-      return lane < Shape::kCopies && block < num_blocks && token < w.split_end
-                 ? __ldg(w.seq.table_row + token / kPageSize)
-                 : -1;
+      const int token = begin + block * kDecodeBlockTokens + copy_box * Shape::kBoxRows;
+      return lane < Shape::kCopies && token < end && table_row != nullptr ? __ldg(table_row + token / kPageSize)
+                                                                          : -1;
     }
   };
+  // Without a window a split's tokens follow from the launch alone, so block 0's page ids are
+  // looked up before the sequence length arrives, not after it: one memory latency less before
+  // the first copy (what a split of one or two blocks waits on).
+  constexpr bool kWindow = has_feature<kFlags>(kFeatureWindow);
+  int page = 0;
+  if (!kWindow && warp == 0) {
+    const int begin = blockIdx.x * p.tokens_per_split;
+    page = lookup(decode_table_row(p, blockIdx.z), begin, min(begin + p.tokens_per_split, p.kv_capacity), 0);
+  }
+  const DecodeWork w = decode_work<kPageSize, kGroup, kFlags>(p);
+  const int lookup_end = kWindow ? w.split_end : min(w.split_begin + p.tokens_per_split, p.kv_capacity);
+  auto box_page = [&](int block) { return lookup(w.seq.table_row, w.split_begin, lookup_end, block); };
+  if (kWindow && warp == 0) page = box_page(0);
+  if (!decode_work_begin<T, kHeadDim, kPageSize, kFlags>(p, w)) return;
+  const int num_blocks = (w.split_end - w.split_begin + kDecodeBlockTokens - 1) / kDecodeBlockTokens;
   auto issue = [&](int block, int page) {
     const int s = block % kStages;
     if (lane == 0) mbar_arrive_expect_tx(&full[s], Shape::kStageBytes);
@@ -112,17 +125,11 @@ __global__ void __launch_bounds__(kDecodeThreads)
     if (lane < Shape::kCopies) {
       const int token = w.split_begin + block * kDecodeBlockTokens + copy_box * Shape::kBoxRows;
       tma_load_4d(ring + s * Shape::kStageBytes + copy_offset, copy_map, &full[s], 64 * copy_chunk, w.kv_head,
-                  kPageSize == 0 ? token : token % (kPageSize > 0 ? kPageSize : 1), page);
+                  kPageSize == 0 ? token : token % (kPageSize > 0 ? kPageSize : 1), token < w.split_end ? page : -1);
     }
   };
   // Page ids are looked up a block ahead of their issue, so the lookup never stalls it.
-  int page = 0;
   if (warp == 0) {
-    if (lane == 0) {
-      tma_prefetch_map(&map_k);
-      tma_prefetch_map(&map_v);
-    }
-    page = box_page(0);
     for (int block = 0; block < kStages - 1 && block < num_blocks; ++block) {
       const int next = box_page(block + 1);
       issue(block, page);

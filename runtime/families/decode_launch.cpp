@@ -199,6 +199,8 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   attention.block = kDecodeThreads;
   attention.smem = static_cast<unsigned>(smem);
   attention.stream = launch.stream;
+  // Its CTAs may be placed while the kernel before it drains; they wait for it before any load.
+  attention.programmatic_dependent = true;
   if (spec.hopper) {
     void* arguments[] = {&params, &map_k, &map_v};
     device.launch(variant.functions[0], attention, arguments);

@@ -18,8 +18,10 @@
 #include "runtime/kernel_sources.hpp"
 #include "runtime/kernel_spec.hpp"
 #include "runtime/tensor_map.hpp"
+#include "tests/support/ptx.hpp"
 
 using astrai::DType;
+using astrai::testing::contains;
 using astrai::detail::CompileRequest;
 using astrai::detail::CompileResult;
 using astrai::detail::KernelKind;
@@ -38,10 +40,6 @@ KernelSpec hopper_prefill(KernelKind kind, DType dtype, int head_dim, int page_s
   spec.arch = "sm_90a";
   spec.hopper = true;
   return spec;
-}
-
-bool contains(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
 }
 
 // ptxas speaks of lost performance only when a wgmma pipeline was broken.
@@ -199,6 +197,8 @@ TEST_SUITE("hopper") {
         CHECK(contains(result.ptx, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
         CHECK_FALSE(contains(result.ptx, "cp.async.cg.shared.global"));  // no cp.async loader left
         CHECK(contains(result.ptx, "griddepcontrol.launch_dependents"));
+        // Launched early (programmatic dependent launch): no global access before the wait.
+        CHECK(astrai::testing::global_access_before_grid_wait(result.ptx) == "");
         INFO("NVRTC log: " << result.log);
         CHECK_FALSE(contains(result.log, "warning"));
       }

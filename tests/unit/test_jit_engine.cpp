@@ -17,11 +17,13 @@
 #include "runtime/kernel_spec.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "tests/support/cache_support.hpp"
+#include "tests/support/ptx.hpp"
 #include "tests/support/specs.hpp"
 #include "tests/support/support.hpp"
 
 namespace fs = std::filesystem;
 using astrai::DType;
+using astrai::testing::contains;
 using astrai::detail::CacheMode;
 using astrai::detail::CompiledVariant;
 using astrai::detail::decode_variant_payload;
@@ -60,10 +62,6 @@ std::vector<fs::path> entry_files(const fs::path& dir) {
     entries.push_back(file);
   }
   return entries;
-}
-
-bool contains(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
 }
 
 bool is_elf(const std::vector<char>& binary) {

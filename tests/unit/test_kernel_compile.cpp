@@ -11,8 +11,10 @@
 #include "runtime/kernel_spec.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "tests/support/specs.hpp"
+#include "tests/support/ptx.hpp"
 
 using astrai::DType;
+using astrai::testing::contains;
 using astrai::detail::BinaryKind;
 using astrai::detail::CompileRequest;
 using astrai::detail::CompileResult;
@@ -39,10 +41,6 @@ KernelSpec rotary(DType dtype, int head_dim, const std::string& arch) {
 
 // The request the JIT engine builds for a spec.
 CompileRequest request_for(const KernelSpec& spec) { return astrai::detail::compile_request(spec); }
-
-bool contains(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
-}
 
 bool binary_contains(const std::vector<char>& binary, const std::string& needle) {
   return std::search(binary.begin(), binary.end(), needle.begin(), needle.end()) != binary.end();
@@ -115,6 +113,8 @@ TEST_CASE("paged decode compiles for every arch with tensor cores from sm_80 on"
       const bool hopper = astrai::detail::arch_number(arch) >= 90;
       CHECK(contains(result.ptx, "griddepcontrol.launch_dependents") == hopper);
       CHECK(contains(result.ptx, "griddepcontrol.wait") == hopper);
+      // Both kernels are launched early from sm_90 on: neither may touch memory before its wait.
+      if (hopper) CHECK(astrai::testing::global_access_before_grid_wait(result.ptx) == "");
     }
   }
 }

@@ -1,0 +1,18 @@
+// Checks on NVRTC's PTX text shared by the compile tests.
+#pragma once
+
+#include <string>
+
+namespace astrai::testing {
+
+inline bool contains(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+// A kernel launched as a programmatic dependent may start while the kernel before it still
+// writes, so it must touch no global memory before griddepcontrol.wait. Returns "" when every
+// entry of `ptx` waits before its first global access (load, store, atomic, cp.async or bulk
+// copy), else "<entry>: <first access>" for the first entry that does not (or never waits).
+std::string global_access_before_grid_wait(const std::string& ptx);
+
+}  // namespace astrai::testing

@@ -608,7 +608,7 @@ int main(int argc, char** argv) {
     std::vector<PrefillCase> checks, timings;
     // Other tilings (head dim, consumer warpgroups, KV block), checked and timed beside the defaults.
     const std::vector<std::tuple<int, int, int>> alternatives = {
-        {64, 2, 192}, {128, 2, 128}, {128, 3, 80}, {256, 2, 64}};
+        {64, 2, 192}, {128, 2, 128}, {128, 2, 176}, {128, 3, 80}, {256, 2, 64}};
     const int lens[][3] = {{1, 1, -1}, {63, 65, -1}, {128, 128, 0}, {129, 300, 171}, {200, 257, -1},
                            {64, 0, -1}, {300, 129, 0}};
     for (bool fp16 : {false, true})

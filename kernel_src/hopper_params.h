@@ -44,10 +44,11 @@ static_assert(128 * kPrefillSm90ProducerRegs + 384 * prefill_sm90_consumer_regs(
 
 // KV tokens per block: S (block_n / 2 registers a thread) and P (block_n / 4) beside O
 // (head_dim / 2), and Q with two stages of K and V inside 227 KB. Measured on the H200
-// (docs/device-notes.md, sm_90 run 2): with two consumers hd64 192 beat 128 by 5%, hd128 176 beat
-// 128 by 2%, hd256 80 beat 64 by 6%. Three consumers (160 registers) hold S of 128 tokens.
+// (docs/device-notes.md, sm_90 run 2 and run 60): with two consumers hd64 192 beat 128 by 5%,
+// hd128 192 beat 176 by 1.0% (non-causal) and 1.5% (causal), hd256 80 beat 64 by 6%. Three
+// consumers (160 registers) hold S of 128 tokens.
 constexpr int prefill_sm90_block_n(int head_dim, int consumers) {
-  return consumers == 3 ? 128 : head_dim <= 64 ? 192 : head_dim <= 128 ? 176 : 80;
+  return consumers == 3 ? 128 : head_dim <= 128 ? 192 : 80;
 }
 
 // Q, the K and V rings, their mbarriers (Q's, and a full and an empty one per stage of K and of

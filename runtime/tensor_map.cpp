@@ -1,7 +1,11 @@
 #include "runtime/tensor_map.hpp"
 
+#define XXH_INLINE_ALL  // header-only, as cache/cache_key.cpp uses it
+#include <xxhash.h>
+
 #include <fmt/format.h>
 
+#include "base/logging.hpp"
 #include "runtime/driver_api.hpp"
 
 namespace astrai::detail {
@@ -49,6 +53,35 @@ CUtensorMap encode_tensor_map(const TensorMapShape& shape, bool fp16, int device
                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
            "cuTensorMapEncodeTiled", device);
   return map;
+}
+
+bool tma_can_read(const char* launch_name, const std::vector<NamedTensorMapShape>& shapes) {
+  for (const NamedTensorMapShape& tensor : shapes) {
+    const std::string problem = tensor_map_problem(tensor.shape);
+    if (!problem.empty()) {
+      log(LogLevel::debug, "{}: portable kernel, {} cannot be read through TMA: {}", launch_name, tensor.name,
+          problem);
+      return false;
+    }
+  }
+  return true;
+}
+
+std::array<std::uint64_t, kTensorMapWords> tensor_map_words(const TensorMapShape& shape) {
+  std::array<std::uint64_t, kTensorMapWords> words{};
+  words[0] = reinterpret_cast<std::uintptr_t>(shape.base);
+  words[1] = shape.dims.size();
+  words[2] = shape.strides.size();
+  words[3] = shape.box.size();
+  for (std::size_t i = 0; i < std::min<std::size_t>(shape.dims.size(), 5); ++i) words[4 + i] = shape.dims[i];
+  for (std::size_t i = 0; i < std::min<std::size_t>(shape.strides.size(), 4); ++i)
+    words[9 + i] = static_cast<std::uint64_t>(shape.strides[i]);
+  for (std::size_t i = 0; i < std::min<std::size_t>(shape.box.size(), 5); ++i) words[13 + i] = shape.box[i];
+  return words;
+}
+
+std::size_t hash_words(const std::uint64_t* words, std::size_t count) {
+  return static_cast<std::size_t>(XXH3_64bits(words, count * sizeof(std::uint64_t)));
 }
 
 }  // namespace astrai::detail

@@ -1,11 +1,17 @@
 // TMA tensor maps for the Hopper kernels: the driver's rules checked as a plain function (the
-// launchers route anything that breaks them to the portable kernels), and the encoding.
+// launchers route anything that breaks them to the portable kernels), the encoding, and the
+// per-thread memo of encoded maps the launchers share.
 #pragma once
 
 #include <cuda.h>
 
+#include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace astrai::detail {
@@ -29,5 +35,65 @@ std::string tensor_map_problem(const TensorMapShape& shape);
 // decode maps take none. Throws CudaError when the driver refuses the map.
 CUtensorMap encode_tensor_map(const TensorMapShape& shape, bool fp16, int device,
                               CUtensorMapL2promotion promotion);
+
+// A tensor a launcher reads through TMA, named for the log ("k").
+struct NamedTensorMapShape {
+  const char* name;
+  TensorMapShape shape;
+};
+
+// Whether TMA can read every one of `shapes`. Else logs the first it cannot ("prefill: portable
+// kernel, k cannot be read through TMA: ...") and the caller takes the portable kernel.
+bool tma_can_read(const char* launch_name, const std::vector<NamedTensorMapShape>& shapes);
+
+// Every value of `shape` that encode_tensor_map reads, as memo key words: the base, the three
+// sizes, then dims, strides and box padded with zeros to rank 5 (a larger rank, which TMA
+// refuses anyway, is cut there).
+inline constexpr std::size_t kTensorMapWords = 18;
+std::array<std::uint64_t, kTensorMapWords> tensor_map_words(const TensorMapShape& shape);
+
+// The memo's hash (XXH3, as the cache key uses).
+std::size_t hash_words(const std::uint64_t* words, std::size_t count);
+
+// Maps a launch reads, or that TMA cannot read one of its tensors.
+struct TensorMaps {
+  bool usable = false;
+  std::vector<CUtensorMap> maps;  // in the order of the shapes, when usable
+};
+
+// Encoded maps by key words that stand for every value going into them (the launcher's words,
+// plus the device, dtype and promotion added here): a hit never hands out a map of other memory.
+// A serving loop launches over the same caches (one pair per layer) every step, and encoding
+// costs more than the rest of a call's host work. Each launcher keeps one per thread
+// (thread_local), so no locks. Bounded: past kMaxEntries it starts over.
+template <std::size_t kWords>
+class TensorMapMemo {
+ public:
+  // The maps for `words`; on a miss `shapes()` gives the std::vector<NamedTensorMapShape> they
+  // stand for, checked with tma_can_read, then encoded. A throw leaves nothing cached.
+  template <typename Shapes>
+  const TensorMaps& find_or_encode(const std::array<std::uint64_t, kWords>& words, const char* launch_name,
+                                   bool fp16, int device, CUtensorMapL2promotion promotion, Shapes&& shapes) {
+    Key key{static_cast<std::uint64_t>(device), fp16 ? 1u : 0u, static_cast<std::uint64_t>(promotion)};
+    std::copy(words.begin(), words.end(), key.begin() + 3);
+    if (auto it = entries_.find(key); it != entries_.end()) return it->second;
+    if (entries_.size() >= kMaxEntries) entries_.clear();
+    const std::vector<NamedTensorMapShape> named = shapes();
+    TensorMaps maps;
+    maps.usable = tma_can_read(launch_name, named);
+    if (maps.usable)
+      for (const NamedTensorMapShape& tensor : named)
+        maps.maps.push_back(encode_tensor_map(tensor.shape, fp16, device, promotion));
+    return entries_.emplace(key, std::move(maps)).first->second;
+  }
+
+ private:
+  static constexpr std::size_t kMaxEntries = 1024;
+  using Key = std::array<std::uint64_t, kWords + 3>;
+  struct KeyHash {
+    std::size_t operator()(const Key& key) const { return hash_words(key.data(), key.size()); }
+  };
+  std::unordered_map<Key, TensorMaps, KeyHash> entries_;
+};
 
 }  // namespace astrai::detail

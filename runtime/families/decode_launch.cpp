@@ -1,10 +1,7 @@
 #include "runtime/families/decode_launch.hpp"
 
 #include <algorithm>
-#include <unordered_map>
-
-#define XXH_INLINE_ALL  // header-only, as cache/cache_key.cpp uses it
-#include <xxhash.h>
+#include <array>
 
 #include <fmt/format.h>
 
@@ -35,18 +32,21 @@ namespace {
 
 // The TMA views of the K and V caches the Hopper decode reads (kernel_src/paged_decode_sm90.cuh):
 // paged {d, n_kv_heads, page_size, num_pages}, contiguous {d, n_kv_heads, kv_capacity, batch};
-// boxes of 64 elements by min(page_size, 64) tokens.
+// boxes of 64 elements by min(page_size, 64) tokens. The maps are a function of these fields
+// (the memo adds the device and dtype), so the key is built without the shapes' allocations.
 struct DecodeMapKey {
-  int device, head_dim, page_size, n_kv_heads, rows, outer;
-  DType dtype;
+  int head_dim, page_size, n_kv_heads, rows, outer;
   const void* k;
   const void* v;
   std::int64_t k_strides[3], v_strides[3];  // head, token, page (contiguous: batch)
 
-  bool operator==(const DecodeMapKey& o) const {
-    return device == o.device && head_dim == o.head_dim && page_size == o.page_size && n_kv_heads == o.n_kv_heads &&
-           rows == o.rows && outer == o.outer && dtype == o.dtype && k == o.k && v == o.v &&
-           std::equal(k_strides, k_strides + 3, o.k_strides) && std::equal(v_strides, v_strides + 3, o.v_strides);
+  static constexpr std::size_t kWords = 13;
+  std::array<std::uint64_t, kWords> words() const {
+    using U = std::uint64_t;
+    return {U(head_dim), U(page_size), U(n_kv_heads), U(rows), U(outer),
+            reinterpret_cast<std::uintptr_t>(k), reinterpret_cast<std::uintptr_t>(v),
+            U(k_strides[0]), U(k_strides[1]), U(k_strides[2]),
+            U(v_strides[0]), U(v_strides[1]), U(v_strides[2])};
   }
 };
 
@@ -58,74 +58,31 @@ TensorMapShape decode_map_shape(const DecodeMapKey& key, const void* base, const
           {64, 1, box, 1}};
 }
 
-struct DecodeMapKeyHash {
-  std::size_t operator()(const DecodeMapKey& key) const {
-    const std::uint64_t words[] = {std::uint64_t(key.device), std::uint64_t(key.head_dim), std::uint64_t(key.page_size),
-                                   std::uint64_t(key.n_kv_heads), std::uint64_t(key.rows), std::uint64_t(key.outer),
-                                   std::uint64_t(key.dtype), reinterpret_cast<std::uintptr_t>(key.k),
-                                   reinterpret_cast<std::uintptr_t>(key.v), std::uint64_t(key.k_strides[0]),
-                                   std::uint64_t(key.k_strides[1]), std::uint64_t(key.k_strides[2]),
-                                   std::uint64_t(key.v_strides[0]), std::uint64_t(key.v_strides[1]),
-                                   std::uint64_t(key.v_strides[2])};
-    return static_cast<std::size_t>(XXH3_64bits(words, sizeof(words)));
-  }
-};
-
-// The maps of a cache, or that TMA cannot read it (the call then takes the portable kernel).
-struct DecodeMaps {
-  bool usable = false;
-  CUtensorMap k{}, v{};
-};
-
-// Encoded maps by what they encode, per thread: a serving loop decodes over the same caches
-// (one pair per layer) every step, and encoding them costs more than the rest of the call's
-// host work. Bounded: a process that keeps making new caches starts over past kMaxEntries.
-constexpr std::size_t kMaxEntries = 1024;
-
-const DecodeMaps& decode_maps(const DecodeMapKey& key, const KernelSpec& spec) {
-  thread_local std::unordered_map<DecodeMapKey, DecodeMaps, DecodeMapKeyHash> cache;
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
-  if (cache.size() >= kMaxEntries) cache.clear();
-  const TensorMapShape k = decode_map_shape(key, key.k, key.k_strides);
-  const TensorMapShape v = decode_map_shape(key, key.v, key.v_strides);
-  DecodeMaps maps;
-  maps.usable = true;
-  for (const auto& [what, shape] : {std::pair{"k", &k}, std::pair{"v", &v}}) {
-    const std::string problem = tensor_map_problem(*shape);
-    if (!problem.empty()) {
-      log(LogLevel::debug, "{}: portable kernel, {} cannot be read through TMA: {}", spec.family().name, what,
-          problem);
-      maps.usable = false;
-      break;
-    }
-  }
-  if (maps.usable) {  // a throw leaves nothing cached
-    const bool fp16 = spec.dtype == DType::fp16;
-    maps.k = encode_tensor_map(k, fp16, key.device, CU_TENSOR_MAP_L2_PROMOTION_NONE);
-    maps.v = encode_tensor_map(v, fp16, key.device, CU_TENSOR_MAP_L2_PROMOTION_NONE);
-  }
-  return cache.emplace(key, maps).first->second;
-}
-
 // Whether the Hopper decode serves this call, and its maps: false leaves it to the portable one.
 bool decode_sm90_maps(const Device& device, const KernelSpec& spec, const PagedDecodeParams& p, CUtensorMap* map_k,
                       CUtensorMap* map_v) {
   if (!device.uses_wgmma() || p.mask != nullptr || !hopper_serves(spec)) return false;
-  const DecodeMapKey key{device.ordinal(),
-                         spec.head_dim,
+  const DecodeMapKey key{spec.head_dim,
                          spec.page_size,
                          p.n_kv_heads,
                          std::max(spec.page_size > 0 ? spec.page_size : p.kv_capacity, 1),
                          std::max(spec.page_size > 0 ? p.num_pages : p.batch, 1),
-                         spec.dtype,
                          p.k_cache,
                          p.v_cache,
                          {p.k_stride_head, p.k_stride_token, p.k_stride_page},
                          {p.v_stride_head, p.v_stride_token, p.v_stride_page}};
-  const DecodeMaps& maps = decode_maps(key, spec);
-  *map_k = maps.k;
-  *map_v = maps.v;
-  return maps.usable;
+  thread_local TensorMapMemo<DecodeMapKey::kWords> memo;
+  const TensorMaps& maps =
+      memo.find_or_encode(key.words(), spec.family().name, spec.dtype == DType::fp16, device.ordinal(),
+                          CU_TENSOR_MAP_L2_PROMOTION_NONE, [&] {
+                            return std::vector<NamedTensorMapShape>{
+                                {"k", decode_map_shape(key, key.k, key.k_strides)},
+                                {"v", decode_map_shape(key, key.v, key.v_strides)}};
+                          });
+  if (!maps.usable) return false;
+  *map_k = maps.maps[0];
+  *map_v = maps.maps[1];
+  return true;
 }
 
 }  // namespace

@@ -1,11 +1,11 @@
 #include "runtime/families/prefill_launch.hpp"
 
 #include <algorithm>
+#include <array>
 
 #include <fmt/format.h>
 
 #include "kernel_src/hopper_params.h"
-#include "base/logging.hpp"
 #include "runtime/tensor_map.hpp"
 
 namespace astrai::detail {
@@ -64,19 +64,25 @@ namespace {
 bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, const char* launch_name,
                          int max_q_len, const PrefillParams& params, void* stream) {
   if (!device.uses_wgmma() || params.mask != nullptr || !hopper_serves(spec)) return false;
-  const PrefillMaps maps = prefill_map_shapes(params, spec.head_dim, spec.page_size);
-  for (const auto& [what, shape] : {std::pair{"q", &maps.q}, std::pair{"k", &maps.k}, std::pair{"v", &maps.v}}) {
-    const std::string problem = tensor_map_problem(*shape);
-    if (!problem.empty()) {
-      log(LogLevel::debug, "{}: portable kernel, {} cannot be read through TMA: {}", launch_name, what, problem);
-      return false;
-    }
-  }
+  const PrefillMaps shapes = prefill_map_shapes(params, spec.head_dim, spec.page_size);
+  if (!tma_can_read(launch_name, {{"q", shapes.q}})) return false;
   const bool fp16 = spec.dtype == DType::fp16;
   constexpr CUtensorMapL2promotion kPromotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
-  CUtensorMap map_q = encode_tensor_map(maps.q, fp16, device.ordinal(), kPromotion);
-  CUtensorMap map_k = encode_tensor_map(maps.k, fp16, device.ordinal(), kPromotion);
-  CUtensorMap map_v = encode_tensor_map(maps.v, fp16, device.ordinal(), kPromotion);
+  // Only K and V are memoized: a paged call reads the same cache every step, while q's pointer
+  // and row count change with every batch of prompts. Keyed on the shapes themselves, so every
+  // value that goes into the maps is in the key.
+  std::array<std::uint64_t, 2 * kTensorMapWords> words;
+  const auto k_words = tensor_map_words(shapes.k);
+  const auto v_words = tensor_map_words(shapes.v);
+  std::copy(v_words.begin(), v_words.end(), std::copy(k_words.begin(), k_words.end(), words.begin()));
+  thread_local TensorMapMemo<2 * kTensorMapWords> memo;
+  const TensorMaps& kv = memo.find_or_encode(words, launch_name, fp16, device.ordinal(), kPromotion, [&] {
+    return std::vector<NamedTensorMapShape>{{"k", shapes.k}, {"v", shapes.v}};
+  });
+  if (!kv.usable) return false;
+  CUtensorMap map_q = encode_tensor_map(shapes.q, fp16, device.ordinal(), kPromotion);
+  CUtensorMap map_k = kv.maps[0];
+  CUtensorMap map_v = kv.maps[1];
   spec.hopper = true;
   const int consumers = prefill_sm90_consumers(spec.head_dim);
   const int threads = prefill_sm90_threads(consumers);

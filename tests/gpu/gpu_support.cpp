@@ -1,5 +1,7 @@
 #include "tests/gpu/gpu_support.hpp"
 
+#include <doctest/doctest.h>
+
 #include "tests/support/half.hpp"
 
 #include <cmath>
@@ -90,6 +92,32 @@ void accumulate(Comparison* c, double got, double want, double atol, double rtol
 void finish(Comparison* c) {
   c->norm_rel_error = c->sum_sq_reference > 0 ? std::sqrt(c->sum_sq_error / c->sum_sq_reference)
                                               : std::sqrt(c->sum_sq_error);
+}
+
+void check_graph_replay(const std::function<void(CUstream)>& call, DeviceBuffer* out,
+                        const std::vector<std::uint16_t>& eager_out, int replays, const std::string& description) {
+  const auto& api = driver();
+  CUstream stream;
+  check_cu(api.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate", -1);
+  call(stream);
+  check_cu(api.cuStreamSynchronize(stream), "cuStreamSynchronize", -1);
+  out->fill_byte(0xff);
+  CUgraph graph;
+  CUgraphExec exec;
+  check_cu(api.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture", -1);
+  call(stream);
+  check_cu(api.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture", -1);
+  check_cu(api.cuGraphInstantiate(&exec, graph, 0), "cuGraphInstantiate", -1);
+  for (int replay = 0; replay < replays; ++replay) {
+    out->fill_byte(0xff);
+    check_cu(api.cuGraphLaunch(exec, stream), "cuGraphLaunch", -1);
+    check_cu(api.cuStreamSynchronize(stream), "cuStreamSynchronize", -1);
+    const auto replayed = out->to_host<std::uint16_t>(eager_out.size());
+    CHECK_MESSAGE(replayed == eager_out, "graph replay differs from the eager call: " << description);
+  }
+  api.cuGraphExecDestroy(exec);
+  api.cuGraphDestroy(graph);
+  api.cuStreamDestroy(stream);
 }
 
 namespace {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,6 +40,12 @@ struct Comparison {
 void accumulate(Comparison* comparison, double got, double want, double atol, double rtol,
                 const std::string& where);
 void finish(Comparison* comparison);
+
+// Runs `call` (a launch on the stream it is given) eagerly on a fresh stream, which sizes its
+// workspace there, captures it in a CUDA graph and replays the graph `replays` times over a
+// re-poisoned `out`: each replay must give `eager_out` bit for bit.
+void check_graph_replay(const std::function<void(CUstream)>& call, DeviceBuffer* out,
+                        const std::vector<std::uint16_t>& eager_out, int replays, const std::string& description);
 
 // Records the worst errors of the run (printed at the end of the suite).
 void note_worst(const std::string& kernel, DType dtype, const Comparison& comparison);

@@ -58,34 +58,6 @@ std::vector<float> kv_scales(bool per_head, int n_kv_heads, std::mt19937& rng) {
   return scales;
 }
 
-void check_graph_replay(PagedDecodeArgs args, DeviceBuffer* out, const std::vector<std::uint16_t>& eager_out,
-                        const std::string& description) {
-  const auto& api = detail::driver();
-  CUstream stream;
-  detail::check_cu(api.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate", -1);
-  args.stream = stream;
-  Runtime::get().paged_decode(args);
-  detail::check_cu(api.cuStreamSynchronize(stream), "cuStreamSynchronize", -1);
-  out->fill_byte(0xff);
-  CUgraph graph;
-  CUgraphExec exec;
-  detail::check_cu(api.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture",
-                   -1);
-  Runtime::get().paged_decode(args);
-  detail::check_cu(api.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture", -1);
-  detail::check_cu(api.cuGraphInstantiate(&exec, graph, 0), "cuGraphInstantiate", -1);
-  for (int replay = 0; replay < 2; ++replay) {
-    out->fill_byte(0xff);
-    detail::check_cu(api.cuGraphLaunch(exec, stream), "cuGraphLaunch", -1);
-    detail::check_cu(api.cuStreamSynchronize(stream), "cuStreamSynchronize", -1);
-    const auto replayed = out->to_host<std::uint16_t>(eager_out.size());
-    CHECK_MESSAGE(replayed == eager_out, "graph replay differs from the eager call: " << description);
-  }
-  api.cuGraphExecDestroy(exec);
-  api.cuGraphDestroy(graph);
-  api.cuStreamDestroy(stream);
-}
-
 void compare_lse(Comparison* comparison, double got, double want, const std::string& where) {
   if (std::isinf(want)) {
     if (!(std::isinf(got) && got < 0) && comparison->failures++ == 0)

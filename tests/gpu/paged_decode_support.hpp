@@ -1,9 +1,11 @@
 // What the paged_decode, kv_fp8 and multi-token decode GPU tests share: the shuffled page table,
-// the random keep-mask, the FP8 scales, the CUDA graph replay and the checks of a case scored by
-// one Comparison. Each file keeps its own case struct, layouts and reference.
+// the random keep-mask, the FP8 scales, the arguments every case fills alike, the call a CUDA
+// graph captures and the checks of a case scored by one Comparison. Each file keeps its own case
+// struct, layouts and reference.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -47,11 +49,49 @@ inline float scale_of(const std::vector<float>& scales, int kv_head) {
   return scales.size() == 1 ? scales[0] : scales[kv_head];
 }
 
-// Captures `args` in a CUDA graph on a fresh stream (after an eager call there, which sizes its
-// workspace) and replays it twice over a re-poisoned `out`: each replay must give `eager_out`
-// bit for bit.
-void check_graph_replay(PagedDecodeArgs args, DeviceBuffer* out, const std::vector<std::uint16_t>& eager_out,
-                        const std::string& description);
+// A paged K/V cache on the device: two pools with one set of element strides.
+struct KvPool {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  std::int64_t page_stride = 0, token_stride = 0, head_stride = 0;
+};
+
+// The PagedDecodeArgs fields every paged-decode case fills alike: the case's shape and features
+// (`c` has dtype, n_kv_heads, group, head_dim, page_size, batch() and features), its page
+// table, lengths and K/V pool; `sinks` is passed only when the case has sinks. The caller adds
+// q, out, the LSE and its own options.
+template <typename Case>
+PagedDecodeArgs paged_decode_args(const Case& c, const PageTable& pages, const DeviceBuffer& table,
+                                  const DeviceBuffer& lens, const DeviceBuffer& sinks, const KvPool& kv) {
+  PagedDecodeArgs args;
+  args.dtype = c.dtype;
+  args.batch = c.batch();
+  args.n_heads = c.n_kv_heads * c.group;
+  args.n_kv_heads = c.n_kv_heads;
+  args.head_dim = c.head_dim;
+  args.page_size = c.page_size;
+  args.num_pages = pages.num_pages;
+  args.max_pages_per_seq = pages.max_pages;
+  args.logit_cap = c.features.logit_cap;
+  if (c.features.sinks) args.sinks = static_cast<const float*>(sinks.get());
+  args.window_left = c.features.window_left;
+  args.k_cache = kv.k;
+  args.v_cache = kv.v;
+  args.k_stride_page = args.v_stride_page = kv.page_stride;
+  args.k_stride_token = args.v_stride_token = kv.token_stride;
+  args.k_stride_head = args.v_stride_head = kv.head_stride;
+  args.page_table = static_cast<const std::int32_t*>(table.get());
+  args.seq_lens = static_cast<const std::int32_t*>(lens.get());
+  return args;
+}
+
+// paged_decode with `args` on the stream it is given: the call check_graph_replay captures.
+inline std::function<void(CUstream)> paged_decode_call(PagedDecodeArgs args) {
+  return [args](CUstream stream) mutable {
+    args.stream = stream;
+    Runtime::get().paged_decode(args);
+  };
+}
 
 // A row with nothing to attend to must report an LSE of -inf exactly; any other row within
 // 2e-3 + 1e-3 |want|.

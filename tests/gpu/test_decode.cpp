@@ -86,25 +86,11 @@ void check_decode(const DecodeCase& c, bool graph = false) {
   const auto lse = d_lse.to_host<float>(std::max(1, c.batch * n_heads));
 
   if (graph) {
-    const auto& api = detail::driver();
-    CUstream stream;
-    detail::check_cu(api.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate", -1);
-    args.stream = stream;
-    Runtime::get().decode(args);
-    detail::check_cu(api.cuStreamSynchronize(stream), "cuStreamSynchronize", -1);
-    CUgraph g;
-    CUgraphExec exec;
-    detail::check_cu(api.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capture", -1);
-    Runtime::get().decode(args);
-    detail::check_cu(api.cuStreamEndCapture(stream, &g), "end capture", -1);
-    detail::check_cu(api.cuGraphInstantiate(&exec, g, 0), "instantiate", -1);
-    d_out.fill_byte(0xff);
-    detail::check_cu(api.cuGraphLaunch(exec, stream), "launch", -1);
-    detail::check_cu(api.cuStreamSynchronize(stream), "sync", -1);
-    CHECK_MESSAGE(d_out.to_host<std::uint16_t>(out_elems) == out, "graph replay differs: " << c.describe());
-    api.cuGraphExecDestroy(exec);
-    api.cuGraphDestroy(g);
-    api.cuStreamDestroy(stream);
+    auto decode_on = [args](CUstream stream) mutable {
+      args.stream = stream;
+      Runtime::get().decode(args);
+    };
+    check_graph_replay(decode_on, &d_out, out, /*replays=*/1, c.describe());
   }
 
   Comparison comparison;

@@ -151,18 +151,8 @@ Comparison run_paged_decode(const Fp8Case& c) {
   DeviceBuffer d_lse(std::max(1, batch * n_heads) * sizeof(float));
   d_lse.fill_byte(0xff);
 
-  PagedDecodeArgs args;
-  args.dtype = c.dtype;
-  args.batch = batch;
-  args.n_heads = n_heads;
-  args.n_kv_heads = c.n_kv_heads;
-  args.head_dim = d;
-  args.page_size = ps;
-  args.num_pages = num_pages;
-  args.max_pages_per_seq = max_pages;
-  args.logit_cap = c.features.logit_cap;
-  if (c.features.sinks) args.sinks = static_cast<const float*>(d_sinks.get());
-  args.window_left = c.features.window_left;
+  const KvPool pool{d_k.get(), d_v.get(), page_stride, token_stride, head_stride};
+  PagedDecodeArgs args = paged_decode_args(c, pages, d_table, d_lens, d_sinks, pool);
   args.kv_dtype = c.format;
   args.k_scale = static_cast<const float*>(d_k_scales.get());
   args.v_scale = static_cast<const float*>(d_v_scales.get());
@@ -170,13 +160,6 @@ Comparison run_paged_decode(const Fp8Case& c) {
   args.q = d_q.get();
   args.q_stride_batch = q_batch_stride;
   args.q_stride_head = q_head_stride;
-  args.k_cache = d_k.get();
-  args.v_cache = d_v.get();
-  args.k_stride_page = args.v_stride_page = page_stride;
-  args.k_stride_token = args.v_stride_token = token_stride;
-  args.k_stride_head = args.v_stride_head = head_stride;
-  args.page_table = static_cast<const std::int32_t*>(d_table.get());
-  args.seq_lens = static_cast<const std::int32_t*>(d_lens.get());
   args.out = d_out.get();
   args.out_stride_batch = q_batch_stride;
   args.out_stride_head = q_head_stride;

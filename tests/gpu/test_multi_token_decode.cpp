@@ -138,19 +138,9 @@ void check_case(const MultiTokenCase& c, bool graph = false) {
   d_out.fill_byte(0xff);  // poison: every row element must be written, nothing else
   d_lse.fill_byte(0xff);
 
-  PagedDecodeArgs args;
-  args.dtype = c.dtype;
-  args.batch = batch;
-  args.n_heads = n_heads;
-  args.n_kv_heads = c.n_kv_heads;
-  args.head_dim = d;
-  args.page_size = ps;
-  args.num_pages = num_pages;
-  args.max_pages_per_seq = max_pages;
+  const KvPool pool{d_k.get(), d_v.get(), page_stride, token_stride, head_stride};
+  PagedDecodeArgs args = paged_decode_args(c, pages, d_table, d_lens, d_sinks, pool);
   args.scale = c.scale;
-  args.logit_cap = c.features.logit_cap;
-  if (c.features.sinks) args.sinks = static_cast<const float*>(d_sinks.get());
-  args.window_left = c.features.window_left;
   if (c.fp8()) {
     args.kv_dtype = c.kv;
     args.k_scale = static_cast<const float*>(d_k_scales.get());
@@ -162,13 +152,6 @@ void check_case(const MultiTokenCase& c, bool graph = false) {
   args.q_stride_batch = layout.batch;
   args.q_stride_seq = layout.seq;
   args.q_stride_head = layout.head;
-  args.k_cache = d_k.get();
-  args.v_cache = d_v.get();
-  args.k_stride_page = args.v_stride_page = page_stride;
-  args.k_stride_token = args.v_stride_token = token_stride;
-  args.k_stride_head = args.v_stride_head = head_stride;
-  args.page_table = static_cast<const std::int32_t*>(d_table.get());
-  args.seq_lens = static_cast<const std::int32_t*>(d_lens.get());
   args.out = d_out.get();
   args.out_stride_batch = layout.batch;
   args.out_stride_seq = layout.seq;
@@ -183,7 +166,7 @@ void check_case(const MultiTokenCase& c, bool graph = false) {
   const auto out = d_out.to_host<std::uint16_t>(layout.elements);
   const auto lse = d_lse.to_host<float>(lse_count);
 
-  if (graph) check_graph_replay(args, &d_out, out, c.describe());
+  if (graph) check_graph_replay(paged_decode_call(args), &d_out, out, /*replays=*/2, c.describe());
 
   Verdict verdict;
   std::vector<char> written(out.size(), 0);

@@ -106,36 +106,17 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
   DeviceBuffer d_out(out_elems * 2);
   d_out.fill_byte(0xff);  // poison: every element must be written
 
-  PagedDecodeArgs args;
-  args.dtype = c.dtype;
-  args.batch = batch;
-  args.n_heads = n_heads;
-  args.n_kv_heads = c.n_kv_heads;
-  args.head_dim = d;
-  args.page_size = ps;
-  args.num_pages = num_pages;
-  args.max_pages_per_seq = max_pages;
-  args.scale = c.scale;
-  args.logit_cap = c.features.logit_cap;
   const std::vector<float> sinks = sink_values(n_heads, c.seed);
   DeviceBuffer d_sinks = DeviceBuffer::from(sinks);
-  if (c.features.sinks) args.sinks = static_cast<const float*>(d_sinks.get());
-  args.window_left = c.features.window_left;
+  const void* v_cache =
+      c.strided ? static_cast<void*>(static_cast<std::uint16_t*>(d_k.get()) + v_offset) : d_v.get();
+  const KvPool pool{d_k.get(), v_cache, kv_page_stride, kv_token_stride, kv_head_stride};
+  PagedDecodeArgs args = paged_decode_args(c, pages, d_table, d_lens, d_sinks, pool);
+  args.scale = c.scale;
   args.q = d_q.get();
   args.q_stride_batch = q_batch_stride;
   args.q_stride_head = q_head_stride;
-  args.k_cache = d_k.get();
-  args.k_stride_page = kv_page_stride;
-  args.k_stride_token = kv_token_stride;
-  args.k_stride_head = kv_head_stride;
-  args.v_cache = c.strided ? static_cast<void*>(static_cast<std::uint16_t*>(d_k.get()) + v_offset)
-                           : d_v.get();
-  args.v_stride_page = kv_page_stride;
-  args.v_stride_token = kv_token_stride;
-  args.v_stride_head = kv_head_stride;
-  args.page_table = static_cast<const std::int32_t*>(d_table.get());
   args.page_table_stride = table_stride;
-  args.seq_lens = static_cast<const std::int32_t*>(d_lens.get());
   args.out = d_out.get();
   args.out_stride_batch = out_batch_stride;
   args.out_stride_head = out_head_stride;
@@ -182,7 +163,7 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
     }
   }
 
-  if (capture_graph) check_graph_replay(args, &d_out, run.out, c.describe());
+  if (capture_graph) check_graph_replay(paged_decode_call(args), &d_out, run.out, /*replays=*/2, c.describe());
 
   const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(d));
   std::vector<double> scores;

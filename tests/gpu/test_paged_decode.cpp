@@ -274,6 +274,26 @@ TEST_CASE("paged_decode splits long sequences and merges the splits exactly") {
   check_case(one);
 }
 
+TEST_CASE("paged_decode of short tables splits a block a split: empty splits, sinks, LSE") {
+  // Capacities of 3 and 16 blocks split into a block a split (small batches fill the GPU that
+  // way); sequences of 0 and 1 tokens leave every split but one empty for the combine to merge.
+  std::mt19937 rng(61);
+  for (int longest : {130, 1000}) {
+    for (bool sinks : {false, true}) {
+      PagedCase c;
+      c.head_dim = sinks ? 64 : 128;
+      c.group = sinks ? 20 : 6;  // 20: two head tiles
+      c.features.sinks = sinks;
+      c.features.logit_cap = sinks ? 5.f : 0.f;
+      c.lse = true;
+      c.append = true;
+      c.seq_lens = {longest, 0, 1, 65};
+      c.seed = rng();
+      check_case(c);
+    }
+  }
+}
+
 TEST_CASE("paged_decode with fp16 and large groups") {
   std::mt19937 rng(99);
   for (int group : {1, 6, 16, 20}) {

@@ -6,6 +6,8 @@
 // does the address work the cp.async loaders spent most of their instructions on, and deeper
 // rings cost no registers. A CTA barrier at the end of each block frees its stage for the next
 // issue. The first copies leave before the Q tile loads (the latency a short split waits on).
+// Launched as a programmatic dependent of the kernel before it: only the barrier setup and the
+// tensor-map prefetch come before its griddepcontrol.wait.
 //
 // Shared memory: the Q tile (padded rows, as the portable kernel), then the ring aligned to
 // 1024 bytes: per stage K then V, each [kHeadDim / 64 chunks][64 rows][128 bytes] with the

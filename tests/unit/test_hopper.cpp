@@ -349,4 +349,34 @@ TEST_SUITE("hopper") {
     shape.strides.pop_back();
     CHECK(contains(astrai::detail::tensor_map_problem(shape), "rank 4 with 2 strides"));
   }
+
+  TEST_CASE("the tensor-map memo's key words change with every value an encoded map holds") {
+    // A memo hit hands out a map encoded earlier: a value missing from the key would give a
+    // call a map of other memory or another shape.
+    alignas(16) static unsigned char storage[64];
+    const TensorMapShape base = good_shape(storage);
+    const auto words = astrai::detail::tensor_map_words(base);
+    std::vector<TensorMapShape> changed;
+    changed.push_back(good_shape(storage + 16));
+    for (std::size_t i = 0; i < base.dims.size(); ++i) {
+      changed.push_back(base);
+      changed.back().dims[i] += 1;
+      changed.push_back(base);
+      changed.back().box[i] += 1;
+    }
+    for (std::size_t i = 0; i < base.strides.size(); ++i) {
+      changed.push_back(base);
+      changed.back().strides[i] += 8;
+    }
+    TensorMapShape five = base;  // a rank-5 map whose last dim is 1 is another map
+    five.dims.push_back(1);
+    five.strides.push_back(2 * 100 * 8 * 128);
+    five.box.push_back(1);
+    changed.push_back(five);
+    for (std::size_t i = 0; i < changed.size(); ++i) {
+      CAPTURE(i);
+      CHECK(astrai::detail::tensor_map_words(changed[i]) != words);
+    }
+    CHECK(astrai::detail::tensor_map_words(good_shape(storage)) == words);
+  }
 }

@@ -22,7 +22,6 @@ what=${1:-all}
 build_root=${ASTRAI_SAN_BUILD_ROOT:-$root}
 export PATH=/usr/local/cuda/bin:$PATH
 
-
 # --as-needed: Debian's gcc drops it when sanitizing, and the stub libcuda that CUDA::nvrtc
 # brings along must not become a load-time dependency (the driver is loaded with dlopen).
 configure_and_build() {  # dir flags target

@@ -294,8 +294,12 @@ __device__ __forceinline__ u64 smem_desc(unsigned address, unsigned lbo, unsigne
         ASTRAI_F8(96), ASTRAI_F8(104), ASTRAI_F8(112), ASTRAI_F8(120)  \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
 
-template <int kN, bool kFp16>
-__device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], u64 desc_a, u64 desc_b, int accumulate) {
+// kFirst > 0: D is registers kFirst .. kFirst + kN / 2 of `tile`, columns 2 kFirst .. of a wider
+// accumulator (the fragment's registers run column block by column block).
+template <int kN, bool kFp16, int kFirst = 0, int kRegs>
+__device__ __forceinline__ void wgmma_ss(float (&tile)[kRegs], u64 desc_a, u64 desc_b, int accumulate) {
+  static_assert(kFirst % 4 == 0 && kFirst + kN / 2 <= kRegs, "wgmma_ss: D lies inside the tile");
+  float(&d)[kN / 2] = *reinterpret_cast<float(*)[kN / 2]>(&tile[kFirst]);
 #define ASTRAI_WGMMA_SS_CASE(N)                                                                    \
   if constexpr (kN == N) {                                                                        \
     if constexpr (kFp16) ASTRAI_WGMMA_SS_N##N("f16.f16"); else ASTRAI_WGMMA_SS_N##N("bf16.bf16"); \

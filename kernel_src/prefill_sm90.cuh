@@ -26,6 +26,8 @@ namespace astrai {
 
 template <typename T> struct IsFp16 { static constexpr bool value = false; };
 template <> struct IsFp16<fp16_t> { static constexpr bool value = true; };
+// A number as a type, for generic lambdas (a GEMM's width or a tile's piece, known at compile time).
+template <int N> struct Constant { static constexpr int value = N; };
 
 // 2^x on the special-function unit, subnormal results flushed (they weigh nothing in a softmax).
 __device__ __forceinline__ float fast_exp2(float x) {
@@ -208,21 +210,62 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
 #pragma unroll
   for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
 
+  // The walk's first block holds the last column the tile's last row sees; every column after
+  // it is masked for every row, so that block's GEMMs stop at the next multiple of 64 (a 4096-token
+  // KV in 192-token blocks would otherwise spend 3% of its MMAs on a block two-thirds empty).
+  const int first_width = min(kBlockN, (prefill_row_stop(r, last_row) - (n_blocks - 1) * kBlockN + 63) / 64 * 64);
+  // Calls `gemm(Constant<N>())` with N the width rounded up to 64, 128 or kBlockN.
+  auto with_width = [&](int width, auto gemm) {
+    if constexpr (kBlockN > 64) {
+      if (width <= 64) return gemm(Constant<64>());
+    }
+    if constexpr (kBlockN > 128) {
+      if (width <= 128) return gemm(Constant<128>());
+    }
+    gemm(Constant<kBlockN>());
+  };
   const unsigned q_base = smem_u32(smem_q) + consumer * 64 * 128;
-  auto issue_qk = [&](int stage) {
+  auto issue_qk = [&](int stage, auto width) {
     const unsigned k_base = smem_u32(smem_k + stage * Shape::kKvBytes);
     reg_fence(s);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       const unsigned offset = (kk % 4) * 32;
-      wgmma_ss<kBlockN, kFp16>(s, smem_desc(q_base + (kk / 4) * kBlockM * 128 + offset, 16, 1024),
-                               smem_desc(k_base + (kk / 4) * kBlockN * 128 + offset, 16, 1024),
-                               kk > 0);
+      wgmma_ss<decltype(width)::value, kFp16>(s, smem_desc(q_base + (kk / 4) * kBlockM * 128 + offset, 16, 1024),
+                                              smem_desc(k_base + (kk / 4) * kBlockN * 128 + offset, 16, 1024), kk > 0);
     }
     wgmma_commit();
   };
-  auto issue_pv = [&](int stage) {
+  // S of the walk's first block (stage 0) in 64-column pieces up to first_width; the other
+  // registers of s keep what they held (the mask overwrites them). Each piece is its own fenced,
+  // committed group: no branch between a fence and the wgmmas it covers (ptxas would serialize).
+  auto issue_first_qk = [&] {
+    const unsigned k_base = smem_u32(smem_k);
+    auto issue_piece = [&](auto piece) {
+      constexpr int kPiece = decltype(piece)::value;
+      if (kPiece * 64 >= first_width) return;
+      reg_fence(s);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+        const unsigned offset = (kk % 4) * 32;
+        wgmma_ss<64, kFp16, 32 * kPiece>(
+            s, smem_desc(q_base + (kk / 4) * kBlockM * 128 + offset, 16, 1024),
+            smem_desc(k_base + (kk / 4) * kBlockN * 128 + kPiece * 64 * 128 + offset, 16, 1024), kk > 0);
+      }
+      wgmma_commit();
+    };
+    if constexpr (kBlockN % 64 != 0) {
+      issue_qk(0, Constant<kBlockN>());
+    } else {
+      issue_piece(Constant<0>());
+      if constexpr (kBlockN >= 128) issue_piece(Constant<1>());
+      if constexpr (kBlockN >= 192) issue_piece(Constant<2>());
+      if constexpr (kBlockN >= 256) issue_piece(Constant<3>());
+    }
+  };
+  auto issue_pv = [&](int stage, auto width) {
     const unsigned v_base = smem_u32(smem_v + stage * Shape::kKvBytes);
     reg_fence(o);
     reg_fence(pa);
@@ -232,7 +275,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     constexpr int kChunkStride = kPageSize == 0 ? kBlockN * 128 : kBoxRows * 128;
     constexpr int kRowGroupStride = kPageSize == 0 || kBoxRows == 16 ? 1024 : kChunks * 1024;
 #pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk)
+    for (int kk = 0; kk < decltype(width)::value / 16; ++kk)
       wgmma_rs<kHeadDim, kFp16>(o, pa[kk],
                                 smem_desc(v_base + kk * (kPageSize == 0 ? 2048 : kChunks * 2048), kChunkStride,
                                           kRowGroupStride),
@@ -310,22 +353,24 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     mbar_wait(q_full, 0);
     mbar_wait(&k_full[0], 0);
     await_turn();
-    issue_qk(0);
+    issue_first_qk();
     pass_turn();
     wgmma_wait<0>();
     reg_fence(s);
     mbar_arrive(&k_empty[0]);
     softmax((n_blocks - 1) * kBlockN, correction);
     pack_p();
-    for (int it = 1; it < block_count; ++it) {
+    // Step `it`: S of block it, P V of block it - 1 (`pv_width` wide: the first block's P V is
+    // peeled off the loop, so the loop's GEMMs have no branch between them).
+    auto step = [&](int it, auto pv_width) {
       const int ks = it % kStages;
       const int vs = (it - 1) % kStages;
       mbar_wait(&k_full[ks], (it / kStages) & 1);
       mbar_wait(&v_full[vs], ((it - 1) / kStages) & 1);
       if (it == 1) clear_v_tail(vs);
       await_turn();
-      issue_qk(ks);
-      issue_pv(vs);
+      issue_qk(ks, Constant<kBlockN>());
+      issue_pv(vs, pv_width);
       pass_turn();
       wgmma_wait<1>();  // S is ready; P V of the previous block still runs
       reg_fence(s);
@@ -335,14 +380,20 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       reg_fence(o);
       mbar_arrive(&v_empty[vs]);
 #pragma unroll
-        for (int i = 0; i < kHeadDim / 2; ++i) o[i] *= correction[(i >> 1) & 1];
+      for (int i = 0; i < kHeadDim / 2; ++i) o[i] *= correction[(i >> 1) & 1];
       pack_p();
-    }
+    };
+    if (block_count > 1) with_width(first_width, [&](auto width) { step(1, width); });
+    for (int it = 2; it < block_count; ++it) step(it, Constant<kBlockN>());
     const int vs = (block_count - 1) % kStages;
     mbar_wait(&v_full[vs], ((block_count - 1) / kStages) & 1);
     if (block_count == 1) clear_v_tail(vs);
     await_turn();
-    issue_pv(vs);
+    if (block_count == 1) {
+      with_width(first_width, [&](auto width) { issue_pv(vs, width); });
+    } else {
+      issue_pv(vs, Constant<kBlockN>());
+    }
     // Every wait on a turn barrier meets one arrival: the last consumer's opening arrival stands
     // in for its last one.
     if (consumer != kConsumers - 1) pass_turn();

@@ -12,8 +12,9 @@
 // producer and consumers. The kConsumers warpgroups after it (2 or 3, hopper_params.h) own 64
 // query rows each. Per block: S = Q K^T is issued, then O += P V for the previous block; the
 // softmax of S runs while that PV is still in flight, and the consumers take turns issuing
-// (round robin), so one's softmax hides behind the others' GEMMs. kConsumersArg and kBlockNArg
-// override the tiling (hopper_params.h) for tuning.
+// (round robin), so one's softmax hides behind the others' GEMMs. The walk's first block (the
+// KV's end, or the causal diagonal) is cut to the columns the tile's rows see, in steps of 64.
+// kConsumersArg and kBlockNArg override the tiling (hopper_params.h) for tuning.
 // Tiles in shared memory use the 128-byte swizzle (hopper_ptx.cuh). Rows and KV positions past
 // the tensor arrive as zeros (TMA fill), so they cannot produce NaN.
 #pragma once
@@ -212,7 +213,10 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
 
   // The walk's first block holds the last column the tile's last row sees; every column after
   // it is masked for every row, so that block's GEMMs stop at the next multiple of 64 (a 4096-token
-  // KV in 192-token blocks would otherwise spend 3% of its MMAs on a block two-thirds empty).
+  // KV in 192-token blocks would otherwise spend 3% of its MMAs on a block two-thirds empty). The
+  // width is the tile's, not each consumer's: all consumers then run the same peeled step, whose
+  // tail-clearing barrier they reach at one instruction (a width per consumer was slower, and
+  // synccheck flagged that barrier; docs/device-notes.md, run 66).
   const int first_width = min(kBlockN, (prefill_row_stop(r, last_row) - (n_blocks - 1) * kBlockN + 63) / 64 * 64);
   // Calls `gemm(Constant<N>())` with N the width rounded up to 64, 128 or kBlockN.
   auto with_width = [&](int width, auto gemm) {

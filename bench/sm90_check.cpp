@@ -648,14 +648,22 @@ int main(int argc, char** argv) {
         c.n_kv_heads = (len[0] % 2) ? 4 : 1;
         checks.push_back(c);
       }
-    for (const auto& [head_dim, batch, len, causal, page_size] :
-         std::vector<std::tuple<int, int, int, bool, int>>{{128, 4, 4096, false, 0}, {128, 2, 8192, true, 0},
-                                                           {64, 2, 8192, true, 0}, {256, 2, 8192, true, 0},
-                                                           {128, 2, 8192, true, 16}}) {
+    // The headline shapes, then two that isolate costs of hd128 non-causal's: 128 tiles of 171
+    // blocks (one wave, each tile's prologue and epilogue spread thin) and 1056 tiles (8 waves
+    // exactly, where B4 x 4096 fills 31.03).
+    for (const auto& [head_dim, batch, q_len, kv_len, causal, page_size] :
+         std::vector<std::tuple<int, int, int, int, bool, int>>{{128, 4, 4096, 4096, false, 0},
+                                                                {128, 2, 8192, 8192, true, 0},
+                                                                {64, 2, 8192, 8192, true, 0},
+                                                                {256, 2, 8192, 8192, true, 0},
+                                                                {128, 2, 8192, 8192, true, 16},
+                                                                {128, 1, 512, 32768, false, 0},
+                                                                {128, 1, 4224, 4096, false, 0}}) {
       PrefillCase c;
       c.head_dim = head_dim;
       c.batch = batch;
-      c.q_len = c.kv_len = len;
+      c.q_len = q_len;
+      c.kv_len = kv_len;
       c.n_heads = 32;
       c.n_kv_heads = 8;
       c.causal_offset = causal ? 0 : -1;
@@ -663,7 +671,7 @@ int main(int argc, char** argv) {
       c.lse = false;
       timings.push_back(c);
       for (const auto& [alt_head_dim, consumers, block_n] : alternatives)
-        if (alt_head_dim == head_dim && page_size == 0) {
+        if (alt_head_dim == head_dim && page_size == 0 && q_len == kv_len) {  // headline shapes only
           c.consumers = consumers;
           c.block_n = block_n;
           timings.push_back(c);

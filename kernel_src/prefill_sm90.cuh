@@ -214,10 +214,14 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   // The walk's first block holds the last column the tile's last row sees; every column after
   // it is masked for every row, so that block's GEMMs stop at the next multiple of 64 (a 4096-token
   // KV in 192-token blocks would otherwise spend 3% of its MMAs on a block two-thirds empty). The
-  // width is the tile's, not each consumer's: all consumers then run the same peeled step, whose
-  // tail-clearing barrier they reach at one instruction (a width per consumer was slower, and
-  // synccheck flagged that barrier; docs/device-notes.md, run 66).
-  const int first_width = min(kBlockN, (prefill_row_stop(r, last_row) - (n_blocks - 1) * kBlockN + 63) / 64 * 64);
+  // width is the tile's, not each consumer's: all consumers then run the same peeled step (a width
+  // per consumer was slower, and synccheck flagged a barrier it split; docs/device-notes.md, run
+  // 66). The soft-cap's variants keep whole blocks: with the copies of the step the cut adds they
+  // spilled 164-240 bytes, 16-20 without. A block that is no multiple of 64 (hd256's 80) cuts its
+  // P V alone.
+  constexpr bool kCutFirst = !kCap;
+  const int first_width =
+      kCutFirst ? min(kBlockN, (prefill_row_stop(r, last_row) - (n_blocks - 1) * kBlockN + 63) / 64 * 64) : kBlockN;
   // Calls `gemm(Constant<N>())` with N the width rounded up to 64, 128 or kBlockN.
   auto with_width = [&](int width, auto gemm) {
     if constexpr (kBlockN > 64) {
@@ -229,40 +233,33 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     gemm(Constant<kBlockN>());
   };
   const unsigned q_base = smem_u32(smem_q) + consumer * 64 * 128;
-  auto issue_qk = [&](int stage, auto width) {
-    const unsigned k_base = smem_u32(smem_k + stage * Shape::kKvBytes);
+  // S = Q K^T of the block in `stage`, columns `first_col` .. + width (registers first_col / 2 ..
+  // of s; the others keep what they held).
+  auto issue_qk = [&](int stage, auto width, auto first_col) {
+    constexpr int kFirstCol = decltype(first_col)::value;
+    const unsigned k_base = smem_u32(smem_k + stage * Shape::kKvBytes) + kFirstCol * 128;
     reg_fence(s);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       const unsigned offset = (kk % 4) * 32;
-      wgmma_ss<decltype(width)::value, kFp16>(s, smem_desc(q_base + (kk / 4) * kBlockM * 128 + offset, 16, 1024),
-                                              smem_desc(k_base + (kk / 4) * kBlockN * 128 + offset, 16, 1024), kk > 0);
+      wgmma_ss<decltype(width)::value, kFp16, kFirstCol / 2>(
+          s, smem_desc(q_base + (kk / 4) * kBlockM * 128 + offset, 16, 1024),
+          smem_desc(k_base + (kk / 4) * kBlockN * 128 + offset, 16, 1024), kk > 0);
     }
     wgmma_commit();
   };
-  // S of the walk's first block (stage 0) in 64-column pieces up to first_width; the other
-  // registers of s keep what they held (the mask overwrites them). Each piece is its own fenced,
-  // committed group: no branch between a fence and the wgmmas it covers (ptxas would serialize).
+  // S of the walk's first block (stage 0) in 64-column pieces up to first_width (the mask
+  // overwrites the registers left out). Each piece is its own fenced, committed group: no branch
+  // between a fence and the wgmmas it covers (ptxas would serialize).
   auto issue_first_qk = [&] {
-    const unsigned k_base = smem_u32(smem_k);
-    auto issue_piece = [&](auto piece) {
-      constexpr int kPiece = decltype(piece)::value;
-      if (kPiece * 64 >= first_width) return;
-      reg_fence(s);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-        const unsigned offset = (kk % 4) * 32;
-        wgmma_ss<64, kFp16, 32 * kPiece>(
-            s, smem_desc(q_base + (kk / 4) * kBlockM * 128 + offset, 16, 1024),
-            smem_desc(k_base + (kk / 4) * kBlockN * 128 + kPiece * 64 * 128 + offset, 16, 1024), kk > 0);
-      }
-      wgmma_commit();
-    };
-    if constexpr (kBlockN % 64 != 0) {
-      issue_qk(0, Constant<kBlockN>());
+    if constexpr (!kCutFirst || kBlockN % 64 != 0) {
+      issue_qk(0, Constant<kBlockN>(), Constant<0>());
     } else {
+      auto issue_piece = [&](auto piece) {
+        constexpr int kPiece = decltype(piece)::value;
+        if (kPiece * 64 < first_width) issue_qk(0, Constant<64>(), Constant<64 * kPiece>());
+      };
       issue_piece(Constant<0>());
       if constexpr (kBlockN >= 128) issue_piece(Constant<1>());
       if constexpr (kBlockN >= 192) issue_piece(Constant<2>());
@@ -302,13 +299,26 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
           if (token >= stop[e >> 1] || (kWindow && token < first_key[e >> 1])) s[4 * j + e] = negative_infinity();
         }
     }
-    float block_max[2] = {negative_infinity(), negative_infinity()};
+    // Row maxima and sums in kPartials interleaved chains: one chain a row is 24 and 48 links long
+    // at hd128's 192 columns, on the consumer's critical path (two: +1-3% there; at hd64's 128
+    // columns, with 3 consumers' registers, -1.5%; docs/device-notes.md, run 68).
+    constexpr int kPartials = kBlockN >= 192 ? 2 : 1;
+    float partial_max[2][kPartials];
+#pragma unroll
+    for (int q = 0; q < kPartials; ++q) partial_max[0][q] = partial_max[1][q] = negative_infinity();
 #pragma unroll
     for (int j = 0; j < kBlockN / 8; ++j) {
-      block_max[0] = fmaxf(block_max[0], fmaxf(s[4 * j], s[4 * j + 1]));
-      block_max[1] = fmaxf(block_max[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
+      float& max0 = partial_max[0][j % kPartials];
+      float& max1 = partial_max[1][j % kPartials];
+      max0 = fmaxf(max0, fmaxf(s[4 * j], s[4 * j + 1]));
+      max1 = fmaxf(max1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
     }
+    float block_max[2] = {partial_max[0][0], partial_max[1][0]};
+#pragma unroll
+    for (int q = 1; q < kPartials; ++q)
+      for (int h = 0; h < 2; ++h) block_max[h] = fmaxf(block_max[h], partial_max[h][q]);
     float neg_ref[2];
+    float partial_sum[2][kPartials] = {};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 1));
@@ -318,18 +328,24 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       const float ref = new_max == negative_infinity() ? 0.f : new_max;
       correction[h] = fast_exp2(row_max[h] - ref);
       row_max[h] = new_max;
-      row_sum[h] *= correction[h];
+      partial_sum[h][0] = row_sum[h] * correction[h];
       neg_ref[h] = -ref;
     }
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; ++i) {
       s[i] = fast_exp2(fmaf(s[i], score_scale, neg_ref[(i >> 1) & 1]));
-      row_sum[(i >> 1) & 1] += s[i];
+      partial_sum[(i >> 1) & 1][(i >> 2) % kPartials] += s[i];
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row_sum[h] = partial_sum[h][0];
+#pragma unroll
+      for (int q = 1; q < kPartials; ++q) row_sum[h] += partial_sum[h][q];
     }
   };
   // Paged KV: the block holding the end of the KV arrives with the rest of its last page, which
-  // may hold anything (even NaN, and 0 * NaN is NaN in P V). Zero those V rows once.
-  auto clear_v_tail = [&](int stage) {
+  // may hold anything (even NaN, and 0 * NaN is NaN in P V). Zero those V rows once (stage 0).
+  auto clear_v_tail = [&] {
     const int first = r.kv_len - (n_blocks - 1) * kBlockN;  // the walk's first block is the last one
     if (kPageSize == 0 || first >= kBlockN) return;
     const int pieces = (kBlockN - first) * 8;  // 16-byte pieces per chunk
@@ -338,7 +354,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       const int chunk = i / pieces;
       // Paged V: [box][chunk][kBoxRows rows] (the contiguous layout never reaches here).
       const int offset = (row / kBoxRows) * kChunks * kBoxRows * 128 + chunk * kBoxRows * 128 + (row % kBoxRows) * 128;
-      *reinterpret_cast<uint4*>(smem_v + stage * Shape::kKvBytes + offset + (i % 8) * 16) = uint4{0u, 0u, 0u, 0u};
+      *reinterpret_cast<uint4*>(smem_v + offset + (i % 8) * 16) = uint4{0u, 0u, 0u, 0u};
     }
     fence_proxy_async_shared();
     named_bar_sync(kConsumers + 1, 128 * kConsumers);
@@ -371,9 +387,8 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       const int vs = (it - 1) % kStages;
       mbar_wait(&k_full[ks], (it / kStages) & 1);
       mbar_wait(&v_full[vs], ((it - 1) / kStages) & 1);
-      if (it == 1) clear_v_tail(vs);
       await_turn();
-      issue_qk(ks, Constant<kBlockN>());
+      issue_qk(ks, Constant<kBlockN>(), Constant<0>());
       issue_pv(vs, pv_width);
       pass_turn();
       wgmma_wait<1>();  // S is ready; P V of the previous block still runs
@@ -387,11 +402,23 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       for (int i = 0; i < kHeadDim / 2; ++i) o[i] *= correction[(i >> 1) & 1];
       pack_p();
     };
-    if (block_count > 1) with_width(first_width, [&](auto width) { step(1, width); });
-    for (int it = 2; it < block_count; ++it) step(it, Constant<kBlockN>());
+    if (block_count > 1) {
+      mbar_wait(&v_full[0], 0);
+      clear_v_tail();
+    }
+    // Only narrower first blocks get a copy of the step: each copy costs compile time.
+    int it = 1;
+    if (block_count > 1 && first_width < kBlockN) {
+      with_width(first_width, [&](auto width) {
+        constexpr int kWidth = decltype(width)::value;
+        if constexpr (kWidth < kBlockN) step(1, width);
+      });
+      it = 2;
+    }
+    for (; it < block_count; ++it) step(it, Constant<kBlockN>());
     const int vs = (block_count - 1) % kStages;
     mbar_wait(&v_full[vs], ((block_count - 1) / kStages) & 1);
-    if (block_count == 1) clear_v_tail(vs);
+    if (block_count == 1) clear_v_tail();
     await_turn();
     if (block_count == 1) {
       with_width(first_width, [&](auto width) { issue_pv(vs, width); });

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,13 @@ void check_log_clean(const CompileResult& result) {
   INFO("NVRTC log: " << result.log);
   CHECK_FALSE(contains(result.log, "C75"));
   CHECK_FALSE(contains(result.log, "Performance Loss"));
+}
+
+// Bytes of spill stores in a log compiled with `--ptxas-options=-v`; -1 when it has no such line.
+int spill_store_bytes(const std::string& log) {
+  const std::regex line(R"((\d+) bytes spill stores)");
+  std::smatch match;
+  return std::regex_search(log, match, line) ? std::stoi(match[1].str()) : -1;
 }
 
 // The benchmark's GEMM is no family variant: its request is built here as the benchmark does.
@@ -275,6 +283,27 @@ TEST_SUITE("hopper") {
                                                astrai::prefill_sm90_consumer_regs(consumers))));
         if (kind == KernelKind::prefill && head_dim == 128) CHECK(result.ptx.size() != plain_result.ptx.size());
         check_log_clean(result);
+      }
+    }
+  }
+
+  TEST_CASE("sm_90a prefill variants keep their state in registers: no spills, a few bytes with every feature") {
+    // Spills cost the consumers' GEMM overlap; copies of the main step (one per first-block width)
+    // once pushed the featured variants to 240 bytes.
+    constexpr std::uint32_t kAll = astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow;
+    for (const auto& [kind, head_dim, page_size] : std::vector<std::tuple<KernelKind, int, int>>{
+             {KernelKind::prefill, 128, 0}, {KernelKind::paged_prefill, 128, 16}, {KernelKind::paged_prefill, 64, 16}}) {
+      for (std::uint32_t flags : {std::uint32_t{0}, kAll}) {
+        KernelSpec spec = hopper_prefill(kind, DType::bf16, head_dim, page_size, 4);
+        spec.flags = flags;
+        CAPTURE(spec.name());
+        CompileRequest request = astrai::detail::compile_request(spec);
+        request.options.push_back("--ptxas-options=-v");
+        const auto result = astrai::detail::nvrtc_compile(request, false);
+        INFO("NVRTC log: " << result.log);
+        const int spilled = spill_store_bytes(result.log);
+        REQUIRE(spilled >= 0);
+        CHECK(spilled <= (flags == 0 ? 0 : 32));
       }
     }
   }

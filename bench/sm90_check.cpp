@@ -2,9 +2,11 @@
 // integration into the runtime. Compiles them with NVRTC (compile time and any C75xx
 // serialization warning reported), checks them against float64 references on random data with
 // poisoned outputs, and times them beside the portable prefill measured in the same run.
-//   astrai-sm90-check [--check-only] [--small] [--timings-only] [--reps N]
+//   astrai-sm90-check [--check-only] [--small] [--timings-only] [--trace] [--reps N]
 // --check-only skips the timings; --small also skips the 8192^3 GEMM check (sanitizer runs);
-// --timings-only skips the prefill checks (and compiles only the timed variants).
+// --timings-only skips the prefill checks (and compiles only the timed variants); --trace also
+// runs each timed shape through a build whose CTAs stamp their phases (ASTRAI_PREFILL_TRACE in
+// prefill_sm90.cuh) and says where the SMs' cycles go.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -122,7 +124,7 @@ struct Module {
 // Compiles `main_file` for sm_90a with NVRTC as the runtime does; a C75xx line (wgmma
 // serialized, setmaxnreg ignored) or "Performance Loss" in the log fails the check.
 void compile(Module* out, const std::string& main_file, const std::vector<std::string>& names,
-             const std::string& label) {
+             const std::string& label, const std::vector<std::string>& defines = {}) {
   astrai::detail::CompileRequest request;
   request.variant_name = label;
   request.main_file = main_file;
@@ -130,6 +132,7 @@ void compile(Module* out, const std::string& main_file, const std::vector<std::s
   request.headers.assign(closure.begin(), closure.end());
   request.name_expressions = names;
   request.options = {"--std=c++17", "--gpu-architecture=sm_90a", "--device-as-default-execution-space"};
+  for (const auto& define : defines) request.options.push_back("-D" + define);
   const auto start = std::chrono::steady_clock::now();
   const auto result = astrai::detail::nvrtc_compile(request, false);
   out->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -567,18 +570,92 @@ void time_prefill(const PrefillKernels& kernels, const PrefillCase& c, CUstream 
              flops / (portable_ms * 1e-3) / 1e12, portable_ms / sm90_ms);
 }
 
+// CTAs the traced build stamps (grid order; the timed shapes launch at most 4096).
+constexpr int kTracedCtas = 8192;
+
+// One run of `c` through the traced build: per SM, its CTAs in start order, the cycles between
+// one's last store and the next one's start (gap), from the start to Q and the first K block
+// arriving (load), the first block's S and softmax (first), the walk (loop) and from the last
+// P V to the last consumer's stores (tail), as shares of the SMs' busy spans and as per-CTA means.
+void trace_prefill(const PrefillKernels& traced, const PrefillCase& c, CUstream stream, int clock_khz,
+                   std::mt19937& rng) {
+  PrefillData d = make_prefill_data(c, rng);
+  CUdeviceptr stamps = 0;
+  std::size_t bytes = 0;
+  check_cu(driver().cuModuleGetGlobal(&stamps, &bytes, traced.module.module, "astrai_prefill_trace"),
+           "cuModuleGetGlobal(astrai_prefill_trace)", 0);
+  run_sm90_prefill(traced, c, d, stream);  // warm-up
+  const double kernel_ms = time_ms(stream, 5, [&] { run_sm90_prefill(traced, c, d, stream); });
+  check_cu(driver().cuMemsetD8(stamps, 0, bytes), "cuMemsetD8", 0);
+  run_sm90_prefill(traced, c, d, stream);
+  check_cu(driver().cuStreamSynchronize(stream), "cuStreamSynchronize(trace)", 0);
+  std::vector<std::uint64_t> raw(bytes / 8);
+  check_cu(driver().cuMemcpyDtoH(raw.data(), stamps, bytes), "cuMemcpyDtoH", 0);
+  struct Cta {
+    std::uint64_t start, arrived, first, last_pv, end;
+  };
+  std::vector<std::vector<Cta>> by_sm;
+  long long ctas = 0;
+  for (std::size_t i = 0; i + 8 <= raw.size(); i += 8) {
+    const std::uint64_t* s = &raw[i];
+    const std::uint64_t end = std::max({s[4], s[5], s[6]});
+    if (s[0] == 0 || s[1] == 0 || end == 0) continue;  // not launched, or a tile with no rows
+    const std::size_t sm = s[7];
+    if (by_sm.size() <= sm) by_sm.resize(sm + 1);
+    by_sm[sm].push_back({s[0], s[1], s[2], s[3], end});
+    ++ctas;
+  }
+  double span = 0, gap = 0, load = 0, first = 0, loop = 0, tail = 0, longest = 0;
+  int sms = 0, most = 0, fewest = 1 << 30;
+  for (auto& list : by_sm) {
+    if (list.empty()) continue;
+    std::sort(list.begin(), list.end(), [](const Cta& a, const Cta& b) { return a.start < b.start; });
+    ++sms;
+    most = std::max<int>(most, list.size());
+    fewest = std::min<int>(fewest, list.size());
+    const double sm_span = static_cast<double>(list.back().end - list.front().start);
+    span += sm_span;
+    longest = std::max(longest, sm_span);
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const Cta& x = list[i];
+      if (i > 0 && x.start > list[i - 1].end) gap += static_cast<double>(x.start - list[i - 1].end);
+      load += static_cast<double>(x.arrived - x.start);
+      first += static_cast<double>(x.first - x.arrived);
+      loop += static_cast<double>(x.last_pv - x.first);
+      tail += static_cast<double>(x.end - x.last_pv);
+    }
+  }
+  if (ctas == 0) {
+    expect(false, "trace " + c.label() + ": no CTA stamped");
+    return;
+  }
+  const double kernel_cycles = kernel_ms * 1e-3 * clock_khz * 1e3;
+  auto share = [&](double part) { return 100.0 * part / span; };
+  auto per_cta = [&](double part) { return part / static_cast<double>(ctas); };
+  fmt::print("TRACE prefill {}: {} CTAs on {} SMs ({}..{} each); kernel {:.3f} ms = {:.0f} cycles at {} MHz, "
+             "SM span mean {:.0f} ({:.1f}%), longest {:.0f}\n",
+             c.label(), ctas, sms, fewest, most, kernel_ms, kernel_cycles, clock_khz / 1000, span / sms,
+             100.0 * span / sms / kernel_cycles, longest);
+  fmt::print("TRACE   share of SM spans: gap {:.1f}%, load {:.1f}%, first {:.1f}%, loop {:.1f}%, tail {:.1f}%\n",
+             share(gap), share(load), share(first), share(loop), share(tail));
+  fmt::print("TRACE   per CTA (cycles): gap {:.0f}, load {:.0f}, first {:.0f}, loop {:.0f}, tail {:.0f}\n",
+             gap / std::max<double>(1, ctas - sms), per_cta(load), per_cta(first), per_cta(loop), per_cta(tail));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool check_only = false;
   bool small = false;
   bool timings_only = false;
+  bool trace = false;
   int reps = 20;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--check-only") check_only = true;
     else if (arg == "--small") check_only = small = true;
     else if (arg == "--timings-only") timings_only = true;
+    else if (arg == "--trace") trace = true;
     else if (arg == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
   }
   try {
@@ -697,6 +774,17 @@ int main(int argc, char** argv) {
     for (const auto& c : checks) check_prefill(prefill, c, stream, rng);
     if (!check_only)
       for (const auto& c : timings) time_prefill(prefill, c, stream, reps, rng);
+    if (trace) {
+      PrefillKernels traced;
+      for (const auto& c : timings)
+        if (std::find(traced.names.begin(), traced.names.end(), c.kernel_name()) == traced.names.end())
+          traced.names.push_back(c.kernel_name());
+      compile(&traced.module, "prefill_sm90.cuh", traced.names, "prefill_sm90 traced",
+              {fmt::format("ASTRAI_PREFILL_TRACE={}", kTracedCtas)});
+      int clock_khz = 0;
+      check_cu(api.cuDeviceGetAttribute(&clock_khz, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, device), "cuDeviceGetAttribute", 0);
+      for (const auto& c : timings) trace_prefill(traced, c, stream, clock_khz, rng);
+    }
     api.cuStreamDestroy(stream);
   } catch (const std::exception& error) {
     fmt::print("astrai-sm90-check: {}\n", error.what());

@@ -50,15 +50,19 @@ struct PrefillCase {
                                   // K and V in one buffer and pads every row; bhld is head-major
   bool lse = true;
   float scale = 0.f;
+  // > 0: key j is scaled by 1 + key_ramp * (kv_len - 1 - j) / kv_len, so scores grow towards the
+  // KV's start, where the kernels' walks (from the KV's end) arrive last: row maxima keep rising.
+  float key_ramp = 0.f;
   CaseFeatures features;
   unsigned seed = 1;
 
   std::string describe() const {
     return fmt::format("prefill dtype={} hd={} group={} kv_heads={} batch={} q_len={} kv_len={} "
-                       "causal_offset={} mask={} empty_rows={} layout={} lse={} scale={} seed={}{}",
+                       "causal_offset={} mask={} empty_rows={} layout={} lse={} scale={} key_ramp={} "
+                       "seed={}{}",
                        dtype_name(dtype), head_dim, group, n_kv_heads, batch, q_len, kv_len,
                        causal_offset, mask_name(mask), empty_rows, layout_name(layout), lse, scale,
-                       seed, features.text());
+                       key_ramp, seed, features.text());
   }
 };
 
@@ -92,7 +96,17 @@ void check_prefill(const PrefillCase& c) {
   const std::size_t q_elems = static_cast<std::size_t>(std::max(1, c.batch) * q_batch);
   const std::size_t kv_elems = static_cast<std::size_t>(std::max(1, c.batch) * kv_batch);
   const std::vector<std::uint16_t> q = random_elements(q_elems, c.dtype, rng);
-  const std::vector<std::uint16_t> k = random_elements(kv_elems, c.dtype, rng);
+  std::vector<std::uint16_t> k = random_elements(kv_elems, c.dtype, rng);
+  if (c.key_ramp > 0)
+    for (int b = 0; b < c.batch; ++b)
+      for (int j = 0; j < c.kv_len; ++j) {
+        const float gain =
+            1.f + c.key_ramp * static_cast<float>(c.kv_len - 1 - j) / static_cast<float>(c.kv_len);
+        for (std::int64_t e = 0; e < kv_seq; ++e) {
+          std::uint16_t& x = k[static_cast<std::size_t>(b * kv_batch + j * kv_seq + e)];
+          x = float_to_bits(bits_to_float(x, c.dtype) * gain, c.dtype);
+        }
+      }
   const std::vector<std::uint16_t> v_separate = c.layout == Layout::padded
                                                     ? std::vector<std::uint16_t>()
                                                     : random_elements(kv_elems, c.dtype, rng);
@@ -385,6 +399,26 @@ TEST_CASE("prefill in fp16, with an explicit scale, and without LSE") {
   scaled.kv_len = 120;
   scaled.seed = rng();
   check_prefill(scaled);
+}
+
+TEST_CASE("prefill keeps its accuracy while row maxima climb along the walk") {
+  // Keys grow towards the KV's start and the scale is 1: each row's maximum rises block after
+  // block, by more and by less than the slack the Hopper kernel lets its softmax reference lag
+  // (8 in log2 units), so both its rescaling and its skipped rescales are exercised.
+  std::mt19937 rng(41);
+  for (int head_dim : {64, 128, 256})
+    for (bool causal : {false, true}) {
+      PrefillCase c;
+      c.head_dim = head_dim;
+      c.q_len = causal ? 300 : 129;
+      c.kv_len = 1500;
+      c.causal_offset = causal ? c.kv_len - c.q_len : -1;
+      c.scale = 1.f;
+      c.key_ramp = 5.f;
+      c.dtype = head_dim == 64 ? DType::fp16 : DType::bf16;
+      c.seed = rng();
+      check_prefill(c);
+    }
 }
 
 TEST_CASE("prefill with a logit soft-cap: caps below, near and above the score range") {

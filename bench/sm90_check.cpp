@@ -632,10 +632,12 @@ void trace_prefill(const PrefillKernels& traced, const PrefillCase& c, CUstream 
   const double kernel_cycles = kernel_ms * 1e-3 * clock_khz * 1e3;
   auto share = [&](double part) { return 100.0 * part / span; };
   auto per_cta = [&](double part) { return part / static_cast<double>(ctas); };
+  // The SMs' spans in their own cycles over the kernel's time: the clock they ran at (under a
+  // power cap, below the rated one).
   fmt::print("TRACE prefill {}: {} CTAs on {} SMs ({}..{} each); kernel {:.3f} ms = {:.0f} cycles at {} MHz, "
-             "SM span mean {:.0f} ({:.1f}%), longest {:.0f}\n",
+             "SM span mean {:.0f} ({:.1f}%, so about {:.0f} MHz), longest {:.0f}\n",
              c.label(), ctas, sms, fewest, most, kernel_ms, kernel_cycles, clock_khz / 1000, span / sms,
-             100.0 * span / sms / kernel_cycles, longest);
+             100.0 * span / sms / kernel_cycles, span / sms / (kernel_ms * 1e3), longest);
   fmt::print("TRACE   share of SM spans: gap {:.1f}%, load {:.1f}%, first {:.1f}%, loop {:.1f}%, tail {:.1f}%\n",
              share(gap), share(load), share(first), share(loop), share(tail));
   fmt::print("TRACE   per CTA (cycles): gap {:.0f}, load {:.0f}, first {:.0f}, loop {:.0f}, tail {:.0f}\n",

@@ -256,6 +256,9 @@ TEST_SUITE("hopper") {
         // Paged V arrives in boxes of whole rows (a 5-D map), K and contiguous KV in 4-D boxes.
         CHECK(contains(result.ptx, "cp.async.bulk.tensor.5d") == (page_size > 0));
         CHECK(contains(result.ptx, "bar.sync"));  // the round robin between consumer warpgroups
+        // Lazy rescaling from head dim 128: a warp vote decides whether O is rescaled; hd64
+        // rescales every block (it measured slower lazy).
+        CHECK(contains(result.ptx, "vote.sync.any.pred") == (head_dim >= 128));
         check_log_clean(result);
       }
     }

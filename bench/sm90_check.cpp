@@ -629,15 +629,14 @@ void trace_prefill(const PrefillKernels& traced, const PrefillCase& c, CUstream 
     expect(false, "trace " + c.label() + ": no CTA stamped");
     return;
   }
-  const double kernel_cycles = kernel_ms * 1e-3 * clock_khz * 1e3;
   auto share = [&](double part) { return 100.0 * part / span; };
   auto per_cta = [&](double part) { return part / static_cast<double>(ctas); };
-  // The SMs' spans in their own cycles over the kernel's time: the clock they ran at (under a
-  // power cap, below the rated one).
-  fmt::print("TRACE prefill {}: {} CTAs on {} SMs ({}..{} each); kernel {:.3f} ms = {:.0f} cycles at {} MHz, "
-             "SM span mean {:.0f} ({:.1f}%, so about {:.0f} MHz), longest {:.0f}\n",
-             c.label(), ctas, sms, fewest, most, kernel_ms, kernel_cycles, clock_khz / 1000, span / sms,
-             100.0 * span / sms / kernel_cycles, span / sms / (kernel_ms * 1e3), longest);
+  // The SMs' spans in their own cycles over the kernel's time: about the clock they ran at (under
+  // a power cap, below the rated one).
+  fmt::print("TRACE prefill {}: {} CTAs on {} SMs ({}..{} each); kernel {:.3f} ms; SM span mean {:.0f} "
+             "cycles (longest {:.0f}): about {:.0f} MHz against the rated {} MHz\n",
+             c.label(), ctas, sms, fewest, most, kernel_ms, span / sms, longest, span / sms / (kernel_ms * 1e3),
+             clock_khz / 1000);
   fmt::print("TRACE   share of SM spans: gap {:.1f}%, load {:.1f}%, first {:.1f}%, loop {:.1f}%, tail {:.1f}%\n",
              share(gap), share(load), share(first), share(loop), share(tail));
   fmt::print("TRACE   per CTA (cycles): gap {:.0f}, load {:.0f}, first {:.0f}, loop {:.0f}, tail {:.0f}\n",
@@ -776,7 +775,7 @@ int main(int argc, char** argv) {
     for (const auto& c : checks) check_prefill(prefill, c, stream, rng);
     if (!check_only)
       for (const auto& c : timings) time_prefill(prefill, c, stream, reps, rng);
-    if (trace) {
+    if (trace && !check_only) {
       PrefillKernels traced;
       for (const auto& c : timings)
         if (std::find(traced.names.begin(), traced.names.end(), c.kernel_name()) == traced.names.end())

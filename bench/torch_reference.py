@@ -5,13 +5,16 @@ backend. Decode is SDPA over a contiguous [B, H, L, D] cache with grouped KV hea
 (enable_gqa), one query token: the reference for issue 9's paged-decode targets; its TB/s
 counts the K and V bytes, as astrai-bench does.
 
-    python3 bench/torch_reference.py [--filter REGEX] [--reps N]
+    python3 bench/torch_reference.py [--filter REGEX] [--reps N] [--sustained SECONDS]
 
 --filter keeps the cases whose TIME label matches (e.g. 'cudnn prefill hd128 B2'); --reps 1
-with a filter launches one kernel after the warm-up, for a profiler."""
+with a filter launches one kernel after the warm-up, for a profiler. --sustained S also prints a
+SUSTAINED line per case: the mean time a call over S seconds of back-to-back calls, as
+astrai-sm90-check --sustained measures it (the GPU then runs at its power cap)."""
 import argparse
 import re
 import sys
+import time
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -31,18 +34,37 @@ def median_ms(fn, reps=20):
     return times[len(times) // 2]
 
 
+def sustained_ms(fn, seconds):
+    """Mean time a call over `seconds` of back-to-back calls (batches of 20, synchronized)."""
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    calls = 0
+    while True:
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+        calls += 20
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return elapsed * 1e3 / calls
+
+
 BACKENDS = (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash2", SDPBackend.FLASH_ATTENTION))
 
 
-def time_sdpa(pattern, label, backend, run, reps, rate):
-    """Prints `TIME label: rate(ms)` for one SDPA backend when the label matches the filter; a
-    backend that refuses the shape prints SKIP and the rest still run."""
+def time_sdpa(pattern, label, backend, run, reps, rate, sustained=0.0):
+    """Prints `TIME label: rate(ms)` (and `SUSTAINED label: ...` when `sustained` > 0) for one SDPA
+    backend when the label matches the filter; a backend that refuses the shape prints SKIP and the
+    rest still run."""
     if not pattern.search(label):
         return
     try:
         with sdpa_kernel([backend]):
             ms = median_ms(run, reps)
-        print(f"TIME {label}: {rate(ms)}", flush=True)
+            print(f"TIME {label}: {rate(ms)}", flush=True)
+            if sustained > 0:
+                print(f"SUSTAINED {label}: {rate(sustained_ms(run, sustained))} over {sustained:g} s", flush=True)
     except Exception as error:
         print(f"SKIP {label}: {str(error).splitlines()[0][:160]}", flush=True)
 
@@ -51,6 +73,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--filter", default="", help="regex over the case labels")
     parser.add_argument("--reps", type=int, default=20, help="timed runs per case (median)")
+    parser.add_argument("--sustained", type=float, default=0.0,
+                        help="also time each case over this many seconds of back-to-back calls")
     args = parser.parse_args()
     pattern = re.compile(args.filter)
     torch.manual_seed(0)
@@ -68,7 +92,7 @@ def main():
         for name, backend in BACKENDS:
             time_sdpa(pattern, f"torch-{name} prefill hd{head_dim} B{batch} L{length} causal{int(causal)}", backend,
                       lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal), args.reps,
-                      lambda ms: f"{ms:.3f} ms {flops / (ms * 1e-3) / 1e12:.1f} TFLOP/s")
+                      lambda ms: f"{ms:.3f} ms {flops / (ms * 1e-3) / 1e12:.1f} TFLOP/s", args.sustained)
         del q, k, v
     # Decode: (head_dim, heads, kv_heads, batch, length); each call reads 2 x B x Hkv x L x D x 2 bytes.
     decode_cases = [(128, 32, 8, 64, 8192), (128, 32, 8, 16, 32768), (128, 32, 8, 32, 4096), (64, 24, 4, 32, 4096)]
@@ -80,7 +104,7 @@ def main():
         for name, backend in BACKENDS:
             time_sdpa(pattern, f"torch-{name} decode hd{head_dim} h{heads}kv{kv_heads} B{batch} L{length}", backend,
                       lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True), args.reps,
-                      lambda ms: f"{ms * 1e3:.1f} us {kv_bytes / (ms * 1e-3) / 1e12:.2f} TB/s")
+                      lambda ms: f"{ms * 1e3:.1f} us {kv_bytes / (ms * 1e-3) / 1e12:.2f} TB/s", args.sustained)
         del q, k, v
     return 0
 

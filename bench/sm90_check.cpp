@@ -288,8 +288,13 @@ struct PrefillCase {
 };
 
 struct PrefillKernels {
-  Module module;  // functions: one per (dtype, head dim, group) in kNames order
+  Module module;  // functions: one per entry of `names`, in its order
   std::vector<std::string> names;
+  // Adds the kernel each case needs, once.
+  void add(const std::vector<PrefillCase>& cases) {
+    for (const auto& c : cases)
+      if (std::find(names.begin(), names.end(), c.kernel_name()) == names.end()) names.push_back(c.kernel_name());
+  }
   CUfunction find(const PrefillCase& c) const {
     const std::string want = c.kernel_name();
     for (std::size_t i = 0; i < names.size(); ++i)
@@ -793,10 +798,8 @@ int main(int argc, char** argv) {
     }
     PrefillKernels prefill;
     if (timings_only) checks.clear();
-    for (const auto* list : {&checks, &timings})
-      for (const auto& c : *list)
-        if (std::find(prefill.names.begin(), prefill.names.end(), c.kernel_name()) == prefill.names.end())
-          prefill.names.push_back(c.kernel_name());
+    prefill.add(checks);
+    prefill.add(timings);
     // One program per variant, as the runtime compiles them: the per-variant compile time.
     {
       Module probe;
@@ -809,9 +812,7 @@ int main(int argc, char** argv) {
       for (const auto& c : timings) time_prefill(prefill, c, stream, reps, sustained_seconds, rng);
     if (trace && !check_only) {
       PrefillKernels traced;
-      for (const auto& c : timings)
-        if (std::find(traced.names.begin(), traced.names.end(), c.kernel_name()) == traced.names.end())
-          traced.names.push_back(c.kernel_name());
+      traced.add(timings);
       compile(&traced.module, "prefill_sm90.cuh", traced.names, "prefill_sm90 traced",
               {fmt::format("ASTRAI_PREFILL_TRACE={}", kTracedCtas)});
       int clock_khz = 0;

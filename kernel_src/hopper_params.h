@@ -23,8 +23,17 @@ inline constexpr int kPrefillSm90Stages = 2;  // K and V blocks in flight, each
 // Consumer warpgroups: three at hd64, whose softmax weighs most against its GEMMs (a third
 // warpgroup's softmax hides behind two others' GEMMs), two at larger head dims, whose O tile needs
 // the registers. Measured on the H200 (docs/device-notes.md, runs 54-57): hd64 causal B2 x 8192
-// 465-473 TFLOP/s with three against 420-428 with two; hd128 with three (block 80) no faster.
+// 465-473 TFLOP/s with three against 420-428 with two. hd128 with three: the wide tiling below.
 constexpr int prefill_sm90_consumers(int head_dim) { return head_dim <= 64 ? 3 : 2; }
+// The wide tiling beside the default, where one exists (else 0): three consumers at hd128, 192
+// query rows a CTA in 80-token blocks. 192 rows share each K/V block, a third less traffic from
+// L2 per FLOP, which the power cap rewards on large grids: sustained +1.0-1.9% in runs 77-79,
+// paged +3.4%; but 96 tiles on 132 SMs (B1 q512 x kv32768) read 505 TFLOP/s against about 700
+// with the default (docs/device-notes.md), so the launch picks it by grid (launch_heuristics.hpp).
+constexpr int prefill_sm90_wide_consumers(int head_dim) { return head_dim == 128 ? 3 : 0; }
+constexpr int prefill_sm90_consumers(int head_dim, bool wide) {
+  return wide ? prefill_sm90_wide_consumers(head_dim) : prefill_sm90_consumers(head_dim);
+}
 constexpr int prefill_sm90_threads(int consumers) { return 128 * (consumers + 1); }
 constexpr int prefill_sm90_block_m(int consumers) { return 64 * consumers; }  // query rows per CTA
 
@@ -46,9 +55,9 @@ static_assert(128 * kPrefillSm90ProducerRegs + 384 * prefill_sm90_consumer_regs(
 // (head_dim / 2), and Q with two stages of K and V inside 227 KB. Measured on the H200
 // (docs/device-notes.md, sm_90 run 2 and run 60): with two consumers hd64 192 beat 128 by 5%,
 // hd128 192 beat 176 by 1.0% (non-causal) and 1.5% (causal), hd256 80 beat 64 by 6%. Three
-// consumers (160 registers) hold S of 128 tokens.
+// consumers (160 registers) hold S of 128 tokens at hd64 and of 80 beside hd128's O.
 constexpr int prefill_sm90_block_n(int head_dim, int consumers) {
-  return consumers == 3 ? 128 : head_dim <= 128 ? 192 : 80;
+  return consumers == 3 ? (head_dim <= 64 ? 128 : 80) : head_dim <= 128 ? 192 : 80;
 }
 
 // Q, the K and V rings, their mbarriers (Q's, and a full and an empty one per stage of K and of

@@ -1,8 +1,8 @@
 // Prefill attention on Hopper (sm_90a): TMA loads into an mbarrier ring, wgmma for S = Q K^T and
-// O += P V, a producer warpgroup and two consumer warpgroups (three at hd64). Computes what
-// prefill.cuh's kernel computes (same PrefillParams, same row limits, zeros and LSE -inf for empty rows)
-// without a mask, for contiguous KV (kPageSize 0) and paged KV with pages of 8 tokens or more;
-// head dims that are multiples of 64.
+// O += P V, a producer warpgroup and two consumer warpgroups (three at hd64, and in hd128's wide
+// tiling). Computes what prefill.cuh's kernel computes (same PrefillParams, same row limits, zeros
+// and LSE -inf for empty rows) without a mask, for contiguous KV (kPageSize 0) and paged KV with
+// pages of 8 tokens or more; head dims that are multiples of 64.
 //
 // Grid: (ceil(q_len / kBlockM), n_heads, batch), walked backwards as in prefill.cuh; 128 threads
 // a warpgroup. Warpgroup 0 (kPrefillSm90ProducerRegs registers) has one thread issue TMA loads: Q once,

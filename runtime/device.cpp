@@ -36,7 +36,7 @@ std::uint64_t variant_id(const KernelSpec& spec) {
          (static_cast<std::uint64_t>(spec.head_dim & 0xfff) << 40) |
          (static_cast<std::uint64_t>(spec.page_size & 0xfff) << 28) |
          (static_cast<std::uint64_t>(spec.group_size & 0xff) << 20) | (spec.flags & 0xfffffu) |
-         (static_cast<std::uint64_t>(spec.hopper) << 60);
+         (static_cast<std::uint64_t>(spec.hopper) << 60) | (static_cast<std::uint64_t>(spec.wide) << 61);
 }
 
 }  // namespace

@@ -34,6 +34,7 @@ constexpr const char* kLogVar = "ASTRAI_JIT_LOG";
 constexpr const char* kArchVar = "ASTRAI_JIT_ARCH";
 constexpr const char* kNoMmaVar = "ASTRAI_JIT_NO_MMA";
 constexpr const char* kNoWgmmaVar = "ASTRAI_JIT_NO_WGMMA";
+constexpr const char* kPrefillTilesVar = "ASTRAI_JIT_PREFILL_TILES";
 constexpr const char* kDumpVar = "ASTRAI_JIT_DUMP";
 constexpr const char* kCachePathVar = "ASTRAI_JIT_CACHE_PATH";
 constexpr const char* kCacheSharedVar = "ASTRAI_JIT_CACHE_SHARED";
@@ -41,6 +42,7 @@ constexpr const char* kCacheSharedVar = "ASTRAI_JIT_CACHE_SHARED";
 constexpr const char* kBoolAllowed = "1, 0, true, false, yes, no, on, off";
 constexpr const char* kCacheAllowed = "rw, ro, off";
 constexpr const char* kLogAllowed = "off, error, warn, info, debug";
+constexpr const char* kPrefillTilesAllowed = "auto, narrow, wide";
 constexpr const char* kCachePathAllowed =
     "a colon-separated list of absolute directories, e.g. /opt/astrai-jit/cache:/mnt/kernels";
 constexpr const char* kCacheSharedAllowed =
@@ -96,6 +98,14 @@ LogLevel parse_log(const std::string& name, const std::string& value) {
   LogLevel level = LogLevel::warn;
   if (!parse_log_level(text, &level)) throw_invalid(name, value, kLogAllowed);
   return level;
+}
+
+PrefillTiles parse_prefill_tiles(const std::string& name, const std::string& value) {
+  const std::string text = lowercase(trim(value));
+  if (text.empty() || text == "auto") return PrefillTiles::automatic;
+  if (text == "narrow") return PrefillTiles::narrow;
+  if (text == "wide") return PrefillTiles::wide;
+  throw_invalid(name, value, kPrefillTilesAllowed);
 }
 
 // Value of a (non-ASTRAI) variable from the parsed environment, or nullptr when absent.
@@ -176,7 +186,7 @@ const std::vector<std::string>& known_env_variables() {
     std::vector<std::string> list = {kCacheDirVar, kCacheVar,        kForceCompileVar, kStrictVar,
                                      kRecordVar,   kMaxCacheSizeVar, kLogVar,          kArchVar,
                                      kNoMmaVar,    kNoWgmmaVar,      kDumpVar,         kCachePathVar,
-                                     kCacheSharedVar};
+                                     kCacheSharedVar, kPrefillTilesVar};
     std::sort(list.begin(), list.end());
     return list;
   }();
@@ -353,6 +363,8 @@ EnvConfig parse_env_config(const std::vector<std::string>& environment) {
 
   if (const std::string* value = get(kNoMmaVar)) config.no_mma = parse_bool(kNoMmaVar, *value);
   if (const std::string* value = get(kNoWgmmaVar)) config.no_wgmma = parse_bool(kNoWgmmaVar, *value);
+  if (const std::string* value = get(kPrefillTilesVar))
+    config.prefill_tiles = parse_prefill_tiles(kPrefillTilesVar, *value);
   if (const std::string* value = get(kDumpVar)) config.dump_dir = *value;
   return config;
 }

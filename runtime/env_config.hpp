@@ -13,6 +13,9 @@
 
 namespace astrai::detail {
 
+// Which tiling the Hopper prefill takes where its head dim has two (kernel_src/hopper_params.h).
+enum class PrefillTiles { automatic, narrow, wide };
+
 struct EnvConfig {
   std::filesystem::path cache_dir;     // ASTRAI_JIT_CACHE_DIR, else $XDG_CACHE_HOME/astrai-jit, else ~/.cache/astrai-jit
   CacheMode cache_mode = CacheMode::read_write;  // ASTRAI_JIT_CACHE = rw | ro | off
@@ -31,6 +34,9 @@ struct EnvConfig {
   std::string arch_override;
   bool no_mma = false;                 // ASTRAI_JIT_NO_MMA (bool)
   bool no_wgmma = false;               // ASTRAI_JIT_NO_WGMMA (bool): portable kernels on sm_90a
+  // ASTRAI_JIT_PREFILL_TILES = auto | narrow | wide: the Hopper prefill's tiling where its head
+  // dim has a wide one (auto: by grid size, launch_heuristics.hpp).
+  PrefillTiles prefill_tiles = PrefillTiles::automatic;
   std::filesystem::path dump_dir;      // ASTRAI_JIT_DUMP=<dir>; empty = off
   // Every ASTRAI_JIT_* variable that was set, as (name, value), sorted by name (for `info`).
   std::vector<std::pair<std::string, std::string>> variables_set;

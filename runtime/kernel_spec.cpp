@@ -87,6 +87,7 @@ std::string KernelSpec::name() const {
   if (unnamed != 0) result += fmt::format(".f{:x}", unnamed);
   if (force_no_mma) result += ".nomma";
   if (hopper) result += fmt::format(".{}", info.hopper.name_field);
+  if (wide) result += ".wide";
   result += "." + arch;
   return result;
 }
@@ -151,6 +152,10 @@ KernelSpec KernelSpec::parse(const std::string& name) {
   }
   if (next < fields.size() - 1 && info.hopper.main_file != nullptr && fields[next] == info.hopper.name_field) {
     spec.hopper = true;
+    ++next;
+  }
+  if (next < fields.size() - 1 && fields[next] == "wide") {
+    spec.wide = true;
     ++next;
   }
   if (next != fields.size() - 1) throw fail("unexpected field '" + fields[next] + "'");
@@ -236,6 +241,10 @@ void KernelSpec::validate() const {
                                       "portable variant does)",
                                       variant, head_dim,
                                       info.paged ? fmt::format(" with page_size {}", page_size) : ""));
+  if (wide && !hopper)
+    throw InvalidArgument(fmt::format("{}: .wide names a tiling of the sm_90a implementation only", variant));
+  if (wide && (info.hopper.has_wide == nullptr || !info.hopper.has_wide(head_dim)))
+    throw InvalidArgument(fmt::format("{}: {} has no wide tiling at head_dim {}", variant, info.name, head_dim));
 }
 
 std::string KernelSpec::warm_command() const {
@@ -248,6 +257,8 @@ std::string KernelSpec::warm_command() const {
   if (force_no_mma) command += " --no-mma";
   if (hopper) command += " --hopper";
   else if (hopper_serves(*this)) command += " --no-hopper";
+  if (hopper && info.hopper.has_wide != nullptr && info.hopper.has_wide(head_dim))
+    command += wide ? " --prefill-tiles wide" : " --prefill-tiles narrow";
   return command;
 }
 

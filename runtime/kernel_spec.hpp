@@ -25,6 +25,7 @@ struct KernelSpec {
   std::uint32_t flags = 0;  // family feature bits (KernelFamily::supported_flags)
   bool force_no_mma = false;  // ASTRAI_JIT_NO_MMA on an arch that has tensor cores
   bool hopper = false;        // the family's Hopper implementation (sm_90a only)
+  bool wide = false;          // its wider tiling (HopperImplementation::has_wide)
   std::string arch;         // compile target with suffix: "sm_90a", "sm_89", "compute_120"
 
   const KernelFamily& family() const { return kernel_family(kind); }
@@ -32,7 +33,7 @@ struct KernelSpec {
   // Readable, unique, stable: "paged_decode.bf16.hd128.ps16.g4.sm_90a" (a field per feature,
   // ".cap", in kernel_features() order; ".nomma" when forced; the family's Hopper field for its
   // Hopper implementation: "prefill.bf16.hd128.g4.wgmma.sm_90a",
-  // "paged_decode.bf16.hd128.ps16.g4.tma.sm_90a").
+  // "paged_decode.bf16.hd128.ps16.g4.tma.sm_90a"; ".wide" after it for its wider tiling).
   std::string name() const;
   // Inverse of name(); throws astrai::InvalidArgument naming the text when it is malformed.
   static KernelSpec parse(const std::string& name);

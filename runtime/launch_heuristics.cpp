@@ -45,6 +45,20 @@ std::size_t decode_workspace_bytes(const DecodeSplitPlan& plan, int batch, int n
   return ((out_bytes + 255) / 256) * 256 + lse_bytes;
 }
 
+bool prefill_prefers_wide_tiles(int max_q_len, long long total_q, int n_heads, int batch, int num_sms,
+                                int narrow_rows, int wide_rows) {
+  if (max_q_len <= 0 || n_heads <= 0 || batch <= 0 || num_sms <= 0 || narrow_rows <= 0 || wide_rows <= 0)
+    return false;
+  // Ragged requests: each short one would pad a whole tile of the longer kind.
+  if (total_q * 10 < 9LL * max_q_len * batch) return false;
+  const long long narrow_tiles = (max_q_len + narrow_rows - 1LL) / narrow_rows;
+  const long long wide_tiles = (max_q_len + wide_rows - 1LL) / wide_rows;
+  const long long ctas = wide_tiles * n_heads * batch;
+  const bool many_waves = ctas >= 16LL * num_sms;
+  const bool little_padding = wide_tiles * wide_rows * 100 <= narrow_tiles * narrow_rows * 104;
+  return many_waves && little_padding;
+}
+
 int rotary_grid_size(long long vectors, int num_sms) {
   const long long needed = (vectors + 255) / 256;
   const long long cap = 8LL * std::max(num_sms, 1);

@@ -23,6 +23,18 @@ DecodeSplitPlan plan_decode_splits(int batch, int n_kv_heads, int head_tiles, lo
 std::size_t decode_workspace_bytes(const DecodeSplitPlan& plan, int batch, int n_heads,
                                    int head_dim);
 
+// Whether a Hopper prefill call takes its head dim's wide tiling (`wide_rows` query rows a CTA
+// instead of `narrow_rows`; kernel_src/hopper_params.h). Measured on the H200 with 192 against
+// 128 rows: the wide tiles win on large grids (B4 x 4096 and B2 x 8192 with 32 heads: 21 waves of
+// them) and lose on small ones (5.3 waves: -5%; 96 tiles on 132 SMs: -28%), where the last
+// wave's idle SMs and the rows a short query leaves empty cost more than the L2 traffic they
+// save. So: at least 16 waves of wide tiles, no more than 4% more padded rows than the narrow
+// tiling (q 4096: 4224 rows against 4096), and requests of nearly one length (`total_q`, their
+// rows summed, at least 90% of max_q_len x batch; the padding is judged on max_q_len). The
+// bound between 5 and 21 waves is not measured yet.
+bool prefill_prefers_wide_tiles(int max_q_len, long long total_q, int n_heads, int batch, int num_sms,
+                                int narrow_rows, int wide_rows);
+
 // Grid size for the rotary kernel: enough CTAs of 256 threads to cover `vectors` 16-byte
 // vectors, capped at a few waves (the kernel strides over the rest).
 int rotary_grid_size(long long vectors, int num_sms);

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "kernel_src/hopper_params.h"
+#include "runtime/launch_heuristics.hpp"
 #include "runtime/tensor_map.hpp"
 
 namespace astrai::detail {
@@ -16,7 +17,7 @@ std::vector<std::string> prefill_instantiations(const KernelSpec& spec, int page
 }
 
 std::vector<std::string> prefill_sm90_instantiations(const KernelSpec& spec, int page_size) {
-  const int consumers = prefill_sm90_consumers(spec.head_dim);
+  const int consumers = prefill_sm90_consumers(spec.head_dim, spec.wide);
   return {fmt::format("astrai::prefill_sm90_kernel<{}, {}, {}, {}, {}, {}, {}>", device_type_name(spec.dtype),
                       spec.head_dim, page_size, spec.group_size, consumers,
                       prefill_sm90_block_n(spec.head_dim, consumers), spec.flags)};
@@ -26,11 +27,11 @@ bool prefill_sm90_serves(int head_dim, int page_size) {
   return prefill_sm90_head_dim(head_dim) && (page_size == 0 || page_size >= 8);
 }
 
-PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_size) {
+PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_size, bool wide) {
   using U = std::uint64_t;
   const U d = static_cast<U>(head_dim);
   PrefillMaps maps;
-  const int consumers = prefill_sm90_consumers(head_dim);
+  const int consumers = prefill_sm90_consumers(head_dim, wide);
   const std::uint32_t block_m = static_cast<std::uint32_t>(prefill_sm90_block_m(consumers));
   const std::uint32_t block_n = static_cast<std::uint32_t>(prefill_sm90_block_n(head_dim, consumers));
   if (page_size == 0) {
@@ -64,7 +65,17 @@ namespace {
 bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, const char* launch_name,
                          int max_q_len, const PrefillParams& params, void* stream) {
   if (!device.uses_wgmma() || params.mask != nullptr || !hopper_serves(spec)) return false;
-  const PrefillMaps shapes = prefill_map_shapes(params, spec.head_dim, spec.page_size);
+  // The wide tiling where the head dim has one and the grid suits it (or the switch says so).
+  const PrefillTiles tiles = impl.engine.config().prefill_tiles;
+  if (prefill_sm90_wide_consumers(spec.head_dim) != 0 && tiles != PrefillTiles::narrow) {
+    const long long total_q = spec.page_size == 0 ? 1LL * params.q_len * params.batch : params.total_q;
+    spec.wide = tiles == PrefillTiles::wide ||
+                prefill_prefers_wide_tiles(
+                    max_q_len, total_q, params.n_heads, params.batch, device.num_sms(),
+                    prefill_sm90_block_m(prefill_sm90_consumers(spec.head_dim, false)),
+                    prefill_sm90_block_m(prefill_sm90_consumers(spec.head_dim, true)));
+  }
+  const PrefillMaps shapes = prefill_map_shapes(params, spec.head_dim, spec.page_size, spec.wide);
   if (!tma_can_read(launch_name, {{"q", shapes.q}})) return false;
   const bool fp16 = spec.dtype == DType::fp16;
   constexpr CUtensorMapL2promotion kPromotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
@@ -84,7 +95,7 @@ bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, c
   CUtensorMap map_k = kv.maps[0];
   CUtensorMap map_v = kv.maps[1];
   spec.hopper = true;
-  const int consumers = prefill_sm90_consumers(spec.head_dim);
+  const int consumers = prefill_sm90_consumers(spec.head_dim, spec.wide);
   const int threads = prefill_sm90_threads(consumers);
   const int block_m = prefill_sm90_block_m(consumers);
   const int smem =

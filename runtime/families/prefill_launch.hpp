@@ -14,8 +14,8 @@ namespace astrai::detail {
 
 // Instantiation of kernel_src/prefill.cuh; page size 0 selects contiguous KV.
 std::vector<std::string> prefill_instantiations(const KernelSpec& spec, int page_size);
-// Instantiation of kernel_src/prefill_sm90.cuh, and the shapes it compiles for: head dims
-// 64, 128, 192, 256; contiguous KV or pages of at least 8 tokens.
+// Instantiation of kernel_src/prefill_sm90.cuh (its wide tiling when spec.wide), and the shapes
+// it compiles for: head dims 64, 128, 192, 256; contiguous KV or pages of at least 8 tokens.
 std::vector<std::string> prefill_sm90_instantiations(const KernelSpec& spec, int page_size);
 bool prefill_sm90_serves(int head_dim, int page_size);
 
@@ -27,7 +27,7 @@ bool prefill_sm90_serves(int head_dim, int page_size);
 struct PrefillMaps {
   TensorMapShape q, k, v;
 };
-PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_size);
+PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_size, bool wide = false);
 
 // `flags`: the features the call asks for; the Hopper kernel has none, so they select the
 // portable one.

@@ -132,10 +132,25 @@ check "warm --dry-run on sm_90a pairs each variant the Hopper kernels serve with
 run warm --dry-run --arch sm_90a --kernels prefill,paged_prefill --head-dims 96,128 --group-sizes 4 \
     --page-sizes 1,16
 expect_rc 0
-expect_out "^warm: 8 variants"   # prefill 2 + 1 wgmma (hd128); paged 4 + 1 wgmma (hd128, ps16)
+expect_out "^warm: 10 variants"   # prefill 2 + 2 wgmma (hd128, both tilings); paged 4 + 2 (hd128, ps16)
 expect_out '^prefill\.bf16\.hd128\.g4\.wgmma\.sm_90a( |$)'
+expect_out '^prefill\.bf16\.hd128\.g4\.wgmma\.wide\.sm_90a( |$)'
 expect_out '^paged_prefill\.bf16\.hd128\.ps16\.g4\.wgmma\.sm_90a( |$)'
-expect_count '\.wgmma\.' 2
+expect_out '^paged_prefill\.bf16\.hd128\.ps16\.g4\.wgmma\.wide\.sm_90a( |$)'
+expect_count '\.wgmma\.' 4
+expect_count '\.wide\.' 2
+for tiles in narrow wide; do
+  run warm --dry-run --arch sm_90a --kernels prefill --head-dims 64,128 --group-sizes 4 --hopper --prefill-tiles $tiles
+  expect_rc 0
+  expect_out "^warm: 2 variants"   # hd64's one tiling, hd128's named one
+  expect_count '\.wide\.' $([ $tiles = wide ] && echo 1 || echo 0)
+done
+ASTRAI_JIT_PREFILL_TILES=narrow run warm --dry-run --arch sm_90a --kernels prefill --head-dims 128 --group-sizes 4 --hopper
+expect_rc 0
+expect_count '\.wide\.' 0
+run warm --dry-run --arch sm_90a --kernels prefill --head-dims 128 --group-sizes 4 --prefill-tiles 192
+expect_rc 2
+expect_err "--prefill-tiles.*192"
 run warm --dry-run --arch sm_90a --kernels paged_decode,decode --head-dims 96,128 --group-sizes 4 --page-sizes 1,16
 expect_rc 0
 expect_out "^warm: 8 variants"   # paged 4 + 1 tma (hd128, ps16); decode 2 + 1 tma (hd128)
@@ -145,8 +160,8 @@ expect_count '\.tma\.' 2
 run warm --dry-run --arch sm_90a --kernels paged_decode,prefill --head-dims 128 --group-sizes 4 --page-sizes 16 \
     --hopper
 expect_rc 0
-expect_out "^warm: 2 variants"
-expect_count '\.(tma|wgmma)\.' 2
+expect_out "^warm: 3 variants"   # tma, and wgmma in both tilings
+expect_count '\.(tma|wgmma)\.' 3
 for flag in --no-hopper --no-wgmma --no-mma; do
   run warm --dry-run --arch sm_90a --kernels prefill,paged_decode --head-dims 128 --group-sizes 4 --page-sizes 16 $flag
   expect_rc 0
@@ -157,13 +172,13 @@ check "warm --features selects feature variants (prefill with its Hopper pair on
 run warm --dry-run --arch sm_90a --kernels paged_decode,rotary_emb,prefill --head-dims 128 --group-sizes 4 \
     --page-sizes 16 --features none,cap
 expect_rc 0
-expect_out "^warm: 9 variants"   # paged_decode 2 + 2 tma, rotary_emb 1, prefill 2 + 2 wgmma
+expect_out "^warm: 11 variants"   # paged_decode 2 + 2 tma, rotary_emb 1, prefill 2 + 4 wgmma (two tilings)
 expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.cap\.sm_90a( |$)'
 expect_out '^prefill\.bf16\.hd128\.g4\.cap\.sm_90a( |$)'
 expect_out '^prefill\.bf16\.hd128\.g4\.cap\.wgmma\.sm_90a( |$)'
 expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.cap\.tma\.sm_90a( |$)'
-expect_count '\.wgmma\.' 2
-expect_count '\.cap\.' 4
+expect_count '\.wgmma\.' 4
+expect_count '\.cap\.' 5   # the wide tiling's .cap variant too
 run warm --dry-run --arch sm_89 --kernels decode --head-dims 64 --group-sizes 6 --features cap --no-mma
 expect_rc 0
 expect_out '^decode\.bf16\.hd64\.g6\.cap\.nomma\.sm_89( |$)'
@@ -172,11 +187,11 @@ check "warm --features takes the FP8 KV cache for paged_decode, decode and paged
 run warm --dry-run --arch sm_90a --kernels paged_decode,decode,paged_prefill --head-dims 128 --group-sizes 4 \
     --page-sizes 16 --features none,kv_e4m3,kv_e5m2+swa
 expect_rc 0
-expect_out "^warm: 12 variants"   # plain, kv_e4m3, kv_e5m2.swa per family; the plain ones' Hopper pairs
+expect_out "^warm: 13 variants"   # plain, kv_e4m3, kv_e5m2.swa per family; the plain ones' Hopper pairs
 expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.kv_e4m3\.sm_90a( |$)'
 expect_out '^decode\.bf16\.hd128\.g4\.kv_e5m2\.swa\.sm_90a( |$)'
 expect_out '^paged_prefill\.bf16\.hd128\.ps16\.g4\.kv_e4m3\.sm_90a( |$)'
-expect_count '\.wgmma\.' 1
+expect_count '\.wgmma\.' 2   # both tilings
 expect_count '\.tma\.' 2   # FP8 stays portable
 run warm --dry-run --arch sm_90a --kernels prefill --head-dims 128 --group-sizes 4 --features kv_e4m3
 expect_rc 2
@@ -257,7 +272,8 @@ rotary_emb.fp16.hd64.sm_90a --arch sm_90a --kernels rotary_emb --dtypes fp16 --h
 decode.fp16.hd64.g6.sm_90a --arch sm_90a --kernels decode --dtypes fp16 --head-dims 64 --group-sizes 6 --no-hopper
 prefill.fp16.hd64.g6.sm_90a --arch sm_90a --kernels prefill --dtypes fp16 --head-dims 64 --group-sizes 6 --no-hopper
 paged_prefill.fp16.hd64.ps16.g6.sm_90a --arch sm_90a --kernels paged_prefill --dtypes fp16 --head-dims 64 --page-sizes 16 --group-sizes 6 --no-hopper
-prefill.bf16.hd128.g4.wgmma.sm_90a --arch sm_90a --kernels prefill --dtypes bf16 --head-dims 128 --group-sizes 4 --hopper
+prefill.bf16.hd128.g4.wgmma.sm_90a --arch sm_90a --kernels prefill --dtypes bf16 --head-dims 128 --group-sizes 4 --hopper --prefill-tiles narrow
+paged_prefill.bf16.hd128.ps16.g4.wgmma.wide.sm_90a --arch sm_90a --kernels paged_prefill --dtypes bf16 --head-dims 128 --page-sizes 16 --group-sizes 4 --hopper --prefill-tiles wide
 paged_prefill.fp16.hd80.ps16.g6.sm_90a --arch sm_90a --kernels paged_prefill --dtypes fp16 --head-dims 80 --page-sizes 16 --group-sizes 6
 paged_decode.bf16.hd128.ps1.g4.nomma.sm_90a --arch sm_90a --kernels paged_decode --dtypes bf16 --head-dims 128 --page-sizes 1 --group-sizes 4 --no-mma
 prefill.bf16.hd128.g4.cap.sm_90a --arch sm_90a --kernels prefill --dtypes bf16 --head-dims 128 --group-sizes 4 --features cap --no-hopper

@@ -86,8 +86,8 @@ TEST_CASE("the known variables are listed once each, sorted") {
       "ASTRAI_JIT_ARCH",          "ASTRAI_JIT_CACHE",        "ASTRAI_JIT_CACHE_DIR",
       "ASTRAI_JIT_CACHE_PATH",    "ASTRAI_JIT_CACHE_SHARED", "ASTRAI_JIT_DUMP",
       "ASTRAI_JIT_FORCE_COMPILE", "ASTRAI_JIT_LOG",          "ASTRAI_JIT_MAX_CACHE_SIZE",
-      "ASTRAI_JIT_NO_MMA",        "ASTRAI_JIT_NO_WGMMA",     "ASTRAI_JIT_RECORD",
-      "ASTRAI_JIT_STRICT"};
+      "ASTRAI_JIT_NO_MMA",        "ASTRAI_JIT_NO_WGMMA",     "ASTRAI_JIT_PREFILL_TILES",
+      "ASTRAI_JIT_RECORD",        "ASTRAI_JIT_STRICT"};
   CHECK(known == expected);
   CHECK(std::is_sorted(known.begin(), known.end()));
   CHECK(std::adjacent_find(known.begin(), known.end()) == known.end());
@@ -141,6 +141,17 @@ TEST_CASE("a boolean variable only affects its own field") {
   EnvConfig no_wgmma = parse_one("ASTRAI_JIT_NO_WGMMA", "1");
   CHECK(no_wgmma.no_wgmma);
   CHECK_FALSE(no_wgmma.no_mma);
+}
+
+TEST_CASE("ASTRAI_JIT_PREFILL_TILES picks the Hopper prefill's tiling, auto by default") {
+  using astrai::detail::PrefillTiles;
+  CHECK(parse({"PATH=/usr/bin"}).prefill_tiles == PrefillTiles::automatic);
+  CHECK(parse_one("ASTRAI_JIT_PREFILL_TILES", "auto").prefill_tiles == PrefillTiles::automatic);
+  CHECK(parse_one("ASTRAI_JIT_PREFILL_TILES", "").prefill_tiles == PrefillTiles::automatic);
+  CHECK(parse_one("ASTRAI_JIT_PREFILL_TILES", "narrow").prefill_tiles == PrefillTiles::narrow);
+  CHECK(parse_one("ASTRAI_JIT_PREFILL_TILES", " Wide ").prefill_tiles == PrefillTiles::wide);
+  CHECK_THROWS_WITH_AS(parse_one("ASTRAI_JIT_PREFILL_TILES", "192"),
+                       "ASTRAI_JIT_PREFILL_TILES=192 is not valid (allowed: auto, narrow, wide)", ConfigError);
 }
 
 TEST_CASE("a bad boolean value is rejected with the variable, the value and the spellings") {

@@ -94,6 +94,30 @@ TEST_SUITE("hopper") {
     CHECK(astrai::detail::compile_request(prefill).main_file != astrai::detail::compile_request(portable).main_file);
   }
 
+  TEST_CASE("the wide prefill tiling is named, parsed, instantiated and refused where it does not exist") {
+    KernelSpec wide = hopper_prefill(KernelKind::paged_prefill, DType::bf16, 128, 16, 4);
+    wide.wide = true;
+    CHECK(wide.name() == "paged_prefill.bf16.hd128.ps16.g4.wgmma.wide.sm_90a");
+    const KernelSpec parsed = KernelSpec::parse(wide.name());
+    CHECK(parsed.wide);
+    CHECK(parsed == wide);
+    KernelSpec narrow = wide;
+    narrow.wide = false;
+    CHECK_FALSE(narrow == wide);
+    // Three consumer warpgroups in 80-token blocks, against the default's two in 192.
+    CHECK(wide.instantiations().front() == "astrai::prefill_sm90_kernel<astrai::bf16_t, 128, 16, 4, 3, 80, 0>");
+    CHECK(narrow.instantiations().front() == "astrai::prefill_sm90_kernel<astrai::bf16_t, 128, 16, 4, 2, 192, 0>");
+    auto refused = [](const std::string& name, const std::string& why) {
+      CAPTURE(name);
+      CHECK_THROWS_WITH_AS(KernelSpec::parse(name), doctest::Contains(why.c_str()), astrai::InvalidArgument);
+    };
+    refused("prefill.bf16.hd64.g4.wgmma.wide.sm_90a", "prefill has no wide tiling at head_dim 64");
+    refused("prefill.bf16.hd256.g4.wgmma.wide.sm_90a", "no wide tiling at head_dim 256");
+    refused("prefill.bf16.hd128.g4.wide.sm_90a", ".wide names a tiling of the sm_90a implementation only");
+    refused("paged_decode.bf16.hd128.ps16.g4.tma.wide.sm_90a", "paged_decode has no wide tiling");
+    refused("prefill.bf16.hd128.g4.wide.wgmma.sm_90a", "unexpected field 'wgmma'");  // .wide after the path
+  }
+
   TEST_CASE("a wgmma variant outside what the Hopper kernels serve is refused by name") {
     auto refused = [](const std::string& name, const std::string& why) {
       CAPTURE(name);
@@ -228,19 +252,22 @@ TEST_SUITE("hopper") {
 
   TEST_CASE("sm_90a prefill variants (contiguous and paged) compile to wgmma SS and RS over TMA loads, unserialized") {
     for (DType dtype : {DType::bf16, DType::fp16}) {
-      for (const auto& [kind, head_dim, page_size] :
-           std::vector<std::tuple<KernelKind, int, int>>{{KernelKind::prefill, 64, 0},
-                                                         {KernelKind::prefill, 128, 0},
-                                                         {KernelKind::prefill, 192, 0},
-                                                         {KernelKind::prefill, 256, 0},
-                                                         {KernelKind::paged_prefill, 128, 8},
-                                                         {KernelKind::paged_prefill, 64, 16},
-                                                         {KernelKind::paged_prefill, 256, 256}}) {
-        const KernelSpec spec = hopper_prefill(kind, dtype, head_dim, page_size, 4);
+      for (const auto& [kind, head_dim, page_size, wide] :
+           std::vector<std::tuple<KernelKind, int, int, bool>>{{KernelKind::prefill, 64, 0, false},
+                                                               {KernelKind::prefill, 128, 0, false},
+                                                               {KernelKind::prefill, 128, 0, true},
+                                                               {KernelKind::prefill, 192, 0, false},
+                                                               {KernelKind::prefill, 256, 0, false},
+                                                               {KernelKind::paged_prefill, 128, 8, false},
+                                                               {KernelKind::paged_prefill, 128, 16, true},
+                                                               {KernelKind::paged_prefill, 64, 16, false},
+                                                               {KernelKind::paged_prefill, 256, 256, false}}) {
+        KernelSpec spec = hopper_prefill(kind, dtype, head_dim, page_size, 4);
+        spec.wide = wide;
         CAPTURE(spec.name());
         const auto result = astrai::detail::nvrtc_compile(astrai::detail::compile_request(spec), true);
         const std::string types = dtype == DType::bf16 ? "bf16.bf16" : "f16.f16";
-        const int consumers = astrai::prefill_sm90_consumers(head_dim);
+        const int consumers = astrai::prefill_sm90_consumers(head_dim, wide);
         const int block_n = astrai::prefill_sm90_block_n(head_dim, consumers);
         CHECK(contains(result.ptx, fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", block_n, types)));
         CHECK(contains(result.ptx, fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", head_dim, types)));
@@ -294,11 +321,15 @@ TEST_SUITE("hopper") {
     // Spills cost the consumers' GEMM overlap; copies of the main step (one per first-block width)
     // once pushed the featured variants to 240 bytes.
     constexpr std::uint32_t kAll = astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow;
-    for (const auto& [kind, head_dim, page_size] : std::vector<std::tuple<KernelKind, int, int>>{
-             {KernelKind::prefill, 128, 0}, {KernelKind::paged_prefill, 128, 16}, {KernelKind::paged_prefill, 64, 16}}) {
+    for (const auto& [kind, head_dim, page_size, wide] : std::vector<std::tuple<KernelKind, int, int, bool>>{
+             {KernelKind::prefill, 128, 0, false},
+             {KernelKind::paged_prefill, 128, 16, false},
+             {KernelKind::paged_prefill, 128, 16, true},
+             {KernelKind::paged_prefill, 64, 16, false}}) {
       for (std::uint32_t flags : {std::uint32_t{0}, kAll}) {
         KernelSpec spec = hopper_prefill(kind, DType::bf16, head_dim, page_size, 4);
         spec.flags = flags;
+        spec.wide = wide;
         CAPTURE(spec.name());
         CompileRequest request = astrai::detail::compile_request(spec);
         request.options.push_back("--ptxas-options=-v");
@@ -317,10 +348,14 @@ TEST_SUITE("hopper") {
     // K: a box per page part and 64 columns) or by one box per page part (paged V: whole rows).
     for (int head_dim : {64, 128, 192, 256}) {
       for (int page_size : {0, 8, 16, 32, 256}) {
-        for (bool head_major : {false, true}) {
+        for (int tiling = 0; tiling < 4; ++tiling) {
+          const bool head_major = tiling % 2 == 1;
+          const bool wide = tiling >= 2;
+          if (wide && astrai::prefill_sm90_wide_consumers(head_dim) == 0) continue;
           CAPTURE(head_dim);
           CAPTURE(page_size);
           CAPTURE(head_major);
+          CAPTURE(wide);
           alignas(16) static unsigned char storage[64];
           astrai::PrefillParams p{};
           p.q = p.k = p.v = p.out = storage;
@@ -340,10 +375,10 @@ TEST_SUITE("hopper") {
           p.k_stride_head = p.v_stride_head = head_major ? tokens * head_dim : head_dim;
           p.k_stride_batch = p.v_stride_batch = 2LL * head_dim * p.kv_len;
           p.k_stride_page = p.v_stride_page = 2LL * head_dim * page_size;
-          const auto maps = astrai::detail::prefill_map_shapes(p, head_dim, page_size);
+          const auto maps = astrai::detail::prefill_map_shapes(p, head_dim, page_size, wide);
           for (const TensorMapShape* shape : {&maps.q, &maps.k, &maps.v})
             CHECK(astrai::detail::tensor_map_problem(*shape) == "");
-          const int consumers = astrai::prefill_sm90_consumers(head_dim);
+          const int consumers = astrai::prefill_sm90_consumers(head_dim, wide);
           const int block_n = astrai::prefill_sm90_block_n(head_dim, consumers);
           const int chunks = head_dim / 64;
           const int boxes = page_size == 0 ? 1 : block_n / std::min(page_size, 16);  // per chunk or row run

@@ -13,6 +13,7 @@
 using astrai::detail::decode_workspace_bytes;
 using astrai::detail::DecodeSplitPlan;
 using astrai::detail::plan_decode_splits;
+using astrai::detail::prefill_prefers_wide_tiles;
 using astrai::detail::rotary_grid_size;
 
 namespace {
@@ -256,6 +257,38 @@ TEST_CASE("the rotary grid covers the vectors up to a cap of a few waves") {
         CHECK(256LL * (grid - 1) < vectors);   // no idle CTA
       }
     }
+}
+
+TEST_CASE("the Hopper prefill takes 192-row tiles on the measured large grids and 128-row ones on small") {
+  // 32 heads on the H200's 132 SMs, the shapes measured in docs/device-notes.md (runs 68-79).
+  auto wide = [](int q, int heads, int batch, int sms) {
+    return prefill_prefers_wide_tiles(q, 1LL * q * batch, heads, batch, sms, 128, 192);
+  };
+  CHECK(wide(4096, 32, 4, 132));         // 2816 wide tiles: faster wide
+  CHECK(wide(8192, 32, 2, 132));         // 2752: faster wide
+  CHECK_FALSE(wide(4224, 32, 1, 132));   // 704 (5.3 waves): -5% wide
+  CHECK_FALSE(wide(512, 32, 1, 132));    // 96 tiles: -28% wide
+  // Rows a short query leaves empty: q 200 pads to 384 rows wide, 256 narrow, however large the grid.
+  CHECK_FALSE(wide(200, 32, 4096, 132));
+  CHECK(wide(384, 32, 4096, 132));  // 384 rows either way
+  // The wave bound: 16 waves of wide tiles exactly, and one SM more.
+  CHECK(wide(192 * 66, 32, 1, 132));
+  CHECK_FALSE(wide(192 * 66, 32, 1, 133));
+  // Ragged requests keep the narrow tiles: every short one would pad a 192-row tile.
+  CHECK(prefill_prefers_wide_tiles(8192, 14746, 32, 2, 132, 128, 192));        // 90% of 2 x 8192 rows
+  CHECK_FALSE(prefill_prefers_wide_tiles(8192, 14745, 32, 2, 132, 128, 192));  // just under
+  CHECK_FALSE(prefill_prefers_wide_tiles(8192, 8192 + 64 * 31, 32, 32, 132, 128, 192));
+  // Nothing to launch, or an unknown device: the default tiling.
+  for (int bad : {0, -1}) {
+    CHECK_FALSE(wide(bad, 32, 4, 132));
+    CHECK_FALSE(wide(4096, bad, 4, 132));
+    CHECK_FALSE(wide(4096, 32, bad, 132));
+    CHECK_FALSE(wide(4096, 32, 4, bad));
+    CHECK_FALSE(prefill_prefers_wide_tiles(4096, 4096, 32, 1, 132, bad, 192));
+  }
+  // No overflow at the limits of the arguments.
+  CHECK(prefill_prefers_wide_tiles(1 << 30, (1LL << 30) * (1 << 20), 1024, 1 << 20, 132, 128, 192) ==
+        (((1LL << 30) + 191) / 192 * 192 * 100 <= ((1LL << 30) + 127) / 128 * 128 * 104));
 }
 
 }  // TEST_SUITE

@@ -81,7 +81,9 @@ constexpr const char* kWarmFooter =
     "  128, 192, 256; pages of 8 tokens or more), .tma for paged_decode and decode (head dims\n"
     "  64, 128, 192, 256; pages of 16 tokens or more). --no-hopper (or ASTRAI_JIT_NO_WGMMA=1)\n"
     "  keeps only the portable ones, --hopper only the Hopper ones (--no-wgmma and --wgmma are\n"
-    "  the same flags).\n"
+    "  the same flags). The hd128 prefill has two Hopper tilings (128 and 192 query rows a CTA,\n"
+    "  .wgmma and .wgmma.wide; the runtime picks by grid size): both are warmed, or the one\n"
+    "  --prefill-tiles (or ASTRAI_JIT_PREFILL_TILES) names.\n"
     "  --features lists feature sets, each `none` (the plain variants, the default) or feature\n"
     "  names joined by '+', e.g. `--features none,swa+sink`; every attention kernel selected\n"
     "  must support each set (rotary_emb takes only its plain variant). Features: kv_e4m3 and\n"
@@ -144,6 +146,7 @@ struct WarmOptions {
   bool no_mma = false;
   bool no_hopper = false;    // portable variants only on sm_90a
   bool hopper_only = false;  // Hopper variants only on sm_90a
+  std::string prefill_tiles;  // auto | narrow | wide; empty: ASTRAI_JIT_PREFILL_TILES
   bool dry_run = false;
 };
 

@@ -75,6 +75,10 @@ void add_warm_command(CLI::App& app, Commands* commands) {
   warm->add_flag("--hopper,--wgmma", options.hopper_only,
                  "On sm_90a, only the Hopper variants (.wgmma prefill, .tma decode) of the kernels that have them")
       ->excludes(no_hopper);
+  warm->add_option("--prefill-tiles", options.prefill_tiles,
+                   "On sm_90a, the hd128 prefill tilings to warm: auto (both), narrow or wide "
+                   "[default: ASTRAI_JIT_PREFILL_TILES, else auto]")
+      ->check(CLI::IsMember({"auto", "narrow", "wide"}))->type_name("TILES");
   warm->add_flag("--dry-run,-n", options.dry_run,
                  "List the selected variants (and which are cached) without compiling");
   warm->add_option("--cache-dir", options.cache_dir,

@@ -177,6 +177,12 @@ std::vector<KernelSpec> build_selection(const WarmOptions& options, const JitEng
         resolve_dtypes(options.dtypes.empty() ? std::vector<std::string>{"bf16"} : options.dtypes);
     const bool no_mma = options.no_mma || engine.config().no_mma;
     const bool no_hopper = options.no_hopper || engine.config().no_wgmma;
+    // Which of two Hopper prefill tilings to warm: the option, else what the runtime will take.
+    using astrai::detail::PrefillTiles;
+    const PrefillTiles tiles = options.prefill_tiles == "narrow" ? PrefillTiles::narrow
+                               : options.prefill_tiles == "wide" ? PrefillTiles::wide
+                               : options.prefill_tiles == "auto" ? PrefillTiles::automatic
+                                                                 : engine.config().prefill_tiles;
     const bool shape_flags = !options.head_dims.empty() || !options.group_sizes.empty();
     const std::vector<std::uint32_t> feature_sets =
         resolve_feature_sets(options.features.empty() ? std::vector<std::string>{"none"} : options.features);
@@ -238,7 +244,14 @@ std::vector<KernelSpec> build_selection(const WarmOptions& options, const JitEng
                 if (hopper) {
                   KernelSpec hopper_spec = spec;
                   hopper_spec.hopper = true;
-                  add(hopper_spec);
+                  // A head dim with two tilings: both (the runtime picks by grid), or the one named.
+                  const auto has_wide = spec.family().hopper.has_wide;
+                  const bool two_tilings = has_wide != nullptr && has_wide(head_dim);
+                  if (!two_tilings || tiles != PrefillTiles::wide) add(hopper_spec);
+                  if (two_tilings && tiles != PrefillTiles::narrow) {
+                    hopper_spec.wide = true;
+                    add(hopper_spec);
+                  }
                 }
               }
             }

@@ -772,7 +772,13 @@ int main(int argc, char** argv) {
                                                                 {256, 2, 8192, 8192, true, 0},
                                                                 {128, 2, 8192, 8192, true, 16},
                                                                 {128, 1, 512, 32768, false, 0},
-                                                                {128, 1, 4224, 4096, false, 0}}) {
+                                                                {128, 1, 4224, 4096, false, 0},
+                                                                // Where the wide hd128 tiles start to win:
+                                                                // 2.7, 5.3, 10.7 and 16 waves of them.
+                                                                {128, 1, 2048, 2048, false, 0},
+                                                                {128, 1, 4096, 4096, false, 0},
+                                                                {128, 1, 8192, 8192, false, 0},
+                                                                {128, 1, 12288, 12288, true, 0}}) {
       PrefillCase c;
       c.head_dim = head_dim;
       c.batch = batch;

@@ -774,7 +774,7 @@ int main(int argc, char** argv) {
                                                                 {128, 1, 512, 32768, false, 0},
                                                                 {128, 1, 4224, 4096, false, 0},
                                                                 // Where the wide hd128 tiles start to win:
-                                                                // 2.7, 5.3, 10.7 and 16 waves of them.
+                                                                // 2.7, 5.3, 10.4 and 15.5 waves of them.
                                                                 {128, 1, 2048, 2048, false, 0},
                                                                 {128, 1, 4096, 4096, false, 0},
                                                                 {128, 1, 8192, 8192, false, 0},

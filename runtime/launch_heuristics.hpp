@@ -26,9 +26,10 @@ std::size_t decode_workspace_bytes(const DecodeSplitPlan& plan, int batch, int n
 // Whether a Hopper prefill call takes its head dim's wide tiling (`wide_rows` query rows a CTA
 // instead of `narrow_rows`; kernel_src/hopper_params.h). Measured on the H200 with 192 against
 // 128 rows: the wide tiles win on large grids (B4 x 4096 and B2 x 8192 with 32 heads: 21 waves of
-// them) and lose on small ones (5.3 waves: -5%; 96 tiles on 132 SMs: -28%), where the last
-// wave's idle SMs and the rows a short query leaves empty cost more than the L2 traffic they
-// save. So: at least 16 waves of wide tiles, no more than 4% more padded rows than the narrow
+// them; both tilings in run 79) and lose on small ones (5.3 waves: 620 TFLOP/s against 636-664;
+// 96 tiles on 132 SMs: 505 against about 700; run 79's wide against runs 68-70's narrow), where
+// the last wave's idle SMs and the rows a short query leaves empty cost more than the L2 traffic
+// they save. So: at least 16 waves of wide tiles, no more than 4% more padded rows than the narrow
 // tiling (q 4096: 4224 rows against 4096), and requests of nearly one length (`total_q`, their
 // rows summed, at least 90% of max_q_len x batch; the padding is judged on max_q_len). The
 // bound between 5 and 21 waves is not measured yet.

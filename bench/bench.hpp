@@ -577,6 +577,7 @@ struct DeviceInfo {
   std::string runtime_target;  // what the runtime compiles for (ASTRAI_JIT_ARCH honored)
   bool runtime_no_mma = false;
   bool runtime_no_wgmma = false;  // ASTRAI_JIT_NO_WGMMA
+  astrai::detail::PrefillTiles runtime_prefill_tiles = astrai::detail::PrefillTiles::automatic;
 };
 
 using Call = std::function<void(int set, CUstream stream)>;
@@ -630,7 +631,9 @@ class Bench {
   std::vector<double> time_runs(CUstream stream, int warmup, int reps, const std::function<void()>& step);
   Timing time_calls(int sets, const Call& call);
   GraphExec capture(int calls, int sets, const Call& call);
-  std::string variant_name(KernelKind kind, int head_dim, int page_size, int group, std::uint32_t flags = 0) const;
+  std::string variant_name(KernelKind kind, int head_dim, int page_size, int group, std::uint32_t flags = 0,
+                           bool wide_grid = false) const;
+  bool prefill_grid_takes_wide_tiles(const CaseDef& def) const;
   void finish(CaseResult* result, const Timing& timing, double amount, bool compute);
 
   void case_paged_decode(const CaseDef& def, CaseResult* result);

@@ -2,6 +2,7 @@
 #include "bench/bench.hpp"
 
 #include "kernel_src/hopper_params.h"
+#include "runtime/launch_heuristics.hpp"
 #include "runtime/kernel_sources.hpp"
 #include "runtime/tensor_map.hpp"
 
@@ -141,6 +142,7 @@ void Bench::open_device() {
   info_.runtime_target = probe.target_for_device(info_.cc_major, info_.cc_minor);
   info_.runtime_no_mma = probe.config().no_mma && astrai::detail::arch_number(info_.runtime_target) >= 80;
   info_.runtime_no_wgmma = probe.config().no_wgmma;
+  info_.runtime_prefill_tiles = probe.config().prefill_tiles;
 }
 
 void Bench::compile_kernels() {
@@ -367,7 +369,8 @@ Timing Bench::time_calls(int sets, const Call& call) {
   return timing;
 }
 
-std::string Bench::variant_name(KernelKind kind, int head_dim, int page_size, int group, std::uint32_t flags) const {
+std::string Bench::variant_name(KernelKind kind, int head_dim, int page_size, int group, std::uint32_t flags,
+                                bool wide_grid) const {
   KernelSpec spec;
   spec.flags = flags;
   spec.kind = kind;
@@ -379,7 +382,14 @@ std::string Bench::variant_name(KernelKind kind, int head_dim, int page_size, in
   spec.arch = info_.runtime_target;
   // The runtime takes the Hopper kernel for every call it serves (the bench's calls have no mask).
   spec.hopper = astrai::detail::hopper_serves(spec) && !info_.runtime_no_wgmma;
+  spec.wide = spec.hopper && wide_grid;
   return spec.name();
+}
+
+// Whether the runtime takes the wide Hopper prefill tiling for this case's grid (equal lengths).
+bool Bench::prefill_grid_takes_wide_tiles(const CaseDef& def) const {
+  return astrai::detail::prefill_sm90_takes_wide_tiles(info_.runtime_prefill_tiles, def.head_dim, def.len,
+                                                       1LL * def.len * def.batch, def.n_heads, def.batch, info_.sms);
 }
 
 void Bench::finish(CaseResult* result, const Timing& timing, double amount, bool compute) {

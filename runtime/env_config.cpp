@@ -290,6 +290,15 @@ std::optional<std::string> normalize_arch(const std::string& text) {
   return fmt::format("{}{}{}{}", virtual_arch ? "compute_" : "sm_", major, minor, suffix);
 }
 
+const char* prefill_tiles_name(PrefillTiles tiles) {
+  switch (tiles) {
+    case PrefillTiles::narrow: return "narrow";
+    case PrefillTiles::wide: return "wide";
+    case PrefillTiles::automatic: break;
+  }
+  return "auto";
+}
+
 EnvConfig parse_env_config(const std::vector<std::string>& environment) {
   // First occurrence of a name wins, as with getenv().
   std::map<std::string, std::string> ours;

@@ -15,6 +15,8 @@ namespace astrai::detail {
 
 // Which tiling the Hopper prefill takes where its head dim has two (kernel_src/hopper_params.h).
 enum class PrefillTiles { automatic, narrow, wide };
+// Its spelling in ASTRAI_JIT_PREFILL_TILES and warm --prefill-tiles: auto, narrow, wide.
+const char* prefill_tiles_name(PrefillTiles tiles);
 
 struct EnvConfig {
   std::filesystem::path cache_dir;     // ASTRAI_JIT_CACHE_DIR, else $XDG_CACHE_HOME/astrai-jit, else ~/.cache/astrai-jit

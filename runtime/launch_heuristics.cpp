@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernel_src/hopper_params.h"
 #include "kernel_src/kernel_params.h"
 
 namespace astrai::detail {
@@ -54,9 +55,18 @@ bool prefill_prefers_wide_tiles(int max_q_len, long long total_q, int n_heads, i
   const long long narrow_tiles = (max_q_len + narrow_rows - 1LL) / narrow_rows;
   const long long wide_tiles = (max_q_len + wide_rows - 1LL) / wide_rows;
   const long long ctas = wide_tiles * n_heads * batch;
-  const bool many_waves = ctas >= 16LL * num_sms;
+  const bool many_waves = ctas >= 10LL * num_sms;
   const bool little_padding = wide_tiles * wide_rows * 100 <= narrow_tiles * narrow_rows * 104;
   return many_waves && little_padding;
+}
+
+bool prefill_sm90_takes_wide_tiles(PrefillTiles tiles, int head_dim, int max_q_len, long long total_q,
+                                   int n_heads, int batch, int num_sms) {
+  if (prefill_sm90_wide_consumers(head_dim) == 0 || tiles == PrefillTiles::narrow) return false;
+  if (tiles == PrefillTiles::wide) return true;
+  return prefill_prefers_wide_tiles(max_q_len, total_q, n_heads, batch, num_sms,
+                                    prefill_sm90_block_m(prefill_sm90_consumers(head_dim, false)),
+                                    prefill_sm90_block_m(prefill_sm90_consumers(head_dim, true)));
 }
 
 int rotary_grid_size(long long vectors, int num_sms) {

@@ -3,6 +3,8 @@
 
 #include <cstddef>
 
+#include "runtime/env_config.hpp"
+
 namespace astrai::detail {
 
 struct DecodeSplitPlan {
@@ -25,16 +27,21 @@ std::size_t decode_workspace_bytes(const DecodeSplitPlan& plan, int batch, int n
 
 // Whether a Hopper prefill call takes its head dim's wide tiling (`wide_rows` query rows a CTA
 // instead of `narrow_rows`; kernel_src/hopper_params.h). Measured on the H200 with 192 against
-// 128 rows: the wide tiles win on large grids (B4 x 4096 and B2 x 8192 with 32 heads: 21 waves of
-// them; both tilings in run 79) and lose on small ones (5.3 waves: 620 TFLOP/s against 636-664;
-// 96 tiles on 132 SMs: 505 against about 700; run 79's wide against runs 68-70's narrow), where
-// the last wave's idle SMs and the rows a short query leaves empty cost more than the L2 traffic
-// they save. So: at least 16 waves of wide tiles, no more than 4% more padded rows than the narrow
-// tiling (q 4096: 4224 rows against 4096), and requests of nearly one length (`total_q`, their
-// rows summed, at least 90% of max_q_len x batch; the padding is judged on max_q_len). The
-// bound between 5 and 21 waves is not measured yet.
+// 128 rows, 32 heads, both tilings in one run (run 80): the wide tiles lose on small grids (2.7
+// waves of them: -3%; 5.3 waves: -4% to -6%; 96 tiles on 132 SMs: -28%), where the last wave's
+// idle SMs and the rows a short query leaves empty cost more than the L2 traffic they save; they
+// tie in bursts and win by 1.4% at the power cap from 10.4 waves, and win by 1-3% at 15.5 and 21.
+// So: at least 10 waves of wide tiles, no more than 4% more padded rows than the narrow tiling
+// (q 4096: 4224 rows against 4096), and requests of nearly one length (`total_q`, their rows
+// summed, at least 90% of max_q_len x batch; the padding is judged on max_q_len).
 bool prefill_prefers_wide_tiles(int max_q_len, long long total_q, int n_heads, int batch, int num_sms,
                                 int narrow_rows, int wide_rows);
+
+// The tiling a Hopper prefill call of this head dim and grid takes: ASTRAI_JIT_PREFILL_TILES's
+// choice where it names one, else prefill_prefers_wide_tiles's; never wide where the head dim
+// has no wide tiling. The one decision the runtime and the benchmark's variant names share.
+bool prefill_sm90_takes_wide_tiles(PrefillTiles tiles, int head_dim, int max_q_len, long long total_q,
+                                   int n_heads, int batch, int num_sms);
 
 // Grid size for the rotary kernel: enough CTAs of 256 threads to cover `vectors` 16-byte
 // vectors, capped at a few waves (the kernel strides over the rest).

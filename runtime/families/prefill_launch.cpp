@@ -65,16 +65,9 @@ namespace {
 bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, const char* launch_name,
                          int max_q_len, const PrefillParams& params, void* stream) {
   if (!device.uses_wgmma() || params.mask != nullptr || !hopper_serves(spec)) return false;
-  // The wide tiling where the head dim has one and the grid suits it (or the switch says so).
-  const PrefillTiles tiles = impl.engine.config().prefill_tiles;
-  if (prefill_sm90_wide_consumers(spec.head_dim) != 0 && tiles != PrefillTiles::narrow) {
-    const long long total_q = spec.page_size == 0 ? 1LL * params.q_len * params.batch : params.total_q;
-    spec.wide = tiles == PrefillTiles::wide ||
-                prefill_prefers_wide_tiles(
-                    max_q_len, total_q, params.n_heads, params.batch, device.num_sms(),
-                    prefill_sm90_block_m(prefill_sm90_consumers(spec.head_dim, false)),
-                    prefill_sm90_block_m(prefill_sm90_consumers(spec.head_dim, true)));
-  }
+  const long long total_q = spec.page_size == 0 ? 1LL * params.q_len * params.batch : params.total_q;
+  spec.wide = prefill_sm90_takes_wide_tiles(impl.engine.config().prefill_tiles, spec.head_dim, max_q_len, total_q,
+                                            params.n_heads, params.batch, device.num_sms());
   const PrefillMaps shapes = prefill_map_shapes(params, spec.head_dim, spec.page_size, spec.wide);
   if (!tma_can_read(launch_name, {{"q", shapes.q}})) return false;
   const bool fp16 = spec.dtype == DType::fp16;

@@ -53,6 +53,7 @@ void print_worst();
 
 bool mma_forced_off();
 bool wgmma_forced_off();  // ASTRAI_JIT_NO_WGMMA
+bool wide_tiles_forced();  // ASTRAI_JIT_PREFILL_TILES=wide
 // Compute capability of device 0 as major * 10 + minor (90 on an H100/H200).
 int device_compute_capability();
 // Whether the runtime compiles for sm_90a on device 0: an sm_90 GPU and no ASTRAI_JIT_ARCH

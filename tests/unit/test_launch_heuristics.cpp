@@ -264,16 +264,20 @@ TEST_CASE("the Hopper prefill takes 192-row tiles on the measured large grids an
   auto wide = [](int q, int heads, int batch, int sms) {
     return prefill_prefers_wide_tiles(q, 1LL * q * batch, heads, batch, sms, 128, 192);
   };
-  CHECK(wide(4096, 32, 4, 132));         // 2816 wide tiles: faster wide
-  CHECK(wide(8192, 32, 2, 132));         // 2752: faster wide
-  CHECK_FALSE(wide(4224, 32, 1, 132));   // 704 (5.3 waves): -5% wide
-  CHECK_FALSE(wide(512, 32, 1, 132));    // 96 tiles: -28% wide
+  CHECK(wide(4096, 32, 4, 132));          // 2816 wide tiles (21 waves): faster wide
+  CHECK(wide(8192, 32, 2, 132));          // 2752: faster wide
+  CHECK(wide(12288, 32, 1, 132));         // 2048 (15.5 waves): faster wide
+  CHECK(wide(8192, 32, 1, 132));          // 1376 (10.4 waves): a tie in bursts, faster at the power cap
+  CHECK_FALSE(wide(4096, 32, 1, 132));    // 704 (5.3 waves): -4% to -6% wide
+  CHECK_FALSE(wide(4224, 32, 1, 132));    // 704: -5% wide
+  CHECK_FALSE(wide(2048, 32, 1, 132));    // 352 (2.7 waves): -3% wide
+  CHECK_FALSE(wide(512, 32, 1, 132));     // 96 tiles: -28% wide
   // Rows a short query leaves empty: q 200 pads to 384 rows wide, 256 narrow, however large the grid.
   CHECK_FALSE(wide(200, 32, 4096, 132));
   CHECK(wide(384, 32, 4096, 132));  // 384 rows either way
-  // The wave bound: 16 waves of wide tiles exactly, and one SM more.
-  CHECK(wide(192 * 66, 32, 1, 132));
-  CHECK_FALSE(wide(192 * 66, 32, 1, 133));
+  // The wave bound: 10 waves of wide tiles exactly (33 tiles x 40 heads on 132 SMs), and one SM more.
+  CHECK(wide(192 * 33, 40, 1, 132));
+  CHECK_FALSE(wide(192 * 33, 40, 1, 133));
   // Ragged requests keep the narrow tiles: every short one would pad a 192-row tile.
   CHECK(prefill_prefers_wide_tiles(8192, 14746, 32, 2, 132, 128, 192));        // 90% of 2 x 8192 rows
   CHECK_FALSE(prefill_prefers_wide_tiles(8192, 14745, 32, 2, 132, 128, 192));  // just under
@@ -289,6 +293,22 @@ TEST_CASE("the Hopper prefill takes 192-row tiles on the measured large grids an
   // No overflow at the limits of the arguments.
   CHECK(prefill_prefers_wide_tiles(1 << 30, (1LL << 30) * (1 << 20), 1024, 1 << 20, 132, 128, 192) ==
         (((1LL << 30) + 191) / 192 * 192 * 100 <= ((1LL << 30) + 127) / 128 * 128 * 104));
+}
+
+TEST_CASE("the prefill tiling switch overrides the grid, and head dims without a wide tiling never take it") {
+  using astrai::detail::PrefillTiles;
+  using astrai::detail::prefill_sm90_takes_wide_tiles;
+  // A large grid (B4 x 4096, 32 heads) and a small one (B1 x 512).
+  for (int head_dim : {64, 128, 256}) {
+    const bool has_wide = head_dim == 128;
+    CHECK(prefill_sm90_takes_wide_tiles(PrefillTiles::automatic, head_dim, 4096, 4 * 4096, 32, 4, 132) == has_wide);
+    CHECK_FALSE(prefill_sm90_takes_wide_tiles(PrefillTiles::automatic, head_dim, 512, 512, 32, 1, 132));
+    CHECK(prefill_sm90_takes_wide_tiles(PrefillTiles::wide, head_dim, 512, 512, 32, 1, 132) == has_wide);
+    CHECK_FALSE(prefill_sm90_takes_wide_tiles(PrefillTiles::narrow, head_dim, 4096, 4 * 4096, 32, 4, 132));
+  }
+  // The automatic choice is prefill_prefers_wide_tiles's with the kernel's own tile heights.
+  CHECK(prefill_sm90_takes_wide_tiles(PrefillTiles::automatic, 128, 192 * 33, 192 * 33, 40, 1, 132));
+  CHECK_FALSE(prefill_sm90_takes_wide_tiles(PrefillTiles::automatic, 128, 192 * 33, 192 * 33, 40, 1, 133));
 }
 
 }  // TEST_SUITE

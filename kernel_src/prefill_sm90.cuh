@@ -241,24 +241,16 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   // The walk's first block holds the last column the tile's last row sees; every column after
   // it is masked for every row, so that block's GEMMs stop at the next multiple of 64 (a 4096-token
   // KV in 192-token blocks would otherwise spend 3% of its MMAs on a block two-thirds empty). The
-  // width is the tile's, not each consumer's: all consumers then run the same peeled step (a width
-  // per consumer was slower, and synccheck flagged a barrier it split; docs/device-notes.md, run
-  // 66). The soft-cap's variants keep whole blocks: with the copies of the step the cut adds they
-  // spilled 164-240 bytes, 16-20 without. A block that is no multiple of 64 (hd256's 80) cuts its
-  // P V alone.
+  // width is the tile's, not each consumer's: all consumers then run the same step (a width per
+  // consumer was slower, and synccheck flagged a barrier it split; docs/device-notes.md, run 66).
+  // Both GEMMs of that block go in 64-column pieces, each its own group, so one copy of the step
+  // serves every width (a copy per width cost NVRTC 0.3 s at hd128; a branch in the loop's step
+  // instead cost 1-7%, run 81). 80-token blocks (hd256, the wide hd128 tiles) cut their P V to
+  // 64 or keep all 80: left whole, they ran 3-5% slower (run 83). The soft-cap's variants keep
+  // whole blocks (they spilled with the cut).
   constexpr bool kCutFirst = !kCap;
   const int first_width =
       kCutFirst ? min(kBlockN, (prefill_row_stop(r, last_row) - (n_blocks - 1) * kBlockN + 63) / 64 * 64) : kBlockN;
-  // Calls `gemm(Constant<N>())` with N the width rounded up to 64, 128 or kBlockN.
-  auto with_width = [&](int width, auto gemm) {
-    if constexpr (kBlockN > 64) {
-      if (width <= 64) return gemm(Constant<64>());
-    }
-    if constexpr (kBlockN > 128) {
-      if (width <= 128) return gemm(Constant<128>());
-    }
-    gemm(Constant<kBlockN>());
-  };
   const unsigned q_base = smem_u32(smem_q) + consumer * 64 * 128;
   // S = Q K^T of the block in `stage`, columns `first_col` .. + width (registers first_col / 2 ..
   // of s; the others keep what they held).
@@ -293,7 +285,8 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       if constexpr (kBlockN >= 256) issue_piece(Constant<3>());
     }
   };
-  auto issue_pv = [&](int stage, auto width) {
+  // P V of k-steps first_step .. + steps (16 tokens each) of the block in `stage`: one group.
+  auto issue_pv_steps = [&](int stage, auto first_step, auto steps) {
     const unsigned v_base = smem_u32(smem_v + stage * Shape::kKvBytes);
     reg_fence(o);
     reg_fence(pa);
@@ -302,13 +295,29 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     // chunks a box's rows apart, and with 8-token boxes the second 8 rows in the next box.
     constexpr int kChunkStride = kPageSize == 0 ? kBlockN * 128 : kBoxRows * 128;
     constexpr int kRowGroupStride = kPageSize == 0 || kBoxRows == 16 ? 1024 : kChunks * 1024;
+    constexpr int kFirstStep = decltype(first_step)::value;
 #pragma unroll
-    for (int kk = 0; kk < decltype(width)::value / 16; ++kk)
+    for (int kk = kFirstStep; kk < kFirstStep + decltype(steps)::value; ++kk)
       wgmma_rs<kHeadDim, kFp16>(o, pa[kk],
                                 smem_desc(v_base + kk * (kPageSize == 0 ? 2048 : kChunks * 2048), kChunkStride,
                                           kRowGroupStride),
                                 1);
     wgmma_commit();
+  };
+  // P V of the walk's first block in 64-token pieces up to first_width (P is 0 past it), each its
+  // own group (a branch between groups, never inside one: ptxas would serialize).
+  auto issue_first_pv = [&](int stage) {
+    auto piece = [&](auto index) {
+      constexpr int kStep = 4 * decltype(index)::value;
+      constexpr int kSteps = kBlockN / 16 - kStep < 4 ? kBlockN / 16 - kStep : 4;
+      if constexpr (kSteps > 0) {
+        if (kStep * 16 < first_width) issue_pv_steps(stage, Constant<kStep>(), Constant<kSteps>());
+      }
+    };
+    piece(Constant<0>());
+    piece(Constant<1>());
+    piece(Constant<2>());
+    piece(Constant<3>());
   };
   // Online softmax of the block starting at column `col0`: S becomes P (f32, in s), the row
   // statistics move, and `correction` is what O must be scaled by (exactly 1 when a row's
@@ -420,18 +429,27 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     softmax((n_blocks - 1) * kBlockN, correction);
     pack_p();
     ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 2);  // the first block's softmax is done
-    // Step `it`: S of block it, P V of block it - 1 (`pv_width` wide: the first block's P V is
-    // peeled off the loop, so the loop's GEMMs have no branch between them).
-    auto step = [&](int it, auto pv_width) {
+    // Step `it`: S of block it, P V of block it - 1. `first` marks the step after a cut first
+    // block: its P V goes in pieces ahead of S.
+    auto step = [&](int it, auto first) {
+      constexpr bool first_pv = decltype(first)::value;
       const int ks = it % kStages;
       const int vs = (it - 1) % kStages;
       mbar_wait(&k_full[ks], (it / kStages) & 1);
       mbar_wait(&v_full[vs], ((it - 1) / kStages) & 1);
       await_turn();
+      if constexpr (first_pv) issue_first_pv(vs);
       issue_qk(ks, Constant<kBlockN>(), Constant<0>());
-      issue_pv(vs, pv_width);
+      if constexpr (first_pv) {
+        // An empty group (ptxas issues a null wgmma for it, fenced like any): the wait below
+        // then covers S and the pieces alike.
+        wgmma_fence();
+        wgmma_commit();
+      } else {
+        issue_pv_steps(vs, Constant<0>(), Constant<kBlockN / 16>());
+      }
       pass_turn();
-      wgmma_wait<1>();  // S is ready; P V of the previous block still runs
+      wgmma_wait<1>();  // S is ready; P V of the previous block still runs (a cut first block's is done)
       reg_fence(s);
       mbar_arrive(&k_empty[ks]);
       softmax((n_blocks - 1 - it) * kBlockN, correction);
@@ -448,24 +466,19 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       mbar_wait(&v_full[0], 0);
       clear_v_tail();
     }
-    // Only narrower first blocks get a copy of the step: each copy costs compile time.
+    // The loop's step has no branch between its GEMMs (one there cost 1-7%, run 81): a cut first
+    // block gets its own copy of the step.
     int it = 1;
-    if (block_count > 1 && first_width < kBlockN) {
-      with_width(first_width, [&](auto width) {
-        constexpr int kWidth = decltype(width)::value;
-        if constexpr (kWidth < kBlockN) step(1, width);
-      });
-      it = 2;
-    }
-    for (; it < block_count; ++it) step(it, Constant<kBlockN>());
+    if (block_count > 1 && first_width < kBlockN) step(it++, Constant<true>());
+    for (; it < block_count; ++it) step(it, Constant<false>());
     const int vs = (block_count - 1) % kStages;
     mbar_wait(&v_full[vs], ((block_count - 1) / kStages) & 1);
     if (block_count == 1) clear_v_tail();
     await_turn();
     if (block_count == 1) {
-      with_width(first_width, [&](auto width) { issue_pv(vs, width); });
+      issue_first_pv(vs);
     } else {
-      issue_pv(vs, Constant<kBlockN>());
+      issue_pv_steps(vs, Constant<0>(), Constant<kBlockN / 16>());
     }
     // Every wait on a turn barrier meets one arrival: the last consumer's opening arrival stands
     // in for its last one.

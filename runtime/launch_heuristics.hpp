@@ -27,13 +27,14 @@ std::size_t decode_workspace_bytes(const DecodeSplitPlan& plan, int batch, int n
 
 // Whether a Hopper prefill call takes its head dim's wide tiling (`wide_rows` query rows a CTA
 // instead of `narrow_rows`; kernel_src/hopper_params.h). Measured on the H200 with 192 against
-// 128 rows, 32 heads, both tilings in one run (run 80): the wide tiles lose on small grids (2.7
-// waves of them: -3%; 5.3 waves: -4% to -6%; 96 tiles on 132 SMs: -28%), where the last wave's
-// idle SMs and the rows a short query leaves empty cost more than the L2 traffic they save; they
-// tie in bursts and win by 1.4% at the power cap from 10.4 waves, and win by 1-3% at 15.5 and 21.
-// So: at least 10 waves of wide tiles, no more than 4% more padded rows than the narrow tiling
-// (q 4096: 4224 rows against 4096), and requests of nearly one length (`total_q`, their rows
-// summed, at least 90% of max_q_len x batch; the padding is judged on max_q_len).
+// 128 rows, 32 heads, both tilings in one run (runs 80, 82): the wide tiles lose on small grids
+// (2.7 waves of them: -3%; 5.3 waves: -4% to -6%; 96 tiles on 132 SMs: -28%), where the last
+// wave's idle SMs and the rows a short query leaves empty cost more than the L2 traffic they save.
+// From 10.4 waves they tie or win (10.4: +1.4% at the power cap in run 80, -0.1% in run 82; 15.5
+// and 21: up to +3%; paged at 21: +2.5%). So: at least 10 waves of wide tiles, no more than 4%
+// more padded rows than the narrow tiling (q 4096: 4224 rows against 4096), and requests of
+// nearly one length (`total_q`, their rows summed, at least 90% of max_q_len x batch; the padding
+// is judged on max_q_len).
 bool prefill_prefers_wide_tiles(int max_q_len, long long total_q, int n_heads, int batch, int num_sms,
                                 int narrow_rows, int wide_rows);
 

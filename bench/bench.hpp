@@ -631,6 +631,8 @@ class Bench {
   std::vector<double> time_runs(CUstream stream, int warmup, int reps, const std::function<void()>& step);
   Timing time_calls(int sets, const Call& call);
   GraphExec capture(int calls, int sets, const Call& call);
+  // The name of the variant the runtime takes for such a call; `wide_grid`: a prefill grid that
+  // takes the wide Hopper tiling (prefill_grid_takes_wide_tiles).
   std::string variant_name(KernelKind kind, int head_dim, int page_size, int group, std::uint32_t flags = 0,
                            bool wide_grid = false) const;
   bool prefill_grid_takes_wide_tiles(const CaseDef& def) const;

@@ -2,8 +2,8 @@
 #include "bench/bench.hpp"
 
 #include "kernel_src/hopper_params.h"
-#include "runtime/launch_heuristics.hpp"
 #include "runtime/kernel_sources.hpp"
+#include "runtime/launch_heuristics.hpp"
 #include "runtime/tensor_map.hpp"
 
 namespace astrai::bench {

@@ -454,8 +454,8 @@ void Bench::case_paged_prefill(const CaseDef& def, CaseResult* result) {
   const PagedLayout layout =
       make_paged_layout(std::vector<std::int32_t>(static_cast<std::size_t>(def.batch), def.len), def.page_size, rng);
   const int group = def.n_heads / def.n_kv_heads;
-  result->variant =
-      variant_name(KernelKind::paged_prefill, def.head_dim, def.page_size, group, 0, prefill_grid_takes_wide_tiles(def));
+  result->variant = variant_name(KernelKind::paged_prefill, def.head_dim, def.page_size, group, 0,
+                                 prefill_grid_takes_wide_tiles(def));
   const int total_q = def.batch * def.len;
   std::vector<std::int32_t> qo_indptr(static_cast<std::size_t>(def.batch) + 1);
   for (int b = 0; b <= def.batch; ++b) qo_indptr[static_cast<std::size_t>(b)] = b * def.len;

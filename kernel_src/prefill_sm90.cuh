@@ -11,8 +11,9 @@
 // masked), V one block behind K, each into a two-stage ring whose full/empty mbarriers pace
 // producer and consumers. The kConsumers warpgroups after it (2 or 3, hopper_params.h) own 64
 // query rows each. Per block: S = Q K^T is issued, then O += P V for the previous block; the
-// softmax of S runs while that PV is still in flight, and the consumers take turns issuing
-// (round robin), so one's softmax hides behind the others' GEMMs. The walk's first block (the
+// code waits for that P V after the softmax of S, but ptxas moves the wait up before the exp2s
+// (docs/performance.md), so the softmax hides only behind the other consumers' GEMMs: they take
+// turns issuing (round robin). The walk's first block (the
 // KV's end, or the causal diagonal) is cut to the columns the tile's rows see, in steps of 64.
 // kConsumersArg and kBlockNArg override the tiling (hopper_params.h) for tuning.
 // Tiles in shared memory use the 128-byte swizzle (hopper_ptx.cuh). Rows and KV positions past

@@ -100,14 +100,6 @@ LogLevel parse_log(const std::string& name, const std::string& value) {
   return level;
 }
 
-PrefillTiles parse_prefill_tiles(const std::string& name, const std::string& value) {
-  const std::string text = lowercase(trim(value));
-  if (text.empty() || text == "auto") return PrefillTiles::automatic;
-  if (text == "narrow") return PrefillTiles::narrow;
-  if (text == "wide") return PrefillTiles::wide;
-  throw_invalid(name, value, kPrefillTilesAllowed);
-}
-
 // Value of a (non-ASTRAI) variable from the parsed environment, or nullptr when absent.
 const std::string* lookup(const std::map<std::string, std::string>& variables,
                           const std::string& name) {
@@ -288,6 +280,14 @@ std::optional<std::string> normalize_arch(const std::string& text) {
   }
   if (major < 3 || major > 15 || minor < 0 || minor > 9) return std::nullopt;
   return fmt::format("{}{}{}{}", virtual_arch ? "compute_" : "sm_", major, minor, suffix);
+}
+
+PrefillTiles parse_prefill_tiles(const std::string& name, const std::string& value) {
+  const std::string text = lowercase(trim(value));
+  if (text.empty() || text == "auto") return PrefillTiles::automatic;
+  if (text == "narrow") return PrefillTiles::narrow;
+  if (text == "wide") return PrefillTiles::wide;
+  throw_invalid(name, value, kPrefillTilesAllowed);
 }
 
 const char* prefill_tiles_name(PrefillTiles tiles) {

@@ -17,6 +17,9 @@ namespace astrai::detail {
 enum class PrefillTiles { automatic, narrow, wide };
 // Its spelling in ASTRAI_JIT_PREFILL_TILES and warm --prefill-tiles: auto, narrow, wide.
 const char* prefill_tiles_name(PrefillTiles tiles);
+// The inverse (case and surrounding blanks ignored; empty is auto); throws InvalidArgument
+// naming `name` (the variable or option) and the value.
+PrefillTiles parse_prefill_tiles(const std::string& name, const std::string& value);
 
 struct EnvConfig {
   std::filesystem::path cache_dir;     // ASTRAI_JIT_CACHE_DIR, else $XDG_CACHE_HOME/astrai-jit, else ~/.cache/astrai-jit

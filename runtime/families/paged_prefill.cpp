@@ -31,7 +31,7 @@ const KernelFamily& paged_prefill_family() {
       /*hopper=*/{"prefill_sm90.cuh",
                   [](const KernelSpec& spec) { return prefill_sm90_instantiations(spec, spec.page_size); },
                   [](int head_dim, int page_size) { return prefill_sm90_serves(head_dim, page_size); }, "wgmma",
-                  prefill_sm90_features(), [](int head_dim) { return prefill_sm90_wide_consumers(head_dim) != 0; }},
+                  prefill_sm90_features(), prefill_sm90_has_wide},
   };
   return family;
 }

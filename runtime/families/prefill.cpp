@@ -30,7 +30,7 @@ const KernelFamily& prefill_family() {
       attention_warm_defaults(/*paged=*/false),
       /*hopper=*/{"prefill_sm90.cuh", [](const KernelSpec& spec) { return prefill_sm90_instantiations(spec, 0); },
                   [](int head_dim, int) { return prefill_sm90_serves(head_dim, 0); }, "wgmma",
-                  prefill_sm90_features(), [](int head_dim) { return prefill_sm90_wide_consumers(head_dim) != 0; }},
+                  prefill_sm90_features(), prefill_sm90_has_wide},
   };
   return family;
 }

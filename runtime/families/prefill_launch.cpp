@@ -27,6 +27,8 @@ bool prefill_sm90_serves(int head_dim, int page_size) {
   return prefill_sm90_head_dim(head_dim) && (page_size == 0 || page_size >= 8);
 }
 
+bool prefill_sm90_has_wide(int head_dim) { return prefill_sm90_wide_consumers(head_dim) != 0; }
+
 PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_size, bool wide) {
   using U = std::uint64_t;
   const U d = static_cast<U>(head_dim);

@@ -18,16 +18,19 @@ std::vector<std::string> prefill_instantiations(const KernelSpec& spec, int page
 // it compiles for: head dims 64, 128, 192, 256; contiguous KV or pages of at least 8 tokens.
 std::vector<std::string> prefill_sm90_instantiations(const KernelSpec& spec, int page_size);
 bool prefill_sm90_serves(int head_dim, int page_size);
+// Head dims whose Hopper prefill has a wide tiling too (HopperImplementation::has_wide).
+bool prefill_sm90_has_wide(int head_dim);
 
 // The TMA views of q, K and V the Hopper kernel reads (kernel_src/prefill_sm90.cuh): contiguous
 // q {d, q_len, heads, batch}, K/V {d, kv_len, kv_heads, batch}; paged q {d, total_q, heads, 1},
 // K {d, kv_heads, page_size, num_pages} in boxes of up to 16 tokens, V {64, page_size, d / 64,
 // kv_heads, num_pages} in boxes of up to 16 whole rows. Each barrier of the kernel expects the
-// bytes of its boxes: the unit tests hold the two to each other.
+// bytes of its boxes: the unit tests hold the two to each other. `wide`: the boxes of the wide
+// tiling (spec.wide), whose query and KV blocks differ.
 struct PrefillMaps {
   TensorMapShape q, k, v;
 };
-PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_size, bool wide = false);
+PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_size, bool wide);
 
 // `flags`: the features the call asks for; the Hopper kernel has none, so they select the
 // portable one.

@@ -179,10 +179,9 @@ std::vector<KernelSpec> build_selection(const WarmOptions& options, const JitEng
     const bool no_hopper = options.no_hopper || engine.config().no_wgmma;
     // Which of two Hopper prefill tilings to warm: the option, else what the runtime will take.
     using astrai::detail::PrefillTiles;
-    const PrefillTiles tiles = options.prefill_tiles == "narrow" ? PrefillTiles::narrow
-                               : options.prefill_tiles == "wide" ? PrefillTiles::wide
-                               : options.prefill_tiles == "auto" ? PrefillTiles::automatic
-                                                                 : engine.config().prefill_tiles;
+    const PrefillTiles tiles = options.prefill_tiles.empty()
+                                   ? engine.config().prefill_tiles
+                                   : astrai::detail::parse_prefill_tiles("--prefill-tiles", options.prefill_tiles);
     const bool shape_flags = !options.head_dims.empty() || !options.group_sizes.empty();
     const std::vector<std::uint32_t> feature_sets =
         resolve_feature_sets(options.features.empty() ? std::vector<std::string>{"none"} : options.features);

@@ -61,10 +61,10 @@ constexpr int prefill_sm90_block_n(int head_dim, int consumers) {
 }
 
 // Q, the K and V rings, their mbarriers (Q's, and a full and an empty one per stage of K and of
-// V), and 1 KB to align the tiles by hand.
+// V), a word per warp (sm90::pin_wait_after), and 1 KB to align the tiles by hand.
 constexpr int prefill_sm90_smem_bytes(int head_dim, int consumers, int block_n) {
   return prefill_sm90_block_m(consumers) * head_dim * 2 + 2 * kPrefillSm90Stages * block_n * head_dim * 2 +
-         8 * (1 + 4 * kPrefillSm90Stages) + 1024;
+         8 * (1 + 4 * kPrefillSm90Stages) + 4 * prefill_sm90_threads(consumers) / 32 + 1024;
 }
 
 template <int kHeadDim, int kConsumers_, int kBlockN_>

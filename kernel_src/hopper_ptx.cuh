@@ -129,6 +129,16 @@ template <int kPending> __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 
+// Keeps a later wgmma.wait_group below the code that computed `value`: ptxas otherwise moves the
+// wait up as far as it can (it took the prefill's P V wait above the softmax's exp2s). A shared
+// store of the value, from one lane into the warp's own `word`, is an instruction ptxas does not
+// move the wait across.
+__device__ __forceinline__ void pin_wait_after(unsigned word, float value, bool lane0) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p st.shared.f32 [%0], %1;\n}\n" ::"r"(word), "f"(value),
+               "r"(static_cast<unsigned>(lane0))
+               : "memory");
+}
+
 // Pins accumulator registers at a point of the program, so that the compiler moves no access to
 // them into a window where a wgmma owns them (which would serialize every wgmma: C7515).
 template <int kCount> __device__ __forceinline__ void reg_fence(float (&d)[kCount]) {

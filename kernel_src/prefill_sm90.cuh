@@ -10,10 +10,10 @@
 // (blocks crossing the causal diagonal or the end of the KV come first, so they alone are
 // masked), V one block behind K, each into a two-stage ring whose full/empty mbarriers pace
 // producer and consumers. The kConsumers warpgroups after it (2 or 3, hopper_params.h) own 64
-// query rows each. Per block: S = Q K^T is issued, then O += P V for the previous block; the
-// code waits for that P V after the softmax of S, but ptxas moves the wait up before the exp2s
-// (docs/performance.md), so the softmax hides only behind the other consumers' GEMMs: they take
-// turns issuing (round robin). The walk's first block (the
+// query rows each. Per block: S = Q K^T is issued, then O += P V for the previous block, waited
+// for after the softmax of S (sm90::pin_wait_after keeps ptxas from moving the wait up; not at
+// hd64, where waiting early is faster); the softmax also hides behind the other consumers'
+// GEMMs: they take turns issuing (round robin). The walk's first block (the
 // KV's end, or the causal diagonal) is cut to the columns the tile's rows see, in steps of 64.
 // kConsumersArg and kBlockNArg override the tiling (hopper_params.h) for tuning.
 // Tiles in shared memory use the 128-byte swizzle (hopper_ptx.cuh). Rows and KV positions past
@@ -107,6 +107,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   u64* k_empty = k_full + kStages;
   u64* v_full = k_empty + kStages;
   u64* v_empty = v_full + kStages;
+  unsigned* warp_words = reinterpret_cast<unsigned*>(v_empty + kStages);  // sm90::pin_wait_after's
 
   const int batch_index = blockIdx.z;
   const int head = blockIdx.y;
@@ -415,6 +416,11 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       for (int q = 0; q < 4; ++q) pa[kk][q] = pack2<T>(s[8 * kk + 2 * q], s[8 * kk + 2 * q + 1]);
   };
 
+  // The previous block's P V is waited for after the softmax, so that the exp2s overlap it; pinned
+  // there, as ptxas would move the wait above them. Run 84 (docs/device-notes.md): hd128 +0.2% to
+  // +1.9%, hd256 +5%; hd64 (three consumers, 128-token blocks) -3.9%, so hd64 waits early.
+  constexpr bool kPinPvWait = kHeadDim >= 128;
+  const unsigned pin_word = smem_u32(warp_words + threadIdx.x / 32);
   if (block_count > 0) {
     float correction[2];
     if (consumer == kConsumers - 1) pass_turn();
@@ -454,6 +460,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       reg_fence(s);
       mbar_arrive(&k_empty[ks]);
       softmax((n_blocks - 1 - it) * kBlockN, correction);
+      if constexpr (kPinPvWait) pin_wait_after(pin_word, row_sum[0] + row_sum[1], lane == 0);
       wgmma_wait<0>();
       reg_fence(o);
       mbar_arrive(&v_empty[vs]);

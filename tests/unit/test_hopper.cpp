@@ -283,6 +283,11 @@ TEST_SUITE("hopper") {
         // Lazy rescaling from head dim 128: a warp vote decides whether O is rescaled; hd64
         // rescales every block (it measured slower lazy).
         CHECK(contains(result.ptx, "vote.sync.any.pred") == (head_dim >= 128));
+        // From head dim 128 one lane of each warp stores its row sums before waiting for the
+        // previous block's P V: the store holds that wait below the softmax in ptxas's schedule.
+        const std::regex pinned_wait(
+            R"(@p st\.shared\.f32 \[%r\d+\], %f\d+;\s*\}(\s|//[^\n]*)*wgmma\.wait_group\.sync\.aligned 0;)");
+        CHECK(std::regex_search(result.ptx, pinned_wait) == (head_dim >= 128));
         check_log_clean(result);
       }
     }

@@ -93,12 +93,13 @@ constexpr bool prefill_sm90_head_dim(int head_dim) {
 }
 
 // Decode (paged_decode_sm90.cuh): the tensor-core decode's 4 warps and 64-token blocks, K and V
-// brought by TMA into a ring of stages of 2 x 64 x head_dim elements: hd64 4 stages (3 CTAs an
-// SM), hd128 3 stages (2 CTAs), larger head dims 3 stages (1 CTA). Measured on the H200
-// (docs/device-notes.md, run 48): hd128 with 6 stages at 1 CTA an SM read 71.5% of the streaming
-// ceiling against 90.5%, with 2 stages at 3 CTAs -0.7 to +2.5 points by shape; hd64 with 6 stages
-// at 2 CTAs read 68.4% against 66.5%, not yet adopted (measured before the L2 promotion fix).
-constexpr int decode_sm90_stages(int head_dim) { return head_dim <= 64 ? 4 : 3; }
+// brought by TMA into a ring of stages of 2 x 64 x head_dim elements: hd64 2 stages (6 CTAs an
+// SM), hd128 3 stages (2 CTAs), larger head dims 3 stages (1 CTA). More CTAs an SM mattered more
+// than bytes in flight (docs/device-notes.md): hd64 24/4 B32 x 4096 read 75.0% of the streaming
+// ceiling with 2 stages against 72.9% with 4 (3 CTAs) and 73.6% with 3 (4 CTAs), runs 86-87;
+// hd128 with 2 stages (3 CTAs) moved -1.9 to +2.6 points by shape (run 87; run 48 likewise) and
+// with 6 stages at 1 CTA fell to 71.5% (run 48), so it keeps 3.
+constexpr int decode_sm90_stages(int head_dim) { return head_dim <= 64 ? 2 : 3; }
 
 // The Q tile (rows of head_dim + 8 elements), 1 KB to align the ring by hand, the ring, and a
 // full barrier per stage.

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -237,13 +239,15 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
   try {
     compiled = nvrtc_compile(request, !config_.dump_dir.empty());
   } catch (const CompileError& error) {
-    if (!config_.dump_dir.empty()) dump(request, "", "", error.log());
+    if (!config_.dump_dir.empty()) dump(request, "", "", {}, error.log());
     throw;
   }
   const double elapsed = milliseconds_since(start);
   counters_.compiles.fetch_add(1, std::memory_order_relaxed);
   log(LogLevel::info, "compiled {} in {:.0f} ms", name, elapsed);
-  if (!config_.dump_dir.empty()) dump(request, compiled.source, compiled.ptx, compiled.log);
+  if (!config_.dump_dir.empty())
+    dump(request, compiled.source, compiled.ptx,
+         compiled.kind == BinaryKind::cubin ? compiled.binary : std::vector<char>{}, compiled.log);
 
   auto variant = std::make_shared<CompiledVariant>();
   variant->spec = spec;
@@ -297,7 +301,7 @@ void JitEngine::record(const KernelSpec& spec) {
 }
 
 void JitEngine::dump(const CompileRequest& request, const std::string& source, const std::string& ptx,
-                     const std::string& log_text) {
+                     const std::vector<char>& cubin, const std::string& log_text) {
   // The dump directory is created private; an existing one must be ours and writable by
   // nobody else, and no file in it is written through a symbolic link or a second name.
   std::filesystem::path dir = config_.dump_dir;
@@ -320,7 +324,7 @@ void JitEngine::dump(const CompileRequest& request, const std::string& source, c
     if (dir_fd >= 0) ::close(dir_fd);
     return;
   }
-  auto write = [&](const std::string& suffix, const std::string& text) {
+  auto write = [&](const std::string& suffix, std::string_view text) {
     const std::string name = request.variant_name + suffix;
     const int fd = ::openat(dir_fd, name.c_str(),
                             O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
@@ -343,6 +347,7 @@ void JitEngine::dump(const CompileRequest& request, const std::string& source, c
     full_source += fmt::format("\n// ---- {} ----\n{}", header_name, text);
   write(".cu", full_source);
   if (!ptx.empty()) write(".ptx", ptx);
+  if (!cubin.empty()) write(".cubin", std::string_view(cubin.data(), cubin.size()));
   write(".log", fmt::format("options:{}\n{}\n", [&] {
           std::string joined;
           for (const auto& option : request.options) joined += " " + option;

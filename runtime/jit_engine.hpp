@@ -75,8 +75,9 @@ class JitEngine {
   std::shared_ptr<const CompiledVariant> from_entry(const KernelSpec& spec, const CacheKey& key,
                                                     CacheEntryData&& entry);
   void record(const KernelSpec& spec);
+  // ASTRAI_JIT_DUMP: the compile's source, PTX, cubin (for cuobjdump -sass) and log.
   void dump(const CompileRequest& request, const std::string& source, const std::string& ptx,
-            const std::string& log);
+            const std::vector<char>& cubin, const std::string& log);
 
   EnvConfig config_;
   DiskCache cache_;

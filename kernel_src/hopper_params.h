@@ -93,12 +93,13 @@ constexpr bool prefill_sm90_head_dim(int head_dim) {
 }
 
 // Decode (paged_decode_sm90.cuh): the tensor-core decode's 4 warps and 64-token blocks, K and V
-// brought by TMA into a ring of stages of 2 x 64 x head_dim elements: hd64 2 stages (6 CTAs an
-// SM), hd128 3 stages (2 CTAs), larger head dims 3 stages (1 CTA). More CTAs an SM mattered more
-// than bytes in flight (docs/device-notes.md): hd64 24/4 B32 x 4096 read 75.0% of the streaming
-// ceiling with 2 stages against 72.9% with 4 (3 CTAs) and 73.6% with 3 (4 CTAs), runs 86-87;
-// hd128 with 2 stages (3 CTAs) moved -1.9 to +2.6 points by shape (run 87; run 48 likewise) and
-// with 6 stages at 1 CTA fell to 71.5% (run 48), so it keeps 3.
+// brought by TMA into a ring of stages of 2 x 64 x head_dim elements: hd64 2 stages, hd128 3
+// stages (2 CTAs an SM), larger head dims 3 stages (1 CTA). At hd64 the paged kernel's 113
+// registers a thread then allow 4 CTAs an SM (the contiguous one's 80 allow 6). Measured on the
+// H200 (docs/device-notes.md, runs 86-87): hd64 24/4 B32 x 4096 read 75.0% of the streaming
+// ceiling with 2 stages, 73.6% with 3 (also 4 CTAs: the same grid), 72.9% with 4 (3 CTAs, shared
+// memory bound); hd128 with 2 stages (3 CTAs) moved -1.9 to +2.6 points by shape (run 87; run
+// 48 likewise) and with 6 stages at 1 CTA fell to 71.5% (run 48), so it keeps 3.
 constexpr int decode_sm90_stages(int head_dim) { return head_dim <= 64 ? 2 : 3; }
 
 // The Q tile (rows of head_dim + 8 elements), 1 KB to align the ring by hand, the ring, and a

@@ -417,8 +417,9 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   };
 
   // The previous block's P V is waited for after the softmax, so that the exp2s overlap it; pinned
-  // there, as ptxas would move the wait above them. Run 84 (docs/device-notes.md): hd128 +0.2% to
-  // +1.9%, hd256 +5%; hd64 (three consumers, 128-token blocks) -3.9%, so hd64 waits early.
+  // there, as ptxas would move the wait above them. Run 84 (docs/device-notes.md): hd128 +0.4% to
+  // +1.9% on large grids (-1.2% to +1.4% on one-request shapes), hd256 +5%; hd64 (three consumers,
+  // 128-token blocks) -3.9%, so hd64 waits early.
   constexpr bool kPinPvWait = kHeadDim >= 128;
   const unsigned pin_word = smem_u32(warp_words + threadIdx.x / 32);
   if (block_count > 0) {

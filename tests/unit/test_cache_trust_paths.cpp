@@ -144,9 +144,6 @@ TEST_CASE("ASTRAI_JIT_RECORD and ASTRAI_JIT_DUMP never write through a symbolic 
   }
   CHECK(mode_of(dir.path() / "dump-new") == 0700);
   CHECK(fs::exists(dir.path() / "dump-new" / (rotary_spec().name() + ".cu")));
-  // The cubin as compiled, for cuobjdump -sass: an ELF image.
-  const std::string cubin = read_file(dir.path() / "dump-new" / (rotary_spec().name() + ".cubin"));
-  CHECK(cubin.rfind("\x7f" "ELF", 0) == 0);
   CHECK(mode_of(dir.path() / "record.txt") == 0600);
   CHECK(read_file(dir.path() / "record.txt") == rotary_spec().name() + "\n");
 }

@@ -465,7 +465,7 @@ TEST_CASE("a sound cache entry whose payload is not a variant is recompiled and 
   }
 }
 
-TEST_CASE("dump mode writes the program, its PTX and the compile log") {
+TEST_CASE("dump mode writes the program, its PTX, its cubin and the compile log") {
   TempDir dir;
   EnvConfig config = config_for(dir.path() / "cache");
   config.dump_dir = dir.path() / "dump";
@@ -476,6 +476,7 @@ TEST_CASE("dump mode writes the program, its PTX and the compile log") {
   const std::string source = read_file(base.string() + ".cu");
   const std::string ptx = read_file(base.string() + ".ptx");
   const std::string log = read_file(base.string() + ".log");
+  const std::string cubin = read_file(base.string() + ".cubin");
   CHECK(contains(source, "#include \"rotary_emb.cuh\""));
   CHECK(contains(source, "// ---- astrai_common.cuh ----"));
   CHECK(contains(source, "// ---- kernel_params.h ----"));
@@ -483,7 +484,8 @@ TEST_CASE("dump mode writes the program, its PTX and the compile log") {
   CHECK(contains(ptx, ".entry"));
   CHECK(contains(log, "options:"));
   CHECK(contains(log, "--gpu-architecture=sm_80"));
-  CHECK(all_files(dir.path() / "dump").size() == 3);
+  CHECK(cubin.rfind("\x7f" "ELF", 0) == 0);  // the image as compiled, for cuobjdump -sass
+  CHECK(all_files(dir.path() / "dump").size() == 4);
 }
 
 TEST_CASE("eight threads asking for one variant share a single compile") {

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Times two builds against each other in one device call, passes interleaved (A B B A by default)
+# so that clock and temperature drift weigh on both alike, then prints each row's mean per build
+# and B's change against A (tools/compare_summary.py). Each build directory holds the binaries
+# it needs, flat: astrai-sm90-check for the Hopper prefill timings, astrai-bench for bench rows.
+#
+#   tools/compare_builds.sh DIR_A DIR_B
+#
+# Environment: PASSES (default "A B B A"); SM90=1 runs `astrai-sm90-check --timings-only --reps
+# 20 --sustained ${SUSTAINED:-1}` (burst and sustained rows); BENCH=REGEX runs `astrai-bench --reps
+# 30 --filter REGEX` (its JSON kept per pass). Raw output under $OUT (or ./compare-logs).
+set -uo pipefail
+if [ $# -ne 2 ] || [ ! -d "$1" ] || [ ! -d "$2" ]; then
+  echo "usage: tools/compare_builds.sh DIR_A DIR_B (two directories of binaries)" >&2
+  exit 2
+fi
+if [ "${SM90:-0}" != 1 ] && [ -z "${BENCH:-}" ]; then
+  echo "compare_builds.sh: nothing to time: set SM90=1 and/or BENCH=REGEX" >&2
+  exit 2
+fi
+declare -A dirs=([A]=$1 [B]=$2)
+out=${OUT:-compare-logs}
+mkdir -p "$out"
+export ASTRAI_JIT_CACHE_DIR=${ASTRAI_JIT_CACHE_DIR:-$(mktemp -d)}
+here=$(cd "$(dirname "$0")" && pwd)
+status=0
+pass=0
+for build in ${PASSES:-A B B A}; do
+  dir=${dirs[$build]:?PASSES names only A and B}
+  pass=$((pass + 1))
+  echo "== pass $pass: $build ($dir)"
+  if [ "${SM90:-0}" = 1 ]; then
+    timeout 300 "$dir/astrai-sm90-check" --timings-only --reps 20 --sustained "${SUSTAINED:-1}" 2>&1 |
+      grep -E "^(TIME|SUSTAINED) prefill" >> "$out/sm90-$build.txt" || status=1
+  fi
+  if [ -n "${BENCH:-}" ]; then
+    timeout 300 "$dir/astrai-bench" --reps 30 --filter "$BENCH" --json "$out/bench-$build-$pass.json" \
+      > /dev/null 2>> "$out/bench.log" || status=1
+  fi
+done
+python3 "$here/compare_summary.py" "$out" || status=1
+exit $status

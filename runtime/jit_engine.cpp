@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstring>
 #include <string_view>
-#include <vector>
 
 #include <fmt/format.h>
 
@@ -239,7 +238,7 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
   try {
     compiled = nvrtc_compile(request, !config_.dump_dir.empty());
   } catch (const CompileError& error) {
-    if (!config_.dump_dir.empty()) dump(request, "", "", {}, error.log());
+    if (!config_.dump_dir.empty()) dump(request, "", "", "", error.log());
     throw;
   }
   const double elapsed = milliseconds_since(start);
@@ -247,7 +246,9 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
   log(LogLevel::info, "compiled {} in {:.0f} ms", name, elapsed);
   if (!config_.dump_dir.empty())
     dump(request, compiled.source, compiled.ptx,
-         compiled.kind == BinaryKind::cubin ? compiled.binary : std::vector<char>{}, compiled.log);
+         compiled.kind == BinaryKind::cubin ? std::string_view(compiled.binary.data(), compiled.binary.size())
+                                            : std::string_view(),
+         compiled.log);
 
   auto variant = std::make_shared<CompiledVariant>();
   variant->spec = spec;
@@ -301,7 +302,7 @@ void JitEngine::record(const KernelSpec& spec) {
 }
 
 void JitEngine::dump(const CompileRequest& request, const std::string& source, const std::string& ptx,
-                     const std::vector<char>& cubin, const std::string& log_text) {
+                     std::string_view cubin, const std::string& log_text) {
   // The dump directory is created private; an existing one must be ours and writable by
   // nobody else, and no file in it is written through a symbolic link or a second name.
   std::filesystem::path dir = config_.dump_dir;
@@ -347,7 +348,7 @@ void JitEngine::dump(const CompileRequest& request, const std::string& source, c
     full_source += fmt::format("\n// ---- {} ----\n{}", header_name, text);
   write(".cu", full_source);
   if (!ptx.empty()) write(".ptx", ptx);
-  if (!cubin.empty()) write(".cubin", std::string_view(cubin.data(), cubin.size()));
+  if (!cubin.empty()) write(".cubin", cubin);
   write(".log", fmt::format("options:{}\n{}\n", [&] {
           std::string joined;
           for (const auto& option : request.options) joined += " " + option;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -77,7 +78,7 @@ class JitEngine {
   void record(const KernelSpec& spec);
   // ASTRAI_JIT_DUMP: the compile's source, PTX, cubin (for cuobjdump -sass) and log.
   void dump(const CompileRequest& request, const std::string& source, const std::string& ptx,
-            const std::vector<char>& cubin, const std::string& log);
+            std::string_view cubin, const std::string& log);
 
   EnvConfig config_;
   DiskCache cache_;

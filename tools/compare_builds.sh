@@ -30,8 +30,12 @@ for build in ${PASSES:-A B B A}; do
   pass=$((pass + 1))
   echo "== pass $pass: $build ($dir)"
   if [ "${SM90:-0}" = 1 ]; then
-    timeout 300 "$dir/astrai-sm90-check" --timings-only --reps 20 --sustained "${SUSTAINED:-1}" 2>&1 |
-      grep -E "^(TIME|SUSTAINED) prefill" >> "$out/sm90-$build.txt" || status=1
+    # The whole output is kept: a failed check (a compile log, say) is what to read when a pass
+    # gives no timing lines. grep -a: a log may hold bytes that would make grep call it binary.
+    timeout 300 "$dir/astrai-sm90-check" --timings-only --reps 20 --sustained "${SUSTAINED:-1}" \
+      > "$out/sm90-$build-$pass.log" 2>&1 || status=1
+    grep -a -E "^(TIME|SUSTAINED) prefill" "$out/sm90-$build-$pass.log" >> "$out/sm90-$build.txt" || status=1
+    grep -a -E "FAIL|failure" "$out/sm90-$build-$pass.log" | head -5
   fi
   if [ -n "${BENCH:-}" ]; then
     timeout 300 "$dir/astrai-bench" --reps 30 --filter "$BENCH" --json "$out/bench-$build-$pass.json" \

@@ -99,7 +99,10 @@ constexpr bool prefill_sm90_head_dim(int head_dim) {
 // H200 (docs/device-notes.md, runs 86-87): hd64 24/4 B32 x 4096 read 75.0% of the streaming
 // ceiling with 2 stages, 73.6% with 3 (also 4 CTAs: the same grid), 72.9% with 4 (3 CTAs, shared
 // memory bound); hd128 with 2 stages (3 CTAs) moved -1.9 to +2.6 points by shape (run 87; run
-// 48 likewise) and with 6 stages at 1 CTA fell to 71.5% (run 48), so it keeps 3.
+// 48 likewise) and with 6 stages at 1 CTA fell to 71.5% (run 48), so it keeps 3. hd64 with
+// __launch_bounds__(128, 6) (76-80 registers: 6 CTAs an SM, so 6 splits there) read 1.3% less
+// (run 89); at 2 splits (half the CTA slots) the same row took 0.8% longer than at 4 (run 92),
+// which points at each SM's rate rather than the grid's tail.
 constexpr int decode_sm90_stages(int head_dim) { return head_dim <= 64 ? 2 : 3; }
 
 // The Q tile (rows of head_dim + 8 elements), 1 KB to align the ring by hand, the ring, and a

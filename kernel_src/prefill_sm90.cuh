@@ -348,7 +348,8 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     }
     // Row maxima and sums in kPartials interleaved chains: one chain a row is 24 and 48 links long
     // at hd128's 192 columns, on the consumer's critical path (two: +1-3% there; at hd64's 128
-    // columns, with 3 consumers' registers, -1.5%; docs/device-notes.md, run 68).
+    // columns, with 3 consumers' registers, -1.5%; docs/device-notes.md, run 68). At 80-token
+    // blocks two chains measured -0.4% to -1.9% (wide hd128) and +0.1% to +0.8% (hd256; run 90).
     constexpr int kPartials = kBlockN >= 192 ? 2 : 1;
     float partial_max[2][kPartials];
 #pragma unroll

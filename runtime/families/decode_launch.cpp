@@ -164,6 +164,10 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   } else {
     device.launch(variant.functions[0], attention, &params);
   }
+  // The combine as a kernel of its own, a programmatic dependent: merging in the attention kernel
+  // instead (the last split CTA of each column, with per-stream counters) measured slower, batch
+  // 1 x 1024 7.17 -> 8.16 us a call (runs 57, 94): the dependent launch overlaps the next call's
+  // start.
   if (plan.num_splits > 1) {
     CombineParams combine{};
     combine.workspace = params.workspace;

@@ -1,22 +1,41 @@
 #!/usr/bin/env bash
-# Runs the GPU suite on a machine with a GPU: the tensor-core path (on sm_90a: the Hopper prefill
-# kernels), the CUDA-core path (ASTRAI_JIT_NO_MMA=1), on sm_90a the portable prefill kernels
-# (ASTRAI_JIT_NO_WGMMA=1), then compute-sanitizer's memcheck, racecheck and initcheck over the
-# whole suite on both paths (random sweeps cut to SAN_SWEEP extra cases, default 10, to bound
-# the time). The two plain runs, and then the six sanitizer runs, go in parallel, spread over
-# the visible GPUs; all share one cache directory, warmed by the plain runs.
-# Logs go to $OUT (or ./gpu-logs). Usage: run_gpu_suite.sh BUILD_DIR
-# Environment: ASTRAI_TEST_SWEEP (plain runs' sweep size, default 60), SAN_SWEEP,
-# SAN_TIMEOUT (seconds per sanitizer run, default 420), SKIP_SANITIZERS=1.
+# Runs the whole GPU suite on a machine with a GPU, every kernel path and compute-sanitizer, in
+# one parallel phase sized for one device call: on one H200 (16 CPU cores) the same jobs took
+# 245 s (docs/device-notes.md, run 91; initcheck came later). The suites' time goes mostly to
+# NVRTC compiles of fresh variants, so the jobs run at once, spread over the visible GPUs, and
+# share one cache directory. Jobs (each under `timeout STEP_TIMEOUT`; logs $OUT/NAME.log):
+#   default_decode   decode, paged_decode, kv_fp8 and multi_token suites on the default path
+#                    (tensor cores; on sm_90a the TMA decode), ASTRAI_TEST_SWEEP random cases;
+#   default_prefill  prefill, paged_prefill, rotary_emb and multi_gpu suites (on sm_90a the
+#                    Hopper prefill, tilings chosen by grid size);
+#   nomma            the whole suite on CUDA cores (ASTRAI_JIT_NO_MMA=1), half the sweep;
+#   on sm_90a: narrow (ASTRAI_JIT_PREFILL_TILES=narrow, the prefill suites, half the sweep) and
+#   nowgmma (ASTRAI_JIT_NO_WGMMA=1: the portable decode and prefill kernels, 3/4 of the sweep);
+#   memcheck, racecheck, synccheck and initcheck over the decode suites and over the prefill
+#   suites (default path, SAN_SWEEP random cases).
+# A job cut by its time limit reports TIMED OUT and fails the run, like a failed test.
+# Usage: tools/run_gpu_suite.sh BUILD_DIR. Environment: OUT (default ./gpu-logs),
+# ASTRAI_TEST_SWEEP (default 4), SAN_SWEEP (default 1), STEP_TIMEOUT (seconds, default 480),
+# SKIP_SANITIZERS=1.
 set -uo pipefail
 build=${1:-build}
 out=${OUT:-gpu-logs}
 mkdir -p "$out"
 bin="$build/tests/astrai_gpu_tests"
+[ -x "$bin" ] || { echo "run_gpu_suite.sh: no test binary at $bin" >&2; exit 2; }
 export ASTRAI_JIT_CACHE_DIR=${ASTRAI_JIT_CACHE_DIR:-$(mktemp -d)}
 nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm --format=csv | tee "$out/gpu.txt"
 gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
 [ "$gpus" -ge 1 ] || gpus=1
+hopper=0
+nvidia-smi --query-gpu=compute_cap --format=csv,noheader | grep -q '^9\.0' && hopper=1
+sweep=${ASTRAI_TEST_SWEEP:-4}
+half=$(( sweep / 2 > 0 ? sweep / 2 : 1 ))
+three_quarters=$(( sweep * 3 / 4 > 0 ? sweep * 3 / 4 : 1 ))
+san_sweep=${SAN_SWEEP:-1}
+limit=${STEP_TIMEOUT:-480}
+decode_suites=--test-suite=decode,paged_decode,kv_fp8,multi_token
+prefill_suites=--test-suite=prefill,paged_prefill,rotary_emb,multi_gpu
 status=0
 names=()
 pids=()
@@ -29,7 +48,7 @@ start_job() {  # name, env assignments..., -- command...
   shift
   local gpu=$((next_gpu % gpus)); next_gpu=$((next_gpu + 1))
   ( start=$SECONDS
-    env CUDA_VISIBLE_DEVICES=$gpu "${envs[@]}" "$@" > "$out/$name.log" 2>&1
+    env CUDA_VISIBLE_DEVICES=$gpu "${envs[@]}" timeout "$limit" "$@" > "$out/$name.log" 2>&1
     rc=$?
     echo "exit $rc after $((SECONDS - start)) s on GPU $gpu" >> "$out/$name.log"
     exit $rc ) &
@@ -40,32 +59,33 @@ wait_jobs() {
   for i in "${!pids[@]}"; do
     wait "${pids[$i]}"
     local rc=$?
-    echo "== ${names[$i]}: $(tail -n 1 "$out/${names[$i]}.log")"
-    grep -E "^\[doctest\] (test cases|assertions)|worst errors|^  (paged|rotary|decode|prefill)|ERROR SUMMARY|RACECHECK SUMMARY|FAILED|ERROR:|CRASH" \
+    local verdict=passed
+    [ $rc -eq 124 ] && verdict="TIMED OUT after ${limit} s"
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] && verdict="FAILED (exit $rc)"
+    echo "== ${names[$i]}: $verdict; $(tail -n 1 "$out/${names[$i]}.log")"
+    grep -a -E "^\[doctest\] (test cases|assertions)|worst errors|^  (paged|rotary|decode|prefill)|ERROR SUMMARY|RACECHECK SUMMARY|FAILED|ERROR:|CRASH" \
       "$out/${names[$i]}.log" | head -40
     [ $rc -eq 0 ] || status=1
   done
   names=(); pids=()
 }
 
-start_job gpu_mma ASTRAI_TEST_SWEEP=${ASTRAI_TEST_SWEEP:-60} -- "$bin"
-start_job gpu_nomma ASTRAI_TEST_SWEEP=${ASTRAI_TEST_SWEEP:-60} ASTRAI_JIT_NO_MMA=1 -- "$bin"
-# On sm_90a the default path runs the Hopper prefill kernels; this one the portable mma.sync ones.
-if nvidia-smi --query-gpu=compute_cap --format=csv,noheader | grep -q '^9\.0'; then
-  start_job gpu_nowgmma ASTRAI_TEST_SWEEP=${ASTRAI_TEST_SWEEP:-60} ASTRAI_JIT_NO_WGMMA=1 -- "$bin" \
+start_job default_decode ASTRAI_TEST_SWEEP=$sweep -- "$bin" $decode_suites
+start_job default_prefill ASTRAI_TEST_SWEEP=$sweep -- "$bin" $prefill_suites
+start_job nomma ASTRAI_TEST_SWEEP=$half ASTRAI_JIT_NO_MMA=1 -- "$bin"
+if [ $hopper = 1 ]; then
+  start_job narrow ASTRAI_TEST_SWEEP=$half ASTRAI_JIT_PREFILL_TILES=narrow -- "$bin" \
     --test-suite=prefill,paged_prefill
+  start_job nowgmma ASTRAI_TEST_SWEEP=$three_quarters ASTRAI_JIT_NO_WGMMA=1 -- "$bin" \
+    --test-suite=decode,paged_decode,multi_token,prefill,paged_prefill
+fi
+if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
+  for tool in memcheck racecheck synccheck initcheck; do
+    start_job "${tool}_decode" ASTRAI_TEST_SWEEP=$san_sweep -- \
+      compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --test-suite=decode,paged_decode,multi_token
+    start_job "${tool}_prefill" ASTRAI_TEST_SWEEP=$san_sweep -- \
+      compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --test-suite=prefill,paged_prefill
+  done
 fi
 wait_jobs
-
-if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
-  san_timeout=${SAN_TIMEOUT:-420}
-  for tool in memcheck racecheck initcheck; do
-    for path in mma nomma; do
-      nomma=0; [ $path = nomma ] && nomma=1
-      start_job "${tool}_${path}" ASTRAI_TEST_SWEEP=${SAN_SWEEP:-10} ASTRAI_JIT_NO_MMA=$nomma -- \
-        timeout "$san_timeout" compute-sanitizer --tool "$tool" --error-exitcode 1 "$bin"
-    done
-  done
-  wait_jobs
-fi
 exit $status

@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <cctype>
 #include <cerrno>
 #include <limits>
 #include <map>
 #include <string_view>
+#include <utility>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -84,12 +86,21 @@ bool parse_bool(const std::string& name, const std::string& value) {
   throw_invalid(name, value, kBoolAllowed);
 }
 
-CacheMode parse_cache_mode(const std::string& name, const std::string& value) {
+// One of a variable's words (any case, spaces trimmed); empty means the first choice.
+template <typename Enum>
+Enum parse_choice(const std::string& name, const std::string& value,
+                  std::initializer_list<std::pair<std::string_view, Enum>> choices, const char* allowed) {
   const std::string text = lowercase(trim(value));
-  if (text.empty() || text == "rw") return CacheMode::read_write;
-  if (text == "ro") return CacheMode::read_only;
-  if (text == "off") return CacheMode::off;
-  throw_invalid(name, value, kCacheAllowed);
+  if (text.empty()) return choices.begin()->second;
+  for (const auto& [word, choice] : choices)
+    if (text == word) return choice;
+  throw_invalid(name, value, allowed);
+}
+
+CacheMode parse_cache_mode(const std::string& name, const std::string& value) {
+  return parse_choice<CacheMode>(
+      name, value, {{"rw", CacheMode::read_write}, {"ro", CacheMode::read_only}, {"off", CacheMode::off}},
+      kCacheAllowed);
 }
 
 LogLevel parse_log(const std::string& name, const std::string& value) {
@@ -283,11 +294,10 @@ std::optional<std::string> normalize_arch(const std::string& text) {
 }
 
 PrefillTiles parse_prefill_tiles(const std::string& name, const std::string& value) {
-  const std::string text = lowercase(trim(value));
-  if (text.empty() || text == "auto") return PrefillTiles::automatic;
-  if (text == "narrow") return PrefillTiles::narrow;
-  if (text == "wide") return PrefillTiles::wide;
-  throw_invalid(name, value, kPrefillTilesAllowed);
+  return parse_choice<PrefillTiles>(
+      name, value,
+      {{"auto", PrefillTiles::automatic}, {"narrow", PrefillTiles::narrow}, {"wide", PrefillTiles::wide}},
+      kPrefillTilesAllowed);
 }
 
 const char* prefill_tiles_name(PrefillTiles tiles) {

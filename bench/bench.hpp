@@ -92,6 +92,9 @@ constexpr const char* kFooter =
     "(bytes read), and a 2 GiB cuMemcpyDtoD (bytes read + written); median of max(10, --reps)\n"
     "timed runs after warm-up. The bf16 GEMM ceiling is measured on sm_90a (the wgmma GEMM of\n"
     "kernel_src/hopper_gemm.cuh, 8192^3, random data); elsewhere the documented 763 TFLOP/s.\n"
+    "Launch floor: graph-replayed calls of one and of two no-op kernels shaped as paged decode\n"
+    "B1 x 1024 (128 CTAs, then the split combine's 32), programmatic dependent launches from\n"
+    "sm_90 on: what a batch-1 decode call costs before any work.\n"
     "\n"
     "Cases: random inputs (never zeros), rotated among buffer sets totalling >= 3x the L2 when\n"
     "one set is smaller than 2x the L2. The first call of a case (JIT compile or cache load)\n"
@@ -497,6 +500,7 @@ struct BenchKernels {
   CUfunction fill_rotation = nullptr;
   CUfunction stream_read = nullptr;
   CUfunction noop = nullptr;
+  CUfunction dependent_noop = nullptr;
 };
 
 
@@ -514,6 +518,14 @@ struct Ceiling {
   double tbps() const { return ok && ms.median > 0 ? bytes / (ms.median * 1e-3) / 1e12 : 0; }
   double tbps_min() const { return ok && ms.max > 0 ? bytes / (ms.max * 1e-3) / 1e12 : 0; }
   double tbps_max() const { return ok && ms.min > 0 ? bytes / (ms.min * 1e-3) / 1e12 : 0; }
+};
+
+// The per-call floor of the decode's launches: one kernel a call, and two (the split combine's).
+struct LaunchFloor {
+  bool ok = false;
+  std::string error;
+  Stats one_us, two_us;  // per call, over graph replays
+  std::string note;
 };
 
 struct CaseResult {
@@ -613,6 +625,7 @@ class Bench {
   const Ceiling& copy_ceiling() const { return copy_; }
   // Measured with the wgmma GEMM on sm_90a; elsewhere not measured (the documented figure).
   const Ceiling& gemm_ceiling() const { return gemm_; }
+  const LaunchFloor& launch_floor() const { return launch_floor_; }
   double gemm_tflops() const { return gemm_.ok ? gemm_.tflops() : kDocumentedGemmTflops; }
   const JitResults& jit() const { return jit_; }
   bool context_broken() const { return context_broken_; }
@@ -656,8 +669,10 @@ class Bench {
   BenchKernels kernels_;
   CUstream stream_ = nullptr;
   void measure_gemm();
+  void measure_launch_floor();
 
   Ceiling read_, copy_, gemm_;
+  LaunchFloor launch_floor_;
   JitResults jit_;
   std::unique_ptr<TempDir> jit_dir_;
   bool context_broken_ = false;

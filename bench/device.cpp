@@ -95,6 +95,17 @@ extern "C" __global__ void __launch_bounds__(256) bench_stream_read(const uint4*
 extern "C" __global__ void bench_noop(unsigned int* out, int flag) {
   if (flag) out[threadIdx.x] = 1u;
 }
+
+// Only what a programmatic dependent launch does (sm_90+), in the decode kernel's order
+// (allow_first: let the next grid be placed, then wait for the one before) or the split
+// combine's (wait, then allow): the launch floor of a decode call.
+extern "C" __global__ void bench_dependent_noop(int allow_first) {
+#if __CUDA_ARCH__ >= 900
+  if (allow_first) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (!allow_first) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 )";
 
 
@@ -167,6 +178,7 @@ void Bench::compile_kernels() {
   kernels_.fill_rotation = get("bench_fill_rotation");
   kernels_.stream_read = get("bench_stream_read");
   kernels_.noop = get("bench_noop");
+  kernels_.dependent_noop = get("bench_dependent_noop");
   if (target != "sm_90a") return;
   astrai::detail::CompileRequest gemm;
   gemm.variant_name = "astrai-bench wgmma GEMM";
@@ -499,7 +511,45 @@ void Bench::measure_ceilings() {
   } catch (const std::exception& error) {
     copy_.error = "error: " + strip_prefix(error.what());
   }
+  measure_launch_floor();
   measure_gemm();
+}
+
+// What a call of one or two kernels costs with no work in them: graph replays of back-to-back
+// calls, as the cases are timed, each kernel a programmatic dependent launch from sm_90 on (as
+// the runtime launches its decode). Shaped as paged decode B1 x 1024 hd128 32/8 heads: 128 CTAs
+// of 128 threads (16 splits x 8 KV heads), then the split combine's 32 (no shared memory).
+void Bench::measure_launch_floor() {
+  const auto& api = driver();
+  const bool programmatic = info_.cc_major >= 9 && info_.driver_version >= 12030;
+  auto dependent = [&](unsigned grid, int allow_first, CUstream stream) {
+    void* params[] = {&allow_first};
+    CUlaunchAttribute attribute{};
+    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = grid;
+    config.gridDimY = config.gridDimZ = 1;
+    config.blockDimX = 128;
+    config.blockDimY = config.blockDimZ = 1;
+    config.hStream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = programmatic ? 1 : 0;
+    check_cu(api.cuLaunchKernelEx(&config, kernels_.dependent_noop, params, nullptr),
+             "cuLaunchKernelEx(bench_dependent_noop)", 0);
+  };
+  try {
+    launch_floor_.one_us = time_calls(1, [&](int, CUstream stream) { dependent(128, 1, stream); }).us_per_call;
+    launch_floor_.two_us = time_calls(1, [&](int, CUstream stream) {
+                             dependent(128, 1, stream);
+                             dependent(32, 0, stream);
+                           }).us_per_call;
+    launch_floor_.ok = true;
+    launch_floor_.note = fmt::format("128 CTAs, then 32, of 128 threads, no work{}",
+                                     programmatic ? ", programmatic dependent launches" : "");
+  } catch (const std::exception& error) {
+    launch_floor_.error = "error: " + strip_prefix(error.what());
+  }
 }
 
 

@@ -40,6 +40,12 @@ void print_header(const Bench& bench, const Options& options) {
   };
   ceiling_line("streaming read", bench.read_ceiling());
   ceiling_line("device copy", bench.copy_ceiling());
+  const LaunchFloor& floor = bench.launch_floor();
+  if (floor.ok)
+    fmt::print("  {:<16} {:>6.2f} us a call with one kernel, {:.2f} us with two  (medians of {})  {}\n",
+               "launch floor", floor.one_us.median, floor.two_us.median, floor.two_us.count, floor.note);
+  else
+    fmt::print("  {:<16} {}\n", "launch floor", floor.error);
   const Ceiling& gemm = bench.gemm_ceiling();
   if (gemm.ok)
     fmt::print("  {:<16} {:>6.0f} TFLOP/s  ({:.3f} ms median of {})  {}\n", "bf16 GEMM", gemm.tflops(), gemm.ms.median,
@@ -110,6 +116,16 @@ void print_jit(const JitResults& jit, int compile_reps, int load_runs) {
   }
 }
 
+Json launch_floor_json(const LaunchFloor& floor) {
+  Json json = Json::object();
+  json.set("what", "graph-replayed calls of one and of two no-op kernels, decode-shaped");
+  if (!floor.ok) return json.set("status", "error").set("error", floor.error);
+  return json.set("status", "ok")
+      .set("one_kernel_us", stats_json(floor.one_us))
+      .set("two_kernels_us", stats_json(floor.two_us))
+      .set("note", floor.note);
+}
+
 Json ceiling_json(const Ceiling& ceiling, const char* what) {
   Json json = Json::object();
   json.set("what", what);
@@ -159,7 +175,8 @@ Json report_json(const Bench& bench, const Options& options, const std::vector<C
                                                              ? bench.gemm_ceiling().note
                                                              : "bf16 GEMM 8192^3, documented in performance.md")
                                             .set("status", bench.gemm_ceiling().ok ? "measured" : "documented")
-                                            .set("tflops", bench.gemm_tflops())));
+                                            .set("tflops", bench.gemm_tflops()))
+                           .set("launch_floor", launch_floor_json(bench.launch_floor())));
   Json cases = Json::array();
   for (const auto& r : results) {
     Json item = Json::object();

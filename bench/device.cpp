@@ -2,6 +2,7 @@
 #include "bench/bench.hpp"
 
 #include "kernel_src/hopper_params.h"
+#include "runtime/device.hpp"
 #include "runtime/kernel_sources.hpp"
 #include "runtime/launch_heuristics.hpp"
 #include "runtime/tensor_map.hpp"
@@ -520,23 +521,11 @@ void Bench::measure_ceilings() {
 // the runtime launches its decode). Shaped as paged decode B1 x 1024 hd128 32/8 heads: 128 CTAs
 // of 128 threads (16 splits x 8 KV heads), then the split combine's 32 (no shared memory).
 void Bench::measure_launch_floor() {
-  const auto& api = driver();
   const bool programmatic = info_.cc_major >= 9 && info_.driver_version >= 12030;
   auto dependent = [&](unsigned grid, int allow_first, CUstream stream) {
     void* params[] = {&allow_first};
-    CUlaunchAttribute attribute{};
-    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attribute.value.programmaticStreamSerializationAllowed = 1;
-    CUlaunchConfig config{};
-    config.gridDimX = grid;
-    config.gridDimY = config.gridDimZ = 1;
-    config.blockDimX = 128;
-    config.blockDimY = config.blockDimZ = 1;
-    config.hStream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = programmatic ? 1 : 0;
-    check_cu(api.cuLaunchKernelEx(&config, kernels_.dependent_noop, params, nullptr),
-             "cuLaunchKernelEx(bench_dependent_noop)", 0);
+    const detail::LaunchConfig config{"bench_dependent_noop", {grid, 1, 1}, 128, 0, stream, programmatic};
+    detail::launch_kernel(kernels_.dependent_noop, config, params, programmatic, 0);
   };
   try {
     launch_floor_.one_us = time_calls(1, [&](int, CUstream stream) { dependent(128, 1, stream); }).us_per_call;

@@ -169,11 +169,16 @@ void Device::launch(CUfunction function, const LaunchConfig& config, void* param
 }
 
 void Device::launch(CUfunction function, const LaunchConfig& config, void** arguments) const {
+  launch_kernel(function, config, arguments, config.programmatic_dependent && programmatic_launch_, ordinal_);
+}
+
+void launch_kernel(CUfunction function, const LaunchConfig& config, void** arguments, bool programmatic,
+                   int ordinal) {
   const auto& api = driver();
-  if (!config.programmatic_dependent || !programmatic_launch_) {
+  if (!programmatic) {
     check_cu(api.cuLaunchKernel(function, config.grid.x, config.grid.y, config.grid.z, config.block, 1, 1,
                                 config.smem, config.stream, arguments, nullptr),
-             config.name, ordinal_);
+             config.name, ordinal);
     return;
   }
   CUlaunchAttribute attribute{};
@@ -189,7 +194,7 @@ void Device::launch(CUfunction function, const LaunchConfig& config, void** argu
   launch.hStream = config.stream;
   launch.attrs = &attribute;
   launch.numAttrs = 1;
-  check_cu(api.cuLaunchKernelEx(&launch, function, arguments, nullptr), config.name, ordinal_);
+  check_cu(api.cuLaunchKernelEx(&launch, function, arguments, nullptr), config.name, ordinal);
 }
 
 void Device::append_variant_names(std::vector<std::string>* names) const {

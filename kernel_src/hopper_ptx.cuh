@@ -72,6 +72,20 @@ __device__ __forceinline__ void tma_prefetch_map(const TmaMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(map)) : "memory");
 }
 
+// An L2 prefetch of one box of a 4-D map: a hint that writes nothing; a box outside the tensor
+// fetches nothing.
+__device__ __forceinline__ void tma_prefetch_l2_4d(const TmaMap* map, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
+                   reinterpret_cast<u64>(map)),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+
+// An L2 prefetch of the 128-byte line holding `address` (global memory): a hint.
+__device__ __forceinline__ void prefetch_l2(const void* address) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(address));
+}
+
 // One box of a 4-D map into shared memory; completion is counted on `bar` (expect-tx bytes).
 // Elements outside the tensor are written as zeros.
 __device__ __forceinline__ void tma_load_4d(void* dst, const TmaMap* map, u64* bar, int c0, int c1,

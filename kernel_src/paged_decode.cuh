@@ -40,8 +40,12 @@ struct DecodeSequence {
 };
 
 // The page-table row of a request (paged KV), null for a row index outside the table.
+// kL2Only: read through L2 alone (ld.global.cg), for a read ahead of the wait for the previous
+// kernel that must leave no L1 line behind.
+template <bool kL2Only = false>
 __device__ __forceinline__ const int* decode_table_row(const PagedDecodeParams& p, int batch_index) {
-  const int row = p.req_indices ? p.req_indices[batch_index] : batch_index;
+  const int row = p.req_indices ? (kL2Only ? __ldcg(p.req_indices + batch_index) : p.req_indices[batch_index])
+                                : batch_index;
   return row < 0 || row >= p.page_table_rows ? nullptr : p.page_table + row * p.page_table_stride;
 }
 
@@ -189,8 +193,10 @@ struct DecodeWork {
   int split_begin, split_end;
 };
 
-template <int kPageSize, int kGroup, int kFlags>
-__device__ __forceinline__ DecodeWork decode_work(const PagedDecodeParams& p) {
+// The fields of DecodeWork that follow from the launch alone (no memory read): split, KV head,
+// head tile and its rows.
+template <int kGroup, int kFlags>
+__device__ __forceinline__ DecodeWork decode_work_tile() {
   constexpr int kQLen = decode_q_len(kFlags);
   constexpr int kHeadTiles = CeilDiv<kGroup * kQLen, kDecodeHeadsPerTile>::value;
   DecodeWork w;
@@ -201,6 +207,13 @@ __device__ __forceinline__ DecodeWork decode_work(const PagedDecodeParams& p) {
   w.rows = min(kDecodeHeadsPerTile, kGroup * kQLen - w.head_tile * kDecodeHeadsPerTile);
   w.first_head = w.kv_head * kGroup + w.head_tile * kDecodeHeadsPerTile;
   w.first_row = w.head_tile * kDecodeHeadsPerTile;
+  return w;
+}
+
+template <int kPageSize, int kGroup, int kFlags>
+__device__ __forceinline__ DecodeWork decode_work(const PagedDecodeParams& p) {
+  constexpr int kQLen = decode_q_len(kFlags);
+  DecodeWork w = decode_work_tile<kGroup, kFlags>();
   w.seq = decode_sequence<kPageSize>(p, w.batch_index);
   // With a window the splits cover only the blocks from the window's first key on (the split
   // plan is sized for the window), so the time follows the window, not the length. With

@@ -8,8 +8,11 @@
 // issue (an empty mbarrier per stage instead, each warp arriving and warp 0 waiting before a
 // refill, was no faster in run 56 and 0.2-1.5% slower on every bench row in run 93). The first
 // copies leave before the Q tile loads (the latency a short split waits on).
-// Launched as a programmatic dependent of the kernel before it: only the barrier setup and the
-// tensor-map prefetch come before its griddepcontrol.wait.
+// Launched as a programmatic dependent of the kernel before it: before its griddepcontrol.wait
+// come the barrier setup, the tensor-map prefetch and L2 prefetches of the CTA's first reads
+// (sequence length, Q rows, the first blocks' K and V, steered by page ids read through L2
+// alone), so that a kernel ahead that lets this one start early hides their memory latency
+// (run 96: batch 1 x 1024 7.19 -> 6.75 us, hd64 24/4 -2.4%, larger shapes within noise).
 //
 // Shared memory: the Q tile (padded rows, as the portable kernel), then the ring aligned to
 // 1024 bytes: per stage K then V, each [kHeadDim / 64 chunks][64 rows][128 bytes] with the
@@ -85,7 +88,6 @@ __global__ void __launch_bounds__(kDecodeThreads)
     tma_prefetch_map(&map_k);
     tma_prefetch_map(&map_v);
   }
-  wait_for_previous_grid();
 
   // Warp 0, lane j < kCopies: box j % kBoxes of chunk (j / kBoxes) % kChunks of K (or V from
   // j >= kCopies / 2) of every block.
@@ -97,28 +99,62 @@ __global__ void __launch_bounds__(kDecodeThreads)
       (copy_v ? Shape::kTileBytes : 0) + copy_chunk * Shape::kChunkBytes + copy_box * Shape::kBoxRows * 128;
   // The page of this lane's box in `block` of a split starting at `begin`, looked up for tokens
   // below `end` (the table has a slot for every token below kv_capacity), else -1; contiguous:
-  // the sequence. Ids of boxes past the split's real end are dropped at issue.
-  auto lookup = [&](const int* table_row, int begin, int end, int block) {
+  // the sequence. Ids of boxes past the split's real end are dropped at issue. l2_only: the
+  // read ahead of the wait (see decode_table_row).
+  auto lookup = [&](const int* table_row, int begin, int end, int block, bool l2_only) {
     if constexpr (kPageSize == 0) {
       return static_cast<int>(blockIdx.z);
     } else {
       const int token = begin + block * kDecodeBlockTokens + copy_box * Shape::kBoxRows;
-      return lane < Shape::kCopies && token < end && table_row != nullptr ? __ldg(table_row + token / kPageSize)
-                                                                          : -1;
+      if (lane >= Shape::kCopies || token >= end || table_row == nullptr) return -1;
+      const int* slot = table_row + token / kPageSize;
+      return l2_only ? __ldcg(slot) : __ldg(slot);
     }
   };
-  // Without a window a split's tokens follow from the launch alone, so block 0's page ids are
-  // looked up before the sequence length arrives, not after it: one memory latency less before
-  // the first copy (what a split of one or two blocks waits on).
+  // Box coordinates of a lane's copy: dims, KV head, row in the page (or token), page.
+  auto box_row = [&](int token) { return kPageSize == 0 ? token : token % (kPageSize > 0 ? kPageSize : 1); };
+  // Without a window a split's tokens follow from the launch alone.
   constexpr bool kWindow = has_feature<kFlags>(kFeatureWindow);
-  int page = 0;
-  if (!kWindow && warp == 0) {
-    const int begin = blockIdx.x * p.tokens_per_split;
-    page = lookup(decode_table_row(p, blockIdx.z), begin, min(begin + p.tokens_per_split, p.kv_capacity), 0);
+  const int launch_begin = blockIdx.x * p.tokens_per_split;
+  const int launch_end = min(launch_begin + p.tokens_per_split, p.kv_capacity);
+  if (!kWindow) {
+    // While the kernel ahead finishes: L2 prefetches of what this CTA reads first (the
+    // sequence length, its Q rows, the K and V boxes of the blocks issued before the loop).
+    // Prefetches are hints: data the kernel ahead is still writing can make one useless, never
+    // a result wrong. The page ids read here (through L2 only) steer only these prefetches;
+    // the copies use ids read after the wait.
+    const DecodeWork tile = decode_work_tile<kGroup, kFlags>();
+    if (warp == 0) {
+      const int* table_row = kPageSize > 0 ? decode_table_row<true>(p, blockIdx.z) : nullptr;
+      for (int block = 0; block < kStages - 1 && launch_begin + block * kDecodeBlockTokens < launch_end; ++block) {
+        const int guess = lookup(table_row, launch_begin, launch_end, block, true);
+        const int token = launch_begin + block * kDecodeBlockTokens + copy_box * Shape::kBoxRows;
+        if (lane < Shape::kCopies)
+          tma_prefetch_l2_4d(copy_map, 64 * copy_chunk, tile.kv_head, box_row(token), guess);
+      }
+    } else {
+      constexpr int kLines = kHeadDim * 2 / 128;  // 128-byte lines of a Q row
+      const int i = threadIdx.x - 32;
+      if (i < tile.rows * kLines) {
+        const int row = i / kLines;
+        const T* q_row = static_cast<const T*>(p.q) + blockIdx.z * p.q_stride_batch +
+                         row_token<kQLen>(tile.first_row, row) * p.q_stride_seq +
+                         row_head<kQLen>(tile.first_head, tile.first_row, row) * p.q_stride_head;
+        prefetch_l2(q_row + (i % kLines) * 64);
+      }
+      if (threadIdx.x == kDecodeThreads - 1 && p.seq_lens != nullptr) prefetch_l2(p.seq_lens + blockIdx.z);
+    }
   }
+  wait_for_previous_grid();
+
+  // Block 0's page ids are looked up before the sequence length arrives, not after it: one
+  // memory latency less before the first copy (what a split of one or two blocks waits on).
+  int page = 0;
+  if (!kWindow && warp == 0)
+    page = lookup(decode_table_row(p, blockIdx.z), launch_begin, launch_end, 0, false);
   const DecodeWork w = decode_work<kPageSize, kGroup, kFlags>(p);
   const int lookup_end = kWindow ? w.split_end : min(w.split_begin + p.tokens_per_split, p.kv_capacity);
-  auto box_page = [&](int block) { return lookup(w.seq.table_row, w.split_begin, lookup_end, block); };
+  auto box_page = [&](int block) { return lookup(w.seq.table_row, w.split_begin, lookup_end, block, false); };
   if (kWindow && warp == 0) page = box_page(0);
   if (!decode_work_begin<T, kHeadDim, kPageSize, kFlags>(p, w)) return;
   const int num_blocks = (w.split_end - w.split_begin + kDecodeBlockTokens - 1) / kDecodeBlockTokens;
@@ -129,7 +165,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     if (lane < Shape::kCopies) {
       const int token = w.split_begin + block * kDecodeBlockTokens + copy_box * Shape::kBoxRows;
       tma_load_4d(ring + s * Shape::kStageBytes + copy_offset, copy_map, &full[s], 64 * copy_chunk, w.kv_head,
-                  kPageSize == 0 ? token : token % (kPageSize > 0 ? kPageSize : 1), token < w.split_end ? page : -1);
+                  box_row(token), token < w.split_end ? page : -1);
     }
   };
   // Page ids are looked up a block ahead of their issue, so the lookup never stalls it.

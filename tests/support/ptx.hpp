@@ -10,9 +10,11 @@ inline bool contains(const std::string& text, const std::string& needle) {
 }
 
 // A kernel launched as a programmatic dependent may start while the kernel before it still
-// writes, so it must touch no global memory before griddepcontrol.wait. Returns "" when every
-// entry of `ptx` waits before its first global access (load, store, atomic, cp.async or bulk
-// copy), else "<entry>: <first access>" for the first entry that does not (or never waits).
+// writes, so before griddepcontrol.wait it may only prefetch into L2 and read through L2 alone
+// (ld.global.cg: no L1 line outlives the wait), values that may be stale and so may only steer
+// prefetches. Returns "" when every entry of `ptx` waits before its first other global access
+// (load, store, atomic, cp.async or bulk copy), else "<entry>: <first access>" for the first
+// entry that does not (or never waits).
 std::string global_access_before_grid_wait(const std::string& ptx);
 
 }  // namespace astrai::testing

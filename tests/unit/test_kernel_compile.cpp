@@ -100,6 +100,23 @@ TEST_CASE("NVRTC knows every arch the sweep compiles for") {
   CHECK(version.text() == std::to_string(version.major) + "." + std::to_string(version.minor));
 }
 
+TEST_CASE("ahead of griddepcontrol.wait only L2 prefetches and L2-only reads pass") {
+  using astrai::testing::global_access_before_grid_wait;
+  const auto entry = [](const std::string& body) { return ".entry k(\n" + body + "}\n"; };
+  const std::string wait = "griddepcontrol.wait;\n";
+  CHECK(global_access_before_grid_wait(entry(wait + "ld.global.nc.u32 %r1, [%rd1];\n")) == "");
+  CHECK(global_access_before_grid_wait(entry("prefetch.global.L2 [%rd1];\nld.global.cg.s32 %r1, [%rd2];\n"
+                                             "cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%rd3, {%r1}];\n" +
+                                             wait + "st.global.u32 [%rd1], %r1;\n")) == "");
+  CHECK(global_access_before_grid_wait(entry("ld.global.nc.u32 %r1, [%rd1];\n" + wait)) == "k: ld.global");
+  CHECK(global_access_before_grid_wait(entry("ld.global.cg.s32 %r1, [%rd2];\nld.global.u32 %r2, [%rd1];\n" + wait)) ==
+        "k: ld.global");
+  CHECK(global_access_before_grid_wait(
+            entry("cp.async.bulk.tensor.4d.shared::cluster.global.tile [%r1], [%rd3, {%r1}], [%r2];\n" + wait)) ==
+        "k: cp.async.bulk");
+  CHECK(global_access_before_grid_wait(entry("st.global.u32 [%rd1], %r1;\n")) == "k: st.global");
+}
+
 TEST_CASE("paged decode compiles for every arch with tensor cores from sm_80 on") {
   for (const auto& arch : kArchs) {
     for (const KernelSpec& spec : {paged(DType::bf16, 128, 16, 4, arch),

@@ -298,6 +298,9 @@ struct CaseDef {
   // contiguous [batch, kv_heads, len, D] (".bhld", the layout PyTorch's SDPA reads), instead of
   // token-major ([pages, page_size, kv_heads, D], [batch, len, kv_heads, D]).
   bool head_major = false;
+  // paged_decode: each call first rotates Q in place with rotary_emb, as a layer's decode step
+  // does (".rope"): the decode then starts behind another kernel than its own split combine.
+  bool rope = false;
 
   std::string name() const { return kernel + "/" + label; }
 

@@ -19,13 +19,15 @@ std::vector<CaseDef> all_cases() {
     c.kernel = "paged_decode";
     c.kv_dtype = kv;
     if (with) with(c);
-    c.label = fmt::format("hd{}{}.ps{}.B{}xL{}{}{}{}", head_dim,
+    c.label = fmt::format("hd{}{}.ps{}.B{}xL{}{}{}{}{}", head_dim,
                           heads == 32 && kv_heads == 8 ? std::string()
                                                        : fmt::format(".h{}kv{}", heads, kv_heads),
-                          page, batch, len, ragged ? ".ragged" : "", feature_suffix(c), c.head_major ? ".hnd" : "");
+                          page, batch, len, ragged ? ".ragged" : "", feature_suffix(c), c.head_major ? ".hnd" : "",
+                          c.rope ? ".rope" : "");
     if (kv != KvDType::same) c.ratio_of = RatioOf::calls;
     else if (!c.features().empty()) c.ratio_of = RatioOf::time;
     else if (c.head_major) c.ratio_of = RatioOf::calls;
+    else if (c.rope) c.ratio_of = RatioOf::time;
     c.batch = batch;
     c.len = len;
     c.n_heads = heads;
@@ -77,6 +79,12 @@ std::vector<CaseDef> all_cases() {
                KvDType::same, head_major);
   paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "speed vs token-major", KvDType::same, head_major);
   paged_decode(64, 24, 4, 16, 32, 4096, false, astrai16, "speed vs token-major", KvDType::same, head_major);
+  // A decode step: rotary_emb on Q, then the decode (time ratio to the decode alone; the
+  // difference against rotary_emb's own time says how much of the two calls overlaps).
+  const auto rope = [](CaseDef& c) { c.rope = true; };
+  paged_decode(128, 32, 8, 16, 1, 1024, false, "paged_decode/hd128.ps16.B1xL1024", "time vs decode alone",
+               KvDType::same, rope);
+  paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "time vs decode alone", KvDType::same, rope);
   // Multi-token decode (issue 13: at q_len 4, >= 0.9x the bandwidth of q_len 1 at B32 x 4096;
   // group 4 x 4 tokens = one 16-row tile, K and V read once).
   paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "TB/s vs q1", KvDType::same,
@@ -275,6 +283,14 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
   const DeviceBuffer scales = DeviceBuffer::from(unit_scales);
   DeviceBuffer sinks;
   if (def.sinks) sinks = DeviceBuffer::from(sink_logits(def));
+  // .rope: one rotation per (request, query token, pair), shared by the sets.
+  const std::size_t rope_pairs = static_cast<std::size_t>(def.batch) * def.q_len * (def.head_dim / 2);
+  DeviceBuffer freqs;
+  if (def.rope) {
+    freqs = DeviceBuffer(rope_pairs * 8);
+    fill_rotation(freqs, rope_pairs, seed_of(def.name()) + 1000);
+    result->notes.push_back("rotary_emb on Q first");
+  }
   sync_all();
 
   astrai::PagedDecodeArgs base;
@@ -310,6 +326,18 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
     args.v_cache = set.v.ptr();
     args.out = set.out.ptr();
     args.stream = stream;
+    if (def.rope) {
+      astrai::RotaryArgs rotary;
+      rotary.dtype = DType::bf16;
+      rotary.batch = def.batch;
+      rotary.seq_len = def.q_len;
+      rotary.n_heads = def.n_heads;
+      rotary.head_dim = def.head_dim;
+      rotary.x = rotary.out = set.q.ptr();
+      rotary.freqs = freqs.as<const float>();
+      rotary.stream = stream;
+      Runtime::get().rotary_emb(rotary);
+    }
     Runtime::get().paged_decode(args);
   };
   const Timing timing = time_calls(sets, call);
@@ -317,8 +345,10 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
   // read and the lengths.
   const double kv_bytes = static_cast<double>(reads.tokens) * def.n_kv_heads * def.head_dim * 2 *
                           static_cast<double>(kv_element_bytes);
+  // .rope: rotary_emb's read and write of Q and its rotations too.
+  const double rope_bytes = def.rope ? 2.0 * static_cast<double>(q_elems) * 2 + static_cast<double>(rope_pairs) * 8 : 0.0;
   const double bytes = kv_bytes + 2.0 * static_cast<double>(q_elems) * 2 + static_cast<double>(reads.pages) * 4 +
-                       static_cast<double>(def.batch) * 4;
+                       static_cast<double>(def.batch) * 4 + rope_bytes;
   finish(result, timing, bytes, false);
 }
 
@@ -422,6 +452,14 @@ void Bench::case_prefill(const CaseDef& def, CaseResult* result) {
   }
   DeviceBuffer sinks;
   if (def.sinks) sinks = DeviceBuffer::from(sink_logits(def));
+  // .rope: one rotation per (request, query token, pair), shared by the sets.
+  const std::size_t rope_pairs = static_cast<std::size_t>(def.batch) * def.q_len * (def.head_dim / 2);
+  DeviceBuffer freqs;
+  if (def.rope) {
+    freqs = DeviceBuffer(rope_pairs * 8);
+    fill_rotation(freqs, rope_pairs, seed_of(def.name()) + 1000);
+    result->notes.push_back("rotary_emb on Q first");
+  }
   sync_all();
   astrai::PrefillArgs base;
   base.dtype = DType::bf16;

@@ -10,6 +10,10 @@ namespace astrai {
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(256) rotary_emb_kernel(const RotaryParams p) {
   static_assert(kHeadDim % 8 == 0, "head_dim must be a multiple of 8");
+  // A programmatic dependent launched after this kernel (the decode that reads the rotated Q)
+  // may be placed at once: it waits for this kernel's end before it reads, and meanwhile
+  // prefetches its first reads into L2. Kernels launched the ordinary way are not affected.
+  allow_dependent_grid();
   constexpr int kVectorsPerRow = kHeadDim / 8;
   const long long total = static_cast<long long>(p.batch) * p.seq_len * p.n_heads * kVectorsPerRow;
   for (long long index = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;

@@ -340,6 +340,8 @@ TEST_CASE("rotary embedding compiles for every arch, both dtypes and two head di
       CAPTURE(spec.name());
       const CompileResult result = compile_and_check(spec);
       CHECK_FALSE(contains(result.ptx, "mma.sync"));
+      // From sm_90 on it lets the decode after it start early (programmatic dependent launch).
+      CHECK(contains(result.ptx, "griddepcontrol.launch_dependents") == (kArchs[i] == "sm_90a"));
     }
   }
 }

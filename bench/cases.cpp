@@ -452,14 +452,6 @@ void Bench::case_prefill(const CaseDef& def, CaseResult* result) {
   }
   DeviceBuffer sinks;
   if (def.sinks) sinks = DeviceBuffer::from(sink_logits(def));
-  // .rope: one rotation per (request, query token, pair), shared by the sets.
-  const std::size_t rope_pairs = static_cast<std::size_t>(def.batch) * def.q_len * (def.head_dim / 2);
-  DeviceBuffer freqs;
-  if (def.rope) {
-    freqs = DeviceBuffer(rope_pairs * 8);
-    fill_rotation(freqs, rope_pairs, seed_of(def.name()) + 1000);
-    result->notes.push_back("rotary_emb on Q first");
-  }
   sync_all();
   astrai::PrefillArgs base;
   base.dtype = DType::bf16;

@@ -10,7 +10,8 @@
 #                    Hopper prefill, tilings chosen by grid size);
 #   nomma            the whole suite on CUDA cores (ASTRAI_JIT_NO_MMA=1), half the sweep;
 #   on sm_90a: narrow (ASTRAI_JIT_PREFILL_TILES=narrow, the prefill suites, half the sweep) and
-#   nowgmma (ASTRAI_JIT_NO_WGMMA=1: the portable decode and prefill kernels, 3/4 of the sweep);
+#   nowgmma (ASTRAI_JIT_NO_WGMMA=1: the portable decode and prefill kernels, 3/4 of the sweep)
+#   and sm90_check (astrai-sm90-check --check-only, when BUILD_DIR/bench has it);
 #   memcheck, racecheck, synccheck and initcheck over the decode suites and over the prefill
 #   suites (default path, SAN_SWEEP random cases).
 # A job cut by its time limit reports TIMED OUT and fails the run, like a failed test.
@@ -63,7 +64,7 @@ wait_jobs() {
     [ $rc -eq 124 ] && verdict="TIMED OUT after ${limit} s"
     [ $rc -ne 0 ] && [ $rc -ne 124 ] && verdict="FAILED (exit $rc)"
     echo "== ${names[$i]}: $verdict; $(tail -n 1 "$out/${names[$i]}.log")"
-    grep -a -E "^\[doctest\] (test cases|assertions)|worst errors|^  (paged|rotary|decode|prefill)|ERROR SUMMARY|RACECHECK SUMMARY|FAILED|ERROR:|CRASH" \
+    grep -a -E "^\[doctest\] (test cases|assertions)|worst errors|^  (paged|rotary|decode|prefill)|ERROR SUMMARY|RACECHECK SUMMARY|FAILED|ERROR:|CRASH|^[0-9]+ failure" \
       "$out/${names[$i]}.log" | head -40
     [ $rc -eq 0 ] || status=1
   done
@@ -78,6 +79,10 @@ if [ $hopper = 1 ]; then
     --test-suite=prefill,paged_prefill
   start_job nowgmma ASTRAI_TEST_SWEEP=$three_quarters ASTRAI_JIT_NO_WGMMA=1 -- "$bin" \
     --test-suite=decode,paged_decode,multi_token,prefill,paged_prefill
+  # The Hopper prefill's every tiling (the alternatives the runtime does not pick) against the
+  # reference, when the build has the check tool.
+  check="$build/bench/astrai-sm90-check"
+  [ -x "$check" ] && start_job sm90_check -- "$check" --check-only
 fi
 if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
   for tool in memcheck racecheck synccheck initcheck; do

@@ -318,6 +318,13 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
   base.logit_cap = def.logit_cap;
   if (def.sinks) base.sinks = sinks.as<const float>();
   base.window_left = def.window_left;
+  astrai::RotaryArgs rope;  // .rope: Q rotated in place, [batch, q_len, heads, D]
+  rope.dtype = DType::bf16;
+  rope.batch = def.batch;
+  rope.seq_len = def.q_len;
+  rope.n_heads = def.n_heads;
+  rope.head_dim = def.head_dim;
+  rope.freqs = freqs.as<const float>();
   const Call call = [&](int s, CUstream stream) {
     astrai::PagedDecodeArgs args = base;
     const Set& set = buffers[static_cast<std::size_t>(s)];
@@ -327,14 +334,8 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
     args.out = set.out.ptr();
     args.stream = stream;
     if (def.rope) {
-      astrai::RotaryArgs rotary;
-      rotary.dtype = DType::bf16;
-      rotary.batch = def.batch;
-      rotary.seq_len = def.q_len;
-      rotary.n_heads = def.n_heads;
-      rotary.head_dim = def.head_dim;
+      astrai::RotaryArgs rotary = rope;
       rotary.x = rotary.out = set.q.ptr();
-      rotary.freqs = freqs.as<const float>();
       rotary.stream = stream;
       Runtime::get().rotary_emb(rotary);
     }

@@ -5,14 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <initializer_list>
 #include <cctype>
 #include <cerrno>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <string_view>
-#include <utility>
 #include <system_error>
+#include <utility>
 
 #include <fmt/format.h>
 

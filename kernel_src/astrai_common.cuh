@@ -96,6 +96,12 @@ __device__ __forceinline__ void wait_for_previous_grid() {
 #endif
 }
 
+// An L2 prefetch of the 128-byte line holding `address` (global memory): a hint, the one kind
+// of read a dependent may issue before wait_for_previous_grid (with ld.global.cg).
+__device__ __forceinline__ void prefetch_l2(const void* address) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(address));
+}
+
 // Whether a template's kFlags compiles a feature (kernel_params.h) in. A function, not a static
 // member: those become device globals in the cubin of every variant.
 template <int kFlags> __device__ constexpr bool has_feature(FeatureBit bit) { return (kFlags & bit) != 0; }

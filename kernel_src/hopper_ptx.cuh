@@ -81,11 +81,6 @@ __device__ __forceinline__ void tma_prefetch_l2_4d(const TmaMap* map, int c0, in
                : "memory");
 }
 
-// An L2 prefetch of the 128-byte line holding `address` (global memory): a hint.
-__device__ __forceinline__ void prefetch_l2(const void* address) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(address));
-}
-
 // One box of a 4-D map into shared memory; completion is counted on `bar` (expect-tx bytes).
 // Elements outside the tensor are written as zeros.
 __device__ __forceinline__ void tma_load_4d(void* dst, const TmaMap* map, u64* bar, int c0, int c1,

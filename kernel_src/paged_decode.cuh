@@ -240,6 +240,57 @@ __device__ __forceinline__ bool decode_work_begin(const PagedDecodeParams& p, co
   return true;
 }
 
+// While the kernel ahead finishes (a programmatic dependent launch, sm_90+): L2 prefetches of
+// what a decode CTA reads first. Threads from `first_thread` on take the CTA's Q rows and the
+// last thread its sequence length; with kKvRows every thread also takes a K or V row of the
+// split's first block (one of 64 tokens each; the Hopper kernel prefetches its TMA boxes
+// instead). Prefetches are hints: data the kernel ahead is still writing can make one useless,
+// never a result wrong. Page ids are read through L2 alone (no stale L1 line outlives the wait)
+// and steer only these prefetches. With a window the split's tokens depend on the length, so
+// only Q and the length are prefetched.
+template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags, bool kKvRows>
+__device__ __forceinline__ void prefetch_decode_start(const PagedDecodeParams& p, int first_thread) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kQLen = decode_q_len(kFlags);
+  const DecodeWork tile = decode_work_tile<kGroup, kFlags>();
+  constexpr int kQLines = (kHeadDim * static_cast<int>(sizeof(T)) + 127) / 128;  // 128-byte lines of a Q row
+  const int i = static_cast<int>(threadIdx.x) - first_thread;
+  if (i >= 0 && i < tile.rows * kQLines) {
+    const int row = i / kQLines;
+    const T* q_row = static_cast<const T*>(p.q) + blockIdx.z * p.q_stride_batch +
+                     row_token<kQLen>(tile.first_row, row) * p.q_stride_seq +
+                     row_head<kQLen>(tile.first_head, tile.first_row, row) * p.q_stride_head;
+    prefetch_l2(reinterpret_cast<const unsigned char*>(q_row) + (i % kQLines) * 128);
+  }
+  if (threadIdx.x == blockDim.x - 1 && p.seq_lens != nullptr) prefetch_l2(p.seq_lens + blockIdx.z);
+  if constexpr (kKvRows && !has_feature<kFlags>(kFeatureWindow)) {
+    static_assert(kDecodeThreads == 2 * kDecodeBlockTokens, "a thread per K or V row of a block");
+    const int split_begin = static_cast<int>(blockIdx.x) * p.tokens_per_split;
+    const int token = split_begin + static_cast<int>(threadIdx.x) % kDecodeBlockTokens;
+    if (token >= min(split_begin + p.tokens_per_split, p.kv_capacity)) return;
+    const bool is_v = threadIdx.x >= kDecodeBlockTokens;
+    long long offset;
+    if constexpr (kPageSize == 0) {
+      offset = blockIdx.z * (is_v ? p.v_stride_page : p.k_stride_page) +
+               token * (is_v ? p.v_stride_token : p.k_stride_token);
+    } else {
+      const int* table_row = decode_table_row<true>(p, blockIdx.z);
+      if (table_row == nullptr) return;
+      const int page = __ldcg(table_row + token / kPageSize);
+      if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) return;
+      offset = page * (is_v ? p.v_stride_page : p.k_stride_page) +
+               (token % kPageSize) * (is_v ? p.v_stride_token : p.k_stride_token);
+    }
+    offset += tile.kv_head * (is_v ? p.v_stride_head : p.k_stride_head);
+    // Strides count elements: bytes of T, or one byte each in an FP8 cache.
+    constexpr int kElementBytes = has_fp8_kv<kFlags>() ? 1 : static_cast<int>(sizeof(T));
+    const unsigned char* row = static_cast<const unsigned char*>(is_v ? p.v_cache : p.k_cache) + offset * kElementBytes;
+#pragma unroll
+    for (int line = 0; line < (kHeadDim * kElementBytes + 127) / 128; ++line) prefetch_l2(row + line * 128);
+  }
+#endif
+}
+
 #ifndef ASTRAI_NO_MMA
 
 // Page sizes below 16 look each row's page id up one block ahead (into registers), so that
@@ -432,11 +483,15 @@ __device__ __forceinline__ void load_kv8_block_async(const PagedDecodeParams& p,
       *reinterpret_cast<uint4*>(v_dst) = quantize_fp8x16<T, kE5m2>(v_src, v_scale);
       continue;
     }
-    const unsigned char* k_row = static_cast<const unsigned char*>(p.k_cache);
-    const unsigned char* v_row = static_cast<const unsigned char*>(p.v_cache);
-    const bool valid = token < end && kv_rows<unsigned char, kPageSize>(p, seq, batch_index, kv_head, token, &k_row, &v_row);
-    cp_async_16(shared_address(k_dst), valid ? k_row + col : static_cast<const unsigned char*>(p.k_cache), valid ? 16 : 0);
-    cp_async_16(shared_address(v_dst), valid ? v_row + col : static_cast<const unsigned char*>(p.v_cache), valid ? 16 : 0);
+    const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache);
+    const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache);
+    const unsigned char* k_row = k_base;
+    const unsigned char* v_row = v_base;
+    const bool valid =
+        token < end && kv_rows<unsigned char, kPageSize>(p, seq, batch_index, kv_head, token, &k_row, &v_row);
+    // An invalid row copies 0 bytes (zero fill) from the pool's base, a valid address.
+    cp_async_16(shared_address(k_dst), valid ? k_row + col : k_base, valid ? 16 : 0);
+    cp_async_16(shared_address(v_dst), valid ? v_row + col : v_base, valid ? 16 : 0);
   }
 }
 
@@ -1269,6 +1324,9 @@ __global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const Page
   static_assert(!has_feature<kFlags>(kFeatureKvE4m3) || !has_feature<kFlags>(kFeatureKvE5m2), "one FP8 format");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   allow_dependent_grid();  // the split combine may be scheduled as CTAs free up
+  // Not with an FP8 cache: its kernel then compiled to other code (hd64: 96 -> 80 registers) that
+  // read 7.9% slower at hd64 24/4 B32 x 4096 (run 100, docs/device-notes.md).
+  if constexpr (!has_fp8_kv<kFlags>()) prefetch_decode_start<T, kHeadDim, kPageSize, kGroup, kFlags, true>(p, 0);
   wait_for_previous_grid();  // launched as a dependent of the kernel before it (sm_90+)
 #ifndef ASTRAI_NO_MMA
   paged_decode_mma<T, kHeadDim, kPageSize, kGroup, kFlags>(p, smem_raw);

@@ -118,11 +118,11 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int launch_begin = blockIdx.x * p.tokens_per_split;
   const int launch_end = min(launch_begin + p.tokens_per_split, p.kv_capacity);
   if (!kWindow) {
-    // While the kernel ahead finishes: L2 prefetches of what this CTA reads first (the
-    // sequence length, its Q rows, the K and V boxes of the blocks issued before the loop).
-    // Prefetches are hints: data the kernel ahead is still writing can make one useless, never
-    // a result wrong. The page ids read here (through L2 only) steer only these prefetches;
-    // the copies use ids read after the wait.
+    // While the kernel ahead finishes: L2 prefetches of the K and V boxes of the blocks issued
+    // before the loop (the Q rows and the length: prefetch_decode_start). Prefetches are hints:
+    // data the kernel ahead is still writing can make one useless, never a result wrong. The
+    // page ids read here (through L2 only) steer only these prefetches; the copies use ids
+    // read after the wait.
     const DecodeWork tile = decode_work_tile<kGroup, kFlags>();
     if (warp == 0) {
       const int* table_row = kPageSize > 0 ? decode_table_row<true>(p, blockIdx.z) : nullptr;
@@ -132,19 +132,9 @@ __global__ void __launch_bounds__(kDecodeThreads)
         if (lane < Shape::kCopies)
           tma_prefetch_l2_4d(copy_map, 64 * copy_chunk, tile.kv_head, box_row(token), guess);
       }
-    } else {
-      constexpr int kLines = kHeadDim * 2 / 128;  // 128-byte lines of a Q row
-      const int i = threadIdx.x - 32;
-      if (i < tile.rows * kLines) {
-        const int row = i / kLines;
-        const T* q_row = static_cast<const T*>(p.q) + blockIdx.z * p.q_stride_batch +
-                         row_token<kQLen>(tile.first_row, row) * p.q_stride_seq +
-                         row_head<kQLen>(tile.first_head, tile.first_row, row) * p.q_stride_head;
-        prefetch_l2(q_row + (i % kLines) * 64);
-      }
-      if (threadIdx.x == kDecodeThreads - 1 && p.seq_lens != nullptr) prefetch_l2(p.seq_lens + blockIdx.z);
     }
   }
+  prefetch_decode_start<T, kHeadDim, kPageSize, kGroup, kFlags, false>(p, 32);  // Q rows and length
   wait_for_previous_grid();
 
   // Block 0's page ids are looked up before the sequence length arrives, not after it: one

@@ -69,6 +69,17 @@ std::vector<std::uint16_t> random_elements(std::size_t count, DType dtype, std::
   return values;
 }
 
+std::vector<float> random_rotations(std::size_t pairs, std::mt19937& rng) {
+  std::uniform_real_distribution<double> angle(-100.0, 100.0);
+  std::vector<float> table(2 * pairs);
+  for (std::size_t i = 0; i < pairs; ++i) {
+    const double a = angle(rng);
+    table[2 * i] = static_cast<float>(std::cos(a));
+    table[2 * i + 1] = static_cast<float>(std::sin(a));
+  }
+  return table;
+}
+
 void accumulate(Comparison* c, double got, double want, double atol, double rtol,
                 const std::string& where) {
   ++c->checked;

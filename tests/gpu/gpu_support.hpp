@@ -26,6 +26,9 @@ float bits_to_float(std::uint16_t bits, DType dtype);
 // Random values in [-1, 1) rounded to the dtype, as raw bits.
 std::vector<std::uint16_t> random_elements(std::size_t count, DType dtype, std::mt19937& rng);
 
+// A rotary table of `pairs` random rotations: cos and sin of angles in [-100, 100) radians.
+std::vector<float> random_rotations(std::size_t pairs, std::mt19937& rng);
+
 // Elementwise |got - want| <= atol + rtol * |want| over every element, NaN never passes.
 struct Comparison {
   std::size_t checked = 0;

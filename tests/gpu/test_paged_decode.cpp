@@ -366,90 +366,88 @@ TEST_CASE("paged_decode captured in a CUDA graph replays bit for bit") {
 // prefetches its Q rows, lengths and first pages before waiting for that kernel: it must still
 // attend with the Q the kernel wrote. Each round poisons Q, rotates Q0 into it and decodes, all
 // queued on one stream; every output must equal, bit for bit, the decode of the rotated Q run
-// alone, which differs from the decode of the unrotated Q0 (so a stale read would show).
+// alone, which differs from the decode of the unrotated Q0 (so a stale read would show). Pages
+// of 16 take the Hopper kernel on sm_90a, pages of 1 the portable one.
 TEST_CASE("paged_decode right behind rotary_emb on one stream attends with the rotated Q") {
   const auto& api = detail::driver();
-  for (const std::vector<int>& lens : {std::vector<int>{1024}, std::vector<int>{700, 1, 64, 3000}}) {
-    PagedCase c;
-    c.n_kv_heads = 8;
-    c.seq_lens = lens;
-    c.seed = 31;
-    CAPTURE(c.describe());
-    std::mt19937 rng(c.seed);
-    const int n_heads = c.n_kv_heads * c.group;
-    const int d = c.head_dim;
-    const PageTable pages = make_page_table(c.seq_lens, c.page_size, PageTableShape{}, rng);
-    const std::int64_t token_stride = static_cast<std::int64_t>(c.n_kv_heads) * d;
-    const std::size_t pool_elems = static_cast<std::size_t>(pages.num_pages) * c.page_size * token_stride;
-    DeviceBuffer d_k = DeviceBuffer::from(random_elements(pool_elems, c.dtype, rng));
-    DeviceBuffer d_v = DeviceBuffer::from(random_elements(pool_elems, c.dtype, rng));
-    const std::size_t q_elems = static_cast<std::size_t>(c.batch()) * n_heads * d;
-    DeviceBuffer d_q0 = DeviceBuffer::from(random_elements(q_elems, c.dtype, rng));
-    DeviceBuffer d_q(q_elems * 2);
-    std::vector<float> freqs(static_cast<std::size_t>(c.batch()) * d);
-    std::uniform_real_distribution<double> angle(-100.0, 100.0);
-    for (std::size_t i = 0; i < freqs.size(); i += 2) {
-      const double a = angle(rng);
-      freqs[i] = static_cast<float>(std::cos(a));
-      freqs[i + 1] = static_cast<float>(std::sin(a));
-    }
-    DeviceBuffer d_freqs = DeviceBuffer::from(freqs);
-    DeviceBuffer d_table = DeviceBuffer::from(pages.table);
-    DeviceBuffer d_lens = DeviceBuffer::from(c.seq_lens);
-    DeviceBuffer no_sinks(16);
-    const KvPool pool{d_k.get(), d_v.get(), c.page_size * token_stride, token_stride, d};
-    PagedDecodeArgs decode = paged_decode_args(c, pages, d_table, d_lens, no_sinks, pool);
-    decode.page_table_stride = pages.stride;
-    RotaryArgs rotary;
-    rotary.dtype = c.dtype;
-    rotary.batch = c.batch();
-    rotary.seq_len = 1;
-    rotary.n_heads = n_heads;
-    rotary.head_dim = d;
-    rotary.x = d_q0.get();
-    rotary.out = d_q.get();
-    rotary.freqs = static_cast<const float*>(d_freqs.get());
+  for (const int page_size : {16, 1}) {
+    for (const std::vector<int>& lens : {std::vector<int>{1024}, std::vector<int>{700, 1, 64, 3000}}) {
+      PagedCase c;
+      c.page_size = page_size;
+      c.n_kv_heads = 8;
+      c.seq_lens = lens;
+      c.seed = 31;
+      CAPTURE(c.describe());
+      std::mt19937 rng(c.seed);
+      const int n_heads = c.n_kv_heads * c.group;
+      const int d = c.head_dim;
+      const PageTable pages = make_page_table(c.seq_lens, c.page_size, PageTableShape{}, rng);
+      const std::int64_t token_stride = static_cast<std::int64_t>(c.n_kv_heads) * d;
+      const std::size_t pool_elems = static_cast<std::size_t>(pages.num_pages) * c.page_size * token_stride;
+      DeviceBuffer d_k = DeviceBuffer::from(random_elements(pool_elems, c.dtype, rng));
+      DeviceBuffer d_v = DeviceBuffer::from(random_elements(pool_elems, c.dtype, rng));
+      const std::size_t q_elems = static_cast<std::size_t>(c.batch()) * n_heads * d;
+      DeviceBuffer d_q0 = DeviceBuffer::from(random_elements(q_elems, c.dtype, rng));
+      DeviceBuffer d_q(q_elems * 2);
+      const std::vector<float> freqs = random_rotations(static_cast<std::size_t>(c.batch()) * d / 2, rng);
+      DeviceBuffer d_freqs = DeviceBuffer::from(freqs);
+      DeviceBuffer d_table = DeviceBuffer::from(pages.table);
+      DeviceBuffer d_lens = DeviceBuffer::from(c.seq_lens);
+      DeviceBuffer no_sinks(16);
+      const KvPool pool{d_k.get(), d_v.get(), c.page_size * token_stride, token_stride, d};
+      PagedDecodeArgs decode = paged_decode_args(c, pages, d_table, d_lens, no_sinks, pool);
+      decode.page_table_stride = pages.stride;
+      RotaryArgs rotary;
+      rotary.dtype = c.dtype;
+      rotary.batch = c.batch();
+      rotary.seq_len = 1;
+      rotary.n_heads = n_heads;
+      rotary.head_dim = d;
+      rotary.x = d_q0.get();
+      rotary.out = d_q.get();
+      rotary.freqs = static_cast<const float*>(d_freqs.get());
 
-    // The references, each call finished before the next starts.
-    DeviceBuffer d_out(q_elems * 2);
-    auto decode_alone = [&](const void* q) {
-      d_out.fill_byte(0xff);
-      decode.q = q;
-      decode.out = d_out.get();
-      decode.stream = nullptr;
-      Runtime::get().paged_decode(decode);
-      synchronize();
-      return d_out.to_host<std::uint16_t>(q_elems);
-    };
-    const auto unrotated = decode_alone(d_q0.get());
-    rotary.stream = nullptr;
-    Runtime::get().rotary_emb(rotary);
-    synchronize();
-    const auto want = decode_alone(d_q.get());
-    REQUIRE(want != unrotated);
-
-    CUstream stream;
-    detail::check_cu(api.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate", -1);
-    constexpr int kRounds = 8;
-    std::vector<DeviceBuffer> outs;
-    for (int round = 0; round < kRounds; ++round) outs.emplace_back(q_elems * 2);
-    for (int round = 0; round < kRounds; ++round) {
-      const auto q_bytes = q_elems * 2;
-      detail::check_cu(api.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(d_q.get()), 0xff, q_bytes, stream),
-               "cuMemsetD8Async", -1);
-      detail::check_cu(api.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(outs[round].get()), 0xff, q_bytes, stream),
-               "cuMemsetD8Async", -1);
-      rotary.stream = stream;
+      // The references, each call finished before the next starts.
+      DeviceBuffer d_out(q_elems * 2);
+      auto decode_alone = [&](const void* q) {
+        d_out.fill_byte(0xff);
+        decode.q = q;
+        decode.out = d_out.get();
+        decode.stream = nullptr;
+        Runtime::get().paged_decode(decode);
+        synchronize();
+        return d_out.to_host<std::uint16_t>(q_elems);
+      };
+      const auto unrotated = decode_alone(d_q0.get());
+      rotary.stream = nullptr;
       Runtime::get().rotary_emb(rotary);
-      decode.q = d_q.get();
-      decode.out = outs[round].get();
-      decode.stream = stream;
-      Runtime::get().paged_decode(decode);
+      synchronize();
+      const auto want = decode_alone(d_q.get());
+      REQUIRE(want != unrotated);
+
+      CUstream stream;
+      detail::check_cu(api.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate", -1);
+      constexpr int kRounds = 8;
+      std::vector<DeviceBuffer> outs;
+      for (int round = 0; round < kRounds; ++round) outs.emplace_back(q_elems * 2);
+      for (int round = 0; round < kRounds; ++round) {
+        const auto q_bytes = q_elems * 2;
+        detail::check_cu(api.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(d_q.get()), 0xff, q_bytes, stream),
+                 "cuMemsetD8Async", -1);
+        detail::check_cu(api.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(outs[round].get()), 0xff, q_bytes, stream),
+                 "cuMemsetD8Async", -1);
+        rotary.stream = stream;
+        Runtime::get().rotary_emb(rotary);
+        decode.q = d_q.get();
+        decode.out = outs[round].get();
+        decode.stream = stream;
+        Runtime::get().paged_decode(decode);
+      }
+      detail::check_cu(api.cuStreamSynchronize(stream), "cuStreamSynchronize", -1);
+      detail::check_cu(api.cuStreamDestroy(stream), "cuStreamDestroy", -1);
+      for (int round = 0; round < kRounds; ++round)
+        CHECK_MESSAGE(outs[round].to_host<std::uint16_t>(q_elems) == want, "round " << round);
     }
-    detail::check_cu(api.cuStreamSynchronize(stream), "cuStreamSynchronize", -1);
-    detail::check_cu(api.cuStreamDestroy(stream), "cuStreamDestroy", -1);
-    for (int round = 0; round < kRounds; ++round)
-      CHECK_MESSAGE(outs[round].to_host<std::uint16_t>(q_elems) == want, "round " << round);
   }
 }
 

@@ -36,13 +36,8 @@ void check_rotary(const RotaryCase& c) {
   const std::size_t elems = std::max<std::int64_t>(8, c.batch * batch_stride);
   std::vector<std::uint16_t> x = random_elements(elems, c.dtype, rng);
   const int freq_batches = c.shared_freqs ? 1 : c.batch;
-  std::vector<float> freqs(std::max<std::size_t>(4, static_cast<std::size_t>(freq_batches) * c.seq_len * d));
-  std::uniform_real_distribution<double> angle(-100.0, 100.0);
-  for (std::size_t i = 0; i + 1 < freqs.size(); i += 2) {
-    const double a = angle(rng);
-    freqs[i] = static_cast<float>(std::cos(a));
-    freqs[i + 1] = static_cast<float>(std::sin(a));
-  }
+  const std::vector<float> freqs =
+      random_rotations(std::max<std::size_t>(2, static_cast<std::size_t>(freq_batches) * c.seq_len * d / 2), rng);
   DeviceBuffer d_x = DeviceBuffer::from(x);
   DeviceBuffer d_out(elems * 2);
   d_out.fill_byte(0xff);

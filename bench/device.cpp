@@ -525,7 +525,7 @@ void Bench::measure_launch_floor() {
   auto dependent = [&](unsigned grid, int allow_first, CUstream stream) {
     void* params[] = {&allow_first};
     const detail::LaunchConfig config{"bench_dependent_noop", {grid, 1, 1}, 128, 0, stream, programmatic};
-    detail::launch_kernel(kernels_.dependent_noop, config, params, programmatic, 0);
+    detail::launch_kernel(kernels_.dependent_noop, config, params, 0);
   };
   try {
     launch_floor_.one_us = time_calls(1, [&](int, CUstream stream) { dependent(128, 1, stream); }).us_per_call;

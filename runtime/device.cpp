@@ -169,13 +169,14 @@ void Device::launch(CUfunction function, const LaunchConfig& config, void* param
 }
 
 void Device::launch(CUfunction function, const LaunchConfig& config, void** arguments) const {
-  launch_kernel(function, config, arguments, config.programmatic_dependent && programmatic_launch_, ordinal_);
+  LaunchConfig supported = config;
+  supported.programmatic_dependent = config.programmatic_dependent && programmatic_launch_;
+  launch_kernel(function, supported, arguments, ordinal_);
 }
 
-void launch_kernel(CUfunction function, const LaunchConfig& config, void** arguments, bool programmatic,
-                   int ordinal) {
+void launch_kernel(CUfunction function, const LaunchConfig& config, void** arguments, int ordinal) {
   const auto& api = driver();
-  if (!programmatic) {
+  if (!config.programmatic_dependent) {
     check_cu(api.cuLaunchKernel(function, config.grid.x, config.grid.y, config.grid.z, config.block, 1, 1,
                                 config.smem, config.stream, arguments, nullptr),
              config.name, ordinal);

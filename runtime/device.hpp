@@ -88,11 +88,11 @@ struct LaunchConfig {
   bool programmatic_dependent = false;
 };
 
-// Launches `function` with its argument array; `programmatic` makes it a programmatic dependent
-// launch (the caller has checked that the device and driver support one). Device::launch and
-// the bench's launch floor both go through here, so the floor times the runtime's own launch.
-void launch_kernel(CUfunction function, const LaunchConfig& config, void** arguments, bool programmatic,
-                   int ordinal);
+// Launches `function` with its argument array, as a programmatic dependent launch where
+// config.programmatic_dependent says so (the caller has checked that the device and driver
+// support one). Device::launch and the bench's launch floor both go through here, so the floor
+// times the runtime's own launch.
+void launch_kernel(CUfunction function, const LaunchConfig& config, void** arguments, int ordinal);
 
 // How the first kernel of a variant is launched, for its attributes and the occupancy query.
 struct KernelShape {

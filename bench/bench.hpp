@@ -85,6 +85,7 @@ constexpr std::size_t kMemoryHeadroom = std::size_t{768} << 20;  // left for the
 constexpr int kMaxSets = 512;
 constexpr int kMaxCallsPerReplay = 1024;
 constexpr int kWarmupReplays = 3;
+constexpr double kWarmupSeconds = 0.1;  // and replays for at least this long (see time_runs)
 constexpr int kBenchThreads = 256;
 
 constexpr const char* kFooter =

@@ -46,6 +46,8 @@ std::vector<CaseDef> all_cases() {
   paged_decode(128, 32, 8, 16, 32, 4096, false, "", "");
   paged_decode(128, 32, 8, 16, 1, 1024, false, "", "");
   paged_decode(128, 32, 8, 16, 1, 32768, false, "", "");
+  // Batch 1 on pages of one token (the portable kernel on sm_90a as well).
+  paged_decode(128, 32, 8, 1, 1, 1024, false, "paged_decode/hd128.ps16.B1xL1024", "time vs ps16");
   paged_decode(128, 32, 8, 1, 32, 4096, false, uniform, "TB/s vs ps16");
   paged_decode(128, 32, 8, 16, 32, 4096, true, uniform, "TB/s vs uniform");
   paged_decode(64, 24, 4, 16, 32, 4096, false, "", "");
@@ -115,6 +117,23 @@ std::vector<CaseDef> all_cases() {
   decode(64, 8192, KvDType::e4m3);
   decode(64, 8192, KvDType::same, true);
   decode(32, 4096, KvDType::same, true);
+  {
+    // AstrAI's hd64 24/4 shape over a contiguous cache, against its paged row: what the page
+    // lookups (and the paged kernel's registers) cost at the head dim furthest from the ceiling.
+    CaseDef c;
+    c.kind = CaseKind::decode;
+    c.kernel = "decode";
+    c.label = "hd64.h24kv4.B32xL4096";
+    c.ratio_to = astrai16;
+    c.ratio_label = "speed vs ps16";
+    c.ratio_of = RatioOf::calls;
+    c.batch = 32;
+    c.len = 4096;
+    c.n_heads = 24;
+    c.n_kv_heads = 4;
+    c.head_dim = 64;
+    cases.push_back(c);
+  }
 
   const std::string causal_prefill = "prefill/hd128.causal.B2x8192";
   auto prefill = [&](CaseKind kind, int head_dim, bool causal, int batch, int len, int page,

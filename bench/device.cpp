@@ -299,11 +299,17 @@ int Bench::choose_sets(std::size_t set_bytes, std::size_t shared_bytes, std::vec
   return wanted;
 }
 
-// Runs `step` warmup times, then `reps` times back to back with an event between runs; returns
-// the milliseconds of each run.
+// Runs `step` warmup times and for at least kWarmupSeconds, then `reps` times back to back with an
+// event between runs; returns the milliseconds of each run. The time floor is for short cases:
+// three replays of a batch-1 decode take about 2 ms, too little for the clocks to leave an idle
+// state, so a process's first row read up to 20% slow in some passes (run 100).
 std::vector<double> Bench::time_runs(CUstream stream, int warmup, int reps, const std::function<void()>& step) {
   const auto& api = driver();
-  for (int i = 0; i < warmup; ++i) step();
+  const auto start = Clock::now();
+  for (int i = 0; i < warmup || ms_since(start) < kWarmupSeconds * 1e3; ++i) {
+    step();
+    if (i + 1 >= warmup) sync_stream(stream);
+  }
   std::vector<Event> events;
   events.reserve(static_cast<std::size_t>(reps) + 1);
   for (int i = 0; i <= reps; ++i) events.emplace_back();

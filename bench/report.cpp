@@ -165,6 +165,7 @@ Json report_json(const Bench& bench, const Options& options, const std::vector<C
                            .set("reps", options.reps)
                            .set("calls_per_replay_min", options.calls)
                            .set("warmup_replays", kWarmupReplays)
+                           .set("warmup_seconds_min", kWarmupSeconds)
                            .set("compile_reps", options.compile_reps)
                            .set("load_runs", options.load_runs));
   json.set("ceilings", Json::object()

@@ -2,12 +2,12 @@
 # Nsight Compute profiles of the kernels that set our ratios, on the GPU machine: one launch each
 # of the Hopper prefill (hd128 causal B2 x 8192 and non-causal B4 x 4096, through astrai-bench),
 # cuDNN's prefill on the causal shape (bench/torch_reference.py), the paged decode B64 x 8192,
-# the hd64 24/4 paged decode B32 x 4096, and the batch-1 paged decode B1 x 1024 and its split
-# combine (astrai-bench). For each: the full section set as text, and for ours the per-SASS
+# the hd64 24/4 paged decode B32 x 4096 and the contiguous decode of that shape, and the batch-1
+# paged decode B1 x 1024 and its split combine (astrai-bench). For each: the full section set as text, and for ours the per-SASS
 # instruction stall samples as CSV. Clocks are left alone (--clock-control none).
 # Usage: tools/profile_gpu.sh BUILD_DIR. Output under $OUT (or ./profile-logs). PROFILES: the
 # names to run, comma-separated (default all: prefill_causal, prefill_full, cudnn_causal,
-# paged_decode, paged_decode_hd64, paged_decode_b1, split_combine_b1).
+# paged_decode, paged_decode_hd64, decode_hd64, paged_decode_b1, split_combine_b1).
 set -uo pipefail
 build=${1:-build}
 out=${OUT:-profile-logs}
@@ -38,6 +38,8 @@ profile cudnn_causal 'sdpa|fmha|flash|cudnn' 0 python3 bench/torch_reference.py 
   --filter 'cudnn prefill hd128 B2' --reps 1
 profile paged_decode 'paged_decode' 1 "$bench" --filter '^paged_decode/hd128.ps16.B64xL8192$' --reps 1
 profile paged_decode_hd64 'paged_decode' 1 "$bench" --filter '^paged_decode/hd64.h24kv4.ps16.B32xL4096$' --reps 1
+# The contiguous decode runs the same kernel template without page lookups (kPageSize 0).
+profile decode_hd64 'paged_decode' 1 "$bench" --filter '^decode/hd64.h24kv4.B32xL4096$' --reps 1
 # Batch 1: the decode kernel and its split combine, each alone (ncu serializes the launches).
 profile paged_decode_b1 'paged_decode' 1 "$bench" --filter '^paged_decode/hd128.ps16.B1xL1024$' --reps 1
 profile split_combine_b1 'split_combine' 1 "$bench" --filter '^paged_decode/hd128.ps16.B1xL1024$' --reps 1

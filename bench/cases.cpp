@@ -9,6 +9,11 @@ std::vector<CaseDef> all_cases() {
   auto feature_suffix = [](const CaseDef& c) {
     return c.flags() == 0 ? std::string() : "." + astrai::detail::feature_names(c.flags(), ".");
   };
+  // Head dim, and the head counts where they are not Llama-3-8B's 32/8 ("hd64.h24kv4").
+  auto shape_label = [](int head_dim, int heads, int kv_heads) {
+    return fmt::format("hd{}{}", head_dim,
+                       heads == 32 && kv_heads == 8 ? std::string() : fmt::format(".h{}kv{}", heads, kv_heads));
+  };
   // An FP8 row (kv) compares its calls per second, i.e. tokens per second, with the bf16 row of
   // the same shape; a row with other features (`with`) compares its time with the plain row's.
   auto paged_decode = [&](int head_dim, int heads, int kv_heads, int page, int batch, int len,
@@ -19,11 +24,8 @@ std::vector<CaseDef> all_cases() {
     c.kernel = "paged_decode";
     c.kv_dtype = kv;
     if (with) with(c);
-    c.label = fmt::format("hd{}{}.ps{}.B{}xL{}{}{}{}{}", head_dim,
-                          heads == 32 && kv_heads == 8 ? std::string()
-                                                       : fmt::format(".h{}kv{}", heads, kv_heads),
-                          page, batch, len, ragged ? ".ragged" : "", feature_suffix(c), c.head_major ? ".hnd" : "",
-                          c.rope ? ".rope" : "");
+    c.label = fmt::format("{}.ps{}.B{}xL{}{}{}{}{}", shape_label(head_dim, heads, kv_heads), page, batch, len,
+                          ragged ? ".ragged" : "", feature_suffix(c), c.head_major ? ".hnd" : "", c.rope ? ".rope" : "");
     if (kv != KvDType::same) c.ratio_of = RatioOf::calls;
     else if (!c.features().empty()) c.ratio_of = RatioOf::time;
     else if (c.head_major) c.ratio_of = RatioOf::calls;
@@ -92,48 +94,39 @@ std::vector<CaseDef> all_cases() {
   paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "TB/s vs q1", KvDType::same,
                [](CaseDef& c) { c.q_len = 4; });
 
-  auto decode = [&](int batch, int len, KvDType kv = KvDType::same, bool bhld = false) {
+  auto decode = [&](int head_dim, int heads, int kv_heads, int batch, int len, KvDType kv = KvDType::same,
+                    bool bhld = false) {
     CaseDef c;
     c.kind = CaseKind::decode;
     c.kernel = "decode";
     c.kv_dtype = kv;
     c.head_major = bhld;
-    c.label = fmt::format("hd128.B{}xL{}{}{}", batch, len, feature_suffix(c), bhld ? ".bhld" : "");
+    const std::string shape = shape_label(head_dim, heads, kv_heads);
+    c.label = fmt::format("{}.B{}xL{}{}{}", shape, batch, len, feature_suffix(c), bhld ? ".bhld" : "");
     if (kv != KvDType::same || bhld) {
-      c.ratio_to = fmt::format("decode/hd128.B{}xL{}", batch, len);
+      c.ratio_to = fmt::format("decode/{}.B{}xL{}", shape, batch, len);
       c.ratio_label = bhld ? "speed vs token-major" : "tokens/s vs bf16";
       c.ratio_of = RatioOf::calls;
     }
     c.batch = batch;
     c.len = len;
-    c.n_heads = 32;
-    c.n_kv_heads = 8;
-    c.head_dim = 128;
+    c.n_heads = heads;
+    c.n_kv_heads = kv_heads;
+    c.head_dim = head_dim;
     cases.push_back(c);
   };
-  decode(64, 8192);
-  decode(32, 4096);
-  decode(1, 1024);
-  decode(64, 8192, KvDType::e4m3);
-  decode(64, 8192, KvDType::same, true);
-  decode(32, 4096, KvDType::same, true);
-  {
-    // AstrAI's hd64 24/4 shape over a contiguous cache, against its paged row: what the page
-    // lookups (and the paged kernel's registers) cost at the head dim furthest from the ceiling.
-    CaseDef c;
-    c.kind = CaseKind::decode;
-    c.kernel = "decode";
-    c.label = "hd64.h24kv4.B32xL4096";
-    c.ratio_to = astrai16;
-    c.ratio_label = "speed vs ps16";
-    c.ratio_of = RatioOf::calls;
-    c.batch = 32;
-    c.len = 4096;
-    c.n_heads = 24;
-    c.n_kv_heads = 4;
-    c.head_dim = 64;
-    cases.push_back(c);
-  }
+  decode(128, 32, 8, 64, 8192);
+  decode(128, 32, 8, 32, 4096);
+  decode(128, 32, 8, 1, 1024);
+  decode(128, 32, 8, 64, 8192, KvDType::e4m3);
+  decode(128, 32, 8, 64, 8192, KvDType::same, true);
+  decode(128, 32, 8, 32, 4096, KvDType::same, true);
+  // AstrAI's hd64 24/4 shape over a contiguous cache, against its paged row: what the page
+  // lookups (and the paged kernel's registers) cost at the head dim furthest from the ceiling.
+  decode(64, 24, 4, 32, 4096);
+  cases.back().ratio_to = astrai16;
+  cases.back().ratio_label = "speed vs ps16";
+  cases.back().ratio_of = RatioOf::calls;
 
   const std::string causal_prefill = "prefill/hd128.causal.B2x8192";
   auto prefill = [&](CaseKind kind, int head_dim, bool causal, int batch, int len, int page,

@@ -51,4 +51,14 @@ std::string global_access_before_grid_wait(const std::string& ptx) {
   return "";
 }
 
+bool occurs_before_grid_wait(const std::string& ptx, const std::string& instruction) {
+  for (std::size_t entry = ptx.find(".entry "); entry != std::string::npos;) {
+    const std::size_t next = ptx.find(".entry ", entry + 1);
+    const std::size_t end = next == std::string::npos ? ptx.size() : next;
+    if (ptx.find(instruction, entry) < std::min(ptx.find("griddepcontrol.wait", entry), end)) return true;
+    entry = next;
+  }
+  return false;
+}
+
 }  // namespace astrai::testing

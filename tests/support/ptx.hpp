@@ -17,4 +17,8 @@ inline bool contains(const std::string& text, const std::string& needle) {
 // entry that does not (or never waits).
 std::string global_access_before_grid_wait(const std::string& ptx);
 
+// Whether `instruction` occurs ahead of griddepcontrol.wait (or in an entry that never waits) in
+// some entry of `ptx`: for the prefetches a dependent issues while the kernel ahead finishes.
+bool occurs_before_grid_wait(const std::string& ptx, const std::string& instruction);
+
 }  // namespace astrai::testing

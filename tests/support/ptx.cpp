@@ -21,6 +21,19 @@ std::size_t find_access(const std::string& ptx, const std::string& access, std::
   return std::string::npos;
 }
 
+// The part of each entry of `ptx` ahead of its griddepcontrol.wait (the whole entry when it never
+// waits): calls visit(entry_start, wait) for each until one returns true.
+template <typename Visit>
+bool any_entry_head(const std::string& ptx, Visit visit) {
+  for (std::size_t entry = ptx.find(".entry "); entry != std::string::npos;) {
+    const std::size_t next = ptx.find(".entry ", entry + 1);
+    const std::size_t end = next == std::string::npos ? ptx.size() : next;
+    if (visit(entry, std::min(ptx.find("griddepcontrol.wait", entry), end))) return true;
+    entry = next;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string global_access_before_grid_wait(const std::string& ptx) {
@@ -28,37 +41,26 @@ std::string global_access_before_grid_wait(const std::string& ptx) {
   static constexpr std::array<const char*, 7> kAccesses = {"ld.global",    "st.global",         "atom.global",
                                                            "red.global",   "cp.async.ca.shared", "cp.async.cg.shared",
                                                            "cp.async.bulk"};
-  std::size_t entry = ptx.find(".entry ");
-  while (entry != std::string::npos) {
-    const std::size_t next = ptx.find(".entry ", entry + 1);
-    const std::size_t end = next == std::string::npos ? ptx.size() : next;
-    const std::size_t wait = std::min(ptx.find("griddepcontrol.wait", entry), end);
-    std::size_t first = end;
-    std::string what;
+  std::string found;
+  any_entry_head(ptx, [&](std::size_t entry, std::size_t wait) {
+    std::size_t first = wait;
     for (const char* access : kAccesses) {
       const std::size_t at = find_access(ptx, access, entry);
       if (at < first) {
         first = at;
-        what = access;
+        found = access;
       }
     }
-    if (first < wait) {
-      const std::size_t name_end = ptx.find_first_of("( \n", entry + 7);
-      return ptx.substr(entry + 7, name_end - entry - 7) + ": " + what;
-    }
-    entry = next;
-  }
-  return "";
+    if (first == wait) return false;
+    const std::size_t name_end = ptx.find_first_of("( \n", entry + 7);
+    found = ptx.substr(entry + 7, name_end - entry - 7) + ": " + found;
+    return true;
+  });
+  return found;
 }
 
 bool occurs_before_grid_wait(const std::string& ptx, const std::string& instruction) {
-  for (std::size_t entry = ptx.find(".entry "); entry != std::string::npos;) {
-    const std::size_t next = ptx.find(".entry ", entry + 1);
-    const std::size_t end = next == std::string::npos ? ptx.size() : next;
-    if (ptx.find(instruction, entry) < std::min(ptx.find("griddepcontrol.wait", entry), end)) return true;
-    entry = next;
-  }
-  return false;
+  return any_entry_head(ptx, [&](std::size_t entry, std::size_t wait) { return ptx.find(instruction, entry) < wait; });
 }
 
 }  // namespace astrai::testing

@@ -92,6 +92,16 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const TmaMap* map, u64* b
       : "memory");
 }
 
+// The same with an L2 cache policy for the lines it brings (l2_evict_first_policy).
+__device__ __forceinline__ void tma_load_4d(void* dst, const TmaMap* map, u64* bar, int c0, int c1,
+                                            int c2, int c3, u64 l2_policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(bar)), "l"(l2_policy)
+      : "memory");
+}
+
 __device__ __forceinline__ void tma_load_5d(void* dst, const TmaMap* map, u64* bar, int c0, int c1,
                                             int c2, int c3, int c4) {
   asm volatile(

@@ -253,18 +253,19 @@ __device__ __forceinline__ void prefetch_decode_start(const PagedDecodeParams& p
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kQLen = decode_q_len(kFlags);
   const DecodeWork tile = decode_work_tile<kGroup, kFlags>();
-  constexpr int kQLines = (kHeadDim * static_cast<int>(sizeof(T)) + 127) / 128;  // 128-byte lines of a Q row
+  constexpr int kRowLines = (kHeadDim * static_cast<int>(sizeof(T)) + 127) / 128;  // 128-byte lines of a row
   const int i = static_cast<int>(threadIdx.x) - first_thread;
-  if (i >= 0 && i < tile.rows * kQLines) {
-    const int row = i / kQLines;
+  if (i >= 0 && i < tile.rows * kRowLines) {
+    const int row = i / kRowLines;
     const T* q_row = static_cast<const T*>(p.q) + blockIdx.z * p.q_stride_batch +
                      row_token<kQLen>(tile.first_row, row) * p.q_stride_seq +
                      row_head<kQLen>(tile.first_head, tile.first_row, row) * p.q_stride_head;
-    prefetch_l2(reinterpret_cast<const unsigned char*>(q_row) + (i % kQLines) * 128);
+    prefetch_l2(reinterpret_cast<const unsigned char*>(q_row) + (i % kRowLines) * 128);
   }
   if (threadIdx.x == blockDim.x - 1 && p.seq_lens != nullptr) prefetch_l2(p.seq_lens + blockIdx.z);
   if constexpr (kKvRows && !has_feature<kFlags>(kFeatureWindow)) {
     static_assert(kDecodeThreads == 2 * kDecodeBlockTokens, "a thread per K or V row of a block");
+    static_assert(!has_fp8_kv<kFlags>(), "FP8 caches take no prefetches (run 100: their decode ran slower)");
     const int split_begin = static_cast<int>(blockIdx.x) * p.tokens_per_split;
     const int token = split_begin + static_cast<int>(threadIdx.x) % kDecodeBlockTokens;
     if (token >= min(split_begin + p.tokens_per_split, p.kv_capacity)) return;
@@ -282,11 +283,10 @@ __device__ __forceinline__ void prefetch_decode_start(const PagedDecodeParams& p
                (token % kPageSize) * (is_v ? p.v_stride_token : p.k_stride_token);
     }
     offset += tile.kv_head * (is_v ? p.v_stride_head : p.k_stride_head);
-    // Strides count elements: bytes of T, or one byte each in an FP8 cache.
-    constexpr int kElementBytes = has_fp8_kv<kFlags>() ? 1 : static_cast<int>(sizeof(T));
-    const unsigned char* row = static_cast<const unsigned char*>(is_v ? p.v_cache : p.k_cache) + offset * kElementBytes;
+    const T* kv_row = static_cast<const T*>(is_v ? p.v_cache : p.k_cache) + offset;
 #pragma unroll
-    for (int line = 0; line < (kHeadDim * kElementBytes + 127) / 128; ++line) prefetch_l2(row + line * 128);
+    for (int line = 0; line < kRowLines; ++line)
+      prefetch_l2(reinterpret_cast<const unsigned char*>(kv_row) + line * 128);
   }
 #endif
 }
@@ -366,8 +366,10 @@ __device__ __forceinline__ void load_kv_block_async(const PagedDecodeParams& p, 
     }
     // Past the end, or an unmapped page: zero-fill without reading global memory.
     const int bytes = page >= 0 ? 16 : 0;
-    cp_async_16(shared_address(smem_k + row * Tiles::kRowStride + col), k_row + (page >= 0 ? col : 0), bytes);
-    cp_async_16(shared_address(smem_v + row * Tiles::kRowStride + col), v_row + (page >= 0 ? col : 0), bytes);
+    cp_async_16_read_once(shared_address(smem_k + row * Tiles::kRowStride + col), k_row + (page >= 0 ? col : 0),
+                          bytes);
+    cp_async_16_read_once(shared_address(smem_v + row * Tiles::kRowStride + col), v_row + (page >= 0 ? col : 0),
+                          bytes);
   }
 }
 
@@ -451,8 +453,8 @@ struct FullBlockLoader {
       for (int j = 0; j < kPassesPerLookup; ++j) {
         const int row_offset = (l * kPassesPerLookup + j) * kPassRows;
         const long long step = static_cast<long long>(j) * kPassRows;
-        cp_async_16(k_dst + row_offset * kRowBytes, k_src + (bytes ? step * p.k_stride_token : 0), bytes);
-        cp_async_16(v_dst + row_offset * kRowBytes, v_src + (bytes ? step * p.v_stride_token : 0), bytes);
+        cp_async_16_read_once(k_dst + row_offset * kRowBytes, k_src + (bytes ? step * p.k_stride_token : 0), bytes);
+        cp_async_16_read_once(v_dst + row_offset * kRowBytes, v_src + (bytes ? step * p.v_stride_token : 0), bytes);
       }
     }
   }

@@ -7,7 +7,8 @@
 // rings cost no registers. A CTA barrier at the end of each block frees its stage for the next
 // issue (an empty mbarrier per stage instead, each warp arriving and warp 0 waiting before a
 // refill, was no faster in run 56 and 0.2-1.5% slower on every bench row in run 93). The first
-// copies leave before the Q tile loads (the latency a short split waits on).
+// copies leave before the Q tile loads (the latency a short split waits on). The copies mark
+// their lines first to be evicted from L2: K and V are read once (l2_evict_first_policy).
 // Launched as a programmatic dependent of the kernel before it: before its griddepcontrol.wait
 // come the barrier setup, the tensor-map prefetch and L2 prefetches of the CTA's first reads
 // (sequence length, Q rows, the first blocks' K and V, steered by page ids read through L2
@@ -155,7 +156,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     if (lane < Shape::kCopies) {
       const int token = w.split_begin + block * kDecodeBlockTokens + copy_box * Shape::kBoxRows;
       tma_load_4d(ring + s * Shape::kStageBytes + copy_offset, copy_map, &full[s], 64 * copy_chunk, w.kv_head,
-                  box_row(token), token < w.split_end ? page : -1);
+                  box_row(token), token < w.split_end ? page : -1, l2_evict_first_policy());
     }
   };
   // Page ids are looked up a block ahead of their issue, so the lookup never stalls it.

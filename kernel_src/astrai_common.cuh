@@ -117,6 +117,14 @@ __device__ __forceinline__ unsigned long long l2_evict_first_policy() {
 // member: those become device globals in the cubin of every variant.
 template <int kFlags> __device__ constexpr bool has_feature(FeatureBit bit) { return (kFlags & bit) != 0; }
 
+// 2^x on the special-function unit, subnormal results flushed (they weigh nothing in a softmax).
+// One instruction: exp2f without fast math adds a range test and a squaring around it.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // tanh(x) = 1 - 2 / (e^(2|x|) + 1) with the sign put back, through ex2.approx and rcp.approx:
 // an absolute error near 2^-21 (tanh.approx's 2^-11 relative error is too coarse for a
 // soft-capped score; tanhf's branches cost more than the rest of the softmax). Infinities give

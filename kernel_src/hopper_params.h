@@ -93,23 +93,22 @@ constexpr bool prefill_sm90_head_dim(int head_dim) {
 }
 
 // Decode (paged_decode_sm90.cuh): the tensor-core decode's 4 warps and 64-token blocks, K and V
-// brought by TMA into a ring of stages of 2 x 64 x head_dim elements: hd64 2 stages, hd128 3
-// stages (2 CTAs an SM), larger head dims 3 stages (1 CTA). At hd64 the paged kernel's 113
-// registers a thread then allow 4 CTAs an SM (the contiguous one's 80 allow 6). Measured on the
-// H200 (docs/device-notes.md, runs 86-87): hd64 24/4 B32 x 4096 read 75.0% of the streaming
-// ceiling with 2 stages, 73.6% with 3 (also 4 CTAs: the same grid), 72.9% with 4 (3 CTAs, shared
-// memory bound); hd128 with 2 stages (3 CTAs) moved -1.9 to +2.6 points by shape (run 87; run
-// 48 likewise) and with 6 stages at 1 CTA fell to 71.5% (run 48), so it keeps 3. hd64 with
-// __launch_bounds__(128, 6) (76-80 registers: 6 CTAs an SM, so 6 splits there) read 1.3% less
-// (run 89); at 2 splits (half the CTA slots) the same row took 0.8% longer than at 4 (run 92),
-// which points at each SM's rate rather than the grid's tail.
-constexpr int decode_sm90_stages(int head_dim) { return head_dim <= 64 ? 2 : 3; }
+// brought by TMA into a ring of 3 stages of 2 x 64 x head_dim elements: 4 CTAs an SM at hd64
+// (shared memory), 2 at hd128, 1 beyond. Measured on the H200 (docs/device-notes.md): hd128
+// with 2 stages (3 CTAs) moved -1.9 to +2.6 points by shape (runs 48, 87) and with 6 stages at
+// 1 CTA fell to 71.5% (run 48). hd64 took 2 stages from run 87 (75.0% of the read against 73.6%
+// with 3) until its copies left L2 first (run 105): since then 3 stages read the contiguous hd64
+// 24/4 B32 x 4096 4.6% faster (its 80 registers had allowed 6 CTAs an SM with 2 stages, which
+// read less, as __launch_bounds__(128, 6) did for the paged kernel in run 89) and the paged one
+// 0.5% (run 109). At 2 splits (half the CTA slots) the paged hd64 row took 0.8% longer than at
+// 4 (run 92): each SM's rate, not the grid's tail, sets it.
+inline constexpr int kDecodeSm90Stages = 3;
 
 // The Q tile (rows of head_dim + 8 elements), 1 KB to align the ring by hand, the ring, and a
 // full barrier per stage.
 constexpr int decode_sm90_smem_bytes(int head_dim) {
   return kDecodeHeadsPerTile * (head_dim + 8) * 2 + 1024 +
-         decode_sm90_stages(head_dim) * (4 * kDecodeBlockTokens * head_dim + 8);
+         kDecodeSm90Stages * (4 * kDecodeBlockTokens * head_dim + 8);
 }
 
 // Features the Hopper decode computes (the FP8 cache keeps its direct path).

@@ -38,7 +38,7 @@ template <int kHeadDim, int kPageSize>
 struct DecodeSm90Shape {
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head_dim");
   static_assert(kPageSize == 0 || kPageSize >= 16, "page_size");
-  static constexpr int kStages = decode_sm90_stages(kHeadDim);
+  static constexpr int kStages = kDecodeSm90Stages;
   static constexpr int kChunks = kHeadDim / 64;                    // 128-byte chunks of a row
   static constexpr int kChunkBytes = kDecodeBlockTokens * 128;     // one chunk of a block's K or V
   static constexpr int kTileBytes = kChunks * kChunkBytes;         // a block's K or V
@@ -75,8 +75,10 @@ __global__ void __launch_bounds__(kDecodeThreads)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   allow_dependent_grid();  // the split combine may be scheduled as CTAs free up
   T* smem_q = reinterpret_cast<T*>(smem_raw);
-  unsigned char* ring = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<unsigned long long>(smem_raw) + Shape::kQBytes + 1023) & ~1023ull);
+  // The ring starts at the first 1 KB boundary (of the shared address) after the Q tile. Offset
+  // from smem_raw, not rounded as an integer, the pointer keeps its address space: the merge and
+  // the tail's stores into the ring compile to shared, not generic, accesses.
+  unsigned char* ring = smem_raw + ((smem_u32(smem_raw) + Shape::kQBytes + 1023) & ~1023u) - smem_u32(smem_raw);
   u64* full = reinterpret_cast<u64*>(ring + kStages * Shape::kStageBytes);
 
   const int lane = threadIdx.x & 31;

@@ -31,13 +31,6 @@ template <> struct IsFp16<fp16_t> { static constexpr bool value = true; };
 // A number as a type, for generic lambdas (a GEMM's width or a tile's piece, known at compile time).
 template <int N> struct Constant { static constexpr int value = N; };
 
-// 2^x on the special-function unit, subnormal results flushed (they weigh nothing in a softmax).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // Diagnostics: with ASTRAI_PREFILL_TRACE defined (to the number of CTAs traced; only
 // astrai-sm90-check --trace does so, never the runtime), each CTA writes SM clock stamps of its
 // phases and its SM id, so the check tool can say where a tile's time goes.

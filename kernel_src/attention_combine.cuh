@@ -36,12 +36,10 @@ constexpr int combine_groups(int head_dim) { return 128 / (head_dim / 4) > 0 ? 1
 // One CTA per (batch, head) row, or (batch, token, head) with kQLen query tokens: out = sum_s
 // w_s * partial_s with w_s = exp(lse_s - lse). The row is read as float4 columns; groups of
 // threads take every kGroups-th split so that long split lists (batch 1, long contexts) are
-// read in parallel, then the groups are summed. Every warp works out the log-sum-exp itself,
-// so that one CTA barrier (before the groups' sums) is all the row waits on. The kernel owns
-// the shared array.
+// read in parallel, then the groups are summed. The kernel owns the shared arrays.
 template <typename T, int kHeadDim, int kQLen>
-__device__ __forceinline__ void combine_split_row(const CombineParams& p, long long out_stride_seq,
-                                                  float4 (*group_sums)[kHeadDim / 4]) {
+__device__ __forceinline__ void combine_split_row(const CombineParams& p, long long out_stride_seq, float* weights,
+                                                  float& inverse_total, float4 (*group_sums)[kHeadDim / 4]) {
   constexpr int kLanesPerRow = kHeadDim / 4;  // float4 columns
   constexpr int kGroups = combine_groups(kHeadDim);
   static_assert(kHeadDim % 4 == 0 && kLanesPerRow <= 128, "combine tiling");
@@ -58,53 +56,63 @@ __device__ __forceinline__ void combine_split_row(const CombineParams& p, long l
   const int lane = threadIdx.x % kLanesPerRow;
   const float4* column = reinterpret_cast<const float4*>(p.workspace.partial_out) + lane;
   auto partial = [&](int s) { return column[(s * rows_per_split + row) * kLanesPerRow]; };
-  auto partial_lse = [&](int s) { return p.workspace.partial_lse[s * rows_per_split + row]; };
 
-  // Each group's first kHeld splits and their LSEs are read with the LSEs of the maximum, all
-  // before any result is known (batch 1 has a few splits a group, all of them held).
+  // Each group's first kHeld splits are read before the weights are known, so that their
+  // latency overlaps the log-sum-exp pass (batch 1 has a few splits a group, all of them held).
   constexpr int kHeld = 4;
   float4 held[kHeld];
-  float held_lse[kHeld];
 #pragma unroll
   for (int i = 0; i < kHeld; ++i) {
     const int s = group + i * kGroups;
-    const bool read = group < kGroups && s < num_splits;
-    held[i] = read ? partial(s) : make_float4(0.f, 0.f, 0.f, 0.f);
-    held_lse[i] = read ? partial_lse(s) : negative_infinity();
+    held[i] = group < kGroups && s < num_splits ? partial(s) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  constexpr int kLsePerLane = kMaxSplits / 32;
-  static_assert(kMaxSplits % 32 == 0, "a whole number of LSEs a lane");
-  const int warp_lane = threadIdx.x & 31;
-  float lse[kLsePerLane];
-  float max_lse = negative_infinity();
+
+  if (threadIdx.x < 32) {
+    // Every LSE is read once, all at the same time, and kept for the weights.
+    constexpr int kLsePerLane = kMaxSplits / 32;
+    static_assert(kMaxSplits % 32 == 0, "a whole number of LSEs a lane");
+    float lse[kLsePerLane];
+    float max_lse = negative_infinity();
 #pragma unroll
-  for (int i = 0; i < kLsePerLane; ++i) {
-    const int s = warp_lane + 32 * i;
-    lse[i] = s < num_splits ? partial_lse(s) : negative_infinity();
-    max_lse = fmaxf(max_lse, lse[i]);
+    for (int i = 0; i < kLsePerLane; ++i) {
+      const int s = threadIdx.x + 32 * i;
+      lse[i] = s < num_splits ? p.workspace.partial_lse[s * rows_per_split + row] : negative_infinity();
+      max_lse = fmaxf(max_lse, lse[i]);
+    }
+    max_lse = warp_all_max(max_lse);
+    float total = 0.f;
+#pragma unroll
+    for (int i = 0; i < kLsePerLane; ++i) {
+      const int s = threadIdx.x + 32 * i;
+      if (s >= num_splits) break;
+      // Empty splits carry -inf and weigh nothing; an all-empty row outputs zeros.
+      const float w = (max_lse == negative_infinity()) ? 0.f : __expf(lse[i] - max_lse);
+      weights[s] = w;
+      total += w;
+    }
+    total = warp_all_sum(total);
+    if (threadIdx.x == 0) {
+      inverse_total = total > 0.f ? 1.f / total : 0.f;
+      if (p.lse) p.lse[row] = total > 0.f ? max_lse + __logf(total) : negative_infinity();
+    }
   }
-  max_lse = warp_all_max(max_lse);
-  // Empty splits carry -inf and weigh nothing; an all-empty row outputs zeros.
-  auto weight = [&](float split_lse) { return max_lse == negative_infinity() ? 0.f : __expf(split_lse - max_lse); };
-  float total = 0.f;
-#pragma unroll
-  for (int i = 0; i < kLsePerLane; ++i) total += weight(lse[i]);
-  total = warp_all_sum(total);
-  if (threadIdx.x == 0 && p.lse) p.lse[row] = total > 0.f ? max_lse + __logf(total) : negative_infinity();
+  __syncthreads();
 
   if (group < kGroups) {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     // A zero weight never lets a non-finite partial through.
-    auto add = [&](float w, const float4& v) {
+    auto add = [&](int s, const float4& v) {
+      const float w = weights[s];
       acc.x += w != 0.f ? w * v.x : 0.f;
       acc.y += w != 0.f ? w * v.y : 0.f;
       acc.z += w != 0.f ? w * v.z : 0.f;
       acc.w += w != 0.f ? w * v.w : 0.f;
     };
 #pragma unroll
-    for (int i = 0; i < kHeld; ++i) add(weight(held_lse[i]), held[i]);
+    for (int i = 0; i < kHeld; ++i)
+      if (group + i * kGroups < num_splits) add(group + i * kGroups, held[i]);
 #pragma unroll 4
-    for (int s = group + kHeld * kGroups; s < num_splits; s += kGroups) add(weight(partial_lse(s)), partial(s));
+    for (int s = group + kHeld * kGroups; s < num_splits; s += kGroups) add(s, partial(s));
     group_sums[group][lane] = acc;
   }
   __syncthreads();
@@ -121,7 +129,7 @@ __device__ __forceinline__ void combine_split_row(const CombineParams& p, long l
     }
     T* dst = static_cast<T*>(p.out) + batch_index * p.out_stride_batch +
              token * out_stride_seq + head * p.out_stride_head + threadIdx.x * 4;
-    const float scale = total > 0.f ? 1.f / total : 0.f;
+    const float scale = inverse_total;
     dst[0] = from_float<T>(sum.x * scale);
     dst[1] = from_float<T>(sum.y * scale);
     dst[2] = from_float<T>(sum.z * scale);
@@ -131,15 +139,19 @@ __device__ __forceinline__ void combine_split_row(const CombineParams& p, long l
 
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(128) split_combine_kernel(const CombineParams p) {
+  __shared__ float weights[kMaxSplits];
+  __shared__ float inverse_total;
   __shared__ float4 group_sums[combine_groups(kHeadDim)][kHeadDim / 4];
-  combine_split_row<T, kHeadDim, 1>(p, 0, group_sums);
+  combine_split_row<T, kHeadDim, 1>(p, 0, weights, inverse_total, group_sums);
 }
 
 // The multi-token decode's combine: the rows of kQLen query tokens per request.
 template <typename T, int kHeadDim, int kQLen>
 __global__ void __launch_bounds__(128) split_combine_tokens_kernel(const TokenCombineParams p) {
+  __shared__ float weights[kMaxSplits];
+  __shared__ float inverse_total;
   __shared__ float4 group_sums[combine_groups(kHeadDim)][kHeadDim / 4];
-  combine_split_row<T, kHeadDim, kQLen>(p.rows, p.out_stride_seq, group_sums);
+  combine_split_row<T, kHeadDim, kQLen>(p.rows, p.out_stride_seq, weights, inverse_total, group_sums);
 }
 
 }  // namespace astrai

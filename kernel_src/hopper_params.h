@@ -100,8 +100,9 @@ constexpr bool prefill_sm90_head_dim(int head_dim) {
 // with 3) until its copies left L2 first (run 105): since then 3 stages read the contiguous hd64
 // 24/4 B32 x 4096 4.6% faster (its 80 registers had allowed 6 CTAs an SM with 2 stages, which
 // read less, as __launch_bounds__(128, 6) did for the paged kernel in run 89) and the paged one
-// 0.5% (run 109). At 2 splits (half the CTA slots) the paged hd64 row took 0.8% longer than at
-// 4 (run 92): each SM's rate, not the grid's tail, sets it.
+// 0.5% (run 109); 4 stages (3 CTAs an SM) read the paged one 5.0% slower (run 111). At 2
+// splits (half the CTA slots) the paged hd64 row took 0.8% longer than at 4 (run 92): each SM's
+// rate, not the grid's tail, sets it.
 inline constexpr int kDecodeSm90Stages = 3;
 
 // The Q tile (rows of head_dim + 8 elements), 1 KB to align the ring by hand, the ring, and a

@@ -14,7 +14,6 @@
 // jit_figures.cpp (compile, cached load and host overhead), report.cpp (table and JSON),
 // main.cpp (options and the run).
 #pragma once
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <fcntl.h>

@@ -1,4 +1,6 @@
 // astrai-bench entry point: options, case selection and the run.
+#include <CLI/CLI.hpp>
+
 #include "bench/bench.hpp"
 
 namespace astrai::bench {

@@ -24,7 +24,7 @@ fi
 
 start=$(date +%s)
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=Debug \
-  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DASTRAI_JIT_FUZZ=ON -DASTRAI_JIT_BUILD_TESTS=ON \
+  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DCMAKE_UNITY_BUILD=ON -DASTRAI_JIT_FUZZ=ON -DASTRAI_JIT_BUILD_TESTS=ON \
   -DASTRAI_JIT_BUILD_TOOLS=OFF -DASTRAI_JIT_INSTALL=OFF >/dev/null
 cmake --build "$build" --target astrai_fuzz -j "$(nproc)"
 built=$(date +%s)

@@ -30,7 +30,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 # against 23.
 configure_and_build() {  # dir flags target
   local dir=$1 flags=$2 target=$3
-  cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1" \
+  cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1" -DCMAKE_UNITY_BUILD=ON \
     -DCMAKE_CXX_FLAGS="$flags -fno-omit-frame-pointer" \
     -DCMAKE_EXE_LINKER_FLAGS="$flags -Wl,--as-needed" \
     -DASTRAI_JIT_BUILD_TOOLS=OFF -DASTRAI_JIT_INSTALL=OFF -DASTRAI_JIT_BUILD_TESTS=ON >/dev/null

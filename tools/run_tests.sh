@@ -27,7 +27,9 @@ if [ "$python_tests" = 1 ]; then
   trap '[ -z "$deps_pid" ] || kill -- "-$deps_pid" 2>/dev/null || true' EXIT
 fi
 
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
+# A unity build: the header-only fmt and CLI11 are compiled once per batch of files, not per
+# file (on the 2-core development machine a clean Release build took 100 s against 170).
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=ON
 cmake --build "$build" -j "$(nproc)"
 (cd "$build" && ctest --output-on-failure -j 2)
 

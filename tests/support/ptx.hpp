@@ -1,12 +1,18 @@
-// Checks on NVRTC's PTX text shared by the compile tests.
+// Checks on NVRTC's output (PTX text, binaries) shared by the compile tests.
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace astrai::testing {
 
 inline bool contains(const std::string& text, const std::string& needle) {
   return text.find(needle) != std::string::npos;
+}
+
+// An ELF image (a cubin), by its magic number.
+inline bool is_elf(const std::vector<char>& binary) {
+  return binary.size() > 4 && binary[0] == '\x7f' && binary[1] == 'E' && binary[2] == 'L' && binary[3] == 'F';
 }
 
 // A kernel launched as a programmatic dependent may start while the kernel before it still

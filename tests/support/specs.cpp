@@ -1,5 +1,7 @@
 #include "tests/support/specs.hpp"
 
+#include "astrai/error.hpp"
+
 namespace astrai::testing {
 
 detail::KernelSpec make_spec(detail::KernelKind kind, DType dtype, int head_dim, int page_size, int group,
@@ -13,6 +15,15 @@ detail::KernelSpec make_spec(detail::KernelKind kind, DType dtype, int head_dim,
   spec.arch = arch;
   spec.force_no_mma = no_mma;
   return spec;
+}
+
+std::string rejection(const detail::KernelSpec& spec) {
+  try {
+    spec.validate();
+  } catch (const InvalidArgument& error) {
+    return error.what();
+  }
+  return "";
 }
 
 }  // namespace astrai::testing

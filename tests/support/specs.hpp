@@ -20,4 +20,7 @@ inline detail::KernelSpec rotary_spec(DType dtype, int head_dim, const std::stri
   return make_spec(detail::KernelKind::rotary_emb, dtype, head_dim, 0, 0, arch, no_mma);
 }
 
+// The message of the InvalidArgument that spec.validate() throws, or "" when it accepts the spec.
+std::string rejection(const detail::KernelSpec& spec);
+
 }  // namespace astrai::testing

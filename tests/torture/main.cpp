@@ -18,6 +18,8 @@
 // Each verb prints its figures and exits 1 when a guarantee was violated (2: usage error).
 // Every run works in a fresh subdirectory of --dir and removes it afterwards (--keep keeps it).
 // Verbs whose name starts with "__" are the child processes the others start.
+#include <CLI/CLI.hpp>
+
 #include "tests/torture/torture.hpp"
 
 int main(int argc, char** argv) {

@@ -15,6 +15,7 @@ using astrai::DType;
 using astrai::InvalidArgument;
 using astrai::detail::KernelKind;
 using astrai::detail::KernelSpec;
+using astrai::testing::rejection;
 using astrai::testing::make_spec;
 
 namespace {
@@ -22,15 +23,6 @@ namespace {
 KernelSpec with_flags(KernelSpec spec, std::uint32_t flags) {
   spec.flags = flags;
   return spec;
-}
-
-std::string rejection(const KernelSpec& spec) {
-  try {
-    spec.validate();
-  } catch (const InvalidArgument& error) {
-    return error.what();
-  }
-  return "";
 }
 
 const KernelKind kAttentionKinds[] = {KernelKind::paged_decode, KernelKind::decode, KernelKind::prefill,

@@ -24,6 +24,7 @@
 namespace fs = std::filesystem;
 using astrai::DType;
 using astrai::testing::contains;
+using astrai::testing::is_elf;
 using astrai::detail::CacheMode;
 using astrai::detail::CompiledVariant;
 using astrai::detail::decode_variant_payload;
@@ -45,11 +46,11 @@ using astrai::testing::write_file;
 namespace {
 
 // The cheapest variant to compile, and one attention variant.
-KernelSpec rotary_spec(DType dtype = DType::bf16, const std::string& arch = "sm_80") {
+KernelSpec rotary_hd64_spec(DType dtype = DType::bf16, const std::string& arch = "sm_80") {
   return astrai::testing::rotary_spec(dtype, 64, arch);
 }
 
-KernelSpec paged_spec(const std::string& arch = "sm_80") {
+KernelSpec paged_hd64_spec(const std::string& arch = "sm_80") {
   return astrai::testing::paged_decode_spec(DType::bf16, 64, 16, 4, arch);
 }
 
@@ -62,11 +63,6 @@ std::vector<fs::path> entry_files(const fs::path& dir) {
     entries.push_back(file);
   }
   return entries;
-}
-
-bool is_elf(const std::vector<char>& binary) {
-  return binary.size() > 4 && binary[0] == '\x7f' && binary[1] == 'E' && binary[2] == 'L' &&
-         binary[3] == 'F';
 }
 
 std::size_t line_count(const std::string& text) {
@@ -94,7 +90,7 @@ TEST_SUITE("jit_engine") {
 
 TEST_CASE("the first get compiles, the second is a memory hit, a new engine loads from disk") {
   TempDir dir;
-  const KernelSpec spec = rotary_spec();
+  const KernelSpec spec = rotary_hd64_spec();
 
   JitEngine first(config_for(dir.path()));
   VariantSource source = VariantSource::memory;
@@ -134,7 +130,7 @@ TEST_CASE("the first get compiles, the second is a memory hit, a new engine load
 
 TEST_CASE("a paged decode variant carries both kernel symbols through the cache") {
   TempDir dir;
-  const KernelSpec spec = paged_spec();
+  const KernelSpec spec = paged_hd64_spec();
   JitEngine first(config_for(dir.path()));
   const auto compiled = first.get(spec);
   REQUIRE(compiled->symbols.size() == 2);
@@ -154,7 +150,7 @@ TEST_CASE("the cache key changes with every field that changes the binary") {
   TempDir dir_b;
   JitEngine engine(config_for(dir_a.path()));
   JitEngine other(config_for(dir_b.path(), CacheMode::off));
-  const KernelSpec base = paged_spec("sm_89");
+  const KernelSpec base = paged_hd64_spec("sm_89");
   const auto key = engine.key_for(base);
   CHECK(key.hex().size() == 32);
   CHECK(engine.key_for(base) == key);
@@ -182,8 +178,8 @@ TEST_CASE("the cache key changes with every field that changes the binary") {
   changed = base;
   changed.force_no_mma = true;
   variants.push_back(changed);
-  variants.push_back(rotary_spec(DType::bf16, "sm_89"));
-  variants.push_back(rotary_spec(DType::fp16, "sm_89"));
+  variants.push_back(rotary_hd64_spec(DType::bf16, "sm_89"));
+  variants.push_back(rotary_hd64_spec(DType::fp16, "sm_89"));
 
   std::vector<std::string> hexes = {key.hex()};
   for (const auto& spec : variants) {
@@ -198,7 +194,7 @@ TEST_CASE("the cache key changes with every field that changes the binary") {
 
 TEST_CASE("force_compile recompiles a variant that is already on disk") {
   TempDir dir;
-  const KernelSpec spec = rotary_spec();
+  const KernelSpec spec = rotary_hd64_spec();
   {
     JitEngine warm(config_for(dir.path()));
     warm.get(spec);
@@ -227,7 +223,7 @@ TEST_CASE("strict mode on an empty cache throws a CacheMissError with the warm c
   config.strict = true;
   JitEngine strict(config);
 
-  const KernelSpec rotary = rotary_spec();
+  const KernelSpec rotary = rotary_hd64_spec();
   std::string message;
   try {
     strict.get(rotary);
@@ -241,7 +237,7 @@ TEST_CASE("strict mode on an empty cache throws a CacheMissError with the warm c
   CHECK_FALSE(contains(message, "--page-sizes"));
   CHECK_FALSE(contains(message, "--no-mma"));
 
-  const KernelSpec paged = paged_spec("sm_90a");
+  const KernelSpec paged = paged_hd64_spec("sm_90a");
   CHECK_THROWS_WITH_AS(strict.get(paged),
                        doctest::Contains("astrai-jit warm --arch sm_90a --kernels paged_decode "
                                          "--dtypes bf16 --head-dims 64 --page-sizes 16 --group-sizes 4"),
@@ -260,7 +256,7 @@ TEST_CASE("the strict-mode hint for a no-MMA variant warms that same variant") {
   EnvConfig config = config_for(dir.path());
   config.strict = true;
   JitEngine strict(config);
-  KernelSpec spec = paged_spec("sm_90a");
+  KernelSpec spec = paged_hd64_spec("sm_90a");
   spec.force_no_mma = true;
   CHECK_THROWS_WITH_AS(strict.get(spec),
                        doctest::Contains("astrai-jit warm --arch sm_90a --kernels paged_decode "
@@ -271,7 +267,7 @@ TEST_CASE("the strict-mode hint for a no-MMA variant warms that same variant") {
 
 TEST_CASE("strict mode loads a warmed variant from disk without compiling") {
   TempDir dir;
-  const KernelSpec spec = rotary_spec(DType::fp16);
+  const KernelSpec spec = rotary_hd64_spec(DType::fp16);
   {
     JitEngine warm(config_for(dir.path()));
     warm.get(spec);
@@ -286,7 +282,7 @@ TEST_CASE("strict mode loads a warmed variant from disk without compiling") {
   CHECK(strict.counters().compiles == 0);
   CHECK(is_elf(variant->binary));
   // Another variant is still a miss.
-  CHECK_THROWS_AS(strict.get(rotary_spec(DType::bf16)), astrai::CacheMissError);
+  CHECK_THROWS_AS(strict.get(rotary_hd64_spec(DType::bf16)), astrai::CacheMissError);
 }
 
 TEST_CASE("record mode appends each requested variant once") {
@@ -295,7 +291,7 @@ TEST_CASE("record mode appends each requested variant once") {
   EnvConfig config = config_for(dir.path() / "cache");
   config.record_file = record;
   JitEngine engine(config);
-  const KernelSpec spec = rotary_spec();
+  const KernelSpec spec = rotary_hd64_spec();
   engine.get(spec);
   engine.get(spec);
   CHECK(read_file(record) == spec.name() + "\n");
@@ -306,7 +302,7 @@ TEST_CASE("record mode appends each requested variant once") {
   strict_config.record_file = record;
   strict_config.strict = true;
   JitEngine strict(strict_config);
-  const KernelSpec paged = paged_spec();
+  const KernelSpec paged = paged_hd64_spec();
   CHECK_THROWS_AS(strict.get(paged), astrai::CacheMissError);
   CHECK_THROWS_AS(strict.get(paged), astrai::CacheMissError);
   const std::string text = read_file(record);
@@ -319,7 +315,7 @@ TEST_CASE("record mode appends each requested variant once") {
 TEST_CASE("cache mode off neither reads nor writes the cache directory") {
   QuietLog quiet;
   TempDir dir;
-  const KernelSpec spec = rotary_spec();
+  const KernelSpec spec = rotary_hd64_spec();
   JitEngine off(config_for(dir.path(), CacheMode::off));
   VariantSource source = VariantSource::memory;
   const auto variant = off.get(spec, &source);
@@ -342,7 +338,7 @@ TEST_CASE("cache mode off neither reads nor writes the cache directory") {
 TEST_CASE("read-only mode loads from the cache and never writes to it") {
   QuietLog quiet;
   TempDir dir;
-  const KernelSpec spec = rotary_spec();
+  const KernelSpec spec = rotary_hd64_spec();
   JitEngine empty_ro(config_for(dir.path(), CacheMode::read_only));
   VariantSource source = VariantSource::memory;
   CHECK(is_elf(empty_ro.get(spec, &source)->binary));
@@ -357,7 +353,7 @@ TEST_CASE("read-only mode loads from the cache and never writes to it") {
   CHECK(source == VariantSource::disk);
   CHECK(ro.counters().compiles == 0);
   // A miss compiles in memory only.
-  ro.get(rotary_spec(DType::fp16), &source);
+  ro.get(rotary_hd64_spec(DType::fp16), &source);
   CHECK(source == VariantSource::compiled);
   CHECK(all_files(dir.path()) == files_before);
 }
@@ -368,7 +364,7 @@ TEST_CASE("an unusable cache directory degrades to memory-only and get still suc
   const fs::path blocker = dir.path() / "not-a-dir";
   write_file(blocker, "a regular file");
   const fs::path cache_dir = blocker / "cache";
-  const KernelSpec spec = rotary_spec();
+  const KernelSpec spec = rotary_hd64_spec();
 
   JitEngine engine(config_for(cache_dir));
   CHECK_FALSE(engine.cache().usable_for_write());
@@ -395,7 +391,7 @@ TEST_CASE("an unusable cache directory degrades to memory-only and get still suc
 TEST_CASE("a damaged cache entry is replaced by a fresh compile") {
   QuietLog quiet;
   TempDir dir;
-  const KernelSpec spec = rotary_spec();
+  const KernelSpec spec = rotary_hd64_spec();
   std::vector<char> original;
   {
     JitEngine warm(config_for(dir.path()));
@@ -435,7 +431,7 @@ TEST_CASE("a damaged cache entry is replaced by a fresh compile") {
 
 TEST_CASE("a sound cache entry whose payload is not a variant is recompiled and overwritten") {
   QuietLog quiet;
-  const KernelSpec spec = rotary_spec();
+  const KernelSpec spec = rotary_hd64_spec();
   const std::vector<std::vector<char>> bad_payloads = {
       {'x', 'y', 'z'},                                                  // no symbol table
       encode_variant_payload({"_Z1av", "_Z1bv"}, {'\x7f', 'E', 'L', 'F'}),  // 2 symbols, 1 wanted
@@ -470,7 +466,7 @@ TEST_CASE("dump mode writes the program, its PTX, its cubin and the compile log"
   EnvConfig config = config_for(dir.path() / "cache");
   config.dump_dir = dir.path() / "dump";
   JitEngine engine(config);
-  const KernelSpec spec = rotary_spec();
+  const KernelSpec spec = rotary_hd64_spec();
   engine.get(spec);
   const fs::path base = dir.path() / "dump" / spec.name();
   const std::string source = read_file(base.string() + ".cu");
@@ -491,7 +487,7 @@ TEST_CASE("dump mode writes the program, its PTX, its cubin and the compile log"
 TEST_CASE("eight threads asking for one variant share a single compile") {
   TempDir dir;
   JitEngine engine(config_for(dir.path()));
-  const KernelSpec spec = rotary_spec();
+  const KernelSpec spec = rotary_hd64_spec();
   constexpr int kThreads = 8;
   std::vector<std::shared_ptr<const CompiledVariant>> results(kThreads);
   std::vector<VariantSource> sources(kThreads, VariantSource::disk);
@@ -523,7 +519,7 @@ TEST_CASE("eight threads asking for one variant share a single compile") {
 
 TEST_CASE("processes racing for one variant compile it once") {
   TempDir dir;
-  const std::string name = paged_spec().name();
+  const std::string name = paged_hd64_spec().name();
   constexpr int kChildren = 4;
   std::vector<int> pids;
   for (int i = 0; i < kChildren; ++i)
@@ -539,7 +535,7 @@ TEST_CASE("processes racing for one variant compile it once") {
 TEST_CASE("an invalid spec is rejected before any compile, every time") {
   TempDir dir;
   JitEngine engine(config_for(dir.path()));
-  KernelSpec spec = paged_spec();
+  KernelSpec spec = paged_hd64_spec();
   spec.head_dim = 72;
   CHECK_THROWS_WITH_AS(engine.get(spec), doctest::Contains("head_dim 72"), astrai::InvalidArgument);
   CHECK_THROWS_AS(engine.get(spec), astrai::InvalidArgument);

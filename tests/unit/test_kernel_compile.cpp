@@ -15,19 +15,17 @@
 
 using astrai::DType;
 using astrai::testing::contains;
+using astrai::testing::is_elf;
 using astrai::detail::BinaryKind;
 using astrai::detail::CompileRequest;
 using astrai::detail::CompileResult;
 using astrai::detail::KernelKind;
 using astrai::detail::KernelSpec;
+using astrai::testing::paged_decode_spec;
+using astrai::testing::rotary_spec;
 using astrai::detail::nvrtc_compile;
 
 namespace {
-
-KernelSpec paged(DType dtype, int head_dim, int page_size, int group, const std::string& arch,
-                 bool no_mma = false) {
-  return astrai::testing::paged_decode_spec(dtype, head_dim, page_size, group, arch, no_mma);
-}
 
 KernelSpec prefill(KernelKind kind, DType dtype, int head_dim, int page_size, int group,
                    const std::string& arch, bool no_mma = false) {
@@ -35,20 +33,11 @@ KernelSpec prefill(KernelKind kind, DType dtype, int head_dim, int page_size, in
                                     group, arch, no_mma);
 }
 
-KernelSpec rotary(DType dtype, int head_dim, const std::string& arch) {
-  return astrai::testing::rotary_spec(dtype, head_dim, arch);
-}
-
 // The request the JIT engine builds for a spec.
 CompileRequest request_for(const KernelSpec& spec) { return astrai::detail::compile_request(spec); }
 
 bool binary_contains(const std::vector<char>& binary, const std::string& needle) {
   return std::search(binary.begin(), binary.end(), needle.begin(), needle.end()) != binary.end();
-}
-
-bool is_elf(const std::vector<char>& binary) {
-  return binary.size() > 64 && binary[0] == '\x7f' && binary[1] == 'E' && binary[2] == 'L' &&
-         binary[3] == 'F';
 }
 
 // Compiles `spec` and checks what every successful compile must give.
@@ -125,8 +114,8 @@ TEST_CASE("ahead of griddepcontrol.wait only L2 prefetches and L2-only reads pas
 
 TEST_CASE("paged decode compiles for every arch with tensor cores from sm_80 on") {
   for (const auto& arch : kArchs) {
-    for (const KernelSpec& spec : {paged(DType::bf16, 128, 16, 4, arch),
-                                   paged(DType::fp16, 64, 1, 6, arch)}) {
+    for (const KernelSpec& spec : {paged_decode_spec(DType::bf16, 128, 16, 4, arch),
+                                   paged_decode_spec(DType::fp16, 64, 1, 6, arch)}) {
       CAPTURE(spec.name());
       const CompileResult result = compile_and_check(spec);
       if (arch == "sm_75") check_cuda_core_ptx(result.ptx);
@@ -148,7 +137,7 @@ TEST_CASE("paged decode compiles for every arch with tensor cores from sm_80 on"
 }
 
 TEST_CASE("a forced CUDA-core variant on sm_90a uses no tensor-core instructions") {
-  const KernelSpec spec = paged(DType::bf16, 128, 16, 4, "sm_90a", true);
+  const KernelSpec spec = paged_decode_spec(DType::bf16, 128, 16, 4, "sm_90a", true);
   REQUIRE_FALSE(spec.uses_mma());
   const CompileResult result = compile_and_check(spec);
   check_cuda_core_ptx(result.ptx);
@@ -157,11 +146,11 @@ TEST_CASE("a forced CUDA-core variant on sm_90a uses no tensor-core instructions
 TEST_CASE("paged decode compiles across head dims, page sizes, groups and dtypes") {
   // Tensor-core path on one arch, and the CUDA-core path on sm_75 for the odd shapes.
   const std::vector<KernelSpec> specs = {
-      paged(DType::bf16, 32, 1, 1, "sm_86"),    paged(DType::fp16, 32, 16, 20, "sm_86"),
-      paged(DType::fp16, 80, 16, 6, "sm_86"),   paged(DType::bf16, 80, 1, 20, "sm_86"),
-      paged(DType::bf16, 256, 1, 6, "sm_86"),   paged(DType::fp16, 256, 16, 1, "sm_86"),
-      paged(DType::fp16, 80, 1, 20, "sm_75"),   paged(DType::bf16, 256, 16, 6, "sm_75"),
-      paged(DType::bf16, 32, 16, 20, "sm_75"),
+      paged_decode_spec(DType::bf16, 32, 1, 1, "sm_86"),    paged_decode_spec(DType::fp16, 32, 16, 20, "sm_86"),
+      paged_decode_spec(DType::fp16, 80, 16, 6, "sm_86"),   paged_decode_spec(DType::bf16, 80, 1, 20, "sm_86"),
+      paged_decode_spec(DType::bf16, 256, 1, 6, "sm_86"),   paged_decode_spec(DType::fp16, 256, 16, 1, "sm_86"),
+      paged_decode_spec(DType::fp16, 80, 1, 20, "sm_75"),   paged_decode_spec(DType::bf16, 256, 16, 6, "sm_75"),
+      paged_decode_spec(DType::bf16, 32, 16, 20, "sm_75"),
   };
   for (const auto& spec : specs) {
     CAPTURE(spec.name());
@@ -354,7 +343,7 @@ TEST_CASE("rotary embedding compiles for every arch, both dtypes and two head di
     const DType dtype = i % 2 == 0 ? DType::bf16 : DType::fp16;
     for (int head_dim : {64, 128}) {
       const DType other = dtype == DType::bf16 ? DType::fp16 : DType::bf16;
-      const KernelSpec spec = rotary(head_dim == 64 ? dtype : other, head_dim, kArchs[i]);
+      const KernelSpec spec = rotary_spec(head_dim == 64 ? dtype : other, head_dim, kArchs[i]);
       CAPTURE(spec.name());
       const CompileResult result = compile_and_check(spec);
       CHECK_FALSE(contains(result.ptx, "mma.sync"));
@@ -365,7 +354,7 @@ TEST_CASE("rotary embedding compiles for every arch, both dtypes and two head di
 }
 
 TEST_CASE("a compute target yields PTX text instead of a cubin") {
-  const KernelSpec spec = rotary(DType::bf16, 64, "compute_90");
+  const KernelSpec spec = rotary_spec(DType::bf16, 64, "compute_90");
   const CompileRequest request = request_for(spec);
   REQUIRE(request.emit_ptx_only);
   const CompileResult result = nvrtc_compile(request, false);
@@ -397,13 +386,13 @@ TEST_CASE("a compute_80 FP8 variant is PTX with tensor cores and the pre-sm_89 c
 }
 
 TEST_CASE("a compile without the PTX request returns no PTX text") {
-  const CompileResult result = nvrtc_compile(request_for(rotary(DType::fp16, 64, "sm_80")), false);
+  const CompileResult result = nvrtc_compile(request_for(rotary_spec(DType::fp16, 64, "sm_80")), false);
   CHECK(result.ptx.empty());
   CHECK(is_elf(result.binary));
 }
 
 TEST_CASE("a name expression for a missing template fails with a CompileError carrying the log") {
-  CompileRequest request = request_for(rotary(DType::bf16, 64, "sm_80"));
+  CompileRequest request = request_for(rotary_spec(DType::bf16, 64, "sm_80"));
   request.variant_name = "broken.variant.sm_80";
   request.name_expressions = {"astrai::no_such_kernel<astrai::bf16_t, 64>"};
   bool thrown = false;

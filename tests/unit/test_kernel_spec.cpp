@@ -16,17 +16,10 @@ using astrai::detail::kernel_source;
 using astrai::detail::kernel_source_closure;
 using astrai::detail::KernelKind;
 using astrai::detail::KernelSpec;
+using astrai::testing::paged_decode_spec;
+using astrai::testing::rotary_spec;
 
 namespace {
-
-KernelSpec paged(DType dtype, int head_dim, int page_size, int group, const std::string& arch,
-                 bool no_mma = false) {
-  return astrai::testing::paged_decode_spec(dtype, head_dim, page_size, group, arch, no_mma);
-}
-
-KernelSpec rotary(DType dtype, int head_dim, const std::string& arch, bool no_mma = false) {
-  return astrai::testing::rotary_spec(dtype, head_dim, arch, no_mma);
-}
 
 bool same_fields(const KernelSpec& a, const KernelSpec& b) {
   return a.kind == b.kind && a.dtype == b.dtype && a.head_dim == b.head_dim &&
@@ -86,12 +79,12 @@ std::set<std::string> transitive_includes(const std::string& main_file) {
 TEST_SUITE("kernel_spec") {
 
 TEST_CASE("variant names follow the pinned dotted format") {
-  CHECK(paged(DType::bf16, 128, 16, 4, "sm_90a").name() == "paged_decode.bf16.hd128.ps16.g4.sm_90a");
-  CHECK(paged(DType::fp16, 64, 1, 1, "sm_80").name() == "paged_decode.fp16.hd64.ps1.g1.sm_80");
-  CHECK(paged(DType::bf16, 256, 256, 128, "sm_75").name() ==
+  CHECK(paged_decode_spec(DType::bf16, 128, 16, 4, "sm_90a").name() == "paged_decode.bf16.hd128.ps16.g4.sm_90a");
+  CHECK(paged_decode_spec(DType::fp16, 64, 1, 1, "sm_80").name() == "paged_decode.fp16.hd64.ps1.g1.sm_80");
+  CHECK(paged_decode_spec(DType::bf16, 256, 256, 128, "sm_75").name() ==
         "paged_decode.bf16.hd256.ps256.g128.sm_75");
-  CHECK(rotary(DType::fp16, 64, "sm_89").name() == "rotary_emb.fp16.hd64.sm_89");
-  CHECK(rotary(DType::bf16, 512, "compute_90").name() == "rotary_emb.bf16.hd512.compute_90");
+  CHECK(rotary_spec(DType::fp16, 64, "sm_89").name() == "rotary_emb.fp16.hd64.sm_89");
+  CHECK(rotary_spec(DType::bf16, 512, "compute_90").name() == "rotary_emb.bf16.hd512.compute_90");
 }
 
 TEST_CASE("a compute_ target names itself and selects kernels by its number, never the Hopper ones") {
@@ -100,9 +93,9 @@ TEST_CASE("a compute_ target names itself and selects kernels by its number, nev
   CHECK(fp8.arch == "compute_80");
   CHECK(fp8.uses_mma());
   CHECK(fp8.warm_command().find("--arch compute_80 ") != std::string::npos);
-  CHECK(paged(DType::bf16, 128, 16, 4, "compute_80", true).name() ==
+  CHECK(paged_decode_spec(DType::bf16, 128, 16, 4, "compute_80", true).name() ==
         "paged_decode.bf16.hd128.ps16.g4.nomma.compute_80");
-  CHECK_FALSE(paged(DType::bf16, 128, 16, 4, "compute_75").uses_mma());
+  CHECK_FALSE(paged_decode_spec(DType::bf16, 128, 16, 4, "compute_75").uses_mma());
   // Hopper kernels exist only for the sm_90a cubin target, not for compute_90a PTX.
   KernelSpec prefill = astrai::testing::make_spec(KernelKind::prefill, DType::bf16, 128, 0, 4, "sm_90a");
   CHECK(astrai::detail::hopper_serves(prefill));
@@ -118,15 +111,15 @@ TEST_CASE("a compute_ target names itself and selects kernels by its number, nev
 }
 
 TEST_CASE("a forced CUDA-core variant carries the nomma field before the arch") {
-  CHECK(paged(DType::bf16, 128, 16, 4, "sm_90a", true).name() ==
+  CHECK(paged_decode_spec(DType::bf16, 128, 16, 4, "sm_90a", true).name() ==
         "paged_decode.bf16.hd128.ps16.g4.nomma.sm_90a");
-  CHECK(rotary(DType::fp16, 64, "sm_89", true).name() == "rotary_emb.fp16.hd64.nomma.sm_89");
-  CHECK(paged(DType::bf16, 128, 16, 4, "sm_90a", true).name() !=
-        paged(DType::bf16, 128, 16, 4, "sm_90a", false).name());
+  CHECK(rotary_spec(DType::fp16, 64, "sm_89", true).name() == "rotary_emb.fp16.hd64.nomma.sm_89");
+  CHECK(paged_decode_spec(DType::bf16, 128, 16, 4, "sm_90a", true).name() !=
+        paged_decode_spec(DType::bf16, 128, 16, 4, "sm_90a", false).name());
 }
 
 TEST_CASE("flag bits that name no feature appear as a hex field in the name") {
-  KernelSpec spec = paged(DType::bf16, 128, 16, 4, "sm_90a");
+  KernelSpec spec = paged_decode_spec(DType::bf16, 128, 16, 4, "sm_90a");
   spec.flags = 0x1a00;
   CHECK(spec.name() == "paged_decode.bf16.hd128.ps16.g4.f1a00.sm_90a");
   spec.force_no_mma = true;
@@ -142,8 +135,8 @@ TEST_CASE("parse inverts name for many valid specs") {
         for (int head_dim : {32, 48, 64, 80, 128, 256})
           for (int page_size : {1, 2, 16, 256})
             for (int group : {1, 6, 20, 128})
-              specs.push_back(paged(dtype, head_dim, page_size, group, arch, no_mma));
-        for (int head_dim : {8, 24, 64, 128, 512}) specs.push_back(rotary(dtype, head_dim, arch, no_mma));
+              specs.push_back(paged_decode_spec(dtype, head_dim, page_size, group, arch, no_mma));
+        for (int head_dim : {8, 24, 64, 128, 512}) specs.push_back(rotary_spec(dtype, head_dim, arch, no_mma));
       }
     }
   }
@@ -242,16 +235,16 @@ TEST_CASE("parse rejects names whose fields are well formed but unsupported") {
 
 TEST_CASE("validate accepts the supported ranges of every field") {
   for (int head_dim = 32; head_dim <= 256; head_dim += 16)
-    CHECK(validate_message(paged(DType::bf16, head_dim, 16, 4, "sm_80")) == "");
+    CHECK(validate_message(paged_decode_spec(DType::bf16, head_dim, 16, 4, "sm_80")) == "");
   for (int page_size = 1; page_size <= 256; page_size *= 2)
-    CHECK(validate_message(paged(DType::fp16, 64, page_size, 1, "sm_89")) == "");
+    CHECK(validate_message(paged_decode_spec(DType::fp16, 64, page_size, 1, "sm_89")) == "");
   for (int group : {1, 2, 7, 64, 128})
-    CHECK(validate_message(paged(DType::bf16, 128, 16, group, "sm_90a")) == "");
+    CHECK(validate_message(paged_decode_spec(DType::bf16, 128, 16, group, "sm_90a")) == "");
   for (int head_dim = 8; head_dim <= 512; head_dim += 8)
-    CHECK(validate_message(rotary(DType::bf16, head_dim, "sm_75")) == "");
+    CHECK(validate_message(rotary_spec(DType::bf16, head_dim, "sm_75")) == "");
   for (const char* arch : {"sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a",
                            "sm_120f", "compute_75", "compute_120"})
-    CHECK(validate_message(rotary(DType::fp16, 64, arch)) == "");
+    CHECK(validate_message(rotary_spec(DType::fp16, 64, arch)) == "");
 }
 
 TEST_CASE("validate rejects unsupported paged decode fields and names the value") {
@@ -260,27 +253,27 @@ TEST_CASE("validate rejects unsupported paged decode fields and names the value"
     std::string expected;
   };
   const std::vector<Case> cases = {
-      {paged(DType::bf16, 72, 16, 4, "sm_90a"),
+      {paged_decode_spec(DType::bf16, 72, 16, 4, "sm_90a"),
        "paged_decode.bf16.hd72.ps16.g4.sm_90a: head_dim 72 is not supported (allowed: 32..256, step 16)"},
-      {paged(DType::bf16, 16, 16, 4, "sm_90a"),
+      {paged_decode_spec(DType::bf16, 16, 16, 4, "sm_90a"),
        "paged_decode.bf16.hd16.ps16.g4.sm_90a: head_dim 16 is not supported (allowed: 32..256, step 16)"},
-      {paged(DType::bf16, 272, 16, 4, "sm_90a"),
+      {paged_decode_spec(DType::bf16, 272, 16, 4, "sm_90a"),
        "paged_decode.bf16.hd272.ps16.g4.sm_90a: head_dim 272 is not supported (allowed: 32..256, step 16)"},
-      {paged(DType::fp16, 0, 16, 4, "sm_80"), "head_dim 0 is not supported"},
-      {paged(DType::fp16, 128, 3, 4, "sm_80"),
+      {paged_decode_spec(DType::fp16, 0, 16, 4, "sm_80"), "head_dim 0 is not supported"},
+      {paged_decode_spec(DType::fp16, 128, 3, 4, "sm_80"),
        "paged_decode.fp16.hd128.ps3.g4.sm_80: page_size 3 is not supported (allowed: a power of two in 1..256)"},
-      {paged(DType::fp16, 128, 512, 4, "sm_80"),
+      {paged_decode_spec(DType::fp16, 128, 512, 4, "sm_80"),
        "paged_decode.fp16.hd128.ps512.g4.sm_80: page_size 512 is not supported (allowed: a power of two in 1..256)"},
-      {paged(DType::fp16, 128, 0, 4, "sm_80"), "page_size 0 is not supported"},
-      {paged(DType::fp16, 128, -16, 4, "sm_80"), "page_size -16 is not supported"},
-      {paged(DType::bf16, 128, 16, 0, "sm_89"),
+      {paged_decode_spec(DType::fp16, 128, 0, 4, "sm_80"), "page_size 0 is not supported"},
+      {paged_decode_spec(DType::fp16, 128, -16, 4, "sm_80"), "page_size -16 is not supported"},
+      {paged_decode_spec(DType::bf16, 128, 16, 0, "sm_89"),
        "paged_decode.bf16.hd128.ps16.g0.sm_89: group size 0 is not supported (allowed: 1..128)"},
-      {paged(DType::bf16, 128, 16, 129, "sm_89"), "group size 129 is not supported (allowed: 1..128)"},
-      {paged(DType::bf16, 128, 16, 4, "sm_70"),
+      {paged_decode_spec(DType::bf16, 128, 16, 129, "sm_89"), "group size 129 is not supported (allowed: 1..128)"},
+      {paged_decode_spec(DType::bf16, 128, 16, 4, "sm_70"),
        "paged_decode.bf16.hd128.ps16.g4.sm_70: arch 'sm_70' is not supported (allowed: sm_75 or newer"},
-      {paged(DType::bf16, 128, 16, 4, ""), "arch '' is not supported"},
-      {paged(DType::bf16, 128, 16, 4, "gfx90a"), "arch 'gfx90a' is not supported"},
-      {paged(DType::bf16, 128, 16, 4, "compute_61"), "arch 'compute_61' is not supported"},
+      {paged_decode_spec(DType::bf16, 128, 16, 4, ""), "arch '' is not supported"},
+      {paged_decode_spec(DType::bf16, 128, 16, 4, "gfx90a"), "arch 'gfx90a' is not supported"},
+      {paged_decode_spec(DType::bf16, 128, 16, 4, "compute_61"), "arch 'compute_61' is not supported"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.spec.name());
@@ -290,24 +283,24 @@ TEST_CASE("validate rejects unsupported paged decode fields and names the value"
 }
 
 TEST_CASE("validate rejects unsupported rotary fields and any flags") {
-  CHECK(validate_message(rotary(DType::bf16, 4, "sm_80")) ==
+  CHECK(validate_message(rotary_spec(DType::bf16, 4, "sm_80")) ==
         "rotary_emb.bf16.hd4.sm_80: head_dim 4 is not supported (allowed: 8..512, step 8)");
-  CHECK(validate_message(rotary(DType::bf16, 12, "sm_80")).find("head_dim 12 is not supported") !=
+  CHECK(validate_message(rotary_spec(DType::bf16, 12, "sm_80")).find("head_dim 12 is not supported") !=
         std::string::npos);
-  CHECK(validate_message(rotary(DType::bf16, 520, "sm_80")).find("head_dim 520 is not supported") !=
+  CHECK(validate_message(rotary_spec(DType::bf16, 520, "sm_80")).find("head_dim 520 is not supported") !=
         std::string::npos);
-  CHECK(validate_message(rotary(DType::bf16, 64, "sm_61")).find("arch 'sm_61' is not supported") !=
+  CHECK(validate_message(rotary_spec(DType::bf16, 64, "sm_61")).find("arch 'sm_61' is not supported") !=
         std::string::npos);
 
-  KernelSpec with_page = rotary(DType::fp16, 64, "sm_80");
+  KernelSpec with_page = rotary_spec(DType::fp16, 64, "sm_80");
   with_page.page_size = 16;
   CHECK(validate_message(with_page) ==
         "rotary_emb.fp16.hd64.sm_80: rotary_emb takes no page size or group");
-  KernelSpec with_group = rotary(DType::fp16, 64, "sm_80");
+  KernelSpec with_group = rotary_spec(DType::fp16, 64, "sm_80");
   with_group.group_size = 4;
   CHECK(validate_message(with_group).find("takes no page size or group") != std::string::npos);
 
-  KernelSpec flagged = paged(DType::bf16, 128, 16, 4, "sm_90a");
+  KernelSpec flagged = paged_decode_spec(DType::bf16, 128, 16, 4, "sm_90a");
   flagged.flags = 0x1000;
   CHECK(validate_message(flagged).rfind("paged_decode.bf16.hd128.ps16.g4.f1000.sm_90a: flags 0x1000 name no "
                                         "feature (allowed: kv_e4m3, kv_e5m2, swa, cap, sink, q2..q8)",
@@ -315,24 +308,24 @@ TEST_CASE("validate rejects unsupported rotary fields and any flags") {
 }
 
 TEST_CASE("instantiations name the kernel templates with the spec's constants") {
-  CHECK(paged(DType::bf16, 128, 16, 4, "sm_90a").instantiations() ==
+  CHECK(paged_decode_spec(DType::bf16, 128, 16, 4, "sm_90a").instantiations() ==
         std::vector<std::string>{"astrai::paged_decode_kernel<astrai::bf16_t, 128, 16, 4, 0>",
                                  "astrai::split_combine_kernel<astrai::bf16_t, 128>"});
-  CHECK(paged(DType::fp16, 64, 1, 20, "sm_75").instantiations() ==
+  CHECK(paged_decode_spec(DType::fp16, 64, 1, 20, "sm_75").instantiations() ==
         std::vector<std::string>{"astrai::paged_decode_kernel<astrai::fp16_t, 64, 1, 20, 0>",
                                  "astrai::split_combine_kernel<astrai::fp16_t, 64>"});
-  CHECK(rotary(DType::fp16, 64, "sm_89").instantiations() ==
+  CHECK(rotary_spec(DType::fp16, 64, "sm_89").instantiations() ==
         std::vector<std::string>{"astrai::rotary_emb_kernel<astrai::fp16_t, 64>"});
-  CHECK(rotary(DType::bf16, 512, "sm_80").instantiations() ==
+  CHECK(rotary_spec(DType::bf16, 512, "sm_80").instantiations() ==
         std::vector<std::string>{"astrai::rotary_emb_kernel<astrai::bf16_t, 512>"});
   // The arch and the MMA switch are compile options, not template arguments.
-  CHECK(paged(DType::bf16, 128, 16, 4, "sm_80", true).instantiations() ==
-        paged(DType::bf16, 128, 16, 4, "sm_90a").instantiations());
+  CHECK(paged_decode_spec(DType::bf16, 128, 16, 4, "sm_80", true).instantiations() ==
+        paged_decode_spec(DType::bf16, 128, 16, 4, "sm_90a").instantiations());
 }
 
 TEST_CASE("main_file points at the header that holds the kernel") {
-  CHECK(paged(DType::bf16, 128, 16, 4, "sm_90a").main_file() == "paged_decode.cuh");
-  CHECK(rotary(DType::bf16, 128, "sm_90a").main_file() == "rotary_emb.cuh");
+  CHECK(paged_decode_spec(DType::bf16, 128, 16, 4, "sm_90a").main_file() == "paged_decode.cuh");
+  CHECK(rotary_spec(DType::bf16, 128, "sm_90a").main_file() == "rotary_emb.cuh");
 }
 
 TEST_CASE("compile options define ASTRAI_NO_MMA exactly when tensor cores are not used") {
@@ -349,8 +342,8 @@ TEST_CASE("compile options define ASTRAI_NO_MMA exactly when tensor cores are no
       {"compute_90", false, false}, {"compute_90", true, true},
   };
   for (const auto& c : cases) {
-    for (const KernelSpec& spec : {paged(DType::bf16, 128, 16, 4, c.arch, c.force),
-                                   rotary(DType::fp16, 64, c.arch, c.force)}) {
+    for (const KernelSpec& spec : {paged_decode_spec(DType::bf16, 128, 16, 4, c.arch, c.force),
+                                   rotary_spec(DType::fp16, 64, c.arch, c.force)}) {
       CAPTURE(spec.name());
       const auto options = spec.compile_options();
       CHECK(count_of(options, "-DASTRAI_NO_MMA") == (c.expect_no_mma ? 1u : 0u));
@@ -364,10 +357,10 @@ TEST_CASE("compile options define ASTRAI_NO_MMA exactly when tensor cores are no
 }
 
 TEST_CASE("compile options are the same for equal specs and differ across archs") {
-  CHECK(paged(DType::bf16, 128, 16, 4, "sm_89").compile_options() ==
-        paged(DType::fp16, 64, 1, 1, "sm_89").compile_options());
-  CHECK(paged(DType::bf16, 128, 16, 4, "sm_89").compile_options() !=
-        paged(DType::bf16, 128, 16, 4, "sm_86").compile_options());
+  CHECK(paged_decode_spec(DType::bf16, 128, 16, 4, "sm_89").compile_options() ==
+        paged_decode_spec(DType::fp16, 64, 1, 1, "sm_89").compile_options());
+  CHECK(paged_decode_spec(DType::bf16, 128, 16, 4, "sm_89").compile_options() !=
+        paged_decode_spec(DType::bf16, 128, 16, 4, "sm_86").compile_options());
 }
 
 TEST_CASE("arch_number reads the number out of sm and compute targets") {

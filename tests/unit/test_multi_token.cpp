@@ -21,6 +21,7 @@ using astrai::InvalidArgument;
 using astrai::detail::CompileResult;
 using astrai::detail::KernelKind;
 using astrai::detail::KernelSpec;
+using astrai::testing::rejection;
 
 namespace {
 
@@ -29,15 +30,6 @@ KernelSpec paged_spec(int q_len, std::uint32_t flags = 0, const std::string& arc
   KernelSpec spec = astrai::testing::paged_decode_spec(dtype, head_dim, page_size, group, arch, no_mma);
   spec.flags = flags | astrai::decode_q_len_flags(q_len);
   return spec;
-}
-
-std::string rejection(const KernelSpec& spec) {
-  try {
-    spec.validate();
-  } catch (const InvalidArgument& error) {
-    return error.what();
-  }
-  return "";
 }
 
 bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }

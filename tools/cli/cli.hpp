@@ -1,7 +1,6 @@
 // Shared declarations of the astrai-jit command-line tool: helpers (common.cpp) and one file
 // per verb (warm.cpp, cache.cpp, info.cpp); main.cpp builds the command line and dispatches.
 #pragma once
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -6,6 +6,8 @@
 //
 // Nothing here needs a GPU: `warm` compiles through JitEngine (NVRTC only) and `info` reports
 // a missing driver instead of failing.
+#include <CLI/CLI.hpp>
+
 #include "tools/cli/cli.hpp"
 
 namespace astrai::cli {

@@ -10,9 +10,9 @@ inline bool contains(const std::string& text, const std::string& needle) {
   return text.find(needle) != std::string::npos;
 }
 
-// An ELF image (a cubin), by its magic number.
+// An ELF image (a cubin): more than the 64-byte ELF64 header, and its magic number.
 inline bool is_elf(const std::vector<char>& binary) {
-  return binary.size() > 4 && binary[0] == '\x7f' && binary[1] == 'E' && binary[2] == 'L' && binary[3] == 'F';
+  return binary.size() > 64 && binary[0] == '\x7f' && binary[1] == 'E' && binary[2] == 'L' && binary[3] == 'F';
 }
 
 // A kernel launched as a programmatic dependent may start while the kernel before it still

@@ -279,8 +279,11 @@ __device__ __forceinline__ unsigned quantize_fp8x4(const T* values, float scale)
 }
 
 // Sixteen elements of T quantized to FP8 in one 16-byte chunk (an appended token's piece of a row).
+// Not inlined: the loaders' unrolled loops hold many calls, each 16 IEEE divisions, for the one
+// appended token; inlined, they doubled the FP8 kernels' PTX and took their compile from under
+// 1 s to 4-5.5 s at hd256 (the registers of the kernels stay within 2 either way).
 template <typename T, bool kE5m2>
-__device__ __forceinline__ uint4 quantize_fp8x16(const T* values, float scale) {
+__device__ __noinline__ uint4 quantize_fp8x16(const T* values, float scale) {
   return make_uint4(quantize_fp8x4<T, kE5m2>(values, scale), quantize_fp8x4<T, kE5m2>(values + 4, scale),
                     quantize_fp8x4<T, kE5m2>(values + 8, scale), quantize_fp8x4<T, kE5m2>(values + 12, scale));
 }

@@ -29,6 +29,30 @@ __device__ __forceinline__ void store_row_element(const SplitWorkspace& workspac
   }
 }
 
+// Four adjacent elements [col, col + 4) of one finished row, as store_row_element (col a
+// multiple of 4): the workspace takes them as one 16-byte store.
+template <typename T, int kHeadDim, int kQLen = 1>
+__device__ __forceinline__ void store_row_quad(const SplitWorkspace& workspace, void* out, long long out_stride_batch,
+                                               long long out_stride_seq, long long out_stride_head, float* final_lse,
+                                               int batch, int n_heads, int split, int batch_index, int token,
+                                               int head, int col, float4 value, float lse) {
+  static_assert(kHeadDim % 4 == 0, "whole quads a row");
+  if (workspace.num_splits > 1) {
+    const long long row =
+        ((static_cast<long long>(split) * batch + batch_index) * kQLen + token) * n_heads + head;
+    *reinterpret_cast<float4*>(workspace.partial_out + row * kHeadDim + col) = value;
+    if (col == 0) workspace.partial_lse[row] = lse;
+  } else {
+    T* dst = static_cast<T*>(out) + batch_index * out_stride_batch + token * out_stride_seq +
+             head * out_stride_head + col;
+    dst[0] = from_float<T>(value.x);
+    dst[1] = from_float<T>(value.y);
+    dst[2] = from_float<T>(value.z);
+    dst[3] = from_float<T>(value.w);
+    if (final_lse != nullptr && col == 0) final_lse[(batch_index * kQLen + token) * n_heads + head] = lse;
+  }
+}
+
 // The combine's tiling: a row is read as float4 columns by kHeadDim / 4 lanes, and the CTA's
 // 128 threads form this many groups of them.
 constexpr int combine_groups(int head_dim) { return 128 / (head_dim / 4) > 0 ? 128 / (head_dim / 4) : 1; }

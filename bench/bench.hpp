@@ -298,6 +298,9 @@ struct CaseDef {
   // contiguous [batch, kv_heads, len, D] (".bhld", the layout PyTorch's SDPA reads), instead of
   // token-major ([pages, page_size, kv_heads, D], [batch, len, kv_heads, D]).
   bool head_major = false;
+  // paged_decode: the pool's pages in sequence order (".inorder") instead of shuffled, so that a
+  // request's pages follow one another in memory (the DRAM locality a fresh allocator gives).
+  bool pages_in_order = false;
   // paged_decode: each call first rotates Q in place with rotary_emb, as a layer's decode step
   // does (".rope"): the decode then starts behind another kernel than its own split combine.
   bool rope = false;
@@ -369,7 +372,8 @@ struct CaseDef {
 // Every case the benchmark knows, in table order.
 std::vector<CaseDef> all_cases();
 
-// Pages of every sequence, handed out from a shuffled pool so logical and physical order differ.
+// Pages of every sequence, handed out from a shuffled pool so logical and physical order differ
+// (or, `shuffle` false, in order: each request's pages one after another, requests in turn).
 struct PagedLayout {
   std::vector<std::int32_t> lens;
   std::vector<std::int32_t> table;  // [batch, width]
@@ -379,7 +383,7 @@ struct PagedLayout {
   std::int64_t pages_read = 0;
 };
 
-PagedLayout make_paged_layout(std::vector<std::int32_t> lens, int page_size, std::mt19937& rng);
+PagedLayout make_paged_layout(std::vector<std::int32_t> lens, int page_size, std::mt19937& rng, bool shuffle = true);
 
 // ---------------------------------------------------------------------------------------------
 // Options

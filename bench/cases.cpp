@@ -24,11 +24,12 @@ std::vector<CaseDef> all_cases() {
     c.kernel = "paged_decode";
     c.kv_dtype = kv;
     if (with) with(c);
-    c.label = fmt::format("{}.ps{}.B{}xL{}{}{}{}{}", shape_label(head_dim, heads, kv_heads), page, batch, len,
-                          ragged ? ".ragged" : "", feature_suffix(c), c.head_major ? ".hnd" : "", c.rope ? ".rope" : "");
+    c.label = fmt::format("{}.ps{}.B{}xL{}{}{}{}{}{}", shape_label(head_dim, heads, kv_heads), page, batch, len,
+                          ragged ? ".ragged" : "", feature_suffix(c), c.head_major ? ".hnd" : "",
+                          c.pages_in_order ? ".inorder" : "", c.rope ? ".rope" : "");
     if (kv != KvDType::same) c.ratio_of = RatioOf::calls;
     else if (!c.features().empty()) c.ratio_of = RatioOf::time;
-    else if (c.head_major) c.ratio_of = RatioOf::calls;
+    else if (c.head_major || c.pages_in_order) c.ratio_of = RatioOf::calls;
     else if (c.rope) c.ratio_of = RatioOf::time;
     c.batch = batch;
     c.len = len;
@@ -83,6 +84,11 @@ std::vector<CaseDef> all_cases() {
                KvDType::same, head_major);
   paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "speed vs token-major", KvDType::same, head_major);
   paged_decode(64, 24, 4, 16, 32, 4096, false, astrai16, "speed vs token-major", KvDType::same, head_major);
+  // The same shapes with each request's pages in order through the pool: what the shuffled
+  // pool's DRAM locality costs (a page of 16 tokens is 8 KB at hd64 with 4 KV heads, 32 KB at hd128 with 8).
+  const auto in_order = [](CaseDef& c) { c.pages_in_order = true; };
+  paged_decode(128, 32, 8, 16, 32, 4096, false, uniform, "speed vs shuffled", KvDType::same, in_order);
+  paged_decode(64, 24, 4, 16, 32, 4096, false, astrai16, "speed vs shuffled", KvDType::same, in_order);
   // A decode step: rotary_emb on Q, then the decode (time ratio to the decode alone; the
   // difference against rotary_emb's own time says how much of the two calls overlaps).
   const auto rope = [](CaseDef& c) { c.rope = true; };
@@ -192,7 +198,7 @@ std::vector<CaseDef> all_cases() {
 }
 
 
-PagedLayout make_paged_layout(std::vector<std::int32_t> lens, int page_size, std::mt19937& rng) {
+PagedLayout make_paged_layout(std::vector<std::int32_t> lens, int page_size, std::mt19937& rng, bool shuffle) {
   PagedLayout layout;
   layout.lens = std::move(lens);
   int max_len = 1;
@@ -205,7 +211,7 @@ PagedLayout make_paged_layout(std::vector<std::int32_t> lens, int page_size, std
   layout.num_pages = static_cast<int>(std::max<std::int64_t>(1, layout.pages_read));
   std::vector<std::int32_t> physical(static_cast<std::size_t>(layout.num_pages));
   std::iota(physical.begin(), physical.end(), 0);
-  std::shuffle(physical.begin(), physical.end(), rng);
+  if (shuffle) std::shuffle(physical.begin(), physical.end(), rng);
   const std::size_t batch = layout.lens.size();
   layout.table.assign(batch * static_cast<std::size_t>(layout.width), 0);
   std::size_t next = 0;
@@ -253,7 +259,7 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
     std::uniform_int_distribution<int> length(1, 2 * def.len);
     for (auto& len : lens) len = length(rng);
   }
-  const PagedLayout layout = make_paged_layout(lens, def.page_size, rng);
+  const PagedLayout layout = make_paged_layout(lens, def.page_size, rng, !def.pages_in_order);
   if (def.ragged)
     result->notes.push_back(fmt::format("mean length {:.0f}",
                                         static_cast<double>(layout.total_tokens) / def.batch));

@@ -42,6 +42,8 @@ expect_row paged_decode/hd128.ps16.B32xL4096.swa.sink "window_left=1024 sinks"
 expect_row prefill/hd128.causal.B2x8192.swa "window_left=1024"
 expect_row prefill/hd128.causal.B2x8192.cap "logit_cap=30"
 expect_row paged_decode/hd128.ps16.B64xL8192.kv_e4m3 ""
+expect_row paged_decode/hd64.h24kv4.ps16.B32xL4096.inorder ""
+expect_row paged_decode/hd128.ps16.B32xL4096.inorder ""
 
 "$BIN" --list --filter '\.(swa|cap|sink)' >"$OUT" || fail "--list --filter exited $?"
 [[ $(wc -l <"$OUT") -eq 7 ]] || fail "expected 7 feature rows"

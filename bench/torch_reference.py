@@ -19,6 +19,8 @@ import time
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from reference_labels import decode_label, prefill_label
+
 
 def median_ms(fn, reps=20):
     fn()
@@ -90,7 +92,7 @@ def main():
         v = v.repeat_interleave(heads // kv_heads, dim=2).transpose(1, 2)
         flops = 4.0 * batch * heads * length * length * head_dim * (0.5 if causal else 1.0)
         for name, backend in BACKENDS:
-            time_sdpa(pattern, f"torch-{name} prefill hd{head_dim} B{batch} L{length} causal{int(causal)}", backend,
+            time_sdpa(pattern, prefill_label(name, head_dim, batch, length, causal), backend,
                       lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal), args.reps,
                       lambda ms: f"{ms:.3f} ms {flops / (ms * 1e-3) / 1e12:.1f} TFLOP/s", args.sustained)
         del q, k, v
@@ -102,7 +104,7 @@ def main():
         v = torch.rand_like(k).sub_(0.5)
         kv_bytes = 2.0 * k.numel() * k.element_size()
         for name, backend in BACKENDS:
-            time_sdpa(pattern, f"torch-{name} decode hd{head_dim} h{heads}kv{kv_heads} B{batch} L{length}", backend,
+            time_sdpa(pattern, decode_label(name, head_dim, heads, kv_heads, batch, length), backend,
                       lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True), args.reps,
                       lambda ms: f"{ms * 1e3:.1f} us {kv_bytes / (ms * 1e-3) / 1e12:.2f} TB/s", args.sustained)
         del q, k, v

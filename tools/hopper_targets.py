@@ -16,8 +16,12 @@ tools/run_bench.sh writes both files and runs this. Exit status: 0 when every ta
 measured and met, 1 otherwise, 2 on unreadable input."""
 import argparse
 import json
+import os
 import re
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+from reference_labels import decode_label, prefill_label  # noqa: E402
 
 REFERENCE_LINE = re.compile(r"^(TIME|SUSTAINED) (torch-\S+ .*?): ([\d.]+) (us|ms) ([\d.]+) (TB/s|TFLOP/s)")
 
@@ -45,14 +49,6 @@ def read_reference(path):
     return rows
 
 
-def prefill_label(head_dim, batch, length, causal):
-    return f"torch-cudnn prefill hd{head_dim} B{batch} L{length} causal{int(causal)}"
-
-
-def decode_label(head_dim, heads, kv_heads, batch, length):
-    return f"torch-cudnn decode hd{head_dim} h{heads}kv{kv_heads} B{batch} L{length}"
-
-
 def targets(cases, ceilings, reference):
     """Rows of (target, ours, reference, ratio, bound, met) with None for what was not measured."""
     rows = []
@@ -74,10 +70,10 @@ def targets(cases, ceilings, reference):
 
     # Prefill: TFLOP/s against cuDNN's on the same shape (higher is better).
     for name, label, bound in (
-        ("prefill/hd128.causal.B2x8192", prefill_label(128, 2, 8192, True), 1.05),
-        ("prefill/hd128.full.B4x4096", prefill_label(128, 4, 4096, False), 1.05),
-        ("prefill/hd64.causal.B2x8192", prefill_label(64, 2, 8192, True), 1.0),
-        ("prefill/hd256.causal.B2x8192", prefill_label(256, 2, 8192, True), 1.0),
+        ("prefill/hd128.causal.B2x8192", prefill_label("cudnn", 128, 2, 8192, True), 1.05),
+        ("prefill/hd128.full.B4x4096", prefill_label("cudnn", 128, 4, 4096, False), 1.05),
+        ("prefill/hd64.causal.B2x8192", prefill_label("cudnn", 64, 2, 8192, True), 1.0),
+        ("prefill/hd256.causal.B2x8192", prefill_label("cudnn", 256, 2, 8192, True), 1.0),
     ):
         ours = case_field(name, "rate")
         ref = reference.get(("SUSTAINED", label), {}).get("rate")
@@ -95,9 +91,9 @@ def targets(cases, ceilings, reference):
 
     # Decode: time a call against cuDNN's contiguous decode of the same shape (ratio = theirs / ours).
     for name, label, bound in (
-        ("paged_decode/hd128.ps16.B64xL8192", decode_label(128, 32, 8, 64, 8192), 0.97),
-        ("paged_decode/hd128.ps16.B16xL32768", decode_label(128, 32, 8, 16, 32768), 0.97),
-        ("paged_decode/hd128.ps16.B32xL4096", decode_label(128, 32, 8, 32, 4096), 0.9),
+        ("paged_decode/hd128.ps16.B64xL8192", decode_label("cudnn", 128, 32, 8, 64, 8192), 0.97),
+        ("paged_decode/hd128.ps16.B16xL32768", decode_label("cudnn", 128, 32, 8, 16, 32768), 0.97),
+        ("paged_decode/hd128.ps16.B32xL4096", decode_label("cudnn", 128, 32, 8, 32, 4096), 0.9),
     ):
         ours = case_field(name, "us")
         ref = reference.get(("TIME", label), {}).get("us")

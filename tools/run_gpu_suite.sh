@@ -66,7 +66,9 @@ wait_jobs() {
     [ $rc -ne 0 ] && [ $rc -ne 124 ] && verdict="FAILED (exit $rc)"
     echo "== ${names[$i]}: $verdict; $(tail -n 1 "$out/${names[$i]}.log")"
     verdicts+=("${names[$i]}: $verdict")
-    grep -a -E "^\[doctest\] (test cases|assertions)|worst errors|^  (paged|rotary|decode|prefill)|ERROR SUMMARY|RACECHECK SUMMARY|FAILED|ERROR:|CRASH|^[0-9]+ failure" \
+    # The sanitizers' own reports too (which kernel, at which offsets): a device run returns
+    # only a few log files, so what names a failure must be in this output.
+    grep -a -E "^\[doctest\] (test cases|assertions)|worst errors|^  (paged|rotary|decode|prefill)|ERROR SUMMARY|RACECHECK SUMMARY|FAILED|ERROR:|CRASH|^[0-9]+ failure|=+ +(Error|Warning|Barrier|Invalid|and (Read|Write) access)" \
       "$out/${names[$i]}.log" | head -40
     [ $rc -eq 0 ] || status=1
   done

@@ -20,6 +20,8 @@ import os
 import re
 import sys
 
+# The labels' module sits in bench/; a run from the source tree leaves no __pycache__ in it.
+sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
 from reference_labels import decode_label, prefill_label  # noqa: E402
 

@@ -112,6 +112,13 @@ constexpr int decode_sm90_smem_bytes(int head_dim) {
          kDecodeSm90Stages * (4 * kDecodeBlockTokens * head_dim + 8);
 }
 
+// Splits a wide Hopper decode CTA (`.wide` variants) runs side by side, each in a region of
+// decode_sm90_smem_bytes: at hd64 four fit an SM's 227 KB of shared memory.
+inline constexpr int kDecodeSm90WideSplits = 4;
+constexpr bool decode_sm90_has_wide(int head_dim) {
+  return head_dim % 64 == 0 && kDecodeSm90WideSplits * decode_sm90_smem_bytes(head_dim) <= 227 * 1024;
+}
+
 // Features the Hopper decode computes (the FP8 cache keeps its direct path).
 constexpr unsigned decode_sm90_features() {
   return kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureQLenField;

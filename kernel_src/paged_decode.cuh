@@ -122,7 +122,7 @@ __device__ __forceinline__ unsigned quantize_kv(T value, float scale) {
 // attends to the same quantized bytes (kv8_append_row), so the cache and the result agree.
 template <typename T, int kHeadDim, bool kE5m2>
 __device__ void append_new_token_fp8(const PagedDecodeParams& p, int batch_index, int kv_head,
-                                     long long k_offset, long long v_offset) {
+                                     long long k_offset, long long v_offset, int thread, int threads) {
   unsigned char* k_dst = static_cast<unsigned char*>(const_cast<void*>(p.k_cache)) + k_offset;
   unsigned char* v_dst = static_cast<unsigned char*>(const_cast<void*>(p.v_cache)) + v_offset;
   const T* k_src = static_cast<const T*>(p.new_k) + batch_index * p.new_k_stride_batch +
@@ -131,7 +131,7 @@ __device__ void append_new_token_fp8(const PagedDecodeParams& p, int batch_index
                    kv_head * p.new_v_stride_head;
   const float k_scale = kv_scale(p.features.k_scale, p.features.kv_scale_stride, kv_head);
   const float v_scale = kv_scale(p.features.v_scale, p.features.kv_scale_stride, kv_head);
-  for (int i = threadIdx.x; i < kHeadDim; i += blockDim.x) {
+  for (int i = thread; i < kHeadDim; i += threads) {
     k_dst[i] = static_cast<unsigned char>(quantize_kv<T, kE5m2>(k_src[i], k_scale));
     v_dst[i] = static_cast<unsigned char>(quantize_kv<T, kE5m2>(v_src[i], v_scale));
   }
@@ -139,10 +139,10 @@ __device__ void append_new_token_fp8(const PagedDecodeParams& p, int batch_index
 
 // Fused append: the CTA that owns the new token (head tile 0 of its split) writes new_k/new_v
 // into the cache slot. Every CTA reads the new token from new_k/new_v, never from the cache,
-// so the write races with no read.
+// so the write races with no read. `thread` of `threads` take part (a wide CTA's split group).
 template <typename T, int kHeadDim, int kPageSize, int kFlags = 0>
 __device__ void append_new_token(const PagedDecodeParams& p, const DecodeSequence& seq,
-                                 int batch_index, int kv_head) {
+                                 int batch_index, int kv_head, int thread = threadIdx.x, int threads = blockDim.x) {
   const int token = seq.append_token;
   const int page = __ldg(seq.table_row + (token >> PagedDecodeTiles<T, 32, kPageSize>::kPageShift));
   if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) return;
@@ -150,7 +150,7 @@ __device__ void append_new_token(const PagedDecodeParams& p, const DecodeSequenc
   if constexpr (has_fp8_kv<kFlags>()) {
     append_new_token_fp8<T, kHeadDim, has_feature<kFlags>(kFeatureKvE5m2)>(
         p, batch_index, kv_head, page * p.k_stride_page + slot * p.k_stride_token + kv_head * p.k_stride_head,
-        page * p.v_stride_page + slot * p.v_stride_token + kv_head * p.v_stride_head);
+        page * p.v_stride_page + slot * p.v_stride_token + kv_head * p.v_stride_head, thread, threads);
     return;
   }
   T* k_dst = static_cast<T*>(const_cast<void*>(p.k_cache)) + page * p.k_stride_page +
@@ -161,7 +161,7 @@ __device__ void append_new_token(const PagedDecodeParams& p, const DecodeSequenc
                    kv_head * p.new_k_stride_head;
   const T* v_src = static_cast<const T*>(p.new_v) + batch_index * p.new_v_stride_batch +
                    kv_head * p.new_v_stride_head;
-  for (int chunk = threadIdx.x; chunk < kHeadDim / 8; chunk += blockDim.x) {
+  for (int chunk = thread; chunk < kHeadDim / 8; chunk += threads) {
     reinterpret_cast<uint4*>(k_dst)[chunk] = reinterpret_cast<const uint4*>(k_src)[chunk];
     reinterpret_cast<uint4*>(v_dst)[chunk] = reinterpret_cast<const uint4*>(v_src)[chunk];
   }
@@ -196,11 +196,11 @@ struct DecodeWork {
 // The fields of DecodeWork that follow from the launch alone (no memory read): split, KV head,
 // head tile and its rows.
 template <int kGroup, int kFlags>
-__device__ __forceinline__ DecodeWork decode_work_tile() {
+__device__ __forceinline__ DecodeWork decode_work_tile(int split = blockIdx.x) {
   constexpr int kQLen = decode_q_len(kFlags);
   constexpr int kHeadTiles = CeilDiv<kGroup * kQLen, kDecodeHeadsPerTile>::value;
   DecodeWork w;
-  w.split = blockIdx.x;
+  w.split = split;
   w.kv_head = blockIdx.y / kHeadTiles;
   w.head_tile = blockIdx.y % kHeadTiles;
   w.batch_index = blockIdx.z;
@@ -211,9 +211,9 @@ __device__ __forceinline__ DecodeWork decode_work_tile() {
 }
 
 template <int kPageSize, int kGroup, int kFlags>
-__device__ __forceinline__ DecodeWork decode_work(const PagedDecodeParams& p) {
+__device__ __forceinline__ DecodeWork decode_work(const PagedDecodeParams& p, int split = blockIdx.x) {
   constexpr int kQLen = decode_q_len(kFlags);
-  DecodeWork w = decode_work_tile<kGroup, kFlags>();
+  DecodeWork w = decode_work_tile<kGroup, kFlags>(split);
   w.seq = decode_sequence<kPageSize>(p, w.batch_index);
   // With a window the splits cover only the blocks from the window's first key on (the split
   // plan is sized for the window), so the time follows the window, not the length. With
@@ -249,12 +249,14 @@ __device__ __forceinline__ bool decode_work_begin(const PagedDecodeParams& p, co
 // and steer only these prefetches. With a window the split's tokens depend on the length, so
 // only Q and the length are prefetched.
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags, bool kKvRows>
-__device__ __forceinline__ void prefetch_decode_start(const PagedDecodeParams& p, int first_thread) {
+__device__ __forceinline__ void prefetch_decode_start(const PagedDecodeParams& p, int first_thread,
+                                                      int thread = threadIdx.x, int threads = blockDim.x,
+                                                      int split = blockIdx.x) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kQLen = decode_q_len(kFlags);
-  const DecodeWork tile = decode_work_tile<kGroup, kFlags>();
+  const DecodeWork tile = decode_work_tile<kGroup, kFlags>(split);
   constexpr int kRowLines = (kHeadDim * static_cast<int>(sizeof(T)) + 127) / 128;  // 128-byte lines of a row
-  const int i = static_cast<int>(threadIdx.x) - first_thread;
+  const int i = thread - first_thread;
   if (i >= 0 && i < tile.rows * kRowLines) {
     const int row = i / kRowLines;
     const T* q_row = static_cast<const T*>(p.q) + blockIdx.z * p.q_stride_batch +
@@ -262,14 +264,14 @@ __device__ __forceinline__ void prefetch_decode_start(const PagedDecodeParams& p
                      row_head<kQLen>(tile.first_head, tile.first_row, row) * p.q_stride_head;
     prefetch_l2(reinterpret_cast<const unsigned char*>(q_row) + (i % kRowLines) * 128);
   }
-  if (threadIdx.x == blockDim.x - 1 && p.seq_lens != nullptr) prefetch_l2(p.seq_lens + blockIdx.z);
+  if (thread == threads - 1 && p.seq_lens != nullptr) prefetch_l2(p.seq_lens + blockIdx.z);
   if constexpr (kKvRows && !has_feature<kFlags>(kFeatureWindow)) {
     static_assert(kDecodeThreads == 2 * kDecodeBlockTokens, "a thread per K or V row of a block");
     static_assert(!has_fp8_kv<kFlags>(), "FP8 caches take no prefetches (run 100: their decode ran slower)");
-    const int split_begin = static_cast<int>(blockIdx.x) * p.tokens_per_split;
-    const int token = split_begin + static_cast<int>(threadIdx.x) % kDecodeBlockTokens;
+    const int split_begin = split * p.tokens_per_split;
+    const int token = split_begin + thread % kDecodeBlockTokens;
     if (token >= min(split_begin + p.tokens_per_split, p.kv_capacity)) return;
-    const bool is_v = threadIdx.x >= kDecodeBlockTokens;
+    const bool is_v = thread >= kDecodeBlockTokens;
     long long offset;
     if constexpr (kPageSize == 0) {
       offset = blockIdx.z * (is_v ? p.v_stride_page : p.k_stride_page) +
@@ -696,11 +698,12 @@ struct Kv8StepLoader {
 // (head, token) pairs), rows past the tile zero-filled. kDirect: f16, the dims in the direct FP8
 // path's fragment order (kv8_q_dim).
 template <typename T, int kHeadDim, int kQLen, bool kDirect>
-__device__ __forceinline__ void load_decode_q_tile(const PagedDecodeParams& p, const DecodeWork& w, T* smem_q) {
+__device__ __forceinline__ void load_decode_q_tile(const PagedDecodeParams& p, const DecodeWork& w, T* smem_q,
+                                                   int thread = threadIdx.x) {
   constexpr int kRowStride = kHeadDim + 8;
   constexpr int kChunksPerRow = kHeadDim / 8;
   const T* q = static_cast<const T*>(p.q) + w.batch_index * p.q_stride_batch;
-  for (int chunk = threadIdx.x; chunk < kDecodeHeadsPerTile * kChunksPerRow; chunk += kDecodeThreads) {
+  for (int chunk = thread; chunk < kDecodeHeadsPerTile * kChunksPerRow; chunk += kDecodeThreads) {
     const int row = chunk / kChunksPerRow;
     const int col = (chunk % kChunksPerRow) * 8;
     uint4 value = make_uint4(0, 0, 0, 0);
@@ -836,13 +839,34 @@ constexpr int decode_merge_bytes() {
   return (4 * (kHeadDim + 8) + 8) * kDecodeHeadsPerTile * 4;
 }
 
-template <typename T, int kHeadDim, int kFlags, bool kPermuted>
+// A wide CTA (the Hopper decode's, paged_decode_sm90.cuh) runs kGroups splits side by side, a
+// group of kDecodeThreads threads each: a group waits for its own threads only (named barrier
+// 1 + group; barrier 0 is the CTA's).
+template <int kGroups>
+__device__ __forceinline__ void decode_group_sync() {
+  if constexpr (kGroups == 1) {
+    __syncthreads();
+  } else {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(1 + static_cast<int>(threadIdx.x) / kDecodeThreads), "r"(kDecodeThreads)
+                 : "memory");
+  }
+}
+
+// A wide CTA's slot for one group's rows: their normalized values, then their LSEs (natural log).
+template <int kHeadDim>
+constexpr int decode_slot_bytes() {
+  return kDecodeHeadsPerTile * (kHeadDim + 1) * 4;
+}
+
+template <typename T, int kHeadDim, int kFlags, bool kPermuted, int kGroups = 1>
 __device__ __forceinline__ void merge_decode_warps(const PagedDecodeParams& p, const DecodeWork& w,
                                                    DecodeWarpSoftmax<kHeadDim, kFlags>& state, void* merge,
-                                                   float out_scale) {
+                                                   float out_scale, float* slot = nullptr) {
+  static_assert(kGroups == 1 || !kPermuted, "wide CTAs: 16-bit caches only");
   constexpr int kQLen = decode_q_len(kFlags);
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
+  const int thread = kGroups == 1 ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x) % kDecodeThreads;
+  const int lane = thread & 31;
+  const int warp = thread >> 5;
   const int quad_row = lane >> 2;
   const int quad_col = lane & 3;
 #pragma unroll
@@ -878,13 +902,13 @@ __device__ __forceinline__ void merge_decode_warps(const PagedDecodeParams& p, c
       merge_sum[warp * kDecodeHeadsPerTile + quad_row + 8] = state.row_sum[1];
     }
   }
-  __syncthreads();
+  decode_group_sync<kGroups>();
 
   // Each row's warp weights (normalization, sink and V scale folded in) and its LSE, a thread a
   // row, written over the maxima and sums; then the elements. Worked out per element instead,
   // the statistics made a serial chain of each thread's elements (batch 1's merge).
-  if (threadIdx.x < w.rows) {
-    const int row = threadIdx.x;
+  if (thread < w.rows) {
+    const int row = thread;
     float max_all = negative_infinity();
 #pragma unroll
     for (int v = 0; v < 4; ++v) max_all = fmaxf(max_all, merge_max[v * kDecodeHeadsPerTile + row]);
@@ -907,14 +931,14 @@ __device__ __forceinline__ void merge_decode_warps(const PagedDecodeParams& p, c
     for (int v = 0; v < 4; ++v) merge_max[v * kDecodeHeadsPerTile + row] = weight[v] * scale;
     merge_sum[row] = empty ? negative_infinity() : (max_all + __log2f(total)) * kLn2;
   }
-  __syncthreads();
+  decode_group_sync<kGroups>();
 
   if constexpr (!kPermuted) {
     // Four adjacent columns a thread: a float4 read of each warp's row and one 16-byte store
     // of the partial row. Stored a float at a time, batch 1's call took 0.36 us longer (run 114).
     const int quads = w.rows * (kHeadDim / 4);
 #pragma unroll 4
-    for (int e = threadIdx.x; e < quads; e += kDecodeThreads) {
+    for (int e = thread; e < quads; e += kDecodeThreads) {
       const int row = e / (kHeadDim / 4);
       const int col = (e % (kHeadDim / 4)) * 4;
       float4 value = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -929,6 +953,11 @@ __device__ __forceinline__ void merge_decode_warps(const PagedDecodeParams& p, c
         value.z += weight != 0.f ? weight * o.z : 0.f;
         value.w += weight != 0.f ? weight * o.w : 0.f;
       }
+      if (kGroups > 1) {  // to the group's slot, for the CTA's merge of its splits
+        *reinterpret_cast<float4*>(slot + row * kHeadDim + col) = value;
+        if (col == 0) slot[kDecodeHeadsPerTile * kHeadDim + row] = merge_sum[row];
+        continue;
+      }
       store_row_quad<T, kHeadDim, kQLen>(p.workspace, p.out, p.out_stride_batch, p.out_stride_seq, p.out_stride_head,
                                          p.lse, p.batch, p.n_heads, w.split, w.batch_index,
                                          row_token<kQLen>(w.first_row, row),
@@ -939,7 +968,7 @@ __device__ __forceinline__ void merge_decode_warps(const PagedDecodeParams& p, c
     // ptxas fits its kernel into 80 registers with spills: hd64 24/4 pages of 1 4.2% slower, run 110).
     const int elements = w.rows * kHeadDim;
 #pragma unroll 1
-    for (int e = threadIdx.x; e < elements; e += kDecodeThreads) {
+    for (int e = thread; e < elements; e += kDecodeThreads) {
       const int row = e / kHeadDim;
       const int col = e % kHeadDim;
       float value = 0.f;

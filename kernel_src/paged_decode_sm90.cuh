@@ -60,32 +60,101 @@ __device__ __forceinline__ int swizzled_offset(int row, int piece) {
   return (piece >> 3) * kChunkBytes + row * 128 + (((piece & 7) ^ (row & 7)) << 4);
 }
 
-template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
-__global__ void __launch_bounds__(kDecodeThreads)
+// kSplits > 1 (a wide CTA, `.wide` variants): the CTA runs the kSplits splits of its (request,
+// KV head, head tile) side by side, a group of kDecodeThreads threads each with its own Q tile,
+// ring and barriers (a region of decode_sm90_smem_bytes), waiting on its group's named barrier;
+// each group leaves its rows in a slot of its ring, and the CTA merges them by their LSEs and
+// writes the output: no split workspace, no split combine launch.
+// A wide CTA's end: once every group has left its rows in its slot (or, for an empty split,
+// only LSEs), the CTA merges each row's splits by their LSEs, as the split combine does, and
+// writes the output and the LSE.
+template <typename T, int kHeadDim, int kQLen, int kSplits>
+__device__ __forceinline__ void merge_wide_splits(const PagedDecodeParams& p, const DecodeWork& w,
+                                                  unsigned char* smem_raw) {
+  using namespace sm90;
+  using Shape = DecodeSm90Shape<kHeadDim, 0>;
+  __syncthreads();
+  const float* slots[kSplits];
+#pragma unroll
+  for (int g = 0; g < kSplits; ++g) {
+    unsigned char* region = smem_raw + g * decode_sm90_smem_bytes(kHeadDim);
+    unsigned char* ring = region + ((smem_u32(region) + Shape::kQBytes + 1023) & ~1023u) - smem_u32(region);
+    slots[g] = reinterpret_cast<const float*>(ring + decode_merge_bytes<kHeadDim>());
+  }
+  // The group's split index of each slot is `g`; a CTA's splits cover its whole sequence.
+  const SplitWorkspace direct{nullptr, nullptr, 1};
+  for (int e = threadIdx.x; e < w.rows * (kHeadDim / 4); e += kSplits * kDecodeThreads) {
+    const int row = e / (kHeadDim / 4);
+    const int col = (e % (kHeadDim / 4)) * 4;
+    float lse[kSplits];
+    float max_lse = negative_infinity();
+#pragma unroll
+    for (int g = 0; g < kSplits; ++g) {
+      lse[g] = slots[g][kDecodeHeadsPerTile * kHeadDim + row];
+      max_lse = fmaxf(max_lse, lse[g]);
+    }
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+    float total = 0.f;
+#pragma unroll
+    for (int g = 0; g < kSplits; ++g) {
+      // Empty splits carry -inf and weigh nothing (their slot's values are never read); an
+      // all-empty row outputs zeros.
+      if (max_lse == negative_infinity() || lse[g] == negative_infinity()) continue;
+      const float weight = __expf(lse[g] - max_lse);
+      total += weight;
+      const float4 v = *reinterpret_cast<const float4*>(slots[g] + row * kHeadDim + col);
+      sum.x += weight * v.x;
+      sum.y += weight * v.y;
+      sum.z += weight * v.z;
+      sum.w += weight * v.w;
+    }
+    const float scale = total > 0.f ? 1.f / total : 0.f;
+    sum.x *= scale;
+    sum.y *= scale;
+    sum.z *= scale;
+    sum.w *= scale;
+    store_row_quad<T, kHeadDim, kQLen>(direct, p.out, p.out_stride_batch, p.out_stride_seq, p.out_stride_head, p.lse,
+                                       p.batch, p.n_heads, 0, w.batch_index, row_token<kQLen>(w.first_row, row),
+                                       row_head<kQLen>(w.first_head, w.first_row, row), col, sum,
+                                       total > 0.f ? max_lse + __logf(total) : max_lse);
+  }
+}
+
+template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags, int kSplits = 1>
+__global__ void __launch_bounds__(kDecodeThreads * kSplits)
     paged_decode_sm90_kernel(const __grid_constant__ PagedDecodeParams p, const __grid_constant__ sm90::TmaMap map_k,
                              const __grid_constant__ sm90::TmaMap map_v) {
   using namespace sm90;
   static_assert((kFlags & ~decode_sm90_features()) == 0, "features of the Hopper decode");
+  static_assert(kSplits >= 1 && kSplits <= 4, "split groups of a wide CTA");
   using Shape = DecodeSm90Shape<kHeadDim, kPageSize>;
   constexpr int kStages = Shape::kStages;
   constexpr int kQLen = decode_q_len(kFlags);
   constexpr int kRowStride = kHeadDim + 8;
   constexpr int kPieces = kHeadDim / 8;  // 16-byte pieces of a row
+  static_assert(kSplits == 1 || decode_merge_bytes<kHeadDim>() + decode_slot_bytes<kHeadDim>() <=
+                                    kStages * Shape::kStageBytes,
+                "a group's slot fits its ring after the merge");
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   allow_dependent_grid();  // the split combine may be scheduled as CTAs free up
-  T* smem_q = reinterpret_cast<T*>(smem_raw);
+  const int group = kSplits == 1 ? 0 : static_cast<int>(threadIdx.x) / kDecodeThreads;
+  const int thread = kSplits == 1 ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x) % kDecodeThreads;
+  const int split = static_cast<int>(blockIdx.x) * kSplits + group;
+  unsigned char* region = smem_raw + group * decode_sm90_smem_bytes(kHeadDim);
+  T* smem_q = reinterpret_cast<T*>(region);
   // The ring starts at the first 1 KB boundary (of the shared address) after the Q tile. Offset
   // from smem_raw, not rounded as an integer, the pointer keeps its address space: the merge and
   // the tail's stores into the ring compile to shared, not generic, accesses.
-  unsigned char* ring = smem_raw + ((smem_u32(smem_raw) + Shape::kQBytes + 1023) & ~1023u) - smem_u32(smem_raw);
+  unsigned char* ring = region + ((smem_u32(region) + Shape::kQBytes + 1023) & ~1023u) - smem_u32(region);
   u64* full = reinterpret_cast<u64*>(ring + kStages * Shape::kStageBytes);
+  float* slot = reinterpret_cast<float*>(ring + decode_merge_bytes<kHeadDim>());
 
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
+  const int lane = thread & 31;
+  const int warp = thread >> 5;
   // Before the wait for the previous kernel (a programmatic dependent launch overlaps this with
   // its tail) only what no kernel writes: the barriers and the tensor maps.
-  if (threadIdx.x == 0) {
+  if (thread == 0) {
     for (int s = 0; s < kStages; ++s) mbar_init(&full[s], 1);
     fence_mbar_init();
     tma_prefetch_map(&map_k);
@@ -118,7 +187,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   auto box_row = [&](int token) { return kPageSize == 0 ? token : token % (kPageSize > 0 ? kPageSize : 1); };
   // Without a window a split's tokens follow from the launch alone.
   constexpr bool kWindow = has_feature<kFlags>(kFeatureWindow);
-  const int launch_begin = blockIdx.x * p.tokens_per_split;
+  const int launch_begin = split * p.tokens_per_split;
   const int launch_end = min(launch_begin + p.tokens_per_split, p.kv_capacity);
   if (!kWindow) {
     // While the kernel ahead finishes: L2 prefetches of the K and V boxes of the blocks issued
@@ -126,7 +195,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     // data the kernel ahead is still writing can make one useless, never a result wrong. The
     // page ids read here (through L2 only) steer only these prefetches; the copies use ids
     // read after the wait.
-    const DecodeWork tile = decode_work_tile<kGroup, kFlags>();
+    const DecodeWork tile = decode_work_tile<kGroup, kFlags>(split);
     if (warp == 0) {
       const int* table_row = kPageSize > 0 ? decode_table_row<true>(p, blockIdx.z) : nullptr;
       for (int block = 0; block < kStages - 1 && launch_begin + block * kDecodeBlockTokens < launch_end; ++block) {
@@ -137,7 +206,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
       }
     }
   }
-  prefetch_decode_start<T, kHeadDim, kPageSize, kGroup, kFlags, false>(p, 32);  // Q rows and length
+  if (group == 0)  // Q rows and length, the same for every group
+    prefetch_decode_start<T, kHeadDim, kPageSize, kGroup, kFlags, false>(p, 32, thread, kDecodeThreads, split);
   wait_for_previous_grid();
 
   // Block 0's page ids are looked up before the sequence length arrives, not after it: one
@@ -145,11 +215,27 @@ __global__ void __launch_bounds__(kDecodeThreads)
   int page = 0;
   if (!kWindow && warp == 0)
     page = lookup(decode_table_row(p, blockIdx.z), launch_begin, launch_end, 0, false);
-  const DecodeWork w = decode_work<kPageSize, kGroup, kFlags>(p);
+  const DecodeWork w = decode_work<kPageSize, kGroup, kFlags>(p, split);
   const int lookup_end = kWindow ? w.split_end : min(w.split_begin + p.tokens_per_split, p.kv_capacity);
   auto box_page = [&](int block) { return lookup(w.seq.table_row, w.split_begin, lookup_end, block, false); };
   if (kWindow && warp == 0) page = box_page(0);
-  if (!decode_work_begin<T, kHeadDim, kPageSize, kFlags>(p, w)) return;
+  if constexpr (kSplits == 1) {
+    if (!decode_work_begin<T, kHeadDim, kPageSize, kFlags>(p, w)) return;
+  } else if (w.split_begin >= w.split_end) {
+    // An empty split: zeros with LSE -inf, which weigh nothing in the CTA's merge, or in split
+    // 0 of an empty sequence the sinks' LSE (as write_empty_rows gives the combine).
+    for (int i = thread; i < w.rows * kHeadDim; i += kDecodeThreads) slot[i] = 0.f;
+    if (thread < w.rows)
+      slot[kDecodeHeadsPerTile * kHeadDim + thread] =
+          has_feature<kFlags>(kFeatureSink) && w.split == 0
+              ? p.features.sinks[row_head<kQLen>(w.first_head, w.first_row, thread)]
+              : negative_infinity();
+    merge_wide_splits<T, kHeadDim, kQLen, kSplits>(p, w, smem_raw);
+    return;
+  } else if (kPageSize > 0 && w.head_tile == 0 && w.seq.append_token >= w.split_begin &&
+             w.seq.append_token < w.split_end) {
+    append_new_token<T, kHeadDim, kPageSize, kFlags>(p, w.seq, w.batch_index, w.kv_head, thread, kDecodeThreads);
+  }
   const int num_blocks = (w.split_end - w.split_begin + kDecodeBlockTokens - 1) / kDecodeBlockTokens;
   auto issue = [&](int block, int page) {
     const int s = block % kStages;
@@ -169,8 +255,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
       page = next;
     }
   }
-  load_decode_q_tile<T, kHeadDim, kQLen, false>(p, w, smem_q);
-  __syncthreads();
+  load_decode_q_tile<T, kHeadDim, kQLen, false>(p, w, smem_q, thread);
+  decode_group_sync<kSplits>();
 
   DecodeWarpSoftmax<kHeadDim, kFlags> state;
   state.init(p, w);
@@ -243,10 +329,11 @@ __global__ void __launch_bounds__(kDecodeThreads)
         Mma<T>::run(state.o[2 * dd + 1], pa, b[2], b[3]);
       }
     }
-    __syncthreads();  // every warp is done with stage s: the next block's issue refills it
+    decode_group_sync<kSplits>();  // every warp is done with stage s: the next block's issue refills it
   }
   // Every issued block has been waited for: the ring is free for the merge.
-  merge_decode_warps<T, kHeadDim, kFlags, false>(p, w, state, ring, 1.f);
+  merge_decode_warps<T, kHeadDim, kFlags, false, kSplits>(p, w, state, ring, 1.f, slot);
+  if constexpr (kSplits > 1) merge_wide_splits<T, kHeadDim, kQLen, kSplits>(p, w, smem_raw);
 }
 
 }  // namespace astrai

@@ -37,6 +37,7 @@ constexpr const char* kArchVar = "ASTRAI_JIT_ARCH";
 constexpr const char* kNoMmaVar = "ASTRAI_JIT_NO_MMA";
 constexpr const char* kNoWgmmaVar = "ASTRAI_JIT_NO_WGMMA";
 constexpr const char* kPrefillTilesVar = "ASTRAI_JIT_PREFILL_TILES";
+constexpr const char* kDecodeTilesVar = "ASTRAI_JIT_DECODE_TILES";
 constexpr const char* kDumpVar = "ASTRAI_JIT_DUMP";
 constexpr const char* kCachePathVar = "ASTRAI_JIT_CACHE_PATH";
 constexpr const char* kCacheSharedVar = "ASTRAI_JIT_CACHE_SHARED";
@@ -189,7 +190,7 @@ const std::vector<std::string>& known_env_variables() {
     std::vector<std::string> list = {kCacheDirVar, kCacheVar,        kForceCompileVar, kStrictVar,
                                      kRecordVar,   kMaxCacheSizeVar, kLogVar,          kArchVar,
                                      kNoMmaVar,    kNoWgmmaVar,      kDumpVar,         kCachePathVar,
-                                     kCacheSharedVar, kPrefillTilesVar};
+                                     kCacheSharedVar, kPrefillTilesVar, kDecodeTilesVar};
     std::sort(list.begin(), list.end());
     return list;
   }();
@@ -384,6 +385,8 @@ EnvConfig parse_env_config(const std::vector<std::string>& environment) {
   if (const std::string* value = get(kNoWgmmaVar)) config.no_wgmma = parse_bool(kNoWgmmaVar, *value);
   if (const std::string* value = get(kPrefillTilesVar))
     config.prefill_tiles = parse_prefill_tiles(kPrefillTilesVar, *value);
+  if (const std::string* value = get(kDecodeTilesVar))
+    config.decode_tiles = parse_prefill_tiles(kDecodeTilesVar, *value);
   if (const std::string* value = get(kDumpVar)) config.dump_dir = *value;
   return config;
 }

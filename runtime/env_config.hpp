@@ -42,6 +42,10 @@ struct EnvConfig {
   // ASTRAI_JIT_PREFILL_TILES = auto | narrow | wide: the Hopper prefill's tiling where its head
   // dim has a wide one (auto: by grid size, launch_heuristics.hpp).
   PrefillTiles prefill_tiles = PrefillTiles::automatic;
+  // ASTRAI_JIT_DECODE_TILES = auto | narrow | wide: the Hopper decode's wide CTAs (a request's
+  // splits side by side in one CTA, merged there) where its head dim has them (auto: when the
+  // grid's (request, KV head) pairs fit one wave and split 2 to 4 ways).
+  PrefillTiles decode_tiles = PrefillTiles::automatic;
   std::filesystem::path dump_dir;      // ASTRAI_JIT_DUMP=<dir>; empty = off
   // Every ASTRAI_JIT_* variable that was set, as (name, value), sorted by name (for `info`).
   std::vector<std::pair<std::string, std::string>> variables_set;

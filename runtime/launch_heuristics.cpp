@@ -37,6 +37,22 @@ DecodeSplitPlan plan_decode_splits(int batch, int n_kv_heads, int head_tiles, lo
   return plan;
 }
 
+bool decode_takes_wide_ctas(PrefillTiles tiles, const DecodeSplitPlan& plan, long long tiles_count, int num_sms,
+                            int wide_splits) {
+  if (tiles == PrefillTiles::narrow) return false;
+  if (tiles == PrefillTiles::wide) return true;
+  return tiles_count <= num_sms && plan.num_splits >= 2 && plan.num_splits <= wide_splits;
+}
+
+DecodeSplitPlan wide_cta_plan(long long capacity, int wide_splits) {
+  const long long blocks = std::max<long long>(1, (capacity + kDecodeBlockTokens - 1) / kDecodeBlockTokens);
+  const long long splits = std::max(wide_splits, 1);
+  DecodeSplitPlan plan;
+  plan.tokens_per_split = static_cast<int>((blocks + splits - 1) / splits * kDecodeBlockTokens);
+  plan.num_splits = static_cast<int>(splits);
+  return plan;
+}
+
 std::size_t decode_workspace_bytes(const DecodeSplitPlan& plan, int batch, int n_heads,
                                    int head_dim) {
   if (plan.num_splits <= 1) return 0;

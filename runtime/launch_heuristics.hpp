@@ -21,6 +21,17 @@ struct DecodeSplitPlan {
 DecodeSplitPlan plan_decode_splits(int batch, int n_kv_heads, int head_tiles, long long capacity,
                                    int resident_ctas);
 
+// Whether a Hopper decode call takes wide CTAs (kernel_src/paged_decode_sm90.cuh: the splits of
+// each of the `tiles` (request, KV head, head tile) columns side by side in one CTA of
+// `wide_splits` groups, merged there, with no workspace and no split combine). auto: when the
+// columns fit one wave on `num_sms` SMs (a wide CTA fills an SM) and the plan splits them 2 to
+// `wide_splits` ways, the shape whose split combine and its wait cost about 2 us of a 36 us call
+// (hd64 24/4 B32 x 4096, docs/performance.md).
+bool decode_takes_wide_ctas(PrefillTiles tiles, const DecodeSplitPlan& plan, long long tiles_count, int num_sms,
+                            int wide_splits);
+// The split of a wide CTA: `capacity` tokens in `wide_splits` parts of whole 64-token blocks.
+DecodeSplitPlan wide_cta_plan(long long capacity, int wide_splits);
+
 // Bytes of split workspace a plan needs (0 when unsplit): partial outputs and LSEs in fp32.
 std::size_t decode_workspace_bytes(const DecodeSplitPlan& plan, int batch, int n_heads,
                                    int head_dim);

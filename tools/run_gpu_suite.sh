@@ -11,6 +11,7 @@
 #   nomma            the whole suite on CUDA cores (ASTRAI_JIT_NO_MMA=1), half the sweep;
 #   on sm_90a: narrow (ASTRAI_JIT_PREFILL_TILES=narrow, the prefill suites, half the sweep) and
 #   nowgmma (ASTRAI_JIT_NO_WGMMA=1: the portable decode and prefill kernels, 3/4 of the sweep)
+#   and wide_decode (ASTRAI_JIT_DECODE_TILES=wide: the decode suites on wide CTAs, half the sweep)
 #   and sm90_check (astrai-sm90-check --check-only, when BUILD_DIR/bench has it);
 #   memcheck, racecheck, synccheck and initcheck over the decode suites and over the prefill
 #   suites (default path, SAN_SWEEP random cases).
@@ -83,6 +84,10 @@ if [ $hopper = 1 ]; then
     --test-suite=prefill,paged_prefill
   start_job nowgmma ASTRAI_TEST_SWEEP=$three_quarters ASTRAI_JIT_NO_WGMMA=1 -- "$bin" \
     --test-suite=decode,paged_decode,multi_token,prefill,paged_prefill
+  # The Hopper decode's wide CTAs (a request's splits merged in one CTA) wherever they serve,
+  # and the two sanitizers that watch their named barriers.
+  start_job wide_decode ASTRAI_TEST_SWEEP=$half ASTRAI_JIT_DECODE_TILES=wide -- "$bin" \
+    --test-suite=decode,paged_decode,multi_token
   # The Hopper prefill's every tiling (the alternatives the runtime does not pick) against the
   # reference, when the build has the check tool.
   check="$build/bench/astrai-sm90-check"
@@ -95,6 +100,12 @@ if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
     start_job "${tool}_prefill" ASTRAI_TEST_SWEEP=$san_sweep -- \
       compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --test-suite=prefill,paged_prefill
   done
+  if [ $hopper = 1 ]; then
+    for tool in racecheck synccheck; do
+      start_job "${tool}_wide_decode" ASTRAI_TEST_SWEEP=$san_sweep ASTRAI_JIT_DECODE_TILES=wide -- \
+        compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --test-suite=decode,paged_decode
+    done
+  fi
 fi
 verdicts=()
 wait_jobs

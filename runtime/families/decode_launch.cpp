@@ -23,8 +23,9 @@ std::vector<std::string> decode_instantiations(const KernelSpec& spec, int page_
 
 std::vector<std::string> decode_sm90_instantiations(const KernelSpec& spec, int page_size) {
   std::vector<std::string> names = decode_instantiations(spec, page_size);
-  names[0] = fmt::format("astrai::paged_decode_sm90_kernel<{}, {}, {}, {}, {}>", device_type_name(spec.dtype),
-                         spec.head_dim, page_size, spec.group_size, spec.flags);
+  names[0] = fmt::format("astrai::paged_decode_sm90_kernel<{}, {}, {}, {}, {}, {}>", device_type_name(spec.dtype),
+                         spec.head_dim, page_size, spec.group_size, spec.flags,
+                         spec.wide ? kDecodeSm90WideSplits : 1);
   return names;
 }
 
@@ -129,10 +130,20 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
     memo.n_kv_heads = params.n_kv_heads;
     memo.capacity = span;
   }
-  const DecodeSplitPlan plan = memo.plan;
+  DecodeSplitPlan plan = memo.plan;
+  // A wide CTA runs a (request, KV head, head tile)'s splits side by side and merges them itself:
+  // no workspace, no combine launch.
+  const long long tiles = 1LL * params.batch * params.n_kv_heads * head_tiles;
+  spec.wide = spec.hopper && decode_sm90_has_wide(launch.head_dim) &&
+              decode_takes_wide_ctas(impl.engine.config().decode_tiles, plan, tiles, device.num_sms(),
+                                     kDecodeSm90WideSplits);
+  const LoadedVariant& launched =
+      spec.wide ? impl.variant(device, spec, {kDecodeThreads * kDecodeSm90WideSplits, kDecodeSm90WideSplits * smem})
+                : variant;
+  if (spec.wide) plan = wide_cta_plan(span, kDecodeSm90WideSplits);
   params.tokens_per_split = plan.tokens_per_split;
-  params.workspace.num_splits = plan.num_splits;
-  if (plan.num_splits > 1) {
+  params.workspace.num_splits = spec.wide ? 1 : plan.num_splits;
+  if (params.workspace.num_splits > 1) {
     const std::size_t bytes = decode_workspace_bytes(plan, params.batch, params.n_heads * q_len, launch.head_dim);
     CUdeviceptr base = 0;
     if (launch.workspace) {
@@ -151,16 +162,16 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   }
   LaunchConfig attention{};
   attention.name = launch.family.name;
-  attention.grid = {static_cast<unsigned>(plan.num_splits), static_cast<unsigned>(params.n_kv_heads * head_tiles),
-                    static_cast<unsigned>(params.batch)};
-  attention.block = kDecodeThreads;
-  attention.smem = static_cast<unsigned>(smem);
+  attention.grid = {static_cast<unsigned>(spec.wide ? 1 : plan.num_splits),
+                    static_cast<unsigned>(params.n_kv_heads * head_tiles), static_cast<unsigned>(params.batch)};
+  attention.block = spec.wide ? kDecodeThreads * kDecodeSm90WideSplits : kDecodeThreads;
+  attention.smem = static_cast<unsigned>(spec.wide ? kDecodeSm90WideSplits * smem : smem);
   attention.stream = launch.stream;
   // Its CTAs may be placed while the kernel before it drains; they wait for it before any load.
   attention.programmatic_dependent = true;
   if (spec.hopper) {
     void* arguments[] = {&params, &map_k, &map_v};
-    device.launch(variant.functions[0], attention, arguments);
+    device.launch(launched.functions[0], attention, arguments);
   } else {
     device.launch(variant.functions[0], attention, &params);
   }
@@ -168,7 +179,7 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   // instead (the last split CTA of each column, with per-stream counters) measured slower, batch
   // 1 x 1024 7.17 -> 8.16 us a call (runs 57, 94): the dependent launch overlaps the next call's
   // start.
-  if (plan.num_splits > 1) {
+  if (params.workspace.num_splits > 1) {
     CombineParams combine{};
     combine.workspace = params.workspace;
     combine.lse = params.lse;

@@ -84,7 +84,7 @@ TEST_CASE("the known variables are listed once each, sorted") {
   const auto& known = astrai::detail::known_env_variables();
   const std::vector<std::string> expected = {
       "ASTRAI_JIT_ARCH",          "ASTRAI_JIT_CACHE",        "ASTRAI_JIT_CACHE_DIR",
-      "ASTRAI_JIT_CACHE_PATH",    "ASTRAI_JIT_CACHE_SHARED", "ASTRAI_JIT_DUMP",
+      "ASTRAI_JIT_CACHE_PATH",    "ASTRAI_JIT_CACHE_SHARED", "ASTRAI_JIT_DECODE_TILES", "ASTRAI_JIT_DUMP",
       "ASTRAI_JIT_FORCE_COMPILE", "ASTRAI_JIT_LOG",          "ASTRAI_JIT_MAX_CACHE_SIZE",
       "ASTRAI_JIT_NO_MMA",        "ASTRAI_JIT_NO_WGMMA",     "ASTRAI_JIT_PREFILL_TILES",
       "ASTRAI_JIT_RECORD",        "ASTRAI_JIT_STRICT"};
@@ -141,6 +141,16 @@ TEST_CASE("a boolean variable only affects its own field") {
   EnvConfig no_wgmma = parse_one("ASTRAI_JIT_NO_WGMMA", "1");
   CHECK(no_wgmma.no_wgmma);
   CHECK_FALSE(no_wgmma.no_mma);
+}
+
+TEST_CASE("ASTRAI_JIT_DECODE_TILES picks the Hopper decode's wide CTAs, auto by default") {
+  using astrai::detail::PrefillTiles;
+  CHECK(parse_one("ASTRAI_JIT_ARCH", "sm_90a").decode_tiles == PrefillTiles::automatic);
+  CHECK(parse_one("ASTRAI_JIT_DECODE_TILES", "narrow").decode_tiles == PrefillTiles::narrow);
+  CHECK(parse_one("ASTRAI_JIT_DECODE_TILES", "wide").decode_tiles == PrefillTiles::wide);
+  CHECK(parse_one("ASTRAI_JIT_DECODE_TILES", "wide").prefill_tiles == PrefillTiles::automatic);
+  CHECK_THROWS_WITH_AS(parse_one("ASTRAI_JIT_DECODE_TILES", "4"),
+                       "ASTRAI_JIT_DECODE_TILES=4 is not valid (allowed: auto, narrow, wide)", ConfigError);
 }
 
 TEST_CASE("ASTRAI_JIT_PREFILL_TILES picks the Hopper prefill's tiling, auto by default") {

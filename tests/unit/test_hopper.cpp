@@ -237,6 +237,31 @@ TEST_SUITE("hopper") {
     }
   }
 
+  TEST_CASE("wide sm_90a decode variants: named, hd64 only, four split groups of 128 threads on named barriers") {
+    KernelSpec paged = hopper_prefill(KernelKind::paged_decode, DType::bf16, 64, 16, 6);
+    paged.wide = true;
+    CHECK(paged.name() == "paged_decode.bf16.hd64.ps16.g6.tma.wide.sm_90a");
+    CHECK(KernelSpec::parse(paged.name()) == paged);
+    CHECK_THROWS_WITH_AS(KernelSpec::parse("paged_decode.bf16.hd128.ps16.g4.tma.wide.sm_90a"),
+                         doctest::Contains("no wide tiling at head_dim 128"), astrai::InvalidArgument);
+    KernelSpec contiguous = hopper_prefill(KernelKind::decode, DType::fp16, 64, 0, 4);
+    contiguous.wide = true;
+    for (const std::uint32_t flags :
+         {0u, astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow, astrai::decode_q_len_flags(4)}) {
+      for (KernelSpec spec : {paged, contiguous}) {
+        spec.flags = flags;
+        CAPTURE(spec.name());
+        const auto result = astrai::detail::nvrtc_compile(astrai::detail::compile_request(spec), true);
+        CHECK(contains(result.ptx, ".maxntid 512, 1, 1"));
+        CHECK(contains(result.ptx, "bar.sync"));
+        CHECK(contains(result.ptx, "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"));
+        CHECK(astrai::testing::global_access_before_grid_wait(result.ptx) == "");
+        INFO("NVRTC log: " << result.log);
+        CHECK_FALSE(contains(result.log, "warning"));
+      }
+    }
+  }
+
   TEST_CASE("the sm_90a GEMM uses TMA, mbarriers, wgmma and setmaxnreg, and ptxas keeps its pipeline") {
     const auto result = compile_gemm("sm_90a");
     CHECK(contains(result.ptx, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"));

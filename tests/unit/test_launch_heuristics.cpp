@@ -311,4 +311,33 @@ TEST_CASE("the prefill tiling switch overrides the grid, and head dims without a
   CHECK_FALSE(prefill_sm90_takes_wide_tiles(PrefillTiles::automatic, 128, 192 * 33, 192 * 33, 40, 1, 133));
 }
 
+TEST_CASE("the Hopper decode takes wide CTAs when its columns fit one wave and split 2 to 4 ways") {
+  using astrai::detail::decode_takes_wide_ctas;
+  using astrai::detail::PrefillTiles;
+  using astrai::detail::wide_cta_plan;
+  const auto plan = [](int splits) {
+    DecodeSplitPlan p;
+    p.num_splits = splits;
+    p.tokens_per_split = 1024;
+    return p;
+  };
+  // hd64 24/4 B32 x 4096: 128 columns on 132 SMs, the planner's 4 splits.
+  CHECK(decode_takes_wide_ctas(PrefillTiles::automatic, plan(4), 128, 132, 4));
+  CHECK(decode_takes_wide_ctas(PrefillTiles::automatic, plan(2), 132, 132, 4));
+  CHECK_FALSE(decode_takes_wide_ctas(PrefillTiles::automatic, plan(4), 133, 132, 4));  // two waves
+  CHECK_FALSE(decode_takes_wide_ctas(PrefillTiles::automatic, plan(1), 128, 132, 4));  // unsplit
+  CHECK_FALSE(decode_takes_wide_ctas(PrefillTiles::automatic, plan(16), 8, 132, 4));   // batch 1
+  CHECK(decode_takes_wide_ctas(PrefillTiles::wide, plan(1), 4096, 132, 4));
+  CHECK_FALSE(decode_takes_wide_ctas(PrefillTiles::narrow, plan(4), 128, 132, 4));
+  // A wide CTA's splits cover the capacity in whole blocks, in `wide_splits` parts.
+  for (long long capacity : {1LL, 63LL, 64LL, 65LL, 4096LL, 4097LL, kMaxCapacity}) {
+    CAPTURE(capacity);
+    const DecodeSplitPlan wide = wide_cta_plan(capacity, 4);
+    CHECK(wide.num_splits == 4);
+    CHECK(wide.tokens_per_split % astrai::kDecodeBlockTokens == 0);
+    CHECK(4LL * wide.tokens_per_split >= capacity);
+    CHECK(4LL * (wide.tokens_per_split - astrai::kDecodeBlockTokens) < capacity);
+  }
+}
+
 }  // TEST_SUITE

@@ -77,7 +77,7 @@ __device__ __forceinline__ void merge_wide_splits(const PagedDecodeParams& p, co
   const float* slots[kSplits];
 #pragma unroll
   for (int g = 0; g < kSplits; ++g) {
-    unsigned char* region = smem_raw + g * decode_sm90_smem_bytes(kHeadDim);
+    unsigned char* region = smem_raw + g * decode_sm90_wide_region_bytes(kHeadDim);
     unsigned char* ring = region + ((smem_u32(region) + Shape::kQBytes + 1023) & ~1023u) - smem_u32(region);
     slots[g] = reinterpret_cast<const float*>(ring + decode_merge_bytes<kHeadDim>());
   }
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   const int group = kSplits == 1 ? 0 : static_cast<int>(threadIdx.x) / kDecodeThreads;
   const int thread = kSplits == 1 ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x) % kDecodeThreads;
   const int split = static_cast<int>(blockIdx.x) * kSplits + group;
-  unsigned char* region = smem_raw + group * decode_sm90_smem_bytes(kHeadDim);
+  unsigned char* region = smem_raw + group * decode_sm90_wide_region_bytes(kHeadDim);
   T* smem_q = reinterpret_cast<T*>(region);
   // The ring starts at the first 1 KB boundary (of the shared address) after the Q tile. Offset
   // from smem_raw, not rounded as an integer, the pointer keeps its address space: the merge and

@@ -138,7 +138,9 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
               decode_takes_wide_ctas(impl.engine.config().decode_tiles, plan, tiles, device.num_sms(),
                                      kDecodeSm90WideSplits);
   const LoadedVariant& launched =
-      spec.wide ? impl.variant(device, spec, {kDecodeThreads * kDecodeSm90WideSplits, kDecodeSm90WideSplits * smem})
+      spec.wide ? impl.variant(device, spec,
+                               {kDecodeThreads * kDecodeSm90WideSplits,
+                                kDecodeSm90WideSplits * decode_sm90_wide_region_bytes(launch.head_dim)})
                 : variant;
   if (spec.wide) plan = wide_cta_plan(span, kDecodeSm90WideSplits);
   params.tokens_per_split = plan.tokens_per_split;
@@ -165,7 +167,8 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   attention.grid = {static_cast<unsigned>(spec.wide ? 1 : plan.num_splits),
                     static_cast<unsigned>(params.n_kv_heads * head_tiles), static_cast<unsigned>(params.batch)};
   attention.block = spec.wide ? kDecodeThreads * kDecodeSm90WideSplits : kDecodeThreads;
-  attention.smem = static_cast<unsigned>(spec.wide ? kDecodeSm90WideSplits * smem : smem);
+  attention.smem = static_cast<unsigned>(
+      spec.wide ? kDecodeSm90WideSplits * decode_sm90_wide_region_bytes(launch.head_dim) : smem);
   attention.stream = launch.stream;
   // Its CTAs may be placed while the kernel before it drains; they wait for it before any load.
   attention.programmatic_dependent = true;

@@ -122,7 +122,7 @@ __device__ __forceinline__ unsigned quantize_kv(T value, float scale) {
 // attends to the same quantized bytes (kv8_append_row), so the cache and the result agree.
 template <typename T, int kHeadDim, bool kE5m2>
 __device__ void append_new_token_fp8(const PagedDecodeParams& p, int batch_index, int kv_head,
-                                     long long k_offset, long long v_offset, int thread, int threads) {
+                                     long long k_offset, long long v_offset, unsigned thread, unsigned threads) {
   unsigned char* k_dst = static_cast<unsigned char*>(const_cast<void*>(p.k_cache)) + k_offset;
   unsigned char* v_dst = static_cast<unsigned char*>(const_cast<void*>(p.v_cache)) + v_offset;
   const T* k_src = static_cast<const T*>(p.new_k) + batch_index * p.new_k_stride_batch +
@@ -142,7 +142,8 @@ __device__ void append_new_token_fp8(const PagedDecodeParams& p, int batch_index
 // so the write races with no read. `thread` of `threads` take part (a wide CTA's split group).
 template <typename T, int kHeadDim, int kPageSize, int kFlags = 0>
 __device__ void append_new_token(const PagedDecodeParams& p, const DecodeSequence& seq,
-                                 int batch_index, int kv_head, int thread = threadIdx.x, int threads = blockDim.x) {
+                                 int batch_index, int kv_head, unsigned thread = threadIdx.x,
+                                 unsigned threads = blockDim.x) {
   const int token = seq.append_token;
   const int page = __ldg(seq.table_row + (token >> PagedDecodeTiles<T, 32, kPageSize>::kPageShift));
   if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) return;
@@ -196,7 +197,7 @@ struct DecodeWork {
 // The fields of DecodeWork that follow from the launch alone (no memory read): split, KV head,
 // head tile and its rows.
 template <int kGroup, int kFlags>
-__device__ __forceinline__ DecodeWork decode_work_tile(int split = blockIdx.x) {
+__device__ __forceinline__ DecodeWork decode_work_tile(unsigned split = blockIdx.x) {
   constexpr int kQLen = decode_q_len(kFlags);
   constexpr int kHeadTiles = CeilDiv<kGroup * kQLen, kDecodeHeadsPerTile>::value;
   DecodeWork w;
@@ -211,7 +212,7 @@ __device__ __forceinline__ DecodeWork decode_work_tile(int split = blockIdx.x) {
 }
 
 template <int kPageSize, int kGroup, int kFlags>
-__device__ __forceinline__ DecodeWork decode_work(const PagedDecodeParams& p, int split = blockIdx.x) {
+__device__ __forceinline__ DecodeWork decode_work(const PagedDecodeParams& p, unsigned split = blockIdx.x) {
   constexpr int kQLen = decode_q_len(kFlags);
   DecodeWork w = decode_work_tile<kGroup, kFlags>(split);
   w.seq = decode_sequence<kPageSize>(p, w.batch_index);
@@ -250,13 +251,13 @@ __device__ __forceinline__ bool decode_work_begin(const PagedDecodeParams& p, co
 // only Q and the length are prefetched.
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags, bool kKvRows>
 __device__ __forceinline__ void prefetch_decode_start(const PagedDecodeParams& p, int first_thread,
-                                                      int thread = threadIdx.x, int threads = blockDim.x,
-                                                      int split = blockIdx.x) {
+                                                      unsigned thread = threadIdx.x,
+                                                      unsigned threads = blockDim.x, unsigned split = blockIdx.x) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kQLen = decode_q_len(kFlags);
   const DecodeWork tile = decode_work_tile<kGroup, kFlags>(split);
   constexpr int kRowLines = (kHeadDim * static_cast<int>(sizeof(T)) + 127) / 128;  // 128-byte lines of a row
-  const int i = thread - first_thread;
+  const int i = static_cast<int>(thread) - first_thread;
   if (i >= 0 && i < tile.rows * kRowLines) {
     const int row = i / kRowLines;
     const T* q_row = static_cast<const T*>(p.q) + blockIdx.z * p.q_stride_batch +
@@ -268,8 +269,8 @@ __device__ __forceinline__ void prefetch_decode_start(const PagedDecodeParams& p
   if constexpr (kKvRows && !has_feature<kFlags>(kFeatureWindow)) {
     static_assert(kDecodeThreads == 2 * kDecodeBlockTokens, "a thread per K or V row of a block");
     static_assert(!has_fp8_kv<kFlags>(), "FP8 caches take no prefetches (run 100: their decode ran slower)");
-    const int split_begin = split * p.tokens_per_split;
-    const int token = split_begin + thread % kDecodeBlockTokens;
+    const int split_begin = static_cast<int>(split) * p.tokens_per_split;
+    const int token = split_begin + static_cast<int>(thread) % kDecodeBlockTokens;
     if (token >= min(split_begin + p.tokens_per_split, p.kv_capacity)) return;
     const bool is_v = thread >= kDecodeBlockTokens;
     long long offset;
@@ -699,7 +700,7 @@ struct Kv8StepLoader {
 // path's fragment order (kv8_q_dim).
 template <typename T, int kHeadDim, int kQLen, bool kDirect>
 __device__ __forceinline__ void load_decode_q_tile(const PagedDecodeParams& p, const DecodeWork& w, T* smem_q,
-                                                   int thread = threadIdx.x) {
+                                                   unsigned thread = threadIdx.x) {
   constexpr int kRowStride = kHeadDim + 8;
   constexpr int kChunksPerRow = kHeadDim / 8;
   const T* q = static_cast<const T*>(p.q) + w.batch_index * p.q_stride_batch;
@@ -864,7 +865,7 @@ __device__ __forceinline__ void merge_decode_warps(const PagedDecodeParams& p, c
                                                    float out_scale, float* slot = nullptr) {
   static_assert(kGroups == 1 || !kPermuted, "wide CTAs: 16-bit caches only");
   constexpr int kQLen = decode_q_len(kFlags);
-  const int thread = kGroups == 1 ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x) % kDecodeThreads;
+  const unsigned thread = kGroups == 1 ? threadIdx.x : threadIdx.x % kDecodeThreads;
   const int lane = thread & 31;
   const int warp = thread >> 5;
   const int quad_row = lane >> 2;

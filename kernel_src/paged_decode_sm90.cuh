@@ -138,9 +138,10 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   allow_dependent_grid();  // the split combine may be scheduled as CTAs free up
-  const int group = kSplits == 1 ? 0 : static_cast<int>(threadIdx.x) / kDecodeThreads;
-  const int thread = kSplits == 1 ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x) % kDecodeThreads;
-  const int split = static_cast<int>(blockIdx.x) * kSplits + group;
+  // Unsigned, as threadIdx and blockIdx are: a CTA of one group compiles as the kernel always did.
+  const unsigned group = kSplits == 1 ? 0u : threadIdx.x / kDecodeThreads;
+  const unsigned thread = kSplits == 1 ? threadIdx.x : threadIdx.x % kDecodeThreads;
+  const unsigned split = blockIdx.x * kSplits + group;
   unsigned char* region = smem_raw + group * decode_sm90_wide_region_bytes(kHeadDim);
   T* smem_q = reinterpret_cast<T*>(region);
   // The ring starts at the first 1 KB boundary (of the shared address) after the Q tile. Offset
@@ -206,7 +207,9 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
       }
     }
   }
-  if (group == 0)  // Q rows and length, the same for every group
+  if constexpr (kSplits == 1)  // Q rows and length
+    prefetch_decode_start<T, kHeadDim, kPageSize, kGroup, kFlags, false>(p, 32);
+  else if (group == 0)  // the same for every group
     prefetch_decode_start<T, kHeadDim, kPageSize, kGroup, kFlags, false>(p, 32, thread, kDecodeThreads, split);
   wait_for_previous_grid();
 

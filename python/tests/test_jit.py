@@ -43,10 +43,12 @@ def test_cache_info_reads_the_environment(tmp_path, monkeypatch):
 
 
 def test_warm_dry_run_counts_the_default_set(tmp_path):
-    # 6 portable variants; on sm_90a the page-16 paged_decode ones (hd64, hd128) gain .tma twins.
+    # 6 portable variants; on sm_90a the page-16 paged_decode ones (hd64, hd128) gain .tma twins,
+    # and hd64 its wide CTAs (.tma.wide).
     summary = astrai_jit.warm(arch="sm_90a", dry_run=True, cache_dir=tmp_path)
-    assert summary["variants"] == 8 and summary["cached"] == 0
+    assert summary["variants"] == 9 and summary["cached"] == 0
     assert summary["output"].count(".tma.sm_90a") == 2, summary["output"]
+    assert summary["output"].count(".tma.wide.sm_90a") == 1, summary["output"]
     portable = astrai_jit.warm(arch="sm_89", dry_run=True, cache_dir=tmp_path)
     assert portable["variants"] == 6
 

@@ -242,6 +242,9 @@ TEST_SUITE("hopper") {
     paged.wide = true;
     CHECK(paged.name() == "paged_decode.bf16.hd64.ps16.g6.tma.wide.sm_90a");
     CHECK(KernelSpec::parse(paged.name()) == paged);
+    CHECK(paged.warm_command() ==
+          "ASTRAI_JIT_DECODE_TILES=wide astrai-jit warm --arch sm_90a --kernels paged_decode --dtypes bf16 "
+          "--head-dims 64 --page-sizes 16 --group-sizes 6 --hopper");
     CHECK_THROWS_WITH_AS(KernelSpec::parse("paged_decode.bf16.hd128.ps16.g4.tma.wide.sm_90a"),
                          doctest::Contains("no wide tiling at head_dim 128"), astrai::InvalidArgument);
     KernelSpec contiguous = hopper_prefill(KernelKind::decode, DType::fp16, 64, 0, 4);

@@ -182,6 +182,8 @@ std::vector<KernelSpec> build_selection(const WarmOptions& options, const JitEng
     const PrefillTiles tiles = options.prefill_tiles.empty()
                                    ? engine.config().prefill_tiles
                                    : astrai::detail::parse_prefill_tiles("--prefill-tiles", options.prefill_tiles);
+    // The Hopper decode's wide CTAs (hd64): what ASTRAI_JIT_DECODE_TILES lets the runtime take.
+    const PrefillTiles decode_tiles = engine.config().decode_tiles;
     const bool shape_flags = !options.head_dims.empty() || !options.group_sizes.empty();
     const std::vector<std::uint32_t> feature_sets =
         resolve_feature_sets(options.features.empty() ? std::vector<std::string>{"none"} : options.features);
@@ -246,8 +248,10 @@ std::vector<KernelSpec> build_selection(const WarmOptions& options, const JitEng
                   // A head dim with two tilings: both (the runtime picks by grid), or the one named.
                   const auto has_wide = spec.family().hopper.has_wide;
                   const bool two_tilings = has_wide != nullptr && has_wide(head_dim);
-                  if (!two_tilings || tiles != PrefillTiles::wide) add(hopper_spec);
-                  if (two_tilings && tiles != PrefillTiles::narrow) {
+                  const bool decode = kind == KernelKind::paged_decode || kind == KernelKind::decode;
+                  const PrefillTiles family_tiles = decode ? decode_tiles : tiles;
+                  if (!two_tilings || family_tiles != PrefillTiles::wide) add(hopper_spec);
+                  if (two_tilings && family_tiles != PrefillTiles::narrow) {
                     hopper_spec.wide = true;
                     add(hopper_spec);
                   }

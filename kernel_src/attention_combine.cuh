@@ -5,6 +5,25 @@
 
 namespace astrai {
 
+// Where a finished row (batch_index, token of kQLen, head) goes: its row among the split
+// workspace's rows, its first element in `out`, and its entry in the final LSE.
+template <int kQLen>
+__device__ __forceinline__ long long split_row(int split, int batch, int batch_index, int token, int n_heads,
+                                               int head) {
+  return ((static_cast<long long>(split) * batch + batch_index) * kQLen + token) * n_heads + head;
+}
+
+template <typename T>
+__device__ __forceinline__ T* out_row(void* out, long long out_stride_batch, long long out_stride_seq,
+                                      long long out_stride_head, int batch_index, int token, int head) {
+  return static_cast<T*>(out) + batch_index * out_stride_batch + token * out_stride_seq + head * out_stride_head;
+}
+
+template <int kQLen>
+__device__ __forceinline__ int final_lse_row(int batch_index, int token, int n_heads, int head) {
+  return (batch_index * kQLen + token) * n_heads + head;
+}
+
 // Writes element `col` of one finished (normalized) row, query token `token` of kQLen (the
 // multi-token decode; 0 of 1 otherwise). With one split the result goes straight to `out`;
 // otherwise to the split workspace with its log-sum-exp (natural log, -inf for a split that
@@ -17,15 +36,13 @@ __device__ __forceinline__ void store_row_element(const SplitWorkspace& workspac
                                                   int batch_index, int token, int head, int col, float value,
                                                   float lse) {
   if (workspace.num_splits > 1) {
-    const long long row =
-        ((static_cast<long long>(split) * batch + batch_index) * kQLen + token) * n_heads + head;
+    const long long row = split_row<kQLen>(split, batch, batch_index, token, n_heads, head);
     workspace.partial_out[row * kHeadDim + col] = value;
     if (col == 0) workspace.partial_lse[row] = lse;
   } else {
-    T* dst = static_cast<T*>(out) + batch_index * out_stride_batch + token * out_stride_seq +
-             head * out_stride_head;
+    T* dst = out_row<T>(out, out_stride_batch, out_stride_seq, out_stride_head, batch_index, token, head);
     dst[col] = from_float<T>(value);
-    if (final_lse != nullptr && col == 0) final_lse[(batch_index * kQLen + token) * n_heads + head] = lse;
+    if (final_lse != nullptr && col == 0) final_lse[final_lse_row<kQLen>(batch_index, token, n_heads, head)] = lse;
   }
 }
 
@@ -38,18 +55,16 @@ __device__ __forceinline__ void store_row_quad(const SplitWorkspace& workspace, 
                                                int head, int col, float4 value, float lse) {
   static_assert(kHeadDim % 4 == 0, "whole quads a row");
   if (workspace.num_splits > 1) {
-    const long long row =
-        ((static_cast<long long>(split) * batch + batch_index) * kQLen + token) * n_heads + head;
+    const long long row = split_row<kQLen>(split, batch, batch_index, token, n_heads, head);
     *reinterpret_cast<float4*>(workspace.partial_out + row * kHeadDim + col) = value;
     if (col == 0) workspace.partial_lse[row] = lse;
   } else {
-    T* dst = static_cast<T*>(out) + batch_index * out_stride_batch + token * out_stride_seq +
-             head * out_stride_head + col;
+    T* dst = out_row<T>(out, out_stride_batch, out_stride_seq, out_stride_head, batch_index, token, head) + col;
     dst[0] = from_float<T>(value.x);
     dst[1] = from_float<T>(value.y);
     dst[2] = from_float<T>(value.z);
     dst[3] = from_float<T>(value.w);
-    if (final_lse != nullptr && col == 0) final_lse[(batch_index * kQLen + token) * n_heads + head] = lse;
+    if (final_lse != nullptr && col == 0) final_lse[final_lse_row<kQLen>(batch_index, token, n_heads, head)] = lse;
   }
 }
 

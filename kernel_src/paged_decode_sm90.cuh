@@ -222,120 +222,122 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   const int lookup_end = kWindow ? w.split_end : min(w.split_begin + p.tokens_per_split, p.kv_capacity);
   auto box_page = [&](int block) { return lookup(w.seq.table_row, w.split_begin, lookup_end, block, false); };
   if (kWindow && warp == 0) page = box_page(0);
+  // A wide CTA's groups all reach its merge's __syncthreads, the one of an empty split too.
+  const bool empty_split = kSplits > 1 && w.split_begin >= w.split_end;
   if constexpr (kSplits == 1) {
     if (!decode_work_begin<T, kHeadDim, kPageSize, kFlags>(p, w)) return;
-  } else if (w.split_begin >= w.split_end) {
-    // An empty split: zeros with LSE -inf, which weigh nothing in the CTA's merge, or in split
-    // 0 of an empty sequence the sinks' LSE (as write_empty_rows gives the combine).
+  } else if (empty_split) {
+    // Zeros with LSE -inf, which weigh nothing in the CTA's merge, or in split 0 of an empty
+    // sequence the sinks' LSE (as write_empty_rows gives the combine).
     for (int i = thread; i < w.rows * kHeadDim; i += kDecodeThreads) slot[i] = 0.f;
     if (thread < w.rows)
       slot[kDecodeHeadsPerTile * kHeadDim + thread] =
           has_feature<kFlags>(kFeatureSink) && w.split == 0
               ? p.features.sinks[row_head<kQLen>(w.first_head, w.first_row, thread)]
               : negative_infinity();
-    merge_wide_splits<T, kHeadDim, kQLen, kSplits>(p, w, smem_raw);
-    return;
   } else if (kPageSize > 0 && w.head_tile == 0 && w.seq.append_token >= w.split_begin &&
              w.seq.append_token < w.split_end) {
     append_new_token<T, kHeadDim, kPageSize, kFlags>(p, w.seq, w.batch_index, w.kv_head, thread, kDecodeThreads);
   }
-  const int num_blocks = (w.split_end - w.split_begin + kDecodeBlockTokens - 1) / kDecodeBlockTokens;
-  auto issue = [&](int block, int page) {
-    const int s = block % kStages;
-    if (lane == 0) mbar_arrive_expect_tx(&full[s], Shape::kStageBytes);
-    __syncwarp();
-    if (lane < Shape::kCopies) {
-      const int token = w.split_begin + block * kDecodeBlockTokens + copy_box * Shape::kBoxRows;
-      tma_load_4d(ring + s * Shape::kStageBytes + copy_offset, copy_map, &full[s], 64 * copy_chunk, w.kv_head,
-                  box_row(token), token < w.split_end ? page : -1, l2_evict_first_policy());
+  if (!empty_split) {
+    const int num_blocks = (w.split_end - w.split_begin + kDecodeBlockTokens - 1) / kDecodeBlockTokens;
+    auto issue = [&](int block, int page) {
+      const int s = block % kStages;
+      if (lane == 0) mbar_arrive_expect_tx(&full[s], Shape::kStageBytes);
+      __syncwarp();
+      if (lane < Shape::kCopies) {
+        const int token = w.split_begin + block * kDecodeBlockTokens + copy_box * Shape::kBoxRows;
+        tma_load_4d(ring + s * Shape::kStageBytes + copy_offset, copy_map, &full[s], 64 * copy_chunk, w.kv_head,
+                    box_row(token), token < w.split_end ? page : -1, l2_evict_first_policy());
+      }
+    };
+    // Page ids are looked up a block ahead of their issue, so the lookup never stalls it.
+    if (warp == 0) {
+      for (int block = 0; block < kStages - 1 && block < num_blocks; ++block) {
+        const int next = box_page(block + 1);
+        issue(block, page);
+        page = next;
+      }
     }
-  };
-  // Page ids are looked up a block ahead of their issue, so the lookup never stalls it.
-  if (warp == 0) {
-    for (int block = 0; block < kStages - 1 && block < num_blocks; ++block) {
-      const int next = box_page(block + 1);
-      issue(block, page);
-      page = next;
-    }
-  }
-  load_decode_q_tile<T, kHeadDim, kQLen, false>(p, w, smem_q, thread);
-  decode_group_sync<kSplits>();
+    load_decode_q_tile<T, kHeadDim, kQLen, false>(p, w, smem_q, thread);
+    decode_group_sync<kSplits>();
 
-  DecodeWarpSoftmax<kHeadDim, kFlags> state;
-  state.init(p, w);
-  // Per-lane ldmatrix rows (the fragment layouts of mma.m16n8k16) and the swizzle's XOR of
-  // their pieces: K rows 16w + (l / 16) 8 + l % 8, piece 2kk + (l / 8) % 2; V (transposed) rows
-  // 16w + ((l / 8) % 2) 8 + l % 8, piece 2dd + l / 16. Piece 2m + b of a row r sits at
-  // (2m) ^ (b ^ r % 8).
-  const unsigned q_address = shared_address(smem_q + (lane & 15) * kRowStride + (lane >> 4) * 8);
-  const int k_row = warp * 16 + (lane >> 4) * 8 + (lane & 7);
-  const int k_xor = ((lane >> 3) & 1) ^ (lane & 7);
-  const int v_row = warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-  const int v_xor = (lane >> 4) ^ (lane & 7);
+    DecodeWarpSoftmax<kHeadDim, kFlags> state;
+    state.init(p, w);
+    // Per-lane ldmatrix rows (the fragment layouts of mma.m16n8k16) and the swizzle's XOR of
+    // their pieces: K rows 16w + (l / 16) 8 + l % 8, piece 2kk + (l / 8) % 2; V (transposed) rows
+    // 16w + ((l / 8) % 2) 8 + l % 8, piece 2dd + l / 16. Piece 2m + b of a row r sits at
+    // (2m) ^ (b ^ r % 8).
+    const unsigned q_address = shared_address(smem_q + (lane & 15) * kRowStride + (lane >> 4) * 8);
+    const int k_row = warp * 16 + (lane >> 4) * 8 + (lane & 7);
+    const int k_xor = ((lane >> 3) & 1) ^ (lane & 7);
+    const int v_row = warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+    const int v_xor = (lane >> 4) ^ (lane & 7);
 
-  for (int block = 0; block < num_blocks; ++block) {
-    if (warp == 0 && block + kStages - 1 < num_blocks) {
-      const int next = box_page(block + kStages);
-      issue(block + kStages - 1, page);
-      page = next;
-    }
-    const int s = block % kStages;
-    mbar_wait(&full[s], (block / kStages) & 1);
-    unsigned char* k_tile = ring + s * Shape::kStageBytes;
-    unsigned char* v_tile = k_tile + Shape::kTileBytes;
-    const int first_token = w.split_begin + block * kDecodeBlockTokens + warp * 16;
-    if (first_token < w.split_end) {
-      // The tail's V rows past the split are cleared; the appended token comes from new_k/new_v.
-      const bool has_append = w.seq.append_token >= first_token && w.seq.append_token < first_token + 16;
-      if (first_token + 16 > w.split_end || has_append) {
-        for (int i = lane; i < 16 * kPieces; i += 32) {
-          const int r = i / kPieces;
-          const int piece = i % kPieces;
-          const int token = first_token + r;
-          const int offset = swizzled_offset<Shape::kChunkBytes>(warp * 16 + r, piece);
-          if (token >= w.split_end) {
-            *reinterpret_cast<uint4*>(v_tile + offset) = make_uint4(0u, 0u, 0u, 0u);
-          } else if (token == w.seq.append_token) {
-            const T* k_src = static_cast<const T*>(p.new_k) + w.batch_index * p.new_k_stride_batch +
-                             w.kv_head * p.new_k_stride_head;
-            const T* v_src = static_cast<const T*>(p.new_v) + w.batch_index * p.new_v_stride_batch +
-                             w.kv_head * p.new_v_stride_head;
-            *reinterpret_cast<uint4*>(k_tile + offset) = reinterpret_cast<const uint4*>(k_src)[piece];
-            *reinterpret_cast<uint4*>(v_tile + offset) = reinterpret_cast<const uint4*>(v_src)[piece];
+    for (int block = 0; block < num_blocks; ++block) {
+      if (warp == 0 && block + kStages - 1 < num_blocks) {
+        const int next = box_page(block + kStages);
+        issue(block + kStages - 1, page);
+        page = next;
+      }
+      const int s = block % kStages;
+      mbar_wait(&full[s], (block / kStages) & 1);
+      unsigned char* k_tile = ring + s * Shape::kStageBytes;
+      unsigned char* v_tile = k_tile + Shape::kTileBytes;
+      const int first_token = w.split_begin + block * kDecodeBlockTokens + warp * 16;
+      if (first_token < w.split_end) {
+        // The tail's V rows past the split are cleared; the appended token comes from new_k/new_v.
+        const bool has_append = w.seq.append_token >= first_token && w.seq.append_token < first_token + 16;
+        if (first_token + 16 > w.split_end || has_append) {
+          for (int i = lane; i < 16 * kPieces; i += 32) {
+            const int r = i / kPieces;
+            const int piece = i % kPieces;
+            const int token = first_token + r;
+            const int offset = swizzled_offset<Shape::kChunkBytes>(warp * 16 + r, piece);
+            if (token >= w.split_end) {
+              *reinterpret_cast<uint4*>(v_tile + offset) = make_uint4(0u, 0u, 0u, 0u);
+            } else if (token == w.seq.append_token) {
+              const T* k_src = static_cast<const T*>(p.new_k) + w.batch_index * p.new_k_stride_batch +
+                               w.kv_head * p.new_k_stride_head;
+              const T* v_src = static_cast<const T*>(p.new_v) + w.batch_index * p.new_v_stride_batch +
+                               w.kv_head * p.new_v_stride_head;
+              *reinterpret_cast<uint4*>(k_tile + offset) = reinterpret_cast<const uint4*>(k_src)[piece];
+              *reinterpret_cast<uint4*>(v_tile + offset) = reinterpret_cast<const uint4*>(v_src)[piece];
+            }
           }
+          fence_proxy_async_shared();  // before a later TMA refills the stage
+          __syncwarp();
         }
-        fence_proxy_async_shared();  // before a later TMA refills the stage
-        __syncwarp();
-      }
 
-      // S = Q K^T for this warp's 16 tokens.
-      const unsigned k_address = shared_address(k_tile) + k_row * 128;
-      float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-        unsigned a[4];
-        unsigned b[4];
-        ldmatrix_x4(a, q_address + kk * 32);
-        ldmatrix_x4(b, k_address + (kk >> 2) * Shape::kChunkBytes + (((2 * (kk & 3)) ^ k_xor) << 4));
-        Mma<T>::run(sc[0], a, b[0], b[1]);
-        Mma<T>::run(sc[1], a, b[2], b[3]);
+        // S = Q K^T for this warp's 16 tokens.
+        const unsigned k_address = shared_address(k_tile) + k_row * 128;
+        float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+  #pragma unroll
+        for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+          unsigned a[4];
+          unsigned b[4];
+          ldmatrix_x4(a, q_address + kk * 32);
+          ldmatrix_x4(b, k_address + (kk >> 2) * Shape::kChunkBytes + (((2 * (kk & 3)) ^ k_xor) << 4));
+          Mma<T>::run(sc[0], a, b[0], b[1]);
+          Mma<T>::run(sc[1], a, b[2], b[3]);
+        }
+        unsigned pa[4];
+        state.template step<T>(sc, pa, p, w, first_token);
+        // O += P V.
+        const unsigned v_address = shared_address(v_tile) + v_row * 128;
+  #pragma unroll
+        for (int dd = 0; dd < kHeadDim / 16; ++dd) {
+          unsigned b[4];
+          ldmatrix_x4_trans(b, v_address + (dd >> 2) * Shape::kChunkBytes + (((2 * (dd & 3)) ^ v_xor) << 4));
+          Mma<T>::run(state.o[2 * dd], pa, b[0], b[1]);
+          Mma<T>::run(state.o[2 * dd + 1], pa, b[2], b[3]);
+        }
       }
-      unsigned pa[4];
-      state.template step<T>(sc, pa, p, w, first_token);
-      // O += P V.
-      const unsigned v_address = shared_address(v_tile) + v_row * 128;
-#pragma unroll
-      for (int dd = 0; dd < kHeadDim / 16; ++dd) {
-        unsigned b[4];
-        ldmatrix_x4_trans(b, v_address + (dd >> 2) * Shape::kChunkBytes + (((2 * (dd & 3)) ^ v_xor) << 4));
-        Mma<T>::run(state.o[2 * dd], pa, b[0], b[1]);
-        Mma<T>::run(state.o[2 * dd + 1], pa, b[2], b[3]);
-      }
+      decode_group_sync<kSplits>();  // every warp is done with stage s: the next block's issue refills it
     }
-    decode_group_sync<kSplits>();  // every warp is done with stage s: the next block's issue refills it
+    // Every issued block has been waited for: the ring is free for the merge.
+    merge_decode_warps<T, kHeadDim, kFlags, false, kSplits>(p, w, state, ring, 1.f, slot);
   }
-  // Every issued block has been waited for: the ring is free for the merge.
-  merge_decode_warps<T, kHeadDim, kFlags, false, kSplits>(p, w, state, ring, 1.f, slot);
   if constexpr (kSplits > 1) merge_wide_splits<T, kHeadDim, kQLen, kSplits>(p, w, smem_raw);
 }
 

@@ -88,6 +88,15 @@ bool decode_sm90_maps(const Device& device, const KernelSpec& spec, const PagedD
 
 }  // namespace
 
+namespace {
+thread_local const std::string* last_launched = nullptr;
+}  // namespace
+
+const std::string& last_decode_variant() {
+  static const std::string none;
+  return last_launched != nullptr ? *last_launched : none;
+}
+
 void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeParams params) {
   Device& device = impl.current_device();
   const int group = params.n_heads / params.n_kv_heads;
@@ -178,6 +187,7 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   } else {
     device.launch(variant.functions[0], attention, &params);
   }
+  last_launched = &launched.name;
   // The combine as a kernel of its own, a programmatic dependent: merging in the attention kernel
   // instead (the last split CTA of each column, with per-stream counters) measured slower, batch
   // 1 x 1024 7.17 -> 8.16 us a call (runs 57, 94): the dependent launch overlaps the next call's

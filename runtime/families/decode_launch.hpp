@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "astrai/runtime.hpp"
 #include "kernel_src/kernel_params.h"
@@ -28,6 +29,9 @@ struct DecodeLaunch {
 // (on sm_90a the Hopper one where it serves the call) and, when split, the combine kernel (a
 // programmatic dependent launch where supported).
 void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeParams params);
+// The variant of the attention kernel launch_decode last launched on this thread (empty before
+// the first): the bench names it, since a Hopper call's tiling follows its split plan.
+const std::string& last_decode_variant();
 
 // The fields paged and contiguous decode fill alike: query, output, LSE, mask, shape, scale
 // and the features' values (their bits go to DecodeLaunch::flags).

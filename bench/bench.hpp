@@ -596,7 +596,7 @@ struct DeviceInfo {
   std::string runtime_target;  // what the runtime compiles for (ASTRAI_JIT_ARCH honored)
   bool runtime_no_mma = false;
   bool runtime_no_wgmma = false;  // ASTRAI_JIT_NO_WGMMA
-  astrai::detail::PrefillTiles runtime_prefill_tiles = astrai::detail::PrefillTiles::automatic;
+  astrai::detail::TileChoice runtime_prefill_tiles = astrai::detail::TileChoice::automatic;
 };
 
 using Call = std::function<void(int set, CUstream stream)>;

@@ -294,18 +294,18 @@ std::optional<std::string> normalize_arch(const std::string& text) {
   return fmt::format("{}{}{}{}", virtual_arch ? "compute_" : "sm_", major, minor, suffix);
 }
 
-PrefillTiles parse_prefill_tiles(const std::string& name, const std::string& value) {
-  return parse_choice<PrefillTiles>(
+TileChoice parse_tile_choice(const std::string& name, const std::string& value) {
+  return parse_choice<TileChoice>(
       name, value,
-      {{"auto", PrefillTiles::automatic}, {"narrow", PrefillTiles::narrow}, {"wide", PrefillTiles::wide}},
+      {{"auto", TileChoice::automatic}, {"narrow", TileChoice::narrow}, {"wide", TileChoice::wide}},
       kPrefillTilesAllowed);
 }
 
-const char* prefill_tiles_name(PrefillTiles tiles) {
+const char* tile_choice_name(TileChoice tiles) {
   switch (tiles) {
-    case PrefillTiles::narrow: return "narrow";
-    case PrefillTiles::wide: return "wide";
-    case PrefillTiles::automatic: break;
+    case TileChoice::narrow: return "narrow";
+    case TileChoice::wide: return "wide";
+    case TileChoice::automatic: break;
   }
   return "auto";
 }
@@ -384,9 +384,9 @@ EnvConfig parse_env_config(const std::vector<std::string>& environment) {
   if (const std::string* value = get(kNoMmaVar)) config.no_mma = parse_bool(kNoMmaVar, *value);
   if (const std::string* value = get(kNoWgmmaVar)) config.no_wgmma = parse_bool(kNoWgmmaVar, *value);
   if (const std::string* value = get(kPrefillTilesVar))
-    config.prefill_tiles = parse_prefill_tiles(kPrefillTilesVar, *value);
+    config.prefill_tiles = parse_tile_choice(kPrefillTilesVar, *value);
   if (const std::string* value = get(kDecodeTilesVar))
-    config.decode_tiles = parse_prefill_tiles(kDecodeTilesVar, *value);
+    config.decode_tiles = parse_tile_choice(kDecodeTilesVar, *value);
   if (const std::string* value = get(kDumpVar)) config.dump_dir = *value;
   return config;
 }

@@ -13,13 +13,16 @@
 
 namespace astrai::detail {
 
-// Which tiling the Hopper prefill takes where its head dim has two (kernel_src/hopper_params.h).
-enum class PrefillTiles { automatic, narrow, wide };
-// Its spelling in ASTRAI_JIT_PREFILL_TILES and warm --prefill-tiles: auto, narrow, wide.
-const char* prefill_tiles_name(PrefillTiles tiles);
+// Which tiling a Hopper kernel takes where its head dim has two (kernel_src/hopper_params.h): the
+// prefill's 128 or 192 query rows a CTA, the decode's one split a CTA or a request's splits side
+// by side in one wide CTA. automatic: the runtime chooses by shape (launch_heuristics.hpp).
+enum class TileChoice { automatic, narrow, wide };
+// Its spelling in ASTRAI_JIT_PREFILL_TILES, ASTRAI_JIT_DECODE_TILES and warm --prefill-tiles:
+// auto, narrow, wide.
+const char* tile_choice_name(TileChoice tiles);
 // The inverse (case and surrounding blanks ignored; empty is auto); throws InvalidArgument
 // naming `name` (the variable or option) and the value.
-PrefillTiles parse_prefill_tiles(const std::string& name, const std::string& value);
+TileChoice parse_tile_choice(const std::string& name, const std::string& value);
 
 struct EnvConfig {
   std::filesystem::path cache_dir;     // ASTRAI_JIT_CACHE_DIR, else $XDG_CACHE_HOME/astrai-jit, else ~/.cache/astrai-jit
@@ -41,11 +44,11 @@ struct EnvConfig {
   bool no_wgmma = false;               // ASTRAI_JIT_NO_WGMMA (bool): portable kernels on sm_90a
   // ASTRAI_JIT_PREFILL_TILES = auto | narrow | wide: the Hopper prefill's tiling where its head
   // dim has a wide one (auto: by grid size, launch_heuristics.hpp).
-  PrefillTiles prefill_tiles = PrefillTiles::automatic;
+  TileChoice prefill_tiles = TileChoice::automatic;
   // ASTRAI_JIT_DECODE_TILES = auto | narrow | wide: the Hopper decode's wide CTAs (a request's
   // splits side by side in one CTA, merged there) where its head dim has them (auto: when the
   // grid's (request, KV head) pairs fit one wave and split 2 to 4 ways).
-  PrefillTiles decode_tiles = PrefillTiles::automatic;
+  TileChoice decode_tiles = TileChoice::automatic;
   std::filesystem::path dump_dir;      // ASTRAI_JIT_DUMP=<dir>; empty = off
   // Every ASTRAI_JIT_* variable that was set, as (name, value), sorted by name (for `info`).
   std::vector<std::pair<std::string, std::string>> variables_set;

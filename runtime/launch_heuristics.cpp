@@ -37,10 +37,10 @@ DecodeSplitPlan plan_decode_splits(int batch, int n_kv_heads, int head_tiles, lo
   return plan;
 }
 
-bool decode_takes_wide_ctas(PrefillTiles tiles, const DecodeSplitPlan& plan, long long tiles_count, int num_sms,
+bool decode_takes_wide_ctas(TileChoice tiles, const DecodeSplitPlan& plan, long long tiles_count, int num_sms,
                             int wide_splits) {
-  if (tiles == PrefillTiles::narrow) return false;
-  if (tiles == PrefillTiles::wide) return true;
+  if (tiles == TileChoice::narrow) return false;
+  if (tiles == TileChoice::wide) return true;
   return tiles_count <= num_sms && plan.num_splits >= 2 && plan.num_splits <= wide_splits;
 }
 
@@ -76,10 +76,10 @@ bool prefill_prefers_wide_tiles(int max_q_len, long long total_q, int n_heads, i
   return many_waves && little_padding;
 }
 
-bool prefill_sm90_takes_wide_tiles(PrefillTiles tiles, int head_dim, int max_q_len, long long total_q,
+bool prefill_sm90_takes_wide_tiles(TileChoice tiles, int head_dim, int max_q_len, long long total_q,
                                    int n_heads, int batch, int num_sms) {
-  if (prefill_sm90_wide_consumers(head_dim) == 0 || tiles == PrefillTiles::narrow) return false;
-  if (tiles == PrefillTiles::wide) return true;
+  if (prefill_sm90_wide_consumers(head_dim) == 0 || tiles == TileChoice::narrow) return false;
+  if (tiles == TileChoice::wide) return true;
   return prefill_prefers_wide_tiles(max_q_len, total_q, n_heads, batch, num_sms,
                                     prefill_sm90_block_m(prefill_sm90_consumers(head_dim, false)),
                                     prefill_sm90_block_m(prefill_sm90_consumers(head_dim, true)));

@@ -27,7 +27,7 @@ DecodeSplitPlan plan_decode_splits(int batch, int n_kv_heads, int head_tiles, lo
 // columns fit one wave on `num_sms` SMs (a wide CTA fills an SM) and the plan splits them 2 to
 // `wide_splits` ways, the shape whose split combine and its wait cost about 2 us of a 36 us call
 // (hd64 24/4 B32 x 4096, docs/performance.md).
-bool decode_takes_wide_ctas(PrefillTiles tiles, const DecodeSplitPlan& plan, long long tiles_count, int num_sms,
+bool decode_takes_wide_ctas(TileChoice tiles, const DecodeSplitPlan& plan, long long tiles_count, int num_sms,
                             int wide_splits);
 // The split of a wide CTA: `capacity` tokens in `wide_splits` parts of whole 64-token blocks.
 DecodeSplitPlan wide_cta_plan(long long capacity, int wide_splits);
@@ -52,7 +52,7 @@ bool prefill_prefers_wide_tiles(int max_q_len, long long total_q, int n_heads, i
 // The tiling a Hopper prefill call of this head dim and grid takes: ASTRAI_JIT_PREFILL_TILES's
 // choice where it names one, else prefill_prefers_wide_tiles's; never wide where the head dim
 // has no wide tiling. The one decision the runtime and the benchmark's variant names share.
-bool prefill_sm90_takes_wide_tiles(PrefillTiles tiles, int head_dim, int max_q_len, long long total_q,
+bool prefill_sm90_takes_wide_tiles(TileChoice tiles, int head_dim, int max_q_len, long long total_q,
                                    int n_heads, int batch, int num_sms);
 
 // Grid size for the rotary kernel: enough CTAs of 256 threads to cover `vectors` 16-byte

@@ -89,13 +89,11 @@ bool decode_sm90_maps(const Device& device, const KernelSpec& spec, const PagedD
 }  // namespace
 
 namespace {
-thread_local const std::string* last_launched = nullptr;
+// A copy, not a pointer into the variant: a variant lives as long as its device's state.
+thread_local std::string last_launched_name;
 }  // namespace
 
-const std::string& last_decode_variant() {
-  static const std::string none;
-  return last_launched != nullptr ? *last_launched : none;
-}
+const std::string& last_decode_variant() { return last_launched_name; }
 
 void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeParams params) {
   Device& device = impl.current_device();
@@ -187,7 +185,7 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   } else {
     device.launch(variant.functions[0], attention, &params);
   }
-  last_launched = &launched.name;
+  if (last_launched_name != launched.name) last_launched_name = launched.name;  // copies only on a change
   // The combine as a kernel of its own, a programmatic dependent: merging in the attention kernel
   // instead (the last split CTA of each column, with per-stream counters) measured slower, batch
   // 1 x 1024 7.17 -> 8.16 us a call (runs 57, 94): the dependent launch overlaps the next call's

@@ -172,7 +172,7 @@ bool env_flag(const char* name) {
 bool mma_forced_off() { return env_flag("ASTRAI_JIT_NO_MMA"); }
 bool wgmma_forced_off() { return env_flag("ASTRAI_JIT_NO_WGMMA"); }
 bool wide_tiles_forced() {
-  return astrai::detail::load_env_config_from_process().prefill_tiles == astrai::detail::PrefillTiles::wide;
+  return astrai::detail::load_env_config_from_process().prefill_tiles == astrai::detail::TileChoice::wide;
 }
 
 int device_compute_capability() {

@@ -144,22 +144,22 @@ TEST_CASE("a boolean variable only affects its own field") {
 }
 
 TEST_CASE("ASTRAI_JIT_DECODE_TILES picks the Hopper decode's wide CTAs, auto by default") {
-  using astrai::detail::PrefillTiles;
-  CHECK(parse_one("ASTRAI_JIT_ARCH", "sm_90a").decode_tiles == PrefillTiles::automatic);
-  CHECK(parse_one("ASTRAI_JIT_DECODE_TILES", "narrow").decode_tiles == PrefillTiles::narrow);
-  CHECK(parse_one("ASTRAI_JIT_DECODE_TILES", "wide").decode_tiles == PrefillTiles::wide);
-  CHECK(parse_one("ASTRAI_JIT_DECODE_TILES", "wide").prefill_tiles == PrefillTiles::automatic);
+  using astrai::detail::TileChoice;
+  CHECK(parse_one("ASTRAI_JIT_ARCH", "sm_90a").decode_tiles == TileChoice::automatic);
+  CHECK(parse_one("ASTRAI_JIT_DECODE_TILES", "narrow").decode_tiles == TileChoice::narrow);
+  CHECK(parse_one("ASTRAI_JIT_DECODE_TILES", "wide").decode_tiles == TileChoice::wide);
+  CHECK(parse_one("ASTRAI_JIT_DECODE_TILES", "wide").prefill_tiles == TileChoice::automatic);
   CHECK_THROWS_WITH_AS(parse_one("ASTRAI_JIT_DECODE_TILES", "4"),
                        "ASTRAI_JIT_DECODE_TILES=4 is not valid (allowed: auto, narrow, wide)", ConfigError);
 }
 
 TEST_CASE("ASTRAI_JIT_PREFILL_TILES picks the Hopper prefill's tiling, auto by default") {
-  using astrai::detail::PrefillTiles;
-  CHECK(parse({"PATH=/usr/bin"}).prefill_tiles == PrefillTiles::automatic);
-  CHECK(parse_one("ASTRAI_JIT_PREFILL_TILES", "auto").prefill_tiles == PrefillTiles::automatic);
-  CHECK(parse_one("ASTRAI_JIT_PREFILL_TILES", "").prefill_tiles == PrefillTiles::automatic);
-  CHECK(parse_one("ASTRAI_JIT_PREFILL_TILES", "narrow").prefill_tiles == PrefillTiles::narrow);
-  CHECK(parse_one("ASTRAI_JIT_PREFILL_TILES", " Wide ").prefill_tiles == PrefillTiles::wide);
+  using astrai::detail::TileChoice;
+  CHECK(parse({"PATH=/usr/bin"}).prefill_tiles == TileChoice::automatic);
+  CHECK(parse_one("ASTRAI_JIT_PREFILL_TILES", "auto").prefill_tiles == TileChoice::automatic);
+  CHECK(parse_one("ASTRAI_JIT_PREFILL_TILES", "").prefill_tiles == TileChoice::automatic);
+  CHECK(parse_one("ASTRAI_JIT_PREFILL_TILES", "narrow").prefill_tiles == TileChoice::narrow);
+  CHECK(parse_one("ASTRAI_JIT_PREFILL_TILES", " Wide ").prefill_tiles == TileChoice::wide);
   CHECK_THROWS_WITH_AS(parse_one("ASTRAI_JIT_PREFILL_TILES", "192"),
                        "ASTRAI_JIT_PREFILL_TILES=192 is not valid (allowed: auto, narrow, wide)", ConfigError);
 }

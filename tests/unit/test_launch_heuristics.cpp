@@ -296,24 +296,24 @@ TEST_CASE("the Hopper prefill takes 192-row tiles on the measured large grids an
 }
 
 TEST_CASE("the prefill tiling switch overrides the grid, and head dims without a wide tiling never take it") {
-  using astrai::detail::PrefillTiles;
+  using astrai::detail::TileChoice;
   using astrai::detail::prefill_sm90_takes_wide_tiles;
   // A large grid (B4 x 4096, 32 heads) and a small one (B1 x 512).
   for (int head_dim : {64, 128, 256}) {
     const bool has_wide = head_dim == 128;
-    CHECK(prefill_sm90_takes_wide_tiles(PrefillTiles::automatic, head_dim, 4096, 4 * 4096, 32, 4, 132) == has_wide);
-    CHECK_FALSE(prefill_sm90_takes_wide_tiles(PrefillTiles::automatic, head_dim, 512, 512, 32, 1, 132));
-    CHECK(prefill_sm90_takes_wide_tiles(PrefillTiles::wide, head_dim, 512, 512, 32, 1, 132) == has_wide);
-    CHECK_FALSE(prefill_sm90_takes_wide_tiles(PrefillTiles::narrow, head_dim, 4096, 4 * 4096, 32, 4, 132));
+    CHECK(prefill_sm90_takes_wide_tiles(TileChoice::automatic, head_dim, 4096, 4 * 4096, 32, 4, 132) == has_wide);
+    CHECK_FALSE(prefill_sm90_takes_wide_tiles(TileChoice::automatic, head_dim, 512, 512, 32, 1, 132));
+    CHECK(prefill_sm90_takes_wide_tiles(TileChoice::wide, head_dim, 512, 512, 32, 1, 132) == has_wide);
+    CHECK_FALSE(prefill_sm90_takes_wide_tiles(TileChoice::narrow, head_dim, 4096, 4 * 4096, 32, 4, 132));
   }
   // The automatic choice is prefill_prefers_wide_tiles's with the kernel's own tile heights.
-  CHECK(prefill_sm90_takes_wide_tiles(PrefillTiles::automatic, 128, 192 * 33, 192 * 33, 40, 1, 132));
-  CHECK_FALSE(prefill_sm90_takes_wide_tiles(PrefillTiles::automatic, 128, 192 * 33, 192 * 33, 40, 1, 133));
+  CHECK(prefill_sm90_takes_wide_tiles(TileChoice::automatic, 128, 192 * 33, 192 * 33, 40, 1, 132));
+  CHECK_FALSE(prefill_sm90_takes_wide_tiles(TileChoice::automatic, 128, 192 * 33, 192 * 33, 40, 1, 133));
 }
 
 TEST_CASE("the Hopper decode takes wide CTAs when its columns fit one wave and split 2 to 4 ways") {
   using astrai::detail::decode_takes_wide_ctas;
-  using astrai::detail::PrefillTiles;
+  using astrai::detail::TileChoice;
   using astrai::detail::wide_cta_plan;
   const auto plan = [](int splits) {
     DecodeSplitPlan p;
@@ -322,13 +322,13 @@ TEST_CASE("the Hopper decode takes wide CTAs when its columns fit one wave and s
     return p;
   };
   // hd64 24/4 B32 x 4096: 128 columns on 132 SMs, the planner's 4 splits.
-  CHECK(decode_takes_wide_ctas(PrefillTiles::automatic, plan(4), 128, 132, 4));
-  CHECK(decode_takes_wide_ctas(PrefillTiles::automatic, plan(2), 132, 132, 4));
-  CHECK_FALSE(decode_takes_wide_ctas(PrefillTiles::automatic, plan(4), 133, 132, 4));  // two waves
-  CHECK_FALSE(decode_takes_wide_ctas(PrefillTiles::automatic, plan(1), 128, 132, 4));  // unsplit
-  CHECK_FALSE(decode_takes_wide_ctas(PrefillTiles::automatic, plan(16), 8, 132, 4));   // batch 1
-  CHECK(decode_takes_wide_ctas(PrefillTiles::wide, plan(1), 4096, 132, 4));
-  CHECK_FALSE(decode_takes_wide_ctas(PrefillTiles::narrow, plan(4), 128, 132, 4));
+  CHECK(decode_takes_wide_ctas(TileChoice::automatic, plan(4), 128, 132, 4));
+  CHECK(decode_takes_wide_ctas(TileChoice::automatic, plan(2), 132, 132, 4));
+  CHECK_FALSE(decode_takes_wide_ctas(TileChoice::automatic, plan(4), 133, 132, 4));  // two waves
+  CHECK_FALSE(decode_takes_wide_ctas(TileChoice::automatic, plan(1), 128, 132, 4));  // unsplit
+  CHECK_FALSE(decode_takes_wide_ctas(TileChoice::automatic, plan(16), 8, 132, 4));   // batch 1
+  CHECK(decode_takes_wide_ctas(TileChoice::wide, plan(1), 4096, 132, 4));
+  CHECK_FALSE(decode_takes_wide_ctas(TileChoice::narrow, plan(4), 128, 132, 4));
   // A wide CTA's splits cover the capacity in whole blocks, in `wide_splits` parts.
   for (long long capacity : {1LL, 63LL, 64LL, 65LL, 4096LL, 4097LL, kMaxCapacity}) {
     CAPTURE(capacity);

@@ -178,12 +178,12 @@ std::vector<KernelSpec> build_selection(const WarmOptions& options, const JitEng
     const bool no_mma = options.no_mma || engine.config().no_mma;
     const bool no_hopper = options.no_hopper || engine.config().no_wgmma;
     // Which of two Hopper prefill tilings to warm: the option, else what the runtime will take.
-    using astrai::detail::PrefillTiles;
-    const PrefillTiles tiles = options.prefill_tiles.empty()
-                                   ? engine.config().prefill_tiles
-                                   : astrai::detail::parse_prefill_tiles("--prefill-tiles", options.prefill_tiles);
+    using astrai::detail::TileChoice;
+    const TileChoice tiles = options.prefill_tiles.empty()
+                                 ? engine.config().prefill_tiles
+                                 : astrai::detail::parse_tile_choice("--prefill-tiles", options.prefill_tiles);
     // The Hopper decode's wide CTAs (hd64): what ASTRAI_JIT_DECODE_TILES lets the runtime take.
-    const PrefillTiles decode_tiles = engine.config().decode_tiles;
+    const TileChoice decode_tiles = engine.config().decode_tiles;
     const bool shape_flags = !options.head_dims.empty() || !options.group_sizes.empty();
     const std::vector<std::uint32_t> feature_sets =
         resolve_feature_sets(options.features.empty() ? std::vector<std::string>{"none"} : options.features);
@@ -249,9 +249,9 @@ std::vector<KernelSpec> build_selection(const WarmOptions& options, const JitEng
                   const auto has_wide = spec.family().hopper.has_wide;
                   const bool two_tilings = has_wide != nullptr && has_wide(head_dim);
                   const bool decode = kind == KernelKind::paged_decode || kind == KernelKind::decode;
-                  const PrefillTiles family_tiles = decode ? decode_tiles : tiles;
-                  if (!two_tilings || family_tiles != PrefillTiles::wide) add(hopper_spec);
-                  if (two_tilings && family_tiles != PrefillTiles::narrow) {
+                  const TileChoice family_tiles = decode ? decode_tiles : tiles;
+                  if (!two_tilings || family_tiles != TileChoice::wide) add(hopper_spec);
+                  if (two_tilings && family_tiles != TileChoice::narrow) {
                     hopper_spec.wide = true;
                     add(hopper_spec);
                   }

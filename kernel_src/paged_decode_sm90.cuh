@@ -60,14 +60,9 @@ __device__ __forceinline__ int swizzled_offset(int row, int piece) {
   return (piece >> 3) * kChunkBytes + row * 128 + (((piece & 7) ^ (row & 7)) << 4);
 }
 
-// kSplits > 1 (a wide CTA, `.wide` variants): the CTA runs the kSplits splits of its (request,
-// KV head, head tile) side by side, a group of kDecodeThreads threads each with its own Q tile,
-// ring and barriers (a region of decode_sm90_smem_bytes), waiting on its group's named barrier;
-// each group leaves its rows in a slot of its ring, and the CTA merges them by their LSEs and
-// writes the output: no split workspace, no split combine launch.
-// A wide CTA's end: once every group has left its rows in its slot (or, for an empty split,
-// only LSEs), the CTA merges each row's splits by their LSEs, as the split combine does, and
-// writes the output and the LSE.
+// A wide CTA's end: once every group has left its rows in its slot (an empty split: zeros and
+// LSE -inf, or the sinks' LSE in split 0), the CTA merges each row's splits by their LSEs, as
+// the split combine does, and writes the output and the LSE.
 template <typename T, int kHeadDim, int kQLen, int kSplits>
 __device__ __forceinline__ void merge_wide_splits(const PagedDecodeParams& p, const DecodeWork& w,
                                                   unsigned char* smem_raw) {
@@ -120,6 +115,11 @@ __device__ __forceinline__ void merge_wide_splits(const PagedDecodeParams& p, co
   }
 }
 
+// kSplits > 1 (a wide CTA, `.wide` variants): the CTA runs the kSplits splits of its (request,
+// KV head, head tile) side by side, a group of kDecodeThreads threads each with its own Q tile,
+// ring and barriers (decode_sm90_wide_region_bytes), waiting on its group's named barrier;
+// each group leaves its rows in a slot of its ring, and the CTA merges them by their LSEs and
+// writes the output: no split workspace, no split combine launch.
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags, int kSplits = 1>
 __global__ void __launch_bounds__(kDecodeThreads * kSplits)
     paged_decode_sm90_kernel(const __grid_constant__ PagedDecodeParams p, const __grid_constant__ sm90::TmaMap map_k,

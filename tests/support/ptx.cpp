@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <iterator>
+#include <regex>
 
 namespace astrai::testing {
 
@@ -61,6 +63,22 @@ std::string global_access_before_grid_wait(const std::string& ptx) {
 
 bool occurs_before_grid_wait(const std::string& ptx, const std::string& instruction) {
   return any_entry_head(ptx, [&](std::size_t entry, std::size_t wait) { return ptx.find(instruction, entry) < wait; });
+}
+
+std::string entry_text(const std::string& ptx, const std::string& name) {
+  for (std::size_t entry = ptx.find(".entry "); entry != std::string::npos;) {
+    const std::size_t next = ptx.find(".entry ", entry + 1);
+    const std::size_t name_end = ptx.find_first_of("( \n", entry + 7);
+    if (ptx.substr(entry + 7, name_end - entry - 7).find(name) != std::string::npos)
+      return ptx.substr(entry, next == std::string::npos ? std::string::npos : next - entry);
+    entry = next;
+  }
+  return "";
+}
+
+int cta_barriers(const std::string& text) {
+  static const std::regex barrier(R"((^|[\s;])(bar|barrier)(\.cta)?\.sync(\.aligned)?\s+0\s*;)");
+  return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), barrier), std::sregex_iterator()));
 }
 
 }  // namespace astrai::testing

@@ -27,4 +27,12 @@ std::string global_access_before_grid_wait(const std::string& ptx);
 // some entry of `ptx`: for the prefetches a dependent issues while the kernel ahead finishes.
 bool occurs_before_grid_wait(const std::string& ptx, const std::string& instruction);
 
+// The text of the first entry of `ptx` whose name contains `name`, up to the next entry ("" when
+// there is none).
+std::string entry_text(const std::string& ptx, const std::string& name);
+
+// How many CTA-wide barriers (bar.sync or barrier.sync on barrier 0 with no thread count, i.e.
+// __syncthreads) `text` holds.
+int cta_barriers(const std::string& text);
+
 }  // namespace astrai::testing

@@ -60,15 +60,17 @@ __device__ __forceinline__ int swizzled_offset(int row, int piece) {
   return (piece >> 3) * kChunkBytes + row * 128 + (((piece & 7) ^ (row & 7)) << 4);
 }
 
-// A wide CTA's end: once every group has left its rows in its slot (an empty split: zeros and
-// LSE -inf, or the sinks' LSE in split 0), the CTA merges each row's splits by their LSEs, as
-// the split combine does, and writes the output and the LSE.
+// A wide CTA's end: once every thread has arrived on `merge_done`, each group having left its
+// rows in its slot (an empty split: zeros and LSE -inf, or the sinks' LSE in split 0), the CTA
+// merges each row's splits by their LSEs, as the split combine does, and writes the output and
+// the LSE.
 template <typename T, int kHeadDim, int kQLen, int kSplits>
 __device__ __forceinline__ void merge_wide_splits(const PagedDecodeParams& p, const DecodeWork& w,
-                                                  unsigned char* smem_raw) {
+                                                  unsigned char* smem_raw, sm90::u64* merge_done) {
   using namespace sm90;
   using Shape = DecodeSm90Shape<kHeadDim, 0>;
-  __syncthreads();
+  mbar_arrive(merge_done);
+  mbar_wait(merge_done, 0);
   const float* slots[kSplits];
 #pragma unroll
   for (int g = 0; g < kSplits; ++g) {
@@ -153,14 +155,26 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
 
   const int lane = thread & 31;
   const int warp = thread >> 5;
+  // A wide CTA's groups meet at its merge on an mbarrier every thread arrives on once, placed
+  // after region 0's ring barriers. Behind a bar.sync (0 or named) racecheck reported a group's
+  // slot stores as racing with the loads of a group that had reached the barrier first: it
+  // orders accesses by how many barriers each warp has passed, and each group passes its own
+  // named barrier once a block of its split (docs/device-notes.md, runs 124-128).
+  unsigned char* ring0 = smem_raw + ((smem_u32(smem_raw) + Shape::kQBytes + 1023) & ~1023u) - smem_u32(smem_raw);
+  u64* merge_done = reinterpret_cast<u64*>(ring0 + kStages * (Shape::kStageBytes + 8));
+  static_assert(kSplits == 1 || Shape::kQBytes + 1024 + kStages * (Shape::kStageBytes + 8) + 8 <=
+                                    decode_sm90_wide_region_bytes(kHeadDim),
+                "a wide CTA's region 0 holds the merge's barrier");
   // Before the wait for the previous kernel (a programmatic dependent launch overlaps this with
   // its tail) only what no kernel writes: the barriers and the tensor maps.
   if (thread == 0) {
     for (int s = 0; s < kStages; ++s) mbar_init(&full[s], 1);
+    if (kSplits > 1 && group == 0) mbar_init(merge_done, kSplits * kDecodeThreads);
     fence_mbar_init();
     tma_prefetch_map(&map_k);
     tma_prefetch_map(&map_v);
   }
+  if constexpr (kSplits > 1) __syncthreads();  // merge_done is set up before any thread arrives
 
   // Warp 0, lane j < kCopies: box j % kBoxes of chunk (j / kBoxes) % kChunks of K (or V from
   // j >= kCopies / 2) of every block.
@@ -222,7 +236,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   const int lookup_end = kWindow ? w.split_end : min(w.split_begin + p.tokens_per_split, p.kv_capacity);
   auto box_page = [&](int block) { return lookup(w.seq.table_row, w.split_begin, lookup_end, block, false); };
   if (kWindow && warp == 0) page = box_page(0);
-  // A wide CTA's groups all reach its merge's __syncthreads, the one of an empty split too.
+  // Every thread of a wide CTA arrives on its merge's barrier, an empty split's too.
   const bool empty_split = kSplits > 1 && w.split_begin >= w.split_end;
   if constexpr (kSplits == 1) {
     if (!decode_work_begin<T, kHeadDim, kPageSize, kFlags>(p, w)) return;
@@ -338,7 +352,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
     // Every issued block has been waited for: the ring is free for the merge.
     merge_decode_warps<T, kHeadDim, kFlags, false, kSplits>(p, w, state, ring, 1.f, slot);
   }
-  if constexpr (kSplits > 1) merge_wide_splits<T, kHeadDim, kQLen, kSplits>(p, w, smem_raw);
+  if constexpr (kSplits > 1) merge_wide_splits<T, kHeadDim, kQLen, kSplits>(p, w, smem_raw, merge_done);
 }
 
 }  // namespace astrai

@@ -19,6 +19,7 @@
 #include "runtime/kernel_sources.hpp"
 #include "runtime/kernel_spec.hpp"
 #include "runtime/tensor_map.hpp"
+#include "tests/support/cache_support.hpp"
 #include "tests/support/ptx.hpp"
 
 using astrai::DType;
@@ -257,9 +258,14 @@ TEST_SUITE("hopper") {
         const auto result = astrai::detail::nvrtc_compile(astrai::detail::compile_request(spec), true);
         CHECK(contains(result.ptx, ".maxntid 512, 1, 1"));
         CHECK(contains(result.ptx, "bar.sync"));
-        // Groups sync on their own barriers and meet once, at the CTA's merge: an empty split's
-        // group reaching it from a second call site failed synccheck on the GPU (run 120).
-        CHECK(astrai::testing::cta_barriers(astrai::testing::entry_text(result.ptx, "paged_decode_sm90_kernel")) == 1);
+        // Groups sync on their own barriers. The CTA's one barrier comes before they part (it
+        // publishes the merge's mbarrier): a group reaching a CTA barrier from a second call site
+        // failed synccheck on the GPU (run 120). They meet at the merge on that mbarrier, each
+        // thread arriving once: behind a bar.sync, racecheck reported the merge's loads (runs
+        // 124-128).
+        const std::string kernel = astrai::testing::entry_text(result.ptx, "paged_decode_sm90_kernel");
+        CHECK(astrai::testing::cta_barriers(kernel) == 1);
+        CHECK(astrai::testing::count_occurrences(kernel, "mbarrier.arrive.shared::cta.b64") == 1);
         CHECK(contains(result.ptx, "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"));
         CHECK(astrai::testing::global_access_before_grid_wait(result.ptx) == "");
         INFO("NVRTC log: " << result.log);

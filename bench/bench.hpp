@@ -597,6 +597,7 @@ struct DeviceInfo {
   bool runtime_no_mma = false;
   bool runtime_no_wgmma = false;  // ASTRAI_JIT_NO_WGMMA
   astrai::detail::TileChoice runtime_prefill_tiles = astrai::detail::TileChoice::automatic;
+  astrai::detail::TileChoice runtime_decode_tiles = astrai::detail::TileChoice::automatic;
 };
 
 using Call = std::function<void(int set, CUstream stream)>;

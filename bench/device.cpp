@@ -155,6 +155,7 @@ void Bench::open_device() {
   info_.runtime_no_mma = probe.config().no_mma && astrai::detail::arch_number(info_.runtime_target) >= 80;
   info_.runtime_no_wgmma = probe.config().no_wgmma;
   info_.runtime_prefill_tiles = probe.config().prefill_tiles;
+  info_.runtime_decode_tiles = probe.config().decode_tiles;
 }
 
 void Bench::compile_kernels() {

@@ -16,6 +16,8 @@ void print_header(const Bench& bench, const Options& options) {
   if (info.runtime_no_wgmma) runtime += " no-wgmma";
   if (info.runtime_prefill_tiles != astrai::detail::TileChoice::automatic)
     runtime += fmt::format(" prefill-tiles {}", astrai::detail::tile_choice_name(info.runtime_prefill_tiles));
+  if (info.runtime_decode_tiles != astrai::detail::TileChoice::automatic)
+    runtime += fmt::format(" decode-tiles {}", astrai::detail::tile_choice_name(info.runtime_decode_tiles));
   fmt::print("device   {}, {} SMs, sm_{}{} (runtime target {}{}, bench kernels {}), {}, L2 {:.0f} MiB\n",
              info.name, info.sms, info.cc_major, info.cc_minor, info.runtime_target, runtime, info.bench_target,
              format_gib(static_cast<double>(info.total_mem)), static_cast<double>(info.l2_bytes) / (1 << 20));
@@ -151,6 +153,7 @@ Json report_json(const Bench& bench, const Options& options, const std::vector<C
                          .set("runtime_no_mma", info.runtime_no_mma)
                          .set("runtime_no_wgmma", info.runtime_no_wgmma)
                          .set("runtime_prefill_tiles", astrai::detail::tile_choice_name(info.runtime_prefill_tiles))
+                         .set("runtime_decode_tiles", astrai::detail::tile_choice_name(info.runtime_decode_tiles))
                          .set("bench_target", info.bench_target)
                          .set("total_memory_bytes", static_cast<std::uint64_t>(info.total_mem))
                          .set("l2_bytes", static_cast<std::uint64_t>(info.l2_bytes))

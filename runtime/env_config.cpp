@@ -45,7 +45,7 @@ constexpr const char* kCacheSharedVar = "ASTRAI_JIT_CACHE_SHARED";
 constexpr const char* kBoolAllowed = "1, 0, true, false, yes, no, on, off";
 constexpr const char* kCacheAllowed = "rw, ro, off";
 constexpr const char* kLogAllowed = "off, error, warn, info, debug";
-constexpr const char* kPrefillTilesAllowed = "auto, narrow, wide";
+constexpr const char* kTileChoicesAllowed = "auto, narrow, wide";
 constexpr const char* kCachePathAllowed =
     "a colon-separated list of absolute directories, e.g. /opt/astrai-jit/cache:/mnt/kernels";
 constexpr const char* kCacheSharedAllowed =
@@ -298,7 +298,7 @@ TileChoice parse_tile_choice(const std::string& name, const std::string& value) 
   return parse_choice<TileChoice>(
       name, value,
       {{"auto", TileChoice::automatic}, {"narrow", TileChoice::narrow}, {"wide", TileChoice::wide}},
-      kPrefillTilesAllowed);
+      kTileChoicesAllowed);
 }
 
 const char* tile_choice_name(TileChoice tiles) {

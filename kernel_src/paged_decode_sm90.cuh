@@ -4,9 +4,10 @@
 // issues the copies of a block kStages - 1 blocks ahead (lane j one box: a page part of K or of V
 // in one 64-column chunk), into a ring of stages guarded by one mbarrier each; the copy engine
 // does the address work the cp.async loaders spent most of their instructions on, and deeper
-// rings cost no registers. A CTA barrier at the end of each block frees its stage for the next
-// issue (an empty mbarrier per stage instead, each warp arriving and warp 0 waiting before a
-// refill, was no faster in run 56 and 0.2-1.5% slower on every bench row in run 93). The first
+// rings cost no registers. A barrier at the end of each block (the CTA's; in a wide CTA, the
+// group's named barrier) frees its stage for the next issue (an empty mbarrier per stage instead,
+// each warp arriving and warp 0 waiting before a refill, was no faster in run 56 and 0.2-1.5%
+// slower on every bench row in run 93). The first
 // copies leave before the Q tile loads (the latency a short split waits on). The copies mark
 // their lines first to be evicted from L2: K and V are read once (l2_evict_first_policy).
 // Launched as a programmatic dependent of the kernel before it: before its griddepcontrol.wait
@@ -60,6 +61,17 @@ __device__ __forceinline__ int swizzled_offset(int row, int piece) {
   return (piece >> 3) * kChunkBytes + row * 128 + (((piece & 7) ^ (row & 7)) << 4);
 }
 
+// Group g's ring: the first 1 KB boundary (of the shared address) after the Q tile of its region
+// (a CTA of one group: g = 0, the region is all of shared memory). Offset from smem_raw, not
+// rounded as an integer, the pointer keeps its address space: the merge and the tail's stores
+// into the ring compile to shared, not generic, accesses.
+template <int kHeadDim>
+__device__ __forceinline__ unsigned char* group_ring(unsigned char* smem_raw, unsigned g) {
+  unsigned char* region = smem_raw + g * decode_sm90_wide_region_bytes(kHeadDim);
+  const unsigned q_end = sm90::smem_u32(region) + DecodeSm90Shape<kHeadDim, 0>::kQBytes;
+  return region + ((q_end + 1023) & ~1023u) - sm90::smem_u32(region);
+}
+
 // A wide CTA's end: once every thread has arrived on `merge_done`, each group having left its
 // rows in its slot (an empty split: zeros and LSE -inf, or the sinks' LSE in split 0), the CTA
 // merges each row's splits by their LSEs, as the split combine does, and writes the output and
@@ -68,16 +80,12 @@ template <typename T, int kHeadDim, int kQLen, int kSplits>
 __device__ __forceinline__ void merge_wide_splits(const PagedDecodeParams& p, const DecodeWork& w,
                                                   unsigned char* smem_raw, sm90::u64* merge_done) {
   using namespace sm90;
-  using Shape = DecodeSm90Shape<kHeadDim, 0>;
   mbar_arrive(merge_done);
   mbar_wait(merge_done, 0);
   const float* slots[kSplits];
 #pragma unroll
-  for (int g = 0; g < kSplits; ++g) {
-    unsigned char* region = smem_raw + g * decode_sm90_wide_region_bytes(kHeadDim);
-    unsigned char* ring = region + ((smem_u32(region) + Shape::kQBytes + 1023) & ~1023u) - smem_u32(region);
-    slots[g] = reinterpret_cast<const float*>(ring + decode_merge_bytes<kHeadDim>());
-  }
+  for (int g = 0; g < kSplits; ++g)
+    slots[g] = reinterpret_cast<const float*>(group_ring<kHeadDim>(smem_raw, g) + decode_merge_bytes<kHeadDim>());
   // The group's split index of each slot is `g`; a CTA's splits cover its whole sequence.
   const SplitWorkspace direct{nullptr, nullptr, 1};
   for (int e = threadIdx.x; e < w.rows * (kHeadDim / 4); e += kSplits * kDecodeThreads) {
@@ -146,10 +154,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   const unsigned split = blockIdx.x * kSplits + group;
   unsigned char* region = smem_raw + group * decode_sm90_wide_region_bytes(kHeadDim);
   T* smem_q = reinterpret_cast<T*>(region);
-  // The ring starts at the first 1 KB boundary (of the shared address) after the Q tile. Offset
-  // from smem_raw, not rounded as an integer, the pointer keeps its address space: the merge and
-  // the tail's stores into the ring compile to shared, not generic, accesses.
-  unsigned char* ring = region + ((smem_u32(region) + Shape::kQBytes + 1023) & ~1023u) - smem_u32(region);
+  unsigned char* ring = group_ring<kHeadDim>(smem_raw, group);
   u64* full = reinterpret_cast<u64*>(ring + kStages * Shape::kStageBytes);
   float* slot = reinterpret_cast<float*>(ring + decode_merge_bytes<kHeadDim>());
 
@@ -160,8 +165,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   // slot stores as racing with the loads of a group that had reached the barrier first: it
   // orders accesses by how many barriers each warp has passed, and each group passes its own
   // named barrier once a block of its split (docs/device-notes.md, runs 124-128).
-  unsigned char* ring0 = smem_raw + ((smem_u32(smem_raw) + Shape::kQBytes + 1023) & ~1023u) - smem_u32(smem_raw);
-  u64* merge_done = reinterpret_cast<u64*>(ring0 + kStages * (Shape::kStageBytes + 8));
+  u64* merge_done = reinterpret_cast<u64*>(group_ring<kHeadDim>(smem_raw, 0) + kStages * (Shape::kStageBytes + 8));
   static_assert(kSplits == 1 || Shape::kQBytes + 1024 + kStages * (Shape::kStageBytes + 8) + 8 <=
                                     decode_sm90_wide_region_bytes(kHeadDim),
                 "a wide CTA's region 0 holds the merge's barrier");

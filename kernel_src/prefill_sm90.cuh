@@ -10,11 +10,12 @@
 // (blocks crossing the causal diagonal or the end of the KV come first, so they alone are
 // masked), V one block behind K, each into a two-stage ring whose full/empty mbarriers pace
 // producer and consumers. The kConsumers warpgroups after it (2 or 3, hopper_params.h) own 64
-// query rows each. Per block: S = Q K^T is issued, then O += P V for the previous block, waited
-// for after the softmax of S (sm90::pin_wait_after keeps ptxas from moving the wait up; not at
-// hd64, where waiting early is faster); the softmax also hides behind the other consumers'
-// GEMMs: they take turns issuing (round robin). The walk's first block (the
-// KV's end, or the causal diagonal) is cut to the columns the tile's rows see, in steps of 64.
+// query rows each (those whose rows all lie past the request's end leave at once). Per block:
+// S = Q K^T is issued, then O += P V for the previous block, waited for after the softmax of S
+// (sm90::pin_wait_after keeps ptxas from moving the wait up; not at hd64, where waiting early is
+// faster); the softmax also hides behind the other consumers' GEMMs: they take turns issuing
+// (round robin). The walk's first block (the KV's end, or the causal diagonal) is cut to the
+// columns the tile's rows see, in steps of 64.
 // kConsumersArg and kBlockNArg override the tiling (hopper_params.h) for tuning.
 // Tiles in shared memory use the 128-byte swizzle (hopper_ptx.cuh). Rows and KV positions past
 // the tensor arrive as zeros (TMA fill), so they cannot produce NaN.
@@ -120,14 +121,19 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   const int block_count = n_blocks - first_block;
   const int window_mask_until =
       kWindow ? window_first_key(static_cast<long long>(r.causal_base) + last_row, p.features) : 0;
+  // Consumers whose 64 rows all lie past the request's end (in the last tile of a length that is
+  // not a multiple of kBlockM) have nothing to compute: they leave at once, and the stages' empty
+  // barriers, the turns and the V tail's clearing count only the others. Computing those rows
+  // anyway cost B4 x 4096 in 192-row tiles 3% of its MMAs, causal B2 x 8192 1.6%.
+  const int active = min(kConsumers, (r.q_len - m0 + 63) / 64);
 
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&k_full[s], 1);
       mbar_init(&v_full[s], 1);
-      mbar_init(&k_empty[s], 128 * kConsumers);
-      mbar_init(&v_empty[s], 128 * kConsumers);
+      mbar_init(&k_empty[s], 128 * active);
+      mbar_init(&v_empty[s], 128 * active);
     }
     fence_mbar_init();
   }
@@ -206,14 +212,20 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     return;
   }
 
+  if (warpgroup > active) return;
   setmaxnreg_inc<Shape::kConsumerRegs>();
-  // Round robin: the consumers take turns issuing their GEMMs (named barrier 1 + c is consumer
-  // c's turn, 256 threads: it waits, its predecessor arrives), so that one's softmax runs while
-  // the others' wgmmas keep the tensor cores busy. Consumer 0 goes first. Barrier
-  // kConsumers + 1 joins all consumers.
+  // Round robin: the active consumers take turns issuing their GEMMs (named barrier 1 + c is
+  // consumer c's turn, 256 threads: it waits, its predecessor arrives), so that one's softmax
+  // runs while the others' wgmmas keep the tensor cores busy. Consumer 0 goes first; one alone
+  // takes no turns. Barrier kConsumers + 1 joins the active consumers.
   const int consumer = warpgroup - 1;
-  auto await_turn = [&] { named_bar_sync(1 + consumer, 256); };
-  auto pass_turn = [&] { named_bar_arrive(1 + (consumer + 1) % kConsumers, 256); };
+  const bool alone = active == 1;
+  auto await_turn = [&] {
+    if (!alone) named_bar_sync(1 + consumer, 256);
+  };
+  auto pass_turn = [&] {
+    if (!alone) named_bar_arrive(consumer + 1 == active ? 1 : 2 + consumer, 256);
+  };
   const int t = threadIdx.x % 128;
   const int lane = t % 32;
   const int row0 = m0 + 64 * consumer + 16 * (t / 32) + lane / 4;  // and row0 + 8
@@ -392,7 +404,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     const int first = r.kv_len - (n_blocks - 1) * kBlockN;  // the walk's first block is the last one
     if (kPageSize == 0 || first >= kBlockN) return;
     const int pieces = (kBlockN - first) * 8;  // 16-byte pieces per chunk
-    for (int i = t + 128 * consumer; i < pieces * kChunks; i += 128 * kConsumers) {
+    for (int i = t + 128 * consumer; i < pieces * kChunks; i += 128 * active) {
       const int row = first + (i % pieces) / 8;
       const int chunk = i / pieces;
       // Paged V: [box][chunk][kBoxRows rows] (the contiguous layout never reaches here).
@@ -400,7 +412,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       *reinterpret_cast<uint4*>(smem_v + offset + (i % 8) * 16) = uint4{0u, 0u, 0u, 0u};
     }
     fence_proxy_async_shared();
-    named_bar_sync(kConsumers + 1, 128 * kConsumers);
+    named_bar_sync(kConsumers + 1, 128 * active);
   };
   // P in the register layout of wgmma's A operand: k-step kk takes s[8kk .. 8kk + 7].
   auto pack_p = [&]() {
@@ -418,7 +430,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   const unsigned pin_word = smem_u32(warp_words + threadIdx.x / 32);
   if (block_count > 0) {
     float correction[2];
-    if (consumer == kConsumers - 1) pass_turn();
+    if (consumer == active - 1) pass_turn();
     mbar_wait(q_full, 0);
     mbar_wait(&k_full[0], 0);
     ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 1);  // Q and the first K block have arrived
@@ -485,7 +497,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     }
     // Every wait on a turn barrier meets one arrival: the last consumer's opening arrival stands
     // in for its last one.
-    if (consumer != kConsumers - 1) pass_turn();
+    if (consumer != active - 1) pass_turn();
     wgmma_wait<0>();
     reg_fence(o);
     mbar_arrive(&v_empty[vs]);

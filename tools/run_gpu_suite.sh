@@ -9,12 +9,14 @@
 #   default_prefill  prefill, paged_prefill, rotary_emb and multi_gpu suites (on sm_90a the
 #                    Hopper prefill, tilings chosen by grid size);
 #   nomma            the whole suite on CUDA cores (ASTRAI_JIT_NO_MMA=1), half the sweep;
-#   on sm_90a: narrow (ASTRAI_JIT_PREFILL_TILES=narrow, the prefill suites, half the sweep) and
-#   nowgmma (ASTRAI_JIT_NO_WGMMA=1: the portable decode and prefill kernels, 3/4 of the sweep)
+#   on sm_90a: narrow and wide_prefill (ASTRAI_JIT_PREFILL_TILES=narrow or wide: the prefill
+#   suites on one tiling wherever it serves, half the sweep; the suites' grids are small, so the
+#   default takes the narrow tiling for most of them) and nowgmma (ASTRAI_JIT_NO_WGMMA=1: the portable decode and prefill kernels, 3/4 of the sweep)
 #   and wide_decode (ASTRAI_JIT_DECODE_TILES=wide: the decode suites on wide CTAs, half the sweep)
 #   and sm90_check (astrai-sm90-check --check-only, when BUILD_DIR/bench has it);
 #   memcheck, racecheck, synccheck and initcheck over the decode suites and over the prefill
-#   suites (default path, SAN_SWEEP random cases).
+#   suites (default path, SAN_SWEEP random cases), and on sm_90a racecheck and synccheck with
+#   the wide decode CTAs and the wide prefill tiles forced.
 # A job cut by its time limit reports TIMED OUT and fails the run, like a failed test. The last
 # lines of the output list every job's verdict.
 # Usage: tools/run_gpu_suite.sh BUILD_DIR. Environment: OUT (default ./gpu-logs),
@@ -88,6 +90,8 @@ if [ $hopper = 1 ]; then
   # and the two sanitizers that watch their named barriers.
   start_job wide_decode ASTRAI_TEST_SWEEP=$half ASTRAI_JIT_DECODE_TILES=wide -- "$bin" \
     --test-suite=decode,paged_decode,multi_token
+  start_job wide_prefill ASTRAI_TEST_SWEEP=$half ASTRAI_JIT_PREFILL_TILES=wide -- "$bin" \
+    --test-suite=prefill,paged_prefill
   # The Hopper prefill's every tiling (the alternatives the runtime does not pick) against the
   # reference, when the build has the check tool.
   check="$build/bench/astrai-sm90-check"
@@ -104,6 +108,8 @@ if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
     for tool in racecheck synccheck; do
       start_job "${tool}_wide_decode" ASTRAI_TEST_SWEEP=$san_sweep ASTRAI_JIT_DECODE_TILES=wide -- \
         compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --test-suite=decode,paged_decode
+      start_job "${tool}_wide_prefill" ASTRAI_TEST_SWEEP=$san_sweep ASTRAI_JIT_PREFILL_TILES=wide -- \
+        compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --test-suite=prefill,paged_prefill
     done
   fi
 fi

@@ -7,9 +7,9 @@
 // rings cost no registers. A barrier at the end of each block (the CTA's; in a wide CTA, the
 // group's named barrier) frees its stage for the next issue (an empty mbarrier per stage instead,
 // each warp arriving and warp 0 waiting before a refill, was no faster in run 56 and 0.2-1.5%
-// slower on every bench row in run 93). The first
-// copies leave before the Q tile loads (the latency a short split waits on). The copies mark
-// their lines first to be evicted from L2: K and V are read once (l2_evict_first_policy).
+// slower on every bench row in run 93). The first copies leave before the Q tile loads (the
+// latency a short split waits on). The copies mark their lines first to be evicted from L2: K
+// and V are read once (l2_evict_first_policy).
 // Launched as a programmatic dependent of the kernel before it: before its griddepcontrol.wait
 // come the barrier setup, the tensor-map prefetch and L2 prefetches of the CTA's first reads
 // (sequence length, Q rows, the first blocks' K and V, steered by page ids read through L2

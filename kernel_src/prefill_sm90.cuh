@@ -495,8 +495,8 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     } else {
       issue_pv_steps(vs, Constant<0>(), Constant<kBlockN / 16>());
     }
-    // Every wait on a turn barrier meets one arrival: the last consumer's opening arrival stands
-    // in for its last one.
+    // Every wait on a turn barrier meets one arrival: the last active consumer's opening arrival
+    // stands in for its last one.
     if (consumer != active - 1) pass_turn();
     wgmma_wait<0>();
     reg_fence(o);

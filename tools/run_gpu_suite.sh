@@ -11,9 +11,10 @@
 #   nomma            the whole suite on CUDA cores (ASTRAI_JIT_NO_MMA=1), half the sweep;
 #   on sm_90a: narrow and wide_prefill (ASTRAI_JIT_PREFILL_TILES=narrow or wide: the prefill
 #   suites on one tiling wherever it serves, half the sweep; the suites' grids are small, so the
-#   default takes the narrow tiling for most of them) and nowgmma (ASTRAI_JIT_NO_WGMMA=1: the portable decode and prefill kernels, 3/4 of the sweep)
-#   and wide_decode (ASTRAI_JIT_DECODE_TILES=wide: the decode suites on wide CTAs, half the sweep)
-#   and sm90_check (astrai-sm90-check --check-only, when BUILD_DIR/bench has it);
+#   default takes the narrow tiling for most of them) and nowgmma (ASTRAI_JIT_NO_WGMMA=1: the
+#   portable decode and prefill kernels, 3/4 of the sweep) and wide_decode
+#   (ASTRAI_JIT_DECODE_TILES=wide: the decode suites on wide CTAs, half the sweep) and sm90_check
+#   (astrai-sm90-check --check-only, when BUILD_DIR/bench has it);
 #   memcheck, racecheck, synccheck and initcheck over the decode suites and over the prefill
 #   suites (default path, SAN_SWEEP random cases), and on sm_90a racecheck and synccheck with
 #   the wide decode CTAs and the wide prefill tiles forced.

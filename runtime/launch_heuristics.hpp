@@ -45,7 +45,10 @@ std::size_t decode_workspace_bytes(const DecodeSplitPlan& plan, int batch, int n
 // and 21: up to +3%; paged at 21: +2.5%). So: at least 10 waves of wide tiles, no more than 4%
 // more padded rows than the narrow tiling (q 4096: 4224 rows against 4096), and requests of
 // nearly one length (`total_q`, their rows summed, at least 90% of max_q_len x batch; the padding
-// is judged on max_q_len).
+// is judged on max_q_len). Since run 131 a consumer whose rows are all padding leaves at once, so
+// padding costs less than when these bounds were measured (B4 x 4096 wide: +3.4% burst); runs
+// 131 and 133 still put the narrow tiles ahead at 10.4 waves (bursts 1.7-2.1%, sustained 0 and
+// 1.1%): the bounds stand until a run times the grids between 10 and 16 waves again.
 bool prefill_prefers_wide_tiles(int max_q_len, long long total_q, int n_heads, int batch, int num_sms,
                                 int narrow_rows, int wide_rows);
 

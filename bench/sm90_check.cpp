@@ -3,12 +3,14 @@
 // serialization warning reported), checks them against float64 references on random data with
 // poisoned outputs, and times them beside the portable prefill measured in the same run.
 //   astrai-sm90-check [--check-only] [--small] [--timings-only] [--trace] [--reps N] [--sustained S]
+//                     [--filter REGEX]
 // --check-only skips the timings; --small also skips the 8192^3 GEMM check (sanitizer runs);
 // --timings-only skips the prefill checks (and compiles only the timed variants); --trace also
 // runs each timed shape through a build whose CTAs stamp their phases (ASTRAI_PREFILL_TRACE in
 // prefill_sm90.cuh) and says where the SMs' cycles go; --sustained S also times each shape's
 // Hopper kernel over S seconds of back-to-back launches, where the GPU settles at its power cap
-// (a timed call after an idle gap starts at a higher clock).
+// (a timed call after an idle gap starts at a higher clock). --filter REGEX keeps the prefill
+// checks and timings whose label matches (compiling only their variants) and skips the large GEMM.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,6 +19,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <regex>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -680,6 +683,8 @@ int main(int argc, char** argv) {
   bool trace = false;
   int reps = 20;
   double sustained_seconds = 0;
+  std::string filter;  // keeps the prefill cases whose label matches (and skips the large GEMM)
+  std::regex keep;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--check-only") check_only = true;
@@ -688,9 +693,17 @@ int main(int argc, char** argv) {
     else if (arg == "--trace") trace = true;
     else if (arg == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
     else if (arg == "--sustained" && i + 1 < argc) sustained_seconds = std::max(0.0, std::atof(argv[++i]));
-    else {
+    else if (arg == "--filter" && i + 1 < argc) {
+      filter = argv[++i];
+      try {
+        keep = std::regex(filter);
+      } catch (const std::regex_error& e) {
+        fmt::print(stderr, "astrai-sm90-check: --filter '{}' is not a regular expression: {}\n", filter, e.what());
+        return 2;
+      }
+    } else {
       fmt::print(stderr, "astrai-sm90-check: unknown argument '{}' (allowed: --check-only, --small, --timings-only, "
-                 "--trace, --reps N, --sustained SECONDS)\n", arg);
+                 "--trace, --reps N, --sustained SECONDS, --filter REGEX)\n", arg);
       return 2;
     }
   }
@@ -715,7 +728,7 @@ int main(int argc, char** argv) {
     Module gemm;
     compile(&gemm, "hopper_gemm.cuh", {"astrai_gemm_bf16_sm90"}, "gemm_bf16_sm90");
     gemm_case(gemm.functions[0], 256, 512, 192, stream, reps, false, rng);
-    if (!small) gemm_case(gemm.functions[0], 8192, 8192, 8192, stream, reps, !check_only, rng);
+    if (!small && filter.empty()) gemm_case(gemm.functions[0], 8192, 8192, 8192, stream, reps, !check_only, rng);
 
     // Every check and timing case, then one program holding every kernel they need.
     std::vector<PrefillCase> checks, timings;
@@ -802,12 +815,23 @@ int main(int argc, char** argv) {
         timings.push_back(c);
       }
     }
+    // --filter: only the cases whose label matches, compiled alone (a device call spends its time
+    // on one experiment, not on every variant's NVRTC compile).
+    if (!filter.empty()) {
+      auto unmatched = [&](const PrefillCase& c) { return !std::regex_search(c.label(), keep); };
+      checks.erase(std::remove_if(checks.begin(), checks.end(), unmatched), checks.end());
+      timings.erase(std::remove_if(timings.begin(), timings.end(), unmatched), timings.end());
+      if (checks.empty() && timings.empty()) {
+        fmt::print(stderr, "astrai-sm90-check: --filter '{}' matches no prefill case\n", filter);
+        return 2;
+      }
+    }
     PrefillKernels prefill;
     if (timings_only) checks.clear();
     prefill.add(checks);
     prefill.add(timings);
     // One program per variant, as the runtime compiles them: the per-variant compile time.
-    {
+    if (timings.size() > 1) {
       Module probe;
       compile(&probe, "prefill_sm90.cuh", {timings[1].kernel_name()}, timings[1].kernel_name() + " (alone)");
     }

@@ -7,8 +7,10 @@
 #   tools/compare_builds.sh DIR_A DIR_B
 #
 # Environment: PASSES (default "A B B A"); SM90=1 runs `astrai-sm90-check --timings-only --reps
-# 20 --sustained ${SUSTAINED:-1}` (burst and sustained rows); BENCH=REGEX runs `astrai-bench --reps
-# 30 --filter REGEX` (its JSON kept per pass). Raw output under $OUT (or ./compare-logs).
+# 20 --sustained ${SUSTAINED:-1}` (burst and sustained rows), with `--filter $SM90_FILTER` when
+# that is set (both builds then need the option, main from 60c8a25 on); BENCH=REGEX runs
+# `astrai-bench --reps 30 --filter REGEX` (its JSON kept per pass). Raw output under $OUT (or
+# ./compare-logs).
 set -uo pipefail
 if [ $# -ne 2 ] || [ ! -d "$1" ] || [ ! -d "$2" ]; then
   echo "usage: tools/compare_builds.sh DIR_A DIR_B (two directories of binaries)" >&2
@@ -32,7 +34,9 @@ for build in ${PASSES:-A B B A}; do
   if [ "${SM90:-0}" = 1 ]; then
     # The whole output is kept: a failed check (a compile log, say) is what to read when a pass
     # gives no timing lines. grep -a: a log may hold bytes that would make grep call it binary.
-    timeout 300 "$dir/astrai-sm90-check" --timings-only --reps 20 --sustained "${SUSTAINED:-1}" \
+    filter=()
+    [ -n "${SM90_FILTER:-}" ] && filter=(--filter "$SM90_FILTER")
+    timeout 300 "$dir/astrai-sm90-check" --timings-only --reps 20 --sustained "${SUSTAINED:-1}" "${filter[@]}" \
       > "$out/sm90-$build-$pass.log" 2>&1 || status=1
     grep -a -E "^(TIME|SUSTAINED) prefill" "$out/sm90-$build-$pass.log" >> "$out/sm90-$build.txt" || status=1
     grep -a -E "FAIL|failure" "$out/sm90-$build-$pass.log" | head -5

@@ -821,13 +821,13 @@ int main(int argc, char** argv) {
       auto unmatched = [&](const PrefillCase& c) { return !std::regex_search(c.label(), keep); };
       checks.erase(std::remove_if(checks.begin(), checks.end(), unmatched), checks.end());
       timings.erase(std::remove_if(timings.begin(), timings.end(), unmatched), timings.end());
-      if (checks.empty() && timings.empty()) {
-        fmt::print(stderr, "astrai-sm90-check: --filter '{}' matches no prefill case\n", filter);
-        return 2;
-      }
     }
     PrefillKernels prefill;
     if (timings_only) checks.clear();
+    if (!filter.empty() && checks.empty() && (check_only || timings.empty())) {
+      fmt::print(stderr, "astrai-sm90-check: --filter '{}' leaves no prefill case to run\n", filter);
+      return 2;
+    }
     prefill.add(checks);
     prefill.add(timings);
     // One program per variant, as the runtime compiles them: the per-variant compile time.

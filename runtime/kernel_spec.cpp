@@ -259,8 +259,7 @@ std::string KernelSpec::warm_command() const {
   else if (hopper_serves(*this)) command += " --no-hopper";
   if (hopper && info.hopper.has_wide != nullptr && info.hopper.has_wide(head_dim)) {
     // Decode's wide CTAs follow ASTRAI_JIT_DECODE_TILES (warm has no flag for them).
-    const bool decode = kind == KernelKind::paged_decode || kind == KernelKind::decode;
-    if (decode) command = fmt::format("ASTRAI_JIT_DECODE_TILES={} {}", wide ? "wide" : "narrow", command);
+    if (is_decode_kind(kind)) command = fmt::format("ASTRAI_JIT_DECODE_TILES={} {}", wide ? "wide" : "narrow", command);
     else command += wide ? " --prefill-tiles wide" : " --prefill-tiles narrow";
   }
   return command;

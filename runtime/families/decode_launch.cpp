@@ -144,11 +144,10 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   spec.wide = spec.hopper && decode_sm90_has_wide(launch.head_dim) &&
               decode_takes_wide_ctas(impl.engine.config().decode_tiles, plan, tiles, device.num_sms(),
                                      kDecodeSm90WideSplits);
-  const LoadedVariant& launched =
-      spec.wide ? impl.variant(device, spec,
-                               {kDecodeThreads * kDecodeSm90WideSplits,
-                                kDecodeSm90WideSplits * decode_sm90_wide_region_bytes(launch.head_dim)})
-                : variant;
+  // A wide CTA holds its splits' warps and shared-memory regions side by side.
+  const int block = spec.wide ? kDecodeThreads * kDecodeSm90WideSplits : kDecodeThreads;
+  const int cta_smem = spec.wide ? kDecodeSm90WideSplits * decode_sm90_wide_region_bytes(launch.head_dim) : smem;
+  const LoadedVariant& launched = spec.wide ? impl.variant(device, spec, {block, cta_smem}) : variant;
   if (spec.wide) plan = wide_cta_plan(span, kDecodeSm90WideSplits);
   params.tokens_per_split = plan.tokens_per_split;
   params.workspace.num_splits = spec.wide ? 1 : plan.num_splits;
@@ -171,11 +170,11 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   }
   LaunchConfig attention{};
   attention.name = launch.family.name;
-  attention.grid = {static_cast<unsigned>(spec.wide ? 1 : plan.num_splits),
+  // A CTA a split of the workspace (a wide CTA merges its splits itself: one).
+  attention.grid = {static_cast<unsigned>(params.workspace.num_splits),
                     static_cast<unsigned>(params.n_kv_heads * head_tiles), static_cast<unsigned>(params.batch)};
-  attention.block = spec.wide ? kDecodeThreads * kDecodeSm90WideSplits : kDecodeThreads;
-  attention.smem = static_cast<unsigned>(
-      spec.wide ? kDecodeSm90WideSplits * decode_sm90_wide_region_bytes(launch.head_dim) : smem);
+  attention.block = static_cast<unsigned>(block);
+  attention.smem = static_cast<unsigned>(cta_smem);
   attention.stream = launch.stream;
   // Its CTAs may be placed while the kernel before it drains; they wait for it before any load.
   attention.programmatic_dependent = true;
@@ -183,7 +182,7 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
     void* arguments[] = {&params, &map_k, &map_v};
     device.launch(launched.functions[0], attention, arguments);
   } else {
-    device.launch(variant.functions[0], attention, &params);
+    device.launch(launched.functions[0], attention, &params);
   }
   if (last_launched_name != launched.name) last_launched_name = launched.name;  // copies only on a change
   // The combine as a kernel of its own, a programmatic dependent: merging in the attention kernel

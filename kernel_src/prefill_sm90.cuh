@@ -519,16 +519,41 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     lse[h] = empty ? negative_infinity() : (row_max[h] + log2f(sum)) * kLn2;
   }
   T* out = static_cast<T*>(p.out) + batch_index * p.out_stride_batch + head * p.out_stride_head;
+  // O leaves through shared memory: each warp writes its 16 rows into its own rows of the Q tile
+  // (its consumer's S GEMMs are done with them) in the accumulator's layout, then reads them back
+  // as 16-byte pieces of whole rows, so that a store instruction fills whole output rows instead
+  // of 16 bytes in each of eight. Rows are 16-byte aligned: the runtime requires it of `out` and
+  // its strides (runtime/families/arg_checks.cpp).
+  {
+    const int warp = t / 32;
+    // Piece j (8 columns) of row rho of the warp's 16: in the Q tile's chunk j / 8, its place in
+    // the 128-byte row swizzled by the row, so that the accumulator's 8 rows of a store meet 8
+    // different bank groups, and so do a row's 8 pieces when read.
+    unsigned char* staging = smem_q + (64 * consumer + 16 * warp) * 128;
+    auto piece = [&](int rho, int j) { return staging + (j / 8) * kBlockM * 128 + rho * 128 + ((j ^ rho) % 8) * 16; };
+    fence_proxy_async_shared();  // the generic proxy's stores follow the async proxy's reads of Q
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = row0 + 8 * h;
-    if (row >= r.q_len) continue;
-    T* out_row = out + static_cast<long long>(r.q_start + row) * p.out_stride_seq + 2 * (lane % 4);
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int j = 0; j < kHeadDim / 8; ++j)
-      *reinterpret_cast<unsigned*>(out_row + 8 * j) =
-          pack2<T>(o[4 * j + 2 * h] * inverse[h], o[4 * j + 2 * h + 1] * inverse[h]);
-    if (p.lse != nullptr && lane % 4 == 0) p.lse[(r.lse_row + row) * p.n_heads + head] = lse[h];
+      for (int j = 0; j < kHeadDim / 8; ++j)
+        *reinterpret_cast<unsigned*>(piece(lane / 4 + 8 * h, j) + 4 * (lane % 4)) =
+            pack2<T>(o[4 * j + 2 * h] * inverse[h], o[4 * j + 2 * h + 1] * inverse[h]);
+    __syncwarp();
+    constexpr int kPiecesPerRow = kHeadDim / 8;
+    const int first_row = m0 + 64 * consumer + 16 * warp;
+#pragma unroll
+    for (int k = 0; k < 16 * kPiecesPerRow / 32; ++k) {
+      const int rho = (lane + 32 * k) / kPiecesPerRow;
+      const int j = (lane + 32 * k) % kPiecesPerRow;
+      if (first_row + rho < r.q_len)
+        *reinterpret_cast<uint4*>(out + static_cast<long long>(r.q_start + first_row + rho) * p.out_stride_seq +
+                                  8 * j) = *reinterpret_cast<const uint4*>(piece(rho, j));
+    }
+  }
+  if (p.lse != nullptr && lane % 4 == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      if (row0 + 8 * h < r.q_len) p.lse[(r.lse_row + row0 + 8 * h) * p.n_heads + head] = lse[h];
   }
   ASTRAI_PREFILL_STAMP(t == 0, 4 + consumer);  // each consumer's stores are issued
 }

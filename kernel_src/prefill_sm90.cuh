@@ -15,7 +15,8 @@
 // (sm90::pin_wait_after keeps ptxas from moving the wait up; not at hd64, where waiting early is
 // faster); the softmax also hides behind the other consumers' GEMMs: they take turns issuing
 // (round robin). The walk's first block (the KV's end, or the causal diagonal) is cut to the
-// columns the tile's rows see, in steps of 64.
+// columns the tile's rows see, in steps of 64. O leaves through the consumer's rows of the Q
+// tile, as 16-byte pieces of whole rows.
 // kConsumersArg and kBlockNArg override the tiling (hopper_params.h) for tuning.
 // Tiles in shared memory use the 128-byte swizzle (hopper_ptx.cuh). Rows and KV positions past
 // the tensor arrive as zeros (TMA fill), so they cannot produce NaN.

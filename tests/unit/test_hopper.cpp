@@ -328,6 +328,11 @@ TEST_SUITE("hopper") {
         const std::regex pinned_wait(
             R"(@p st\.shared\.f32 \[%r\d+\], %f\d+;\s*\}(\s|//[^\n]*)*wgmma\.wait_group\.sync\.aligned 0;)");
         CHECK(std::regex_search(result.ptx, pinned_wait) == (head_dim >= 128));
+        // O leaves as 16-byte pieces of whole rows (through shared memory), not 4-byte stores:
+        // the only 32-bit global stores left are the LSE's.
+        CHECK(contains(result.ptx, "st.global.v4.u32"));
+        CHECK_FALSE(contains(result.ptx, "st.global.u32"));
+        CHECK_FALSE(contains(result.ptx, "st.global.b32"));
         check_log_clean(result);
       }
     }

@@ -18,7 +18,9 @@ namespace astrai::detail {
 // The order is the one `warm` compiles and lists families in.
 enum class KernelKind { paged_decode, rotary_emb, decode, prefill, paged_prefill };
 // The decode kinds: one query row per head (or a few), their own tilings (ASTRAI_JIT_DECODE_TILES).
-constexpr bool is_decode_kind(KernelKind kind) { return kind == KernelKind::paged_decode || kind == KernelKind::decode; }
+constexpr bool is_decode_kind(KernelKind kind) {
+  return kind == KernelKind::paged_decode || kind == KernelKind::decode;
+}
 
 struct KernelSpec;
 

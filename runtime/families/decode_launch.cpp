@@ -170,7 +170,7 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   }
   LaunchConfig attention{};
   attention.name = launch.family.name;
-  // A CTA a split of the workspace (a wide CTA merges its splits itself: one).
+  // One CTA per split of the workspace (one in all for a wide CTA, which merges its splits itself).
   attention.grid = {static_cast<unsigned>(params.workspace.num_splits),
                     static_cast<unsigned>(params.n_kv_heads * head_tiles), static_cast<unsigned>(params.batch)};
   attention.block = static_cast<unsigned>(block);

@@ -170,7 +170,7 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   }
   LaunchConfig attention{};
   attention.name = launch.family.name;
-  // One CTA per split of the workspace (one in all for a wide CTA, which merges its splits itself).
+  // x: a CTA per workspace split (1 for wide CTAs, which merge their splits themselves).
   attention.grid = {static_cast<unsigned>(params.workspace.num_splits),
                     static_cast<unsigned>(params.n_kv_heads * head_tiles), static_cast<unsigned>(params.batch)};
   attention.block = static_cast<unsigned>(block);

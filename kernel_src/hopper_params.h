@@ -116,7 +116,9 @@ constexpr int decode_sm90_smem_bytes(int head_dim) {
 // decode_sm90_smem_bytes and 8 bytes (region 0's hold the merge's mbarrier) rounded up to 128
 // bytes (its Q tile takes 16-byte stores): at hd64 four fit an SM's 227 KB of shared memory.
 inline constexpr int kDecodeSm90WideSplits = 4;
-constexpr int decode_sm90_wide_region_bytes(int head_dim) { return (decode_sm90_smem_bytes(head_dim) + 8 + 127) / 128 * 128; }
+constexpr int decode_sm90_wide_region_bytes(int head_dim) {
+  return (decode_sm90_smem_bytes(head_dim) + 8 + 127) / 128 * 128;
+}
 constexpr bool decode_sm90_has_wide(int head_dim) {
   return head_dim % 64 == 0 && kDecodeSm90WideSplits * decode_sm90_wide_region_bytes(head_dim) <= 227 * 1024;
 }

@@ -78,7 +78,8 @@ std::string entry_text(const std::string& ptx, const std::string& name) {
 
 int cta_barriers(const std::string& text) {
   static const std::regex barrier(R"((^|[\s;])(bar|barrier)(\.cta)?\.sync(\.aligned)?\s+0\s*;)");
-  return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), barrier), std::sregex_iterator()));
+  const std::sregex_iterator first(text.begin(), text.end(), barrier);
+  return static_cast<int>(std::distance(first, std::sregex_iterator()));
 }
 
 }  // namespace astrai::testing

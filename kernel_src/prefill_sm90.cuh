@@ -553,8 +553,8 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       const int rho = (lane + 32 * k) / kPiecesPerRow;
       const int j = (lane + 32 * k) % kPiecesPerRow;
       if (first_row + rho < r.q_len)
-        *reinterpret_cast<uint4*>(out + static_cast<long long>(r.q_start + first_row + rho) * p.out_stride_seq +
-                                  8 * j) = ld_shared_v4(piece(rho, j));
+        st_global_v4(out + static_cast<long long>(r.q_start + first_row + rho) * p.out_stride_seq + 8 * j,
+                     ld_shared_v4(piece(rho, j)));
     }
   }
   if (p.lse != nullptr && lane % 4 == 0) {

@@ -158,6 +158,28 @@ __device__ __forceinline__ void pin_wait_after(unsigned word, float value, bool 
                : "memory");
 }
 
+// Four 8x8 tiles of 16-bit values, one register each in the accumulator's layout (lane l holds
+// row l / 4, columns 2 (l % 4) and + 1), to shared memory: lane l gives the address of row l % 8
+// of tile l / 8 (16 bytes each).
+__device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+// 16 bytes (explicit forms: a uint4 assigned from ld_shared_v4 compiled to four 4-byte stores).
+__device__ __forceinline__ void st_global_v4(void* pointer, uint4 v) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(pointer), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared_v4(unsigned address) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(address)
+               : "memory");
+  return v;
+}
+
 // Pins accumulator registers at a point of the program, so that the compiler moves no access to
 // them into a window where a wgmma owns them (which would serialize every wgmma: C7515).
 template <int kCount> __device__ __forceinline__ void reg_fence(float (&d)[kCount]) {

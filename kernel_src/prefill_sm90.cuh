@@ -528,17 +528,23 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   {
     const int warp = t / 32;
     // Piece j (8 columns) of row rho of the warp's 16: in the Q tile's chunk j / 8, its place in
-    // the 128-byte row swizzled by the row, so that the accumulator's 8 rows of a store meet 8
-    // different bank groups, and so do a row's 8 pieces when read.
-    unsigned char* staging = smem_q + (64 * consumer + 16 * warp) * 128;
-    auto piece = [&](int rho, int j) { return staging + (j / 8) * kBlockM * 128 + rho * 128 + ((j ^ rho) % 8) * 16; };
+    // the 128-byte row swizzled by the row, so that a tile's 8 rows meet 8 different bank groups,
+    // and so do a row's 8 pieces when read.
+    const unsigned staging = smem_u32(smem_q) + (64 * consumer + 16 * warp) * 128;
+    auto piece = [&](int rho, int j) {
+      return staging + (j / 8) * kBlockM * 128 + rho * 128 + ((j ^ rho) % 8) * 16;
+    };
     fence_proxy_async_shared();  // the generic proxy's stores follow the async proxy's reads of Q
+    // Tiles (j, rows 0-7), (j, rows 8-15), (j + 1, rows 0-7), (j + 1, rows 8-15): lane l
+    // addresses row l % 8 of tile l / 8.
+    const int tile = lane / 8;
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int j = 0; j < kHeadDim / 8; ++j)
-        *reinterpret_cast<unsigned*>(piece(lane / 4 + 8 * h, j) + 4 * (lane % 4)) =
-            pack2<T>(o[4 * j + 2 * h] * inverse[h], o[4 * j + 2 * h + 1] * inverse[h]);
+    for (int j = 0; j < kHeadDim / 8; j += 2)
+      stmatrix_x4(piece(lane % 8 + 8 * (tile % 2), j + tile / 2),
+                  pack2<T>(o[4 * j] * inverse[0], o[4 * j + 1] * inverse[0]),
+                  pack2<T>(o[4 * j + 2] * inverse[1], o[4 * j + 3] * inverse[1]),
+                  pack2<T>(o[4 * j + 4] * inverse[0], o[4 * j + 5] * inverse[0]),
+                  pack2<T>(o[4 * j + 6] * inverse[1], o[4 * j + 7] * inverse[1]));
     __syncwarp();
     constexpr int kPiecesPerRow = kHeadDim / 8;
     const int first_row = m0 + 64 * consumer + 16 * warp;
@@ -547,8 +553,8 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       const int rho = (lane + 32 * k) / kPiecesPerRow;
       const int j = (lane + 32 * k) % kPiecesPerRow;
       if (first_row + rho < r.q_len)
-        *reinterpret_cast<uint4*>(out + static_cast<long long>(r.q_start + first_row + rho) * p.out_stride_seq +
-                                  8 * j) = *reinterpret_cast<const uint4*>(piece(rho, j));
+        st_global_v4(out + static_cast<long long>(r.q_start + first_row + rho) * p.out_stride_seq + 8 * j,
+                     ld_shared_v4(piece(rho, j)));
     }
   }
   if (p.lse != nullptr && lane % 4 == 0) {

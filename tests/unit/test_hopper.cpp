@@ -329,8 +329,11 @@ TEST_SUITE("hopper") {
             R"(@p st\.shared\.f32 \[%r\d+\], %f\d+;\s*\}(\s|//[^\n]*)*wgmma\.wait_group\.sync\.aligned 0;)");
         CHECK(std::regex_search(result.ptx, pinned_wait) == (head_dim >= 128));
         // O leaves as 16-byte pieces of whole rows (through shared memory), not 4-byte stores:
-        // the only 32-bit global stores left are the LSE's.
+        // the only 32-bit global stores left are the LSE's. The staging goes through explicit
+        // shared-space forms (generic pointers compiled to ST.E / LD.E.128).
         CHECK(contains(result.ptx, "st.global.v4."));
+        CHECK(contains(result.ptx, "stmatrix.sync.aligned.m8n8.x4.shared.b16"));
+        CHECK(contains(result.ptx, "ld.shared.v4.b32"));
         CHECK_FALSE(contains(result.ptx, "st.global.u32"));
         CHECK_FALSE(contains(result.ptx, "st.global.b32"));
         check_log_clean(result);

@@ -97,15 +97,17 @@ constexpr bool prefill_sm90_head_dim(int head_dim) {
 // position x the tile's rows) and its row. The heaviest tiles start first across the whole grid:
 // in the grid's own order (row after row) the last rows' heaviest tiles start in the last wave
 // and trail the grid. Positions are taken in bands, each band row by row, so that the CTAs
-// running together still share their K and V: causal, four bands from the diagonal's heaviest
-// tiles down; non-causal, every position but the last, then the rows' last tiles (partial ones
-// when the length is not a multiple of the tile).
+// running together still share their K and V: causal, kPrefillSm90CausalBands bands from the
+// diagonal's heaviest tiles down; non-causal, every position but the last, then the rows' last
+// tiles (partial ones when the length is not a multiple of the tile).
+inline constexpr int kPrefillSm90CausalBands = 4;
 struct PrefillTilePlace {
   int position;
   long long row;
 };
 constexpr PrefillTilePlace prefill_sm90_tile_place(long long id, int tiles, long long rows, bool causal) {
-  const int band = causal ? (tiles + 3) / 4 : (tiles > 1 ? tiles - 1 : 1);
+  const int band =
+      causal ? (tiles + kPrefillSm90CausalBands - 1) / kPrefillSm90CausalBands : (tiles > 1 ? tiles - 1 : 1);
   const int first = static_cast<int>(id / (band * rows)) * band;
   const int width = band < tiles - first ? band : tiles - first;
   const long long in_band = id - first * rows;

@@ -471,9 +471,9 @@ TEST_SUITE("hopper") {
             // Within a band the rows come one after another; the row goes back only where the
             // next band starts, at ranks past all that came before.
             if (place.row < previous_row && rank <= highest_rank) rows_together = false;
-            // Causal: no tile starts more than a band (a quarter of the positions) ahead of the
-            // heaviest-first order.
-            if (causal && rank - id / rows >= (tiles + 3) / 4) heaviest_first = false;
+            // Causal: no tile starts more than a band ahead of the heaviest-first order.
+            const int band = (tiles + astrai::kPrefillSm90CausalBands - 1) / astrai::kPrefillSm90CausalBands;
+            if (causal && rank - id / rows >= band) heaviest_first = false;
             highest_rank = std::max(highest_rank, rank);
             previous_row = place.row;
           }

@@ -92,29 +92,6 @@ constexpr bool prefill_sm90_head_dim(int head_dim) {
   return head_dim == 64 || head_dim == 128 || head_dim == 192 || head_dim == 256;
 }
 
-// The order the Hopper prefill takes its tiles in: CTA `id` (the grid's linear index) of `tiles`
-// tile positions by `rows` (head, request) rows gets its tile position (the walk's start is
-// position x the tile's rows) and its row. The heaviest tiles start first across the whole grid:
-// in the grid's own order (row after row) the last rows' heaviest tiles start in the last wave
-// and trail the grid. Positions are taken in bands, each band row by row, so that the CTAs
-// running together still share their K and V: causal, kPrefillSm90CausalBands bands from the
-// diagonal's heaviest tiles down; non-causal, every position but the last, then the rows' last
-// tiles (partial ones when the length is not a multiple of the tile).
-inline constexpr int kPrefillSm90CausalBands = 4;
-struct PrefillTilePlace {
-  int position;
-  long long row;
-};
-constexpr PrefillTilePlace prefill_sm90_tile_place(long long id, int tiles, long long rows, bool causal) {
-  const int band =
-      causal ? (tiles + kPrefillSm90CausalBands - 1) / kPrefillSm90CausalBands : (tiles > 1 ? tiles - 1 : 1);
-  const int first = static_cast<int>(id / (band * rows)) * band;
-  const int width = band < tiles - first ? band : tiles - first;
-  const long long in_band = id - first * rows;
-  const int rank = first + static_cast<int>(in_band % width);
-  return {causal ? tiles - 1 - rank : rank, in_band / width};
-}
-
 // Decode (paged_decode_sm90.cuh): the tensor-core decode's 4 warps and 64-token blocks, K and V
 // brought by TMA into a ring of 3 stages of 2 x 64 x head_dim elements: 4 CTAs an SM at hd64
 // (shared memory), 2 at hd128, 1 beyond. Measured on the H200 (docs/device-notes.md): hd128

@@ -59,19 +59,6 @@ __device__ __forceinline__ void prefill_trace(unsigned index, int slot) {
   } while (0)
 #endif
 
-// The CTA's tile (prefill_sm90_tile_place: the heaviest tiles first across the grid).
-struct PrefillSm90Tile {
-  int m0, head, batch_index;
-};
-template <int kBlockM>
-__device__ __forceinline__ PrefillSm90Tile prefill_sm90_tile(bool causal) {
-  const long long id = blockIdx.x + gridDim.x * (blockIdx.y + static_cast<long long>(gridDim.y) * blockIdx.z);
-  const PrefillTilePlace place =
-      prefill_sm90_tile_place(id, static_cast<int>(gridDim.x), static_cast<long long>(gridDim.y) * gridDim.z, causal);
-  const int row = static_cast<int>(place.row);
-  return {place.position * kBlockM, row % static_cast<int>(gridDim.y), row / static_cast<int>(gridDim.y)};
-}
-
 // Tensor maps (128-byte swizzle, boxes 64 elements wide):
 //   map_q: contiguous {head_dim, q_len, n_heads, batch}, paged {head_dim, total_q, n_heads, 1};
 //          box {64, kBlockM, 1, 1}.
@@ -117,12 +104,12 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   u64* v_empty = v_full + kStages;
   unsigned* warp_words = reinterpret_cast<unsigned*>(v_empty + kStages);  // sm90::pin_wait_after's
 
-  const PrefillSm90Tile cta = prefill_sm90_tile<kBlockM>(p.causal_offset >= 0);
+  const PrefillTile cta = prefill_tile<kBlockM>(p);
   const int batch_index = cta.batch_index;
   const int head = cta.head;
   const int kv_head = head / kGroup;
   const PrefillRequest r = prefill_request<kPageSize>(p, batch_index);
-  const int m0 = cta.m0;
+  const int m0 = cta.start;
   if (m0 >= r.q_len) return;
   const int last_row = min(m0 + kBlockM, r.q_len) - 1;
   // Blocks the tile's last row can see, and the first column some row of the tile cannot.

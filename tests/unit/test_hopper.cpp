@@ -448,49 +448,6 @@ TEST_SUITE("hopper") {
     }
   }
 
-  TEST_CASE("the Hopper prefill's tile order: every tile once, the heaviest bands first, rows together in a band") {
-    for (const bool causal : {false, true}) {
-      for (const int tiles : {1, 2, 3, 5, 11, 22, 43, 64}) {
-        for (const long long rows : {1LL, 3LL, 32LL, 128LL}) {
-          CAPTURE(causal);
-          CAPTURE(tiles);
-          CAPTURE(rows);
-          std::vector<int> seen(static_cast<std::size_t>(tiles * rows), 0);
-          int highest_rank = -1;  // rank: the place in the order of falling weight
-          long long previous_row = 0;
-          bool rows_together = true;
-          bool heaviest_first = true;
-          for (long long id = 0; id < tiles * rows; ++id) {
-            const astrai::PrefillTilePlace place = astrai::prefill_sm90_tile_place(id, tiles, rows, causal);
-            REQUIRE(place.position >= 0);
-            REQUIRE(place.position < tiles);
-            REQUIRE(place.row >= 0);
-            REQUIRE(place.row < rows);
-            ++seen[static_cast<std::size_t>(place.row * tiles + place.position)];
-            const int rank = causal ? tiles - 1 - place.position : place.position;
-            // Within a band the rows come one after another; the row goes back only where the
-            // next band starts, at ranks past all that came before.
-            if (place.row < previous_row && rank <= highest_rank) rows_together = false;
-            // Causal: no tile starts more than a band ahead of the heaviest-first order.
-            const int band = (tiles + astrai::kPrefillSm90CausalBands - 1) / astrai::kPrefillSm90CausalBands;
-            if (causal && rank - id / rows >= band) heaviest_first = false;
-            highest_rank = std::max(highest_rank, rank);
-            previous_row = place.row;
-          }
-          CHECK(rows_together);
-          CHECK(heaviest_first);
-          CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
-          // Causal: the diagonal's heaviest tile comes first. Non-causal: the rows' last tiles
-          // (the partial ones) come last, all of them.
-          if (causal) CHECK(astrai::prefill_sm90_tile_place(0, tiles, rows, true).position == tiles - 1);
-          if (!causal && tiles > 1)
-            for (long long id = (tiles - 1) * rows; id < tiles * rows; ++id)
-              CHECK(astrai::prefill_sm90_tile_place(id, tiles, rows, false).position == tiles - 1);
-        }
-      }
-    }
-  }
-
   TEST_CASE("tensor maps: what the driver accepts, and each rule that sends a call to the portable kernel") {
     alignas(16) static unsigned char storage[64];
     CHECK(astrai::detail::tensor_map_problem(good_shape(storage)) == "");

@@ -72,15 +72,20 @@ __device__ __forceinline__ int prefill_row_stop(const PrefillRequest& r, int row
   return static_cast<int>(min(max(stop, 0LL), static_cast<long long>(r.kv_len)));
 }
 
-// The CTA's tile: its first query row, head and request (prefill_tile_place's order).
+// The CTA's tile: its first query row, head and request. Non-causal grids take the launch
+// order, each (head, request) row from its last tile back (a partial tile then starts first);
+// causal grids take prefill_causal_tile_place's, heaviest first across the grid.
 struct PrefillTile {
   int start, head, batch_index;
 };
 template <int kBlockQ>
 __device__ __forceinline__ PrefillTile prefill_tile(const PrefillParams& p) {
+  if (p.causal_offset < 0)
+    return {static_cast<int>(gridDim.x - 1 - blockIdx.x) * kBlockQ, static_cast<int>(blockIdx.y),
+            static_cast<int>(blockIdx.z)};
   const long long id = blockIdx.x + gridDim.x * (blockIdx.y + static_cast<long long>(gridDim.y) * blockIdx.z);
   const long long rows = static_cast<long long>(gridDim.y) * gridDim.z;
-  const PrefillTilePlace place = prefill_tile_place(id, static_cast<int>(gridDim.x), rows, p.causal_offset >= 0);
+  const PrefillTilePlace place = prefill_causal_tile_place(id, static_cast<int>(gridDim.x), rows);
   const int row = static_cast<int>(place.row);
   return {place.position * kBlockQ, row % static_cast<int>(gridDim.y), row / static_cast<int>(gridDim.y)};
 }

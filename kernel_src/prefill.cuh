@@ -72,11 +72,22 @@ __device__ __forceinline__ int prefill_row_stop(const PrefillRequest& r, int row
   return static_cast<int>(min(max(stop, 0LL), static_cast<long long>(r.kv_len)));
 }
 
-// First query row of the CTA. The grid walks the tiles backwards: under a causal limit the
-// last tiles carry the most KV, and starting them first keeps them from trailing the grid.
+// The CTA's tile: its first query row, head and request. Non-causal grids take the launch
+// order, each (head, request) row from its last tile back (a partial tile then starts first);
+// causal grids take prefill_causal_tile_place's, heaviest first across the grid.
+struct PrefillTile {
+  int start, head, batch_index;
+};
 template <int kBlockQ>
-__device__ __forceinline__ int prefill_tile_start() {
-  return static_cast<int>(gridDim.x - 1 - blockIdx.x) * kBlockQ;
+__device__ __forceinline__ PrefillTile prefill_tile(const PrefillParams& p) {
+  if (p.causal_offset < 0)
+    return {static_cast<int>(gridDim.x - 1 - blockIdx.x) * kBlockQ, static_cast<int>(blockIdx.y),
+            static_cast<int>(blockIdx.z)};
+  const long long id = blockIdx.x + gridDim.x * (blockIdx.y + static_cast<long long>(gridDim.y) * blockIdx.z);
+  const long long rows = static_cast<long long>(gridDim.y) * gridDim.z;
+  const PrefillTilePlace place = prefill_causal_tile_place(id, static_cast<int>(gridDim.x), rows);
+  const int row = static_cast<int>(place.row);
+  return {place.position * kBlockQ, row % static_cast<int>(gridDim.y), row / static_cast<int>(gridDim.y)};
 }
 
 // Element offsets of token `token` of one KV head (relative to the head's base pointers).
@@ -277,11 +288,12 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
   static_assert(kBlockQ == 4 * kWarpRows, "four warps cover the Q tile");
   static_assert(kBlockQ * kChunksPerRow % kPrefillThreads == 0, "Q tile copy");
 
-  const int head = blockIdx.y;
-  const int batch_index = blockIdx.z;
+  const PrefillTile tile = prefill_tile<kBlockQ>(p);
+  const int head = tile.head;
+  const int batch_index = tile.batch_index;
   const int kv_head = head / kGroup;
   const PrefillRequest r = prefill_request<kPageSize>(p, batch_index);
-  const int tile_start = prefill_tile_start<kBlockQ>();
+  const int tile_start = tile.start;
   if (tile_start >= r.q_len) return;
   const int tile_rows = min(kBlockQ, r.q_len - tile_start);
   // Stops grow with the row, so the tile's last row bounds the KV range of the whole CTA.
@@ -311,7 +323,8 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
   const T* v_head;
   const int* table_row;
   prefill_kv_bases<T, kPageSize>(p, batch_index, kv_head, &k_head, &v_head, &table_row);
-  const PrefillKv8 kv8 = kFp8 ? prefill_kv8<kPageSize>(p, batch_index, kv_head) : PrefillKv8{nullptr, nullptr, 1.f, 1.f};
+  const PrefillKv8 kv8 =
+      kFp8 ? prefill_kv8<kPageSize>(p, batch_index, kv_head) : PrefillKv8{nullptr, nullptr, 1.f, 1.f};
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -633,11 +646,12 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
   constexpr int kPerLane = CeilDiv<kHeadDim, 32>::value;  // head-dim elements per lane
   static_assert(kBlockKv == 32, "a lane scores one token of the tile");
 
-  const int head = blockIdx.y;
-  const int batch_index = blockIdx.z;
+  const PrefillTile tile = prefill_tile<kPrefillCoreBlockQ>(p);
+  const int head = tile.head;
+  const int batch_index = tile.batch_index;
   const int kv_head = head / kGroup;
   const PrefillRequest r = prefill_request<kPageSize>(p, batch_index);
-  const int tile_start = prefill_tile_start<kPrefillCoreBlockQ>();
+  const int tile_start = tile.start;
   if (tile_start >= r.q_len) return;
   const int tile_end = min(tile_start + kPrefillCoreBlockQ, r.q_len);
 
@@ -652,7 +666,8 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
   // FP8: rows are widened as they load.
   constexpr bool kFp8 = has_fp8_kv<kFlags>();
   constexpr bool kE5m2 = has_feature<kFlags>(kFeatureKvE5m2);
-  const PrefillKv8 kv8 = kFp8 ? prefill_kv8<kPageSize>(p, batch_index, kv_head) : PrefillKv8{nullptr, nullptr, 1.f, 1.f};
+  const PrefillKv8 kv8 =
+      kFp8 ? prefill_kv8<kPageSize>(p, batch_index, kv_head) : PrefillKv8{nullptr, nullptr, 1.f, 1.f};
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const bool has_mask = p.mask != nullptr;

@@ -104,11 +104,12 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   u64* v_empty = v_full + kStages;
   unsigned* warp_words = reinterpret_cast<unsigned*>(v_empty + kStages);  // sm90::pin_wait_after's
 
-  const int batch_index = blockIdx.z;
-  const int head = blockIdx.y;
+  const PrefillTile cta = prefill_tile<kBlockM>(p);
+  const int batch_index = cta.batch_index;
+  const int head = cta.head;
   const int kv_head = head / kGroup;
   const PrefillRequest r = prefill_request<kPageSize>(p, batch_index);
-  const int m0 = prefill_tile_start<kBlockM>();
+  const int m0 = cta.start;
   if (m0 >= r.q_len) return;
   const int last_row = min(m0 + kBlockM, r.q_len) - 1;
   // Blocks the tile's last row can see, and the first column some row of the tile cannot.

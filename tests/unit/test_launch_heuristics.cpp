@@ -340,4 +340,41 @@ TEST_CASE("the Hopper decode takes wide CTAs when its columns fit one wave and s
   }
 }
 
+TEST_CASE("causal prefill grids take every tile once, heaviest bands first, a band's rows one after another") {
+  const int band_count = astrai::kPrefillCausalBands;
+  for (const int tiles : {1, 2, 3, 5, 11, 22, 43, 64}) {
+    for (const long long rows : {1LL, 3LL, 32LL, 128LL}) {
+      CAPTURE(tiles);
+      CAPTURE(rows);
+      std::vector<int> seen(static_cast<std::size_t>(tiles * rows), 0);
+      int highest_rank = -1;  // rank: the place in the order of falling weight (the diagonal's first)
+      long long previous_row = 0;
+      bool rows_together = true;
+      bool heaviest_first = true;
+      bool in_grid = true;
+      for (long long id = 0; id < tiles * rows; ++id) {
+        const astrai::PrefillTilePlace place = astrai::prefill_causal_tile_place(id, tiles, rows);
+        if (place.position < 0 || place.position >= tiles || place.row < 0 || place.row >= rows) {
+          in_grid = false;
+          continue;
+        }
+        ++seen[static_cast<std::size_t>(place.row * tiles + place.position)];
+        const int rank = tiles - 1 - place.position;
+        // Within a band the rows come one after another; the row goes back only where the
+        // next band starts, at ranks past all that came before.
+        if (place.row < previous_row && rank <= highest_rank) rows_together = false;
+        // No tile starts a band or more ahead of the heaviest-first order.
+        if (rank - id / rows >= (tiles + band_count - 1) / band_count) heaviest_first = false;
+        highest_rank = std::max(highest_rank, rank);
+        previous_row = place.row;
+      }
+      REQUIRE(in_grid);
+      CHECK(rows_together);
+      CHECK(heaviest_first);
+      CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+      CHECK(astrai::prefill_causal_tile_place(0, tiles, rows).position == tiles - 1);
+    }
+  }
+}
+
 }  // TEST_SUITE

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Summarizes tools/compare_builds.sh's output directory: for every row timed in both builds, the
-mean per build over its passes and how much faster B is than A (positive: B is faster).
+mean per build over its passes, how much faster B is than A (positive: B is faster), and each
+build's spread between its passes ((max - min) / mean: a change inside it is not a verdict).
 
     tools/compare_summary.py OUT_DIR
 
@@ -44,6 +45,10 @@ def mean(values):
     return sum(values) / len(values)
 
 
+def spread(values):
+    return (max(values) - min(values)) / mean(values)
+
+
 def main():
     if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
         print("usage: compare_summary.py OUT_DIR (as tools/compare_builds.sh leaves it)", file=sys.stderr)
@@ -64,7 +69,8 @@ def main():
         for row in common:
             a, b = mean(a_rows[row]), mean(b_rows[row])
             faster = (b / a if higher_is_faster else a / b) - 1.0
-            passes = f"({len(a_rows[row])} and {len(b_rows[row])} passes)"
+            passes = (f"({len(a_rows[row])} and {len(b_rows[row])} passes; spread "
+                      f"{100 * spread(a_rows[row]):.1f}% and {100 * spread(b_rows[row]):.1f}%)")
             print(f"{row:{width}}  {a:14.2f}  {b:14.2f}  {100 * faster:+6.2f}%  {passes}")
             printed += 1
         print()

@@ -83,6 +83,13 @@ struct PrefillSm90Shape {
   static constexpr int kSmemBytes = prefill_sm90_smem_bytes(kHeadDim, kConsumers, kBlockN);
 };
 
+// Packed GQA: a tile's rows are the group's query heads at each of its positions (packed row
+// position x group + head), so the heads sharing a KV head share its K and V blocks in one CTA.
+// A request's rows then end in one partial tile per KV head instead of one per query head, and
+// under a causal limit a tile spans group times fewer positions, so its diagonal block masks
+// less. The group must divide 64, so that every consumer's 64 rows hold whole positions.
+constexpr bool prefill_sm90_packs_gqa(int group) { return group > 1 && 64 % group == 0; }
+
 // Serving features the Hopper prefill computes: the soft-cap, sinks and the sliding window (an
 // FP8 cache takes the portable kernel).
 constexpr unsigned prefill_sm90_features() { return kFeatureSoftCap | kFeatureSink | kFeatureWindow; }

@@ -88,15 +88,13 @@ namespace {
 bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, const char* launch_name,
                          int max_q_len, const PrefillParams& params, void* stream) {
   if (!device.uses_wgmma() || params.mask != nullptr || !hopper_serves(spec)) return false;
-  // Packed GQA tiles hold the group's heads: a tile row per head and position. Rows must stay
-  // within int in the kernel, else the portable kernel takes the call.
-  const int group = spec.group_size;
-  const int rows_per_position = prefill_sm90_packs_gqa(group) ? group : 1;
+  // Packed GQA tiles hold the group's heads: a tile row per head and position, whose count
+  // must stay within the kernel's int, else the portable kernel takes the call.
+  const int rows_per_position = prefill_sm90_packs_gqa(spec.group_size) ? spec.group_size : 1;
   if (1LL * max_q_len * rows_per_position > (1LL << 30)) return false;
   const long long total_q = spec.page_size == 0 ? 1LL * params.q_len * params.batch : params.total_q;
-  spec.wide = prefill_sm90_takes_wide_tiles(impl.engine.config().prefill_tiles, spec.head_dim,
-                                            max_q_len * rows_per_position, total_q * rows_per_position,
-                                            params.n_heads / rows_per_position, params.batch, device.num_sms());
+  spec.wide = prefill_sm90_takes_wide_tiles(impl.engine.config().prefill_tiles, spec.head_dim, max_q_len, total_q,
+                                            params.n_heads, params.n_kv_heads, params.batch, device.num_sms());
   const int consumers = prefill_sm90_consumers(spec.head_dim, spec.wide);
   const int block_n = prefill_sm90_block_n(spec.head_dim, consumers);
   const PrefillMaps shapes = prefill_map_shapes(params, spec.head_dim, spec.page_size, consumers, block_n);

@@ -782,7 +782,10 @@ int main(int argc, char** argv) {
                                                                 {128, 1, 2048, 2048, false, 0},
                                                                 {128, 1, 4096, 4096, false, 0},
                                                                 {128, 1, 8192, 8192, false, 0},
-                                                                {128, 1, 12288, 12288, true, 0}}) {
+                                                                {128, 1, 12288, 12288, true, 0},
+                                                                // Short causal prompts: a tile's
+                                                                // diagonal block is much of its walk.
+                                                                {128, 16, 1024, 1024, true, 0}}) {
       PrefillCase c;
       c.head_dim = head_dim;
       c.batch = batch;

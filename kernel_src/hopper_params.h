@@ -119,6 +119,19 @@ constexpr int decode_sm90_smem_bytes(int head_dim) {
          kDecodeSm90Stages * (4 * kDecodeBlockTokens * head_dim + 8);
 }
 
+// CTAs of the Hopper decode (one split group a CTA) an SM holds: its 228 KB of shared memory, 1 KB
+// of it reserved a CTA, set the count (4 at hd64, 2 at hd128, 1 beyond); registers do not bind
+// (hd64's variants use 94-122 of the 128 that 4 CTAs leave a thread: a unit test holds them
+// there). So the launch plans its splits from this count before any variant is compiled, and a
+// call that takes wide CTAs compiles only the wide variant.
+inline constexpr int kSm90SmemPerSm = 228 * 1024;
+inline constexpr int kSm90SmemReservedPerCta = 1024;
+constexpr int decode_sm90_ctas_per_sm(int head_dim) {
+  const int by_smem = kSm90SmemPerSm / (decode_sm90_smem_bytes(head_dim) + kSm90SmemReservedPerCta);
+  const int by_threads = 2048 / kDecodeThreads;
+  return by_smem < by_threads ? by_smem : by_threads;
+}
+
 // Splits a wide Hopper decode CTA (`.wide` variants) runs side by side, each in a region of
 // decode_sm90_smem_bytes and 8 bytes (region 0's hold the merge's mbarrier) rounded up to 128
 // bytes (its Q tile takes 16-byte stores): at hd64 four fit an SM's 227 KB of shared memory.

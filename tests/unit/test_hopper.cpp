@@ -58,6 +58,14 @@ int spill_store_bytes(const std::string& log) {
   return std::regex_search(log, match, line) ? std::stoi(match[1].str()) : -1;
 }
 
+// Registers a thread of the kernel uses, from a log compiled with `--ptxas-options=-v`; -1 when
+// it has no such line.
+int registers_used(const std::string& log) {
+  const std::regex line(R"(Used (\d+) registers)");
+  std::smatch match;
+  return std::regex_search(log, match, line) ? std::stoi(match[1].str()) : -1;
+}
+
 // The benchmark's GEMM is no family variant: its request is built here as the benchmark does.
 CompileResult compile_gemm(const std::string& arch) {
   CompileRequest request;
@@ -270,6 +278,35 @@ TEST_SUITE("hopper") {
         CHECK(astrai::testing::global_access_before_grid_wait(result.ptx) == "");
         INFO("NVRTC log: " << result.log);
         CHECK_FALSE(contains(result.log, "warning"));
+      }
+    }
+  }
+
+  TEST_CASE("the Hopper decode's registers leave its shared memory to set how many CTAs an SM runs") {
+    // The decode launch plans its splits from decode_sm90_ctas_per_sm before any variant is
+    // compiled (so a call taking wide CTAs compiles only the wide one): that count must be what the
+    // GPU runs. Shared memory gives 4 CTAs an SM at hd64, 2 at hd128, 1 at hd256; registers bind
+    // only past 65536 / (CTAs x 128 threads) a thread (128 at hd64).
+    CHECK(astrai::decode_sm90_ctas_per_sm(64) == 4);
+    CHECK(astrai::decode_sm90_ctas_per_sm(128) == 2);
+    CHECK(astrai::decode_sm90_ctas_per_sm(256) == 1);
+    for (const int head_dim : {64, 128}) {
+      for (const auto& [kind, page_size] : std::vector<std::pair<KernelKind, int>>{
+               {KernelKind::decode, 0}, {KernelKind::paged_decode, 16}, {KernelKind::paged_decode, 64}}) {
+        for (const std::uint32_t flags :
+             {0u, astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow, astrai::decode_q_len_flags(4)}) {
+          KernelSpec spec = hopper_prefill(kind, DType::bf16, head_dim, page_size, 4);
+          spec.flags = flags;
+          CAPTURE(spec.name());
+          CompileRequest request = astrai::detail::compile_request(spec);
+          request.options.push_back("--ptxas-options=-v");
+          const auto result = astrai::detail::nvrtc_compile(request, false);
+          INFO("NVRTC log: " << result.log);
+          const int registers = registers_used(result.log);
+          REQUIRE(registers > 0);
+          const int per_thread = 65536 / (astrai::decode_sm90_ctas_per_sm(head_dim) * astrai::kDecodeThreads);
+          CHECK((registers + 7) / 8 * 8 <= per_thread);
+        }
       }
     }
   }

@@ -155,15 +155,15 @@ void compile(Module* out, const std::string& main_file, const std::vector<std::s
   }
 }
 
-// A 16-bit tensor of 2 to 4 dims (innermost first), boxes of {64, box1, box2, 1} elements (box2
-// ignored for 2 dims), 128-byte swizzle, through the runtime's encoder. Strides in elements for
-// dims 1..rank-1.
+// A tensor map through the runtime's encoder (128-byte swizzle), after its rules are checked.
 CUtensorMap encode(const astrai::detail::TensorMapShape& shape, bool fp16) {
   const std::string problem = astrai::detail::tensor_map_problem(shape);
   if (!problem.empty()) throw std::runtime_error("tensor map: " + problem);
   return astrai::detail::encode_tensor_map(shape, fp16, 0, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 }
 
+// A 16-bit tensor of 2 or more dims (innermost first) in boxes of {64, box1, 1, ...} elements.
+// Strides in elements for dims 1..rank-1.
 CUtensorMap tensor_map(const void* base, bool fp16, std::vector<std::uint64_t> dims,
                        std::vector<std::uint64_t> strides, std::uint32_t box1) {
   astrai::detail::TensorMapShape shape;

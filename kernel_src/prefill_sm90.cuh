@@ -4,7 +4,7 @@
 // and LSE -inf for empty rows) without a mask, for contiguous KV (kPageSize 0) and paged KV with
 // pages of 8 tokens or more; head dims that are multiples of 64.
 //
-// Grid: (ceil(q_len / kBlockM), n_heads, batch), walked backwards as in prefill.cuh; 128 threads
+// Grid: (ceil(q_len / kBlockM), n_heads, batch), in prefill.cuh's tile order; 128 threads
 // a warpgroup. Warpgroup 0 (kPrefillSm90ProducerRegs registers) has one thread issue TMA loads: Q once,
 // then K and V blocks of kBlockN tokens from the last block the tile can see down to the first
 // (blocks crossing the causal diagonal or the end of the KV come first, so they alone are

@@ -66,6 +66,13 @@ int registers_used(const std::string& log) {
   return std::regex_search(log, match, line) ? std::stoi(match[1].str()) : -1;
 }
 
+// A variant compiled with ptxas's report (registers, spills) in its log.
+CompileResult compile_reporting(const KernelSpec& spec) {
+  CompileRequest request = astrai::detail::compile_request(spec);
+  request.options.push_back("--ptxas-options=-v");
+  return astrai::detail::nvrtc_compile(request, false);
+}
+
 // The benchmark's GEMM is no family variant: its request is built here as the benchmark does.
 CompileResult compile_gemm(const std::string& arch) {
   CompileRequest request;
@@ -298,9 +305,7 @@ TEST_SUITE("hopper") {
           KernelSpec spec = hopper_prefill(kind, DType::bf16, head_dim, page_size, 4);
           spec.flags = flags;
           CAPTURE(spec.name());
-          CompileRequest request = astrai::detail::compile_request(spec);
-          request.options.push_back("--ptxas-options=-v");
-          const auto result = astrai::detail::nvrtc_compile(request, false);
+          const auto result = compile_reporting(spec);
           INFO("NVRTC log: " << result.log);
           const int registers = registers_used(result.log);
           REQUIRE(registers > 0);
@@ -419,9 +424,7 @@ TEST_SUITE("hopper") {
           spec.flags = flags;
           spec.wide = wide;
           CAPTURE(spec.name());
-          CompileRequest request = astrai::detail::compile_request(spec);
-          request.options.push_back("--ptxas-options=-v");
-          const auto result = astrai::detail::nvrtc_compile(request, false);
+          const auto result = compile_reporting(spec);
           INFO("NVRTC log: " << result.log);
           const int spilled = spill_store_bytes(result.log);
           REQUIRE(spilled >= 0);

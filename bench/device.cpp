@@ -409,7 +409,8 @@ std::string Bench::variant_name(KernelKind kind, int head_dim, int page_size, in
 // Whether the runtime takes the wide Hopper prefill tiling for this case's grid (equal lengths).
 bool Bench::prefill_grid_takes_wide_tiles(const CaseDef& def) const {
   return astrai::detail::prefill_sm90_takes_wide_tiles(info_.runtime_prefill_tiles, def.head_dim, def.len,
-                                                       1LL * def.len * def.batch, def.n_heads, def.batch, info_.sms);
+                                                       1LL * def.len * def.batch, def.n_heads, def.n_kv_heads,
+                                                       def.batch, info_.sms);
 }
 
 void Bench::finish(CaseResult* result, const Timing& timing, double amount, bool compute) {

@@ -31,6 +31,7 @@
 #include "kernel_src/hopper_params.h"
 #include "kernel_src/kernel_params.h"
 #include "runtime/driver_api.hpp"
+#include "runtime/families/prefill_launch.hpp"
 #include "runtime/kernel_sources.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/tensor_map.hpp"
@@ -154,11 +155,17 @@ void compile(Module* out, const std::string& main_file, const std::vector<std::s
   }
 }
 
-// A 16-bit tensor of 2 to 4 dims (innermost first), boxes of {64, box1, box2, 1} elements (box2
-// ignored for 2 dims), 128-byte swizzle, through the runtime's encoder. Strides in elements for
-// dims 1..rank-1.
+// A tensor map through the runtime's encoder (128-byte swizzle), after its rules are checked.
+CUtensorMap encode(const astrai::detail::TensorMapShape& shape, bool fp16) {
+  const std::string problem = astrai::detail::tensor_map_problem(shape);
+  if (!problem.empty()) throw std::runtime_error("tensor map: " + problem);
+  return astrai::detail::encode_tensor_map(shape, fp16, 0, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+}
+
+// A 16-bit tensor of 2 or more dims (innermost first) in boxes of {64, box1, 1, ...} elements.
+// Strides in elements for dims 1..rank-1.
 CUtensorMap tensor_map(const void* base, bool fp16, std::vector<std::uint64_t> dims,
-                       std::vector<std::uint64_t> strides, std::uint32_t box1, std::uint32_t box2 = 1) {
+                       std::vector<std::uint64_t> strides, std::uint32_t box1) {
   astrai::detail::TensorMapShape shape;
   shape.base = base;
   shape.dims = dims;
@@ -166,10 +173,7 @@ CUtensorMap tensor_map(const void* base, bool fp16, std::vector<std::uint64_t> d
   shape.box.assign(dims.size(), 1);
   shape.box[0] = 64;
   shape.box[1] = box1;
-  if (dims.size() > 2) shape.box[2] = box2;
-  const std::string problem = astrai::detail::tensor_map_problem(shape);
-  if (!problem.empty()) throw std::runtime_error("tensor map: " + problem);
-  return astrai::detail::encode_tensor_map(shape, fp16, 0, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  return encode(shape, fp16);
 }
 
 struct Grid {
@@ -404,7 +408,6 @@ PrefillData make_prefill_data(const PrefillCase& c, std::mt19937& rng) {
 }
 
 void run_sm90_prefill(const PrefillKernels& kernels, const PrefillCase& c, PrefillData& d, CUstream stream) {
-  using U = std::uint64_t;
   astrai::PrefillParams p{};
   const long long q_row = static_cast<long long>(c.n_heads) * c.head_dim;
   const long long kv_row = static_cast<long long>(c.n_kv_heads) * c.head_dim;
@@ -423,24 +426,14 @@ void run_sm90_prefill(const PrefillKernels& kernels, const PrefillCase& c, Prefi
   p.causal_offset = c.causal_offset;
   p.scale_log2 = static_cast<float>(1.0 / std::sqrt(c.head_dim) * 1.4426950408889634);
   const int block_n = c.kv_block();
-  CUtensorMap map_q, map_k, map_v;
   if (c.page_size == 0) {
     p.q_stride_batch = p.out_stride_batch = q_row * c.q_len;
     // A zero-length KV still gets a positive batch stride (TMA needs one; nothing is loaded).
     p.k_stride_batch = p.v_stride_batch = kv_row * std::max(c.kv_len, 1);
     p.q_len = c.q_len;
     p.kv_len = c.kv_len;
-    // A zero-length dimension cannot be encoded; such a case has no KV block to load anyway.
-    const U kv_rows = std::max(c.kv_len, 1);
-    map_q = tensor_map(p.q, c.fp16, {U(c.head_dim), U(c.q_len), U(c.n_heads), U(c.batch)},
-                       {U(q_row), U(c.head_dim), U(p.q_stride_batch)}, c.block_m());
-    map_k = tensor_map(p.k, c.fp16, {U(c.head_dim), kv_rows, U(c.n_kv_heads), U(c.batch)},
-                       {U(kv_row), U(c.head_dim), U(p.k_stride_batch)}, block_n);
-    map_v = tensor_map(p.v, c.fp16, {U(c.head_dim), kv_rows, U(c.n_kv_heads), U(c.batch)},
-                       {U(kv_row), U(c.head_dim), U(p.v_stride_batch)}, block_n);
   } else {
-    const long long page = kv_row * c.page_size;
-    p.k_stride_page = p.v_stride_page = page;
+    p.k_stride_page = p.v_stride_page = kv_row * c.page_size;
     p.qo_indptr = static_cast<const int*>(d.dindptr->ptr());
     p.seq_lens = static_cast<const int*>(d.dseq_lens->ptr());
     p.page_table = static_cast<const int*>(d.dtable->ptr());
@@ -449,17 +442,15 @@ void run_sm90_prefill(const PrefillKernels& kernels, const PrefillCase& c, Prefi
     p.num_pages = d.num_pages;
     p.max_pages_per_seq = d.max_pages;
     p.causal_offset = c.causal_offset < 0 ? -1 : 0;
-    const std::uint32_t box = std::min(c.page_size, 16);
-    map_q = tensor_map(p.q, c.fp16, {U(c.head_dim), U(d.total_q), U(c.n_heads), 1},
-                       {U(q_row), U(c.head_dim), U(q_row) * d.total_q}, c.block_m());
-    map_k = tensor_map(p.k, c.fp16, {U(c.head_dim), U(c.n_kv_heads), U(c.page_size), U(d.num_pages)},
-                       {U(c.head_dim), U(kv_row), U(page)}, 1, box);
-    const U chunks = U(c.head_dim / 64);
-    map_v = tensor_map(p.v, c.fp16, {64, U(c.page_size), chunks, U(c.n_kv_heads), U(d.num_pages)},
-                       {U(kv_row), 64, U(c.head_dim), U(page)}, box, std::uint32_t(chunks));
   }
-  const Grid grid{static_cast<unsigned>((d.max_q_len + c.block_m() - 1) / c.block_m()),
-                  static_cast<unsigned>(c.n_heads), static_cast<unsigned>(c.batch)};
+  // The runtime's own views and grid (packed GQA among them), for this case's tiling.
+  const astrai::detail::PrefillMaps shapes =
+      astrai::detail::prefill_map_shapes(p, c.head_dim, c.page_size, c.warpgroups(), block_n);
+  CUtensorMap map_q = encode(shapes.q, c.fp16);
+  CUtensorMap map_k = encode(shapes.k, c.fp16);
+  CUtensorMap map_v = encode(shapes.v, c.fp16);
+  const astrai::detail::GridSize size = astrai::detail::prefill_sm90_grid(p, d.max_q_len, c.warpgroups());
+  const Grid grid{size.x, size.y, size.z};
   const int wg = c.warpgroups();
   launch(kernels.find(c), grid, astrai::prefill_sm90_threads(wg),
          static_cast<unsigned>(astrai::prefill_sm90_smem_bytes(c.head_dim, wg, block_n)), stream,

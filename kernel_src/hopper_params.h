@@ -83,6 +83,13 @@ struct PrefillSm90Shape {
   static constexpr int kSmemBytes = prefill_sm90_smem_bytes(kHeadDim, kConsumers, kBlockN);
 };
 
+// Packed GQA: a tile's rows are the group's query heads at each of its positions (packed row
+// position x group + head), so the heads sharing a KV head share its K and V blocks in one CTA.
+// A request's rows then end in one partial tile per KV head instead of one per query head, and
+// under a causal limit a tile spans group times fewer positions, so its diagonal block masks
+// less. The group must divide 64, so that every consumer's 64 rows hold whole positions.
+constexpr bool prefill_sm90_packs_gqa(int group) { return group > 1 && 64 % group == 0; }
+
 // Serving features the Hopper prefill computes: the soft-cap, sinks and the sliding window (an
 // FP8 cache takes the portable kernel).
 constexpr unsigned prefill_sm90_features() { return kFeatureSoftCap | kFeatureSink | kFeatureWindow; }
@@ -110,6 +117,19 @@ inline constexpr int kDecodeSm90Stages = 3;
 constexpr int decode_sm90_smem_bytes(int head_dim) {
   return kDecodeHeadsPerTile * (head_dim + 8) * 2 + 1024 +
          kDecodeSm90Stages * (4 * kDecodeBlockTokens * head_dim + 8);
+}
+
+// CTAs of the Hopper decode (one split group a CTA) an SM holds: its 228 KB of shared memory, 1 KB
+// of it reserved a CTA, set the count (4 at hd64, 2 at hd128, 1 beyond); registers do not bind
+// (hd64's variants use 94-122 of the 128 that 4 CTAs leave a thread: a unit test holds them
+// there). So the launch plans its splits from this count before any variant is compiled, and a
+// call that takes wide CTAs compiles only the wide variant.
+inline constexpr int kSm90SmemPerSm = 228 * 1024;
+inline constexpr int kSm90SmemReservedPerCta = 1024;
+constexpr int decode_sm90_ctas_per_sm(int head_dim) {
+  const int by_smem = kSm90SmemPerSm / (decode_sm90_smem_bytes(head_dim) + kSm90SmemReservedPerCta);
+  const int by_threads = 2048 / kDecodeThreads;
+  return by_smem < by_threads ? by_smem : by_threads;
 }
 
 // Splits a wide Hopper decode CTA (`.wide` variants) runs side by side, each in a region of

@@ -4,9 +4,10 @@
 // and LSE -inf for empty rows) without a mask, for contiguous KV (kPageSize 0) and paged KV with
 // pages of 8 tokens or more; head dims that are multiples of 64.
 //
-// Grid: (ceil(q_len / kBlockM), n_heads, batch), in prefill.cuh's tile order; 128 threads
-// a warpgroup. Warpgroup 0 (kPrefillSm90ProducerRegs registers) has one thread issue TMA loads: Q once,
-// then K and V blocks of kBlockN tokens from the last block the tile can see down to the first
+// Grid: (ceil(q_len / kBlockM), n_heads, batch), in prefill.cuh's tile order; with packed GQA
+// (hopper_params.h) (ceil(q_len x group / kBlockM), n_kv_heads, batch). 128 threads a
+// warpgroup. Warpgroup 0 (kPrefillSm90ProducerRegs registers) has one thread issue TMA loads: Q
+// once, then K and V blocks of kBlockN tokens from the last block the tile can see down to the first
 // (blocks crossing the causal diagonal or the end of the KV come first, so they alone are
 // masked), V one block behind K, each into a two-stage ring whose full/empty mbarriers pace
 // producer and consumers. The kConsumers warpgroups after it (2 or 3, hopper_params.h) own 64
@@ -61,7 +62,8 @@ __device__ __forceinline__ void prefill_trace(unsigned index, int slot) {
 
 // Tensor maps (128-byte swizzle, boxes 64 elements wide):
 //   map_q: contiguous {head_dim, q_len, n_heads, batch}, paged {head_dim, total_q, n_heads, 1};
-//          box {64, kBlockM, 1, 1}.
+//          box {64, kBlockM, 1, 1}. Packed GQA: {head_dim, n_heads, q_len or total_q, batch or 1},
+//          box {64, group, kBlockM / group, 1}.
 //   map_k, map_v: contiguous {head_dim, kv_len, n_kv_heads, batch}, box {64, kBlockN, 1, 1}.
 //   map_k paged: {head_dim, n_kv_heads, page_size, num_pages}, box {64, 1, R, 1}, R = min(page_size, 16).
 //   map_v paged: {64, page_size, head_dim / 64, n_kv_heads, num_pages} (the third dim steps 64
@@ -91,6 +93,10 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   constexpr bool kCap = has_feature<kFlags>(kFeatureSoftCap);
   constexpr bool kWindow = has_feature<kFlags>(kFeatureWindow);
   static_assert((kFlags & ~prefill_sm90_features()) == 0, "features of the Hopper prefill");
+  // Packed GQA (hopper_params.h): tile row R is query head R % kGroup of the KV head at position
+  // R / kGroup; the grid's second dimension then walks KV heads.
+  constexpr bool kPack = prefill_sm90_packs_gqa(kGroup);
+  constexpr int kRowsPerPosition = kPack ? kGroup : 1;
 
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem_q = reinterpret_cast<unsigned char*>(
@@ -106,28 +112,33 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
 
   const PrefillTile cta = prefill_tile<kBlockM>(p);
   const int batch_index = cta.batch_index;
-  const int head = cta.head;
-  const int kv_head = head / kGroup;
+  const int kv_head = kPack ? cta.head : cta.head / kGroup;
+  // The query head of tile row `row`, and its position.
+  auto row_head = [&](int row) { return kPack ? kv_head * kGroup + row % kGroup : cta.head; };
+  auto row_position = [](int row) { return row / kRowsPerPosition; };
   const PrefillRequest r = prefill_request<kPageSize>(p, batch_index);
+  const int rows = r.q_len * kRowsPerPosition;  // the request's tile rows
   const int m0 = cta.start;
-  if (m0 >= r.q_len) return;
-  const int last_row = min(m0 + kBlockM, r.q_len) - 1;
+  if (m0 >= rows) return;
+  const int last_row = min(m0 + kBlockM, rows) - 1;
+  const int last_position = row_position(last_row);
   // Blocks the tile's last row can see, and the first column some row of the tile cannot.
-  const int n_blocks = (prefill_row_stop(r, last_row) + kBlockN - 1) / kBlockN;
-  const int mask_from = prefill_row_stop(r, m0);
+  const int n_blocks = (prefill_row_stop(r, last_position) + kBlockN - 1) / kBlockN;
+  const int mask_from = prefill_row_stop(r, row_position(m0));
   // A window starts the walk at the first row's first key (block aligned); blocks before the
   // last row's first key are masked like the diagonal's. Rows whose window starts past the KV
   // leave nothing to walk.
   const int first_block =
-      kWindow ? max(window_first_key(static_cast<long long>(r.causal_base) + m0, p.features), 0) / kBlockN : 0;
+      kWindow ? max(window_first_key(static_cast<long long>(r.causal_base) + row_position(m0), p.features), 0) / kBlockN
+              : 0;
   const int block_count = n_blocks - first_block;
   const int window_mask_until =
-      kWindow ? window_first_key(static_cast<long long>(r.causal_base) + last_row, p.features) : 0;
+      kWindow ? window_first_key(static_cast<long long>(r.causal_base) + last_position, p.features) : 0;
   // Consumers whose 64 rows all lie past the request's end (in the last tile of a length that is
   // not a multiple of kBlockM) have nothing to compute: they leave at once, and the stages' empty
   // barriers, the turns and the V tail's clearing count only the others. Computing those rows
   // anyway cost B4 x 4096 in 192-row tiles 3% of its MMAs, causal B2 x 8192 1.6%.
-  const int active = min(kConsumers, (r.q_len - m0 + 63) / 64);
+  const int active = min(kConsumers, (rows - m0 + 63) / 64);
 
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
@@ -155,10 +166,17 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
         tma_prefetch_map(&map_k);
         tma_prefetch_map(&map_v);
         mbar_arrive_expect_tx(q_full, Shape::kQBytes);
+        // Packed: the map is {head_dim, heads, positions, batch}, its box the group's heads at
+        // kBlockM / kGroup positions, which lands as the tile's rows in packed order.
 #pragma unroll
-        for (int c = 0; c < kChunks; ++c)
-          tma_load_4d(smem_q + c * kBlockM * 128, &map_q, q_full, 64 * c, r.q_start + m0, head,
-                      kPageSize == 0 ? batch_index : 0);
+        for (int c = 0; c < kChunks; ++c) {
+          if constexpr (kPack)
+            tma_load_4d(smem_q + c * kBlockM * 128, &map_q, q_full, 64 * c, kv_head * kGroup,
+                        r.q_start + row_position(m0), kPageSize == 0 ? batch_index : 0);
+          else
+            tma_load_4d(smem_q + c * kBlockM * 128, &map_q, q_full, 64 * c, r.q_start + m0, cta.head,
+                        kPageSize == 0 ? batch_index : 0);
+        }
       }
       const int* table_row = kPageSize == 0 ? nullptr : p.page_table + batch_index * p.page_table_stride;
       // Page id of box `lane` of the block starting at `token` (contiguous: unused).
@@ -231,11 +249,12 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   const int t = threadIdx.x % 128;
   const int lane = t % 32;
   const int row0 = m0 + 64 * consumer + 16 * (t / 32) + lane / 4;  // and row0 + 8
-  const int stop[2] = {prefill_row_stop(r, row0), prefill_row_stop(r, row0 + 8)};
+  const int stop[2] = {prefill_row_stop(r, row_position(row0)), prefill_row_stop(r, row_position(row0 + 8))};
   int first_key[2] = {0, 0};  // window: the first key each row attends to
   if (kWindow)
     for (int h = 0; h < 2; ++h)
-      first_key[h] = window_first_key(static_cast<long long>(r.causal_base) + row0 + 8 * h, p.features);
+      first_key[h] =
+          window_first_key(static_cast<long long>(r.causal_base) + row_position(row0 + 8 * h), p.features);
   // Scores arrive raw; with a soft-cap they leave the cap already in log2 units.
   const float score_scale = kCap ? 1.f : p.scale_log2;
 
@@ -259,7 +278,8 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   // whole blocks (they spilled with the cut).
   constexpr bool kCutFirst = !kCap;
   const int first_width =
-      kCutFirst ? min(kBlockN, (prefill_row_stop(r, last_row) - (n_blocks - 1) * kBlockN + 63) / 64 * 64) : kBlockN;
+      kCutFirst ? min(kBlockN, (prefill_row_stop(r, last_position) - (n_blocks - 1) * kBlockN + 63) / 64 * 64)
+                : kBlockN;
   const unsigned q_base = smem_u32(smem_q) + consumer * 64 * 128;
   // S = Q K^T of the block in `stage`, columns `first_col` .. + width (registers first_col / 2 ..
   // of s; the others keep what they held).
@@ -515,12 +535,16 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     float sink_factor = 1.f;
     if constexpr (has_feature<kFlags>(kFeatureSink))
-      sink_factor = fold_sink(p.features.sinks[head], &row_max[h], &sum);
+      sink_factor = fold_sink(p.features.sinks[row_head(row0 + 8 * h)], &row_max[h], &sum);
     const bool empty = !(sum > 0.f);
     inverse[h] = empty ? 0.f : sink_factor / sum;
     lse[h] = empty ? negative_infinity() : (row_max[h] + log2f(sum)) * kLn2;
   }
-  T* out = static_cast<T*>(p.out) + batch_index * p.out_stride_batch + head * p.out_stride_head;
+  T* out = static_cast<T*>(p.out) + batch_index * p.out_stride_batch;
+  auto out_row = [&](int row) {
+    return out + static_cast<long long>(r.q_start + row_position(row)) * p.out_stride_seq +
+           static_cast<long long>(row_head(row)) * p.out_stride_head;
+  };
   // O leaves through shared memory: each warp writes its 16 rows into its own rows of the Q tile
   // (its consumer's S GEMMs are done with them) in the accumulator's layout, then reads them back
   // as 16-byte pieces of whole rows, so that a store instruction fills whole output rows instead
@@ -553,15 +577,14 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     for (int k = 0; k < 16 * kPiecesPerRow / 32; ++k) {
       const int rho = (lane + 32 * k) / kPiecesPerRow;
       const int j = (lane + 32 * k) % kPiecesPerRow;
-      if (first_row + rho < r.q_len)
-        st_global_v4(out + static_cast<long long>(r.q_start + first_row + rho) * p.out_stride_seq + 8 * j,
-                     ld_shared_v4(piece(rho, j)));
+      if (first_row + rho < rows) st_global_v4(out_row(first_row + rho) + 8 * j, ld_shared_v4(piece(rho, j)));
     }
   }
   if (p.lse != nullptr && lane % 4 == 0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      if (row0 + 8 * h < r.q_len) p.lse[(r.lse_row + row0 + 8 * h) * p.n_heads + head] = lse[h];
+      if (row0 + 8 * h < rows)
+        p.lse[(r.lse_row + row_position(row0 + 8 * h)) * p.n_heads + row_head(row0 + 8 * h)] = lse[h];
   }
   ASTRAI_PREFILL_STAMP(t == 0, 4 + consumer);  // each consumer's stores are issued
 }

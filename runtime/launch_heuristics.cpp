@@ -77,10 +77,15 @@ bool prefill_prefers_wide_tiles(int max_q_len, long long total_q, int n_heads, i
 }
 
 bool prefill_sm90_takes_wide_tiles(TileChoice tiles, int head_dim, int max_q_len, long long total_q,
-                                   int n_heads, int batch, int num_sms) {
+                                   int n_heads, int n_kv_heads, int batch, int num_sms) {
   if (prefill_sm90_wide_consumers(head_dim) == 0 || tiles == TileChoice::narrow) return false;
   if (tiles == TileChoice::wide) return true;
-  return prefill_prefers_wide_tiles(max_q_len, total_q, n_heads, batch, num_sms,
+  const int group = n_kv_heads > 0 ? n_heads / n_kv_heads : 1;
+  const int rows_per_position = prefill_sm90_packs_gqa(group) ? group : 1;
+  const long long rows = 1LL * max_q_len * rows_per_position;
+  if (rows > (1LL << 30)) return false;  // such calls take the portable kernel
+  return prefill_prefers_wide_tiles(static_cast<int>(rows), total_q * rows_per_position,
+                                    n_heads / rows_per_position, batch, num_sms,
                                     prefill_sm90_block_m(prefill_sm90_consumers(head_dim, false)),
                                     prefill_sm90_block_m(prefill_sm90_consumers(head_dim, true)));
 }

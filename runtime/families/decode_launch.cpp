@@ -112,14 +112,19 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   const int smem = spec.hopper ? decode_sm90_smem_bytes(launch.head_dim)
                                : paged_decode_smem_bytes(launch.head_dim,
                                                          (launch.flags & (kFeatureKvE4m3 | kFeatureKvE5m2)) != 0);
-  const LoadedVariant& variant = impl.variant(device, spec, {kDecodeThreads, smem});
+  // The split plan needs how many CTAs the GPU runs at once. The Hopper decode's count follows
+  // from its shared memory (its __launch_bounds__ keeps registers within it), so a call that takes
+  // wide CTAs compiles only the wide variant; the portable kernels' count is read off the loaded
+  // variant.
+  const LoadedVariant* narrow = spec.hopper ? nullptr : &impl.variant(device, spec, {kDecodeThreads, smem});
+  const int resident_ctas =
+      spec.hopper ? decode_sm90_ctas_per_sm(launch.head_dim) * device.num_sms() : narrow->resident_ctas;
   // Multi-token decode: q_len rows per query head, in the head tiles and the split workspace.
   const int q_len = decode_q_len(launch.flags);
   const int head_tiles = (group * q_len + kDecodeHeadsPerTile - 1) / kDecodeHeadsPerTile;
   // The plan is a pure function of the shape; remember the last one per thread (hot path).
   struct PlanMemo {
-    const LoadedVariant* variant = nullptr;
-    int batch = -1, n_kv_heads = -1, capacity = -1;
+    int resident_ctas = -1, head_tiles = -1, batch = -1, n_kv_heads = -1, capacity = -1;
     DecodeSplitPlan plan;
   };
   thread_local PlanMemo memo;
@@ -129,10 +134,11 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   // into it, down to -1 (nothing to attend to), which still plans one block.
   const int window_left = (launch.flags & kFeatureWindow) != 0 ? std::max(params.features.window_left, 0) : -1;
   const int span = static_cast<int>(decode_span_tokens(params.kv_capacity, window_left, q_len));
-  if (memo.variant != &variant || memo.batch != params.batch || memo.n_kv_heads != params.n_kv_heads ||
-      memo.capacity != span) {
-    memo.plan = plan_decode_splits(params.batch, params.n_kv_heads, head_tiles, span, variant.resident_ctas);
-    memo.variant = &variant;
+  if (memo.resident_ctas != resident_ctas || memo.head_tiles != head_tiles || memo.batch != params.batch ||
+      memo.n_kv_heads != params.n_kv_heads || memo.capacity != span) {
+    memo.plan = plan_decode_splits(params.batch, params.n_kv_heads, head_tiles, span, resident_ctas);
+    memo.resident_ctas = resident_ctas;
+    memo.head_tiles = head_tiles;
     memo.batch = params.batch;
     memo.n_kv_heads = params.n_kv_heads;
     memo.capacity = span;
@@ -147,7 +153,9 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   // A wide CTA holds its splits' warps and shared-memory regions side by side.
   const int block = spec.wide ? kDecodeThreads * kDecodeSm90WideSplits : kDecodeThreads;
   const int cta_smem = spec.wide ? kDecodeSm90WideSplits * decode_sm90_wide_region_bytes(launch.head_dim) : smem;
-  const LoadedVariant& launched = spec.wide ? impl.variant(device, spec, {block, cta_smem}) : variant;
+  const LoadedVariant& launched = spec.wide ? impl.variant(device, spec, {block, cta_smem})
+                                 : narrow   ? *narrow
+                                            : impl.variant(device, spec, {kDecodeThreads, smem});
   if (spec.wide) plan = wide_cta_plan(span, kDecodeSm90WideSplits);
   params.tokens_per_split = plan.tokens_per_split;
   params.workspace.num_splits = spec.wide ? 1 : plan.num_splits;
@@ -206,7 +214,7 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
     merge.smem = 0;
     merge.stream = launch.stream;
     merge.programmatic_dependent = true;
-    device.launch(variant.functions[1], merge, q_len > 1 ? static_cast<void*>(&token_combine) : &combine);
+    device.launch(launched.functions[1], merge, q_len > 1 ? static_cast<void*>(&token_combine) : &combine);
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -29,26 +30,37 @@ bool prefill_sm90_serves(int head_dim, int page_size) {
 
 bool prefill_sm90_has_wide(int head_dim) { return prefill_sm90_wide_consumers(head_dim) != 0; }
 
-PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_size, bool wide) {
+PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_size, int consumers, int block_n) {
   using U = std::uint64_t;
   const U d = static_cast<U>(head_dim);
   PrefillMaps maps;
-  const int consumers = prefill_sm90_consumers(head_dim, wide);
+  const int group = p.n_heads / p.n_kv_heads;
+  const bool packed = prefill_sm90_packs_gqa(group);
   const std::uint32_t block_m = static_cast<std::uint32_t>(prefill_sm90_block_m(consumers));
-  const std::uint32_t block_n = static_cast<std::uint32_t>(prefill_sm90_block_n(head_dim, consumers));
+  const std::uint32_t kv_box = static_cast<std::uint32_t>(block_n);
+  // Packed: the group's heads at block_m / group positions; else block_m positions of one head.
+  const std::vector<std::uint32_t> q_box =
+      packed ? std::vector<std::uint32_t>{64, static_cast<std::uint32_t>(group), block_m / group, 1}
+             : std::vector<std::uint32_t>{64, block_m, 1, 1};
   if (page_size == 0) {
     const U kv_rows = static_cast<U>(std::max(p.kv_len, 1));  // kv_len 0 loads nothing
-    maps.q = {p.q, {d, U(p.q_len), U(p.n_heads), U(p.batch)}, {p.q_stride_seq, p.q_stride_head, p.q_stride_batch},
-              {64, block_m, 1, 1}};
+    maps.q = packed ? TensorMapShape{p.q, {d, U(p.n_heads), U(p.q_len), U(p.batch)},
+                                     {p.q_stride_head, p.q_stride_seq, p.q_stride_batch}, q_box}
+                    : TensorMapShape{p.q, {d, U(p.q_len), U(p.n_heads), U(p.batch)},
+                                     {p.q_stride_seq, p.q_stride_head, p.q_stride_batch}, q_box};
     maps.k = {p.k, {d, kv_rows, U(p.n_kv_heads), U(p.batch)}, {p.k_stride_seq, p.k_stride_head, p.k_stride_batch},
-              {64, block_n, 1, 1}};
+              {64, kv_box, 1, 1}};
     maps.v = {p.v, {d, kv_rows, U(p.n_kv_heads), U(p.batch)}, {p.v_stride_seq, p.v_stride_head, p.v_stride_batch},
-              {64, block_n, 1, 1}};
+              {64, kv_box, 1, 1}};
   } else {
     const std::uint32_t box = static_cast<std::uint32_t>(std::min(page_size, 16));
     const U pages = static_cast<U>(std::max(p.num_pages, 1));
-    maps.q = {p.q, {d, U(std::max(p.total_q, 1)), U(p.n_heads), 1},
-              {p.q_stride_seq, p.q_stride_head, p.q_stride_seq * std::max(p.total_q, 1)}, {64, block_m, 1, 1}};
+    const U total_q = static_cast<U>(std::max(p.total_q, 1));
+    const std::int64_t q_span = p.q_stride_seq * static_cast<std::int64_t>(total_q);  // the one "batch"
+    maps.q = packed ? TensorMapShape{p.q, {d, U(p.n_heads), total_q, 1}, {p.q_stride_head, p.q_stride_seq, q_span},
+                                     q_box}
+                    : TensorMapShape{p.q, {d, total_q, U(p.n_heads), 1}, {p.q_stride_seq, p.q_stride_head, q_span},
+                                     q_box};
     maps.k = {p.k, {d, U(p.n_kv_heads), U(page_size), pages}, {p.k_stride_head, p.k_stride_seq, p.k_stride_page},
               {64, 1, box, 1}};
     // V in boxes of whole rows: the third dim steps 64 columns.
@@ -61,16 +73,31 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
   return maps;
 }
 
+GridSize prefill_sm90_grid(const PrefillParams& p, int max_q_len, int consumers) {
+  const int group = p.n_heads / p.n_kv_heads;
+  const bool packed = prefill_sm90_packs_gqa(group);
+  const long long rows = static_cast<long long>(max_q_len) * (packed ? group : 1);
+  const int block_m = prefill_sm90_block_m(consumers);
+  return {static_cast<unsigned>((rows + block_m - 1) / block_m),
+          static_cast<unsigned>(packed ? p.n_kv_heads : p.n_heads), static_cast<unsigned>(p.batch)};
+}
+
 namespace {
 
 // Launches the Hopper kernel when it serves the call; false leaves it to the portable one.
 bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, const char* launch_name,
                          int max_q_len, const PrefillParams& params, void* stream) {
   if (!device.uses_wgmma() || params.mask != nullptr || !hopper_serves(spec)) return false;
+  // Packed GQA tiles hold the group's heads: a tile row per head and position, whose count
+  // must stay within the kernel's int, else the portable kernel takes the call.
+  const int rows_per_position = prefill_sm90_packs_gqa(spec.group_size) ? spec.group_size : 1;
+  if (1LL * max_q_len * rows_per_position > (1LL << 30)) return false;
   const long long total_q = spec.page_size == 0 ? 1LL * params.q_len * params.batch : params.total_q;
   spec.wide = prefill_sm90_takes_wide_tiles(impl.engine.config().prefill_tiles, spec.head_dim, max_q_len, total_q,
-                                            params.n_heads, params.batch, device.num_sms());
-  const PrefillMaps shapes = prefill_map_shapes(params, spec.head_dim, spec.page_size, spec.wide);
+                                            params.n_heads, params.n_kv_heads, params.batch, device.num_sms());
+  const int consumers = prefill_sm90_consumers(spec.head_dim, spec.wide);
+  const int block_n = prefill_sm90_block_n(spec.head_dim, consumers);
+  const PrefillMaps shapes = prefill_map_shapes(params, spec.head_dim, spec.page_size, consumers, block_n);
   if (!tma_can_read(launch_name, {{"q", shapes.q}})) return false;
   const bool fp16 = spec.dtype == DType::fp16;
   constexpr CUtensorMapL2promotion kPromotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
@@ -90,18 +117,14 @@ bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, c
   CUtensorMap map_k = kv.maps[0];
   CUtensorMap map_v = kv.maps[1];
   spec.hopper = true;
-  const int consumers = prefill_sm90_consumers(spec.head_dim, spec.wide);
   const int threads = prefill_sm90_threads(consumers);
-  const int block_m = prefill_sm90_block_m(consumers);
-  const int smem =
-      prefill_sm90_smem_bytes(spec.head_dim, consumers, prefill_sm90_block_n(spec.head_dim, consumers));
+  const int smem = prefill_sm90_smem_bytes(spec.head_dim, consumers, block_n);
   const LoadedVariant& variant = impl.variant(device, spec, {threads, smem});
   PrefillParams launch_params = params;
   void* arguments[] = {&launch_params, &map_q, &map_k, &map_v};
   LaunchConfig config{};
   config.name = launch_name;
-  config.grid = {static_cast<unsigned>((static_cast<long long>(max_q_len) + block_m - 1) / block_m),
-                 static_cast<unsigned>(params.n_heads), static_cast<unsigned>(params.batch)};
+  config.grid = prefill_sm90_grid(params, max_q_len, consumers);
   config.block = static_cast<unsigned>(threads);
   config.smem = static_cast<unsigned>(smem);
   config.stream = static_cast<CUstream>(stream);

@@ -608,6 +608,24 @@ TEST_CASE("on sm_90a paged_decode streams K and V through TMA (unless switched o
   CHECK(loaded_variants_named(portable) == 1);
 }
 
+TEST_CASE("on sm_90a a paged_decode call compiles only the variant it launches, narrow or wide CTAs") {
+  if (!sm90a_target() || mma_forced_off() || wgmma_forced_off()) return;
+  // hd64 (the head dim with wide CTAs), a group no other case uses, so that neither variant is
+  // loaded yet: 16 requests x 8 KV heads (128 columns, one wave on 132 SMs) of 2048 tokens split
+  // 4 ways, where the automatic choice takes wide CTAs. The split plan comes before either
+  // variant is compiled, so the call loads one of them, never both.
+  PagedCase c;
+  c.head_dim = 64;
+  c.group = 7;
+  c.n_kv_heads = 8;
+  c.seq_lens.assign(16, 2048);
+  c.seed = 8;
+  check_case(c);
+  const int narrow = loaded_variants_named("paged_decode.bf16.hd64.ps16.g7.tma.sm_90a");
+  const int wide = loaded_variants_named("paged_decode.bf16.hd64.ps16.g7.tma.wide.sm_90a");
+  CHECK(narrow + wide == 1);
+}
+
 }  // TEST_SUITE
 }  // namespace astrai::gpu_test
 

@@ -282,6 +282,29 @@ TEST_CASE("prefill matches the reference across GQA groups") {
   }
 }
 
+TEST_CASE("prefill with a GQA group's heads packed in one tile: lengths at the packed tiles' edges") {
+  // On sm_90a, groups dividing 64 pack their query heads into the tile (a row per head and
+  // position): 128 rows hold 128 / group positions, the wide tiling's 192 rows 192 / group.
+  // Lengths around those counts, every head and position checked (LSE too), causal and not.
+  std::mt19937 rng(37);
+  for (int group : {2, 4, 8, 16, 64}) {
+    for (int q_len : {1, 15, 16, 17, 31, 32, 33, 47, 48, 49, 97}) {
+      PrefillCase c;
+      c.group = group;
+      c.n_kv_heads = group >= 16 ? 1 : 2;
+      c.batch = group >= 16 ? 1 : 2;
+      c.q_len = q_len;
+      c.kv_len = 200;
+      c.causal_offset = c.kv_len - c.q_len;
+      c.seed = rng();
+      check_prefill(c);
+      c.causal_offset = -1;
+      c.seed = rng();
+      check_prefill(c);
+    }
+  }
+}
+
 TEST_CASE("prefill at the tile edges: q_len 1, 63..65, 127..129 and kv_len 0, 1, 33, 65, 2048") {
   // Query tiles are 64 rows (CUDA-core path, head dim > 128) or 128 rows (tensor cores up to
   // head dim 128, two 16-row MMA tiles per warp); KV stages 32 or 64 tokens.

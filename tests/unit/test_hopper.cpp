@@ -58,6 +58,21 @@ int spill_store_bytes(const std::string& log) {
   return std::regex_search(log, match, line) ? std::stoi(match[1].str()) : -1;
 }
 
+// Registers a thread of the kernel uses, from a log compiled with `--ptxas-options=-v`; -1 when
+// it has no such line.
+int registers_used(const std::string& log) {
+  const std::regex line(R"(Used (\d+) registers)");
+  std::smatch match;
+  return std::regex_search(log, match, line) ? std::stoi(match[1].str()) : -1;
+}
+
+// A variant compiled with ptxas's report (registers, spills) in its log.
+CompileResult compile_reporting(const KernelSpec& spec) {
+  CompileRequest request = astrai::detail::compile_request(spec);
+  request.options.push_back("--ptxas-options=-v");
+  return astrai::detail::nvrtc_compile(request, false);
+}
+
 // The benchmark's GEMM is no family variant: its request is built here as the benchmark does.
 CompileResult compile_gemm(const std::string& arch) {
   CompileRequest request;
@@ -274,6 +289,33 @@ TEST_SUITE("hopper") {
     }
   }
 
+  TEST_CASE("the Hopper decode's registers leave its shared memory to set how many CTAs an SM runs") {
+    // The decode launch plans its splits from decode_sm90_ctas_per_sm before any variant is
+    // compiled (so a call taking wide CTAs compiles only the wide one): that count must be what the
+    // GPU runs. Shared memory gives 4 CTAs an SM at hd64, 2 at hd128, 1 at hd256; registers bind
+    // only past 65536 / (CTAs x 128 threads) a thread (128 at hd64).
+    CHECK(astrai::decode_sm90_ctas_per_sm(64) == 4);
+    CHECK(astrai::decode_sm90_ctas_per_sm(128) == 2);
+    CHECK(astrai::decode_sm90_ctas_per_sm(256) == 1);
+    for (const int head_dim : {64, 128}) {
+      for (const auto& [kind, page_size] : std::vector<std::pair<KernelKind, int>>{
+               {KernelKind::decode, 0}, {KernelKind::paged_decode, 16}, {KernelKind::paged_decode, 64}}) {
+        for (const std::uint32_t flags :
+             {0u, astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow, astrai::decode_q_len_flags(4)}) {
+          KernelSpec spec = hopper_prefill(kind, DType::bf16, head_dim, page_size, 4);
+          spec.flags = flags;
+          CAPTURE(spec.name());
+          const auto result = compile_reporting(spec);
+          INFO("NVRTC log: " << result.log);
+          const int registers = registers_used(result.log);
+          REQUIRE(registers > 0);
+          const int per_thread = 65536 / (astrai::decode_sm90_ctas_per_sm(head_dim) * astrai::kDecodeThreads);
+          CHECK((registers + 7) / 8 * 8 <= per_thread);
+        }
+      }
+    }
+  }
+
   TEST_CASE("the sm_90a GEMM uses TMA, mbarriers, wgmma and setmaxnreg, and ptxas keeps its pipeline") {
     const auto result = compile_gemm("sm_90a");
     CHECK(contains(result.ptx, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"));
@@ -377,17 +419,17 @@ TEST_SUITE("hopper") {
              {KernelKind::paged_prefill, 128, 16, true},
              {KernelKind::paged_prefill, 64, 16, false}}) {
       for (std::uint32_t flags : {std::uint32_t{0}, kAll}) {
-        KernelSpec spec = hopper_prefill(kind, DType::bf16, head_dim, page_size, 4);
-        spec.flags = flags;
-        spec.wide = wide;
-        CAPTURE(spec.name());
-        CompileRequest request = astrai::detail::compile_request(spec);
-        request.options.push_back("--ptxas-options=-v");
-        const auto result = astrai::detail::nvrtc_compile(request, false);
-        INFO("NVRTC log: " << result.log);
-        const int spilled = spill_store_bytes(result.log);
-        REQUIRE(spilled >= 0);
-        CHECK(spilled <= (flags == 0 ? 0 : 32));
+        for (int group : {4, 1}) {  // packed GQA tiles, and one head's
+          KernelSpec spec = hopper_prefill(kind, DType::bf16, head_dim, page_size, group);
+          spec.flags = flags;
+          spec.wide = wide;
+          CAPTURE(spec.name());
+          const auto result = compile_reporting(spec);
+          INFO("NVRTC log: " << result.log);
+          const int spilled = spill_store_bytes(result.log);
+          REQUIRE(spilled >= 0);
+          CHECK(spilled <= (flags == 0 ? 0 : 32));
+        }
       }
     }
   }
@@ -406,43 +448,59 @@ TEST_SUITE("hopper") {
           CAPTURE(page_size);
           CAPTURE(head_major);
           CAPTURE(wide);
-          alignas(16) static unsigned char storage[64];
-          astrai::PrefillParams p{};
-          p.q = p.k = p.v = p.out = storage;
-          p.batch = 3;
-          p.q_len = 300;
-          p.kv_len = 700;
-          p.total_q = 900;
-          p.n_heads = 8;
-          p.n_kv_heads = 2;
-          p.num_pages = 40;
-          p.q_stride_seq = 8LL * head_dim;
-          p.q_stride_head = head_dim;
-          p.q_stride_batch = p.q_stride_seq * p.q_len;
-          // Token-major [.., tokens, kv_heads, d] or head-major [.., kv_heads, tokens, d] K and V.
-          const long long tokens = page_size > 0 ? page_size : p.kv_len;
-          p.k_stride_seq = p.v_stride_seq = head_major ? head_dim : 2LL * head_dim;
-          p.k_stride_head = p.v_stride_head = head_major ? tokens * head_dim : head_dim;
-          p.k_stride_batch = p.v_stride_batch = 2LL * head_dim * p.kv_len;
-          p.k_stride_page = p.v_stride_page = 2LL * head_dim * page_size;
-          const auto maps = astrai::detail::prefill_map_shapes(p, head_dim, page_size, wide);
-          for (const TensorMapShape* shape : {&maps.q, &maps.k, &maps.v})
-            CHECK(astrai::detail::tensor_map_problem(*shape) == "");
-          const int consumers = astrai::prefill_sm90_consumers(head_dim, wide);
-          const int block_n = astrai::prefill_sm90_block_n(head_dim, consumers);
-          const int chunks = head_dim / 64;
-          const int boxes = page_size == 0 ? 1 : block_n / std::min(page_size, 16);  // per chunk or row run
-          auto box_bytes = [](const TensorMapShape& shape) {
-            long long bytes = 2;
-            for (std::uint32_t extent : shape.box) bytes *= extent;
-            return bytes;
-          };
-          const long long q_bytes = static_cast<long long>(astrai::prefill_sm90_block_m(consumers)) * head_dim * 2;
-          const long long kv_bytes = static_cast<long long>(block_n) * head_dim * 2;
-          CHECK(box_bytes(maps.q) * chunks == q_bytes);
-          CHECK(box_bytes(maps.k) * chunks * boxes == kv_bytes);
-          CHECK(box_bytes(maps.v) * (page_size == 0 ? chunks : 1) * boxes == kv_bytes);
-          CHECK(q_bytes + 4 * kv_bytes <= astrai::prefill_sm90_smem_bytes(head_dim, consumers, block_n));
+          for (const int kv_heads : {24, 8, 6, 3}) {  // groups 1 and 3 unpacked, 4 and 8 packed
+            CAPTURE(kv_heads);
+            alignas(16) static unsigned char storage[64];
+            astrai::PrefillParams p{};
+            p.q = p.k = p.v = p.out = storage;
+            p.batch = 3;
+            p.q_len = 300;
+            p.kv_len = 700;
+            p.total_q = 900;
+            p.n_heads = 24;
+            p.n_kv_heads = kv_heads;
+            p.num_pages = 40;
+            p.q_stride_seq = 24LL * head_dim;
+            p.q_stride_head = head_dim;
+            p.q_stride_batch = p.q_stride_seq * p.q_len;
+            // Token-major [.., tokens, kv_heads, d] or head-major [.., kv_heads, tokens, d] K and V.
+            const long long tokens = page_size > 0 ? page_size : p.kv_len;
+            p.k_stride_seq = p.v_stride_seq = head_major ? head_dim : 1LL * kv_heads * head_dim;
+            p.k_stride_head = p.v_stride_head = head_major ? tokens * head_dim : head_dim;
+            p.k_stride_batch = p.v_stride_batch = 1LL * kv_heads * head_dim * p.kv_len;
+            p.k_stride_page = p.v_stride_page = 1LL * kv_heads * head_dim * page_size;
+            const int consumers = astrai::prefill_sm90_consumers(head_dim, wide);
+            const int block_n = astrai::prefill_sm90_block_n(head_dim, consumers);
+            const auto maps = astrai::detail::prefill_map_shapes(p, head_dim, page_size, consumers, block_n);
+            for (const TensorMapShape* shape : {&maps.q, &maps.k, &maps.v})
+              CHECK(astrai::detail::tensor_map_problem(*shape) == "");
+            const int chunks = head_dim / 64;
+            const int boxes = page_size == 0 ? 1 : block_n / std::min(page_size, 16);  // per chunk or row run
+            auto box_bytes = [](const TensorMapShape& shape) {
+              long long bytes = 2;
+              for (std::uint32_t extent : shape.box) bytes *= extent;
+              return bytes;
+            };
+            const long long q_bytes = static_cast<long long>(astrai::prefill_sm90_block_m(consumers)) * head_dim * 2;
+            const long long kv_bytes = static_cast<long long>(block_n) * head_dim * 2;
+            CHECK(box_bytes(maps.q) * chunks == q_bytes);
+            CHECK(box_bytes(maps.k) * chunks * boxes == kv_bytes);
+            CHECK(box_bytes(maps.v) * (page_size == 0 ? chunks : 1) * boxes == kv_bytes);
+            CHECK(q_bytes + 4 * kv_bytes <= astrai::prefill_sm90_smem_bytes(head_dim, consumers, block_n));
+            // Packed GQA: the Q box is the group's heads (dim 1) at whole positions (dim 2), and the
+            // grid walks KV heads; else one head's positions, and the grid walks query heads.
+            const int group = p.n_heads / p.n_kv_heads;
+            const bool packed = astrai::prefill_sm90_packs_gqa(group);
+            CHECK(packed == (group == 4 || group == 8));
+            const int block_m = astrai::prefill_sm90_block_m(consumers);
+            CHECK(maps.q.box[1] == static_cast<std::uint32_t>(packed ? group : block_m));
+            CHECK(maps.q.dims[1] == static_cast<std::uint64_t>(packed ? p.n_heads : (page_size ? p.total_q : p.q_len)));
+            const astrai::detail::GridSize grid = astrai::detail::prefill_sm90_grid(p, p.q_len, consumers);
+            const long long rows = static_cast<long long>(p.q_len) * (packed ? group : 1);
+            CHECK(grid.x == static_cast<unsigned>((rows + block_m - 1) / block_m));
+            CHECK(grid.y == static_cast<unsigned>(packed ? p.n_kv_heads : p.n_heads));
+            CHECK(grid.z == static_cast<unsigned>(p.batch));
+          }
         }
       }
     }

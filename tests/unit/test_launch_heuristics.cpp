@@ -298,17 +298,22 @@ TEST_CASE("the Hopper prefill takes 192-row tiles on the measured large grids an
 TEST_CASE("the prefill tiling switch overrides the grid, and head dims without a wide tiling never take it") {
   using astrai::detail::TileChoice;
   using astrai::detail::prefill_sm90_takes_wide_tiles;
-  // A large grid (B4 x 4096, 32 heads) and a small one (B1 x 512).
+  // A large grid (B4 x 4096, 32/8 heads) and a small one (B1 x 512).
   for (int head_dim : {64, 128, 256}) {
     const bool has_wide = head_dim == 128;
-    CHECK(prefill_sm90_takes_wide_tiles(TileChoice::automatic, head_dim, 4096, 4 * 4096, 32, 4, 132) == has_wide);
-    CHECK_FALSE(prefill_sm90_takes_wide_tiles(TileChoice::automatic, head_dim, 512, 512, 32, 1, 132));
-    CHECK(prefill_sm90_takes_wide_tiles(TileChoice::wide, head_dim, 512, 512, 32, 1, 132) == has_wide);
-    CHECK_FALSE(prefill_sm90_takes_wide_tiles(TileChoice::narrow, head_dim, 4096, 4 * 4096, 32, 4, 132));
+    CHECK(prefill_sm90_takes_wide_tiles(TileChoice::automatic, head_dim, 4096, 4 * 4096, 32, 8, 4, 132) == has_wide);
+    CHECK_FALSE(prefill_sm90_takes_wide_tiles(TileChoice::automatic, head_dim, 512, 512, 32, 8, 1, 132));
+    CHECK(prefill_sm90_takes_wide_tiles(TileChoice::wide, head_dim, 512, 512, 32, 8, 1, 132) == has_wide);
+    CHECK_FALSE(prefill_sm90_takes_wide_tiles(TileChoice::narrow, head_dim, 4096, 4 * 4096, 32, 8, 4, 132));
   }
   // The automatic choice is prefill_prefers_wide_tiles's with the kernel's own tile heights.
-  CHECK(prefill_sm90_takes_wide_tiles(TileChoice::automatic, 128, 192 * 33, 192 * 33, 40, 1, 132));
-  CHECK_FALSE(prefill_sm90_takes_wide_tiles(TileChoice::automatic, 128, 192 * 33, 192 * 33, 40, 1, 133));
+  CHECK(prefill_sm90_takes_wide_tiles(TileChoice::automatic, 128, 192 * 33, 192 * 33, 40, 40, 1, 132));
+  CHECK_FALSE(prefill_sm90_takes_wide_tiles(TileChoice::automatic, 128, 192 * 33, 192 * 33, 40, 40, 1, 133));
+  // ... on the grid the kernel launches: 100 prompts of 96 tokens, 32/8 heads. One head's 96 rows
+  // fill half a wide tile (so the narrow tiling wins on padding); packed, a KV head's 384 rows
+  // fill 2 wide tiles or 3 narrow ones, 1600 wide CTAs (over 10 waves).
+  CHECK(prefill_sm90_takes_wide_tiles(TileChoice::automatic, 128, 96, 9600, 32, 8, 100, 132));
+  CHECK_FALSE(prefill_sm90_takes_wide_tiles(TileChoice::automatic, 128, 96, 9600, 32, 32, 100, 132));
 }
 
 TEST_CASE("the Hopper decode takes wide CTAs when its columns fit one wave and split 2 to 4 ways") {

@@ -10,6 +10,12 @@ namespace astrai {
 struct __align__(2) bf16_t { unsigned short bits; };
 struct __align__(2) fp16_t { unsigned short bits; };
 
+// The 32-bit shared-memory address that PTX's .shared operands (cp.async, ldmatrix, mbarrier,
+// TMA, wgmma descriptors) take.
+__device__ __forceinline__ unsigned shared_address(const void* pointer) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
+}
+
 __device__ __forceinline__ float to_float(bf16_t value) {
   return __uint_as_float(static_cast<unsigned>(value.bits) << 16);
 }

@@ -69,8 +69,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     for (int kb = 0; kb < k_blocks; ++kb) {
       const int s = kb % kGemmStages;
       mbar_wait(&full[s], (kb / kGemmStages) & 1);
-      const unsigned a_base = smem_u32(ring_a + s * kGemmStageBytesA) + rows_offset;
-      const unsigned b_base = smem_u32(ring_b + s * kGemmStageBytesB);
+      const unsigned a_base = shared_address(ring_a + s * kGemmStageBytesA) + rows_offset;
+      const unsigned b_base = shared_address(ring_b + s * kGemmStageBytesB);
       reg_fence(acc);
       wgmma_fence();
 #pragma unroll

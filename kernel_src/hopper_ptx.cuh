@@ -9,6 +9,8 @@
 // layout with CU_TENSOR_MAP_SWIZZLE_128B and a box of 64 elements by `rows`.
 #pragma once
 
+#include "astrai_common.cuh"
+
 namespace astrai {
 namespace sm90 {
 
@@ -20,14 +22,10 @@ struct __align__(64) TmaMap {
   u64 opaque[16];
 };
 
-__device__ __forceinline__ unsigned smem_u32(const void* pointer) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
-}
-
 // --- mbarriers --------------------------------------------------------------------------------
 
 __device__ __forceinline__ void mbar_init(u64* bar, unsigned arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(arrivals));
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(arrivals));
 }
 
 // Makes barrier initialization visible to the async proxy (TMA) before first use.
@@ -36,12 +34,12 @@ __device__ __forceinline__ void fence_mbar_init() {
 }
 
 __device__ __forceinline__ void mbar_arrive(u64* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");
 }
 
 // One arrival that also announces `bytes` of TMA traffic completing on this barrier.
 __device__ __forceinline__ void mbar_arrive_expect_tx(u64* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)),
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)),
                "r"(bytes)
                : "memory");
 }
@@ -55,7 +53,7 @@ __device__ __forceinline__ void mbar_wait(u64* bar, unsigned parity) {
       "LAB_WAIT:\n"
       "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
       "@!done bra LAB_WAIT;\n"
-      "}\n" ::"r"(smem_u32(bar)),
+      "}\n" ::"r"(shared_address(bar)),
       "r"(parity)
       : "memory");
 }
@@ -87,8 +85,8 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const TmaMap* map, u64* b
                                             int c2, int c3) {
   asm volatile(
       "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(bar))
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(shared_address(dst)),
+      "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(shared_address(bar))
       : "memory");
 }
 
@@ -97,8 +95,8 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const TmaMap* map, u64* b
                                             int c2, int c3, u64 l2_policy) {
   asm volatile(
       "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(bar)), "l"(l2_policy)
+      " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(shared_address(dst)),
+      "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(shared_address(bar)), "l"(l2_policy)
       : "memory");
 }
 
@@ -106,16 +104,16 @@ __device__ __forceinline__ void tma_load_5d(void* dst, const TmaMap* map, u64* b
                                             int c2, int c3, int c4) {
   asm volatile(
       "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(smem_u32(bar))
+      " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(shared_address(dst)),
+      "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(shared_address(bar))
       : "memory");
 }
 
 __device__ __forceinline__ void tma_load_2d(void* dst, const TmaMap* map, u64* bar, int c0, int c1) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar))
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(shared_address(dst)),
+      "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(shared_address(bar))
       : "memory");
 }
 

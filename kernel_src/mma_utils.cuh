@@ -7,10 +7,6 @@
 #ifndef ASTRAI_NO_MMA
 namespace astrai {
 
-__device__ __forceinline__ unsigned shared_address(const void* pointer) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
-}
-
 // 16-byte global->shared copy; src_bytes 0 writes zeros without reading global memory.
 __device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),

@@ -68,8 +68,8 @@ __device__ __forceinline__ int swizzled_offset(int row, int piece) {
 template <int kHeadDim>
 __device__ __forceinline__ unsigned char* group_ring(unsigned char* smem_raw, unsigned g) {
   unsigned char* region = smem_raw + g * decode_sm90_wide_region_bytes(kHeadDim);
-  const unsigned q_end = sm90::smem_u32(region) + DecodeSm90Shape<kHeadDim, 0>::kQBytes;
-  return region + ((q_end + 1023) & ~1023u) - sm90::smem_u32(region);
+  const unsigned q_end = shared_address(region) + DecodeSm90Shape<kHeadDim, 0>::kQBytes;
+  return region + ((q_end + 1023) & ~1023u) - shared_address(region);
 }
 
 // A wide CTA's end: once every thread has arrived on `merge_done`, each group having left its

@@ -280,12 +280,12 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   const int first_width =
       kCutFirst ? min(kBlockN, (prefill_row_stop(r, last_position) - (n_blocks - 1) * kBlockN + 63) / 64 * 64)
                 : kBlockN;
-  const unsigned q_base = smem_u32(smem_q) + consumer * 64 * 128;
+  const unsigned q_base = shared_address(smem_q) + consumer * 64 * 128;
   // S = Q K^T of the block in `stage`, columns `first_col` .. + width (registers first_col / 2 ..
   // of s; the others keep what they held).
   auto issue_qk = [&](int stage, auto width, auto first_col) {
     constexpr int kFirstCol = decltype(first_col)::value;
-    const unsigned k_base = smem_u32(smem_k + stage * Shape::kKvBytes) + kFirstCol * 128;
+    const unsigned k_base = shared_address(smem_k + stage * Shape::kKvBytes) + kFirstCol * 128;
     reg_fence(s);
     wgmma_fence();
 #pragma unroll
@@ -316,7 +316,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   };
   // P V of k-steps first_step .. + steps (16 tokens each) of the block in `stage`: one group.
   auto issue_pv_steps = [&](int stage, auto first_step, auto steps) {
-    const unsigned v_base = smem_u32(smem_v + stage * Shape::kKvBytes);
+    const unsigned v_base = shared_address(smem_v + stage * Shape::kKvBytes);
     reg_fence(o);
     reg_fence(pa);
     wgmma_fence();
@@ -449,7 +449,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   // +1.9% on large grids (-1.2% to +1.4% on one-request shapes), hd256 +5%; hd64 (three consumers,
   // 128-token blocks) -3.9%, so hd64 waits early.
   constexpr bool kPinPvWait = kHeadDim >= 128;
-  const unsigned pin_word = smem_u32(warp_words + threadIdx.x / 32);
+  const unsigned pin_word = shared_address(warp_words + threadIdx.x / 32);
   if (block_count > 0) {
     float correction[2];
     if (consumer == active - 1) pass_turn();
@@ -555,7 +555,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     // Piece j (8 columns) of row rho of the warp's 16: in the Q tile's chunk j / 8, its place in
     // the 128-byte row swizzled by the row, so that a tile's 8 rows meet 8 different bank groups,
     // and so do a row's 8 pieces when read.
-    const unsigned staging = smem_u32(smem_q) + (64 * consumer + 16 * warp) * 128;
+    const unsigned staging = shared_address(smem_q) + (64 * consumer + 16 * warp) * 128;
     auto piece = [&](int rho, int j) {
       return staging + (j / 8) * kBlockM * 128 + rho * 128 + ((j ^ rho) % 8) * 16;
     };

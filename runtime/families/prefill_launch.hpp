@@ -37,8 +37,8 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
 // tiles hold the group's heads and the second dimension counts KV heads.
 GridSize prefill_sm90_grid(const PrefillParams& p, int max_q_len, int consumers);
 
-// `flags`: the features the call asks for; the Hopper kernel has none, so they select the
-// portable one.
+// `flags`: the features the call asks for. The Hopper kernel computes the soft-cap, sinks and the
+// sliding window (prefill_sm90_features); any other feature, or a mask, selects the portable one.
 void launch_prefill(Runtime::Impl& impl, const KernelFamily& family, const char* launch_name, DType dtype,
                     int head_dim, int page_size, std::uint32_t flags, int max_q_len, const PrefillParams& params,
                     void* stream);

@@ -809,6 +809,18 @@ int main(int argc, char** argv) {
         timings.push_back(c);
       }
     }
+    // AstrAI's own heads (hd64, 24/4: a group of 6) on short causal prompts.
+    {
+      PrefillCase c;
+      c.head_dim = 64;
+      c.batch = 16;
+      c.q_len = c.kv_len = 1024;
+      c.n_heads = 24;
+      c.n_kv_heads = 4;
+      c.causal_offset = 0;
+      c.lse = false;
+      timings.push_back(c);
+    }
     // --filter: only the cases whose label matches, compiled alone (a device call spends its time
     // on one experiment, not on every variant's NVRTC compile).
     if (!filter.empty()) {

@@ -300,8 +300,8 @@ TEST_SUITE("hopper") {
     for (const int head_dim : {64, 128}) {
       for (const auto& [kind, page_size] : std::vector<std::pair<KernelKind, int>>{
                {KernelKind::decode, 0}, {KernelKind::paged_decode, 16}, {KernelKind::paged_decode, 64}}) {
-        for (const std::uint32_t flags :
-             {0u, astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow, astrai::decode_q_len_flags(4)}) {
+        constexpr std::uint32_t kServing = astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow;
+        for (const std::uint32_t flags : {0u, kServing, astrai::decode_q_len_flags(4)}) {
           KernelSpec spec = hopper_prefill(kind, DType::bf16, head_dim, page_size, 4);
           spec.flags = flags;
           CAPTURE(spec.name());

@@ -38,15 +38,12 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
   const bool packed = pack > 1;
   const std::uint32_t block_m = static_cast<std::uint32_t>(prefill_sm90_block_m(consumers));
   const std::uint32_t kv_box = static_cast<std::uint32_t>(block_n);
-  // Packed: a pack's heads at block_m / pack positions; else block_m positions of one head.
-  const std::vector<std::uint32_t> q_box = packed ? std::vector<std::uint32_t>{64, pack, block_m / pack, 1}
-                                                  : std::vector<std::uint32_t>{64, block_m, 1, 1};
   if (page_size == 0) {
     const U kv_rows = static_cast<U>(std::max(p.kv_len, 1));  // kv_len 0 loads nothing
     maps.q = packed ? TensorMapShape{p.q, {d, U(p.n_heads), U(p.q_len), U(p.batch)},
-                                     {p.q_stride_head, p.q_stride_seq, p.q_stride_batch}, q_box}
+                                     {p.q_stride_head, p.q_stride_seq, p.q_stride_batch}, {}}
                     : TensorMapShape{p.q, {d, U(p.q_len), U(p.n_heads), U(p.batch)},
-                                     {p.q_stride_seq, p.q_stride_head, p.q_stride_batch}, q_box};
+                                     {p.q_stride_seq, p.q_stride_head, p.q_stride_batch}, {}};
     maps.k = {p.k, {d, kv_rows, U(p.n_kv_heads), U(p.batch)}, {p.k_stride_seq, p.k_stride_head, p.k_stride_batch},
               {64, kv_box, 1, 1}};
     maps.v = {p.v, {d, kv_rows, U(p.n_kv_heads), U(p.batch)}, {p.v_stride_seq, p.v_stride_head, p.v_stride_batch},
@@ -56,10 +53,8 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
     const U pages = static_cast<U>(std::max(p.num_pages, 1));
     const U total_q = static_cast<U>(std::max(p.total_q, 1));
     const std::int64_t q_span = p.q_stride_seq * static_cast<std::int64_t>(total_q);  // the one "batch"
-    maps.q = packed ? TensorMapShape{p.q, {d, U(p.n_heads), total_q, 1}, {p.q_stride_head, p.q_stride_seq, q_span},
-                                     q_box}
-                    : TensorMapShape{p.q, {d, total_q, U(p.n_heads), 1}, {p.q_stride_seq, p.q_stride_head, q_span},
-                                     q_box};
+    maps.q = packed ? TensorMapShape{p.q, {d, U(p.n_heads), total_q, 1}, {p.q_stride_head, p.q_stride_seq, q_span}, {}}
+                    : TensorMapShape{p.q, {d, total_q, U(p.n_heads), 1}, {p.q_stride_seq, p.q_stride_head, q_span}, {}};
     maps.k = {p.k, {d, U(p.n_kv_heads), U(page_size), pages}, {p.k_stride_head, p.k_stride_seq, p.k_stride_page},
               {64, 1, box, 1}};
     // V in boxes of whole rows: the third dim steps 64 columns.
@@ -69,6 +64,9 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
               {p.v_stride_seq, 64, p.v_stride_head, p.v_stride_page},
               {64, box, chunks, 1, 1}};
   }
+  // Packed: a pack's heads at block_m / pack positions; else block_m positions of one head.
+  maps.q.box = packed ? std::vector<std::uint32_t>{64, pack, block_m / pack, 1}
+                      : std::vector<std::uint32_t>{64, block_m, 1, 1};
   return maps;
 }
 

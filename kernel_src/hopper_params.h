@@ -83,12 +83,19 @@ struct PrefillSm90Shape {
   static constexpr int kSmemBytes = prefill_sm90_smem_bytes(kHeadDim, kConsumers, kBlockN);
 };
 
-// Packed GQA: a tile's rows are the group's query heads at each of its positions (packed row
-// position x group + head), so the heads sharing a KV head share its K and V blocks in one CTA.
-// A request's rows then end in one partial tile per KV head instead of one per query head, and
-// under a causal limit a tile spans group times fewer positions, so its diagonal block masks
-// less. The group must divide 64, so that every consumer's 64 rows hold whole positions.
-constexpr bool prefill_sm90_packs_gqa(int group) { return group > 1 && 64 % group == 0; }
+// Packed GQA: a tile's rows are a pack of query heads sharing a KV head, at each of its positions
+// (packed row position x pack + head), so those heads share its K and V blocks in one CTA. A
+// request's rows then end in one partial tile per pack instead of one per query head, and under
+// a causal limit a tile spans pack times fewer positions, so its diagonal block masks less. The
+// pack must divide 64, so that every consumer's 64 rows hold whole positions: it is the largest
+// power of two dividing the group, up to 64 (the whole group of 4 or 8; 2 heads of a group of 6,
+// 4 of 12; 1, no packing, for odd groups).
+constexpr int prefill_sm90_pack_heads(int group) {
+  int pack = 1;
+  while (pack < 64 && group % (2 * pack) == 0) pack *= 2;
+  return pack;
+}
+constexpr bool prefill_sm90_packs_gqa(int group) { return prefill_sm90_pack_heads(group) > 1; }
 
 // Serving features the Hopper prefill computes: the soft-cap, sinks and the sliding window (an
 // FP8 cache takes the portable kernel).

@@ -5,7 +5,7 @@
 // pages of 8 tokens or more; head dims that are multiples of 64.
 //
 // Grid: (ceil(q_len / kBlockM), n_heads, batch), in prefill.cuh's tile order; with packed GQA
-// (hopper_params.h) (ceil(q_len x group / kBlockM), n_kv_heads, batch). 128 threads a
+// (hopper_params.h) (ceil(q_len x pack / kBlockM), n_heads / pack, batch). 128 threads a
 // warpgroup. Warpgroup 0 (kPrefillSm90ProducerRegs registers) has one thread issue TMA loads: Q
 // once, then K and V blocks of kBlockN tokens from the last block the tile can see down to the first
 // (blocks crossing the causal diagonal or the end of the KV come first, so they alone are
@@ -63,7 +63,7 @@ __device__ __forceinline__ void prefill_trace(unsigned index, int slot) {
 // Tensor maps (128-byte swizzle, boxes 64 elements wide):
 //   map_q: contiguous {head_dim, q_len, n_heads, batch}, paged {head_dim, total_q, n_heads, 1};
 //          box {64, kBlockM, 1, 1}. Packed GQA: {head_dim, n_heads, q_len or total_q, batch or 1},
-//          box {64, group, kBlockM / group, 1}.
+//          box {64, pack, kBlockM / pack, 1}.
 //   map_k, map_v: contiguous {head_dim, kv_len, n_kv_heads, batch}, box {64, kBlockN, 1, 1}.
 //   map_k paged: {head_dim, n_kv_heads, page_size, num_pages}, box {64, 1, R, 1}, R = min(page_size, 16).
 //   map_v paged: {64, page_size, head_dim / 64, n_kv_heads, num_pages} (the third dim steps 64
@@ -93,10 +93,11 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   constexpr bool kCap = has_feature<kFlags>(kFeatureSoftCap);
   constexpr bool kWindow = has_feature<kFlags>(kFeatureWindow);
   static_assert((kFlags & ~prefill_sm90_features()) == 0, "features of the Hopper prefill");
-  // Packed GQA (hopper_params.h): tile row R is query head R % kGroup of the KV head at position
-  // R / kGroup; the grid's second dimension then walks KV heads.
-  constexpr bool kPack = prefill_sm90_packs_gqa(kGroup);
-  constexpr int kRowsPerPosition = kPack ? kGroup : 1;
+  // Packed GQA (hopper_params.h): tile row R is query head R % kPackHeads of the CTA's pack at
+  // position R / kPackHeads; the grid's second dimension then walks packs of heads.
+  constexpr int kPackHeads = prefill_sm90_pack_heads(kGroup);
+  constexpr bool kPack = kPackHeads > 1;
+  constexpr int kRowsPerPosition = kPackHeads;
 
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem_q = reinterpret_cast<unsigned char*>(
@@ -112,9 +113,10 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
 
   const PrefillTile cta = prefill_tile<kBlockM>(p);
   const int batch_index = cta.batch_index;
-  const int kv_head = kPack ? cta.head : cta.head / kGroup;
-  // The query head of tile row `row`, and its position.
-  auto row_head = [&](int row) { return kPack ? kv_head * kGroup + row % kGroup : cta.head; };
+  const int kv_head = cta.head / (kGroup / kPackHeads);  // kGroup / kPackHeads packs a KV head
+  // The query head of tile row `row` (the pack's first head cta.head x kPackHeads), and its
+  // position.
+  auto row_head = [&](int row) { return cta.head * kPackHeads + row % kPackHeads; };
   auto row_position = [](int row) { return row / kRowsPerPosition; };
   const PrefillRequest r = prefill_request<kPageSize>(p, batch_index);
   const int rows = r.q_len * kRowsPerPosition;  // the request's tile rows
@@ -166,12 +168,12 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
         tma_prefetch_map(&map_k);
         tma_prefetch_map(&map_v);
         mbar_arrive_expect_tx(q_full, Shape::kQBytes);
-        // Packed: the map is {head_dim, heads, positions, batch}, its box the group's heads at
-        // kBlockM / kGroup positions, which lands as the tile's rows in packed order.
+        // Packed: the map is {head_dim, heads, positions, batch}, its box the pack's heads at
+        // kBlockM / kPackHeads positions, which lands as the tile's rows in packed order.
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
           if constexpr (kPack)
-            tma_load_4d(smem_q + c * kBlockM * 128, &map_q, q_full, 64 * c, kv_head * kGroup,
+            tma_load_4d(smem_q + c * kBlockM * 128, &map_q, q_full, 64 * c, cta.head * kPackHeads,
                         r.q_start + row_position(m0), kPageSize == 0 ? batch_index : 0);
           else
             tma_load_4d(smem_q + c * kBlockM * 128, &map_q, q_full, 64 * c, r.q_start + m0, cta.head,

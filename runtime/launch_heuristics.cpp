@@ -81,7 +81,7 @@ bool prefill_sm90_takes_wide_tiles(TileChoice tiles, int head_dim, int max_q_len
   if (prefill_sm90_wide_consumers(head_dim) == 0 || tiles == TileChoice::narrow) return false;
   if (tiles == TileChoice::wide) return true;
   const int group = n_kv_heads > 0 ? n_heads / n_kv_heads : 1;
-  const int rows_per_position = prefill_sm90_packs_gqa(group) ? group : 1;
+  const int rows_per_position = prefill_sm90_pack_heads(group);
   const long long rows = 1LL * max_q_len * rows_per_position;
   if (rows > (1LL << 30)) return false;  // such calls take the portable kernel
   return prefill_prefers_wide_tiles(static_cast<int>(rows), total_q * rows_per_position,

@@ -55,7 +55,7 @@ bool prefill_prefers_wide_tiles(int max_q_len, long long total_q, int n_heads, i
 // The tiling a Hopper prefill call of this head dim and grid takes: ASTRAI_JIT_PREFILL_TILES's
 // choice where it names one, else prefill_prefers_wide_tiles's on the grid the kernel launches
 // (packed GQA, kernel_src/hopper_params.h: a tile row per query head and position, a tile row of
-// tiles per KV head); never wide where the head dim has no wide tiling. The one decision the
+// tiles per pack of heads); never wide where the head dim has no wide tiling. The one decision the
 // runtime and the benchmark's variant names share.
 bool prefill_sm90_takes_wide_tiles(TileChoice tiles, int head_dim, int max_q_len, long long total_q,
                                    int n_heads, int n_kv_heads, int batch, int num_sms);

@@ -34,20 +34,16 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
   using U = std::uint64_t;
   const U d = static_cast<U>(head_dim);
   PrefillMaps maps;
-  const int group = p.n_heads / p.n_kv_heads;
-  const bool packed = prefill_sm90_packs_gqa(group);
+  const std::uint32_t pack = static_cast<std::uint32_t>(prefill_sm90_pack_heads(p.n_heads / p.n_kv_heads));
+  const bool packed = pack > 1;
   const std::uint32_t block_m = static_cast<std::uint32_t>(prefill_sm90_block_m(consumers));
   const std::uint32_t kv_box = static_cast<std::uint32_t>(block_n);
-  // Packed: the group's heads at block_m / group positions; else block_m positions of one head.
-  const std::vector<std::uint32_t> q_box =
-      packed ? std::vector<std::uint32_t>{64, static_cast<std::uint32_t>(group), block_m / group, 1}
-             : std::vector<std::uint32_t>{64, block_m, 1, 1};
   if (page_size == 0) {
     const U kv_rows = static_cast<U>(std::max(p.kv_len, 1));  // kv_len 0 loads nothing
     maps.q = packed ? TensorMapShape{p.q, {d, U(p.n_heads), U(p.q_len), U(p.batch)},
-                                     {p.q_stride_head, p.q_stride_seq, p.q_stride_batch}, q_box}
+                                     {p.q_stride_head, p.q_stride_seq, p.q_stride_batch}, {}}
                     : TensorMapShape{p.q, {d, U(p.q_len), U(p.n_heads), U(p.batch)},
-                                     {p.q_stride_seq, p.q_stride_head, p.q_stride_batch}, q_box};
+                                     {p.q_stride_seq, p.q_stride_head, p.q_stride_batch}, {}};
     maps.k = {p.k, {d, kv_rows, U(p.n_kv_heads), U(p.batch)}, {p.k_stride_seq, p.k_stride_head, p.k_stride_batch},
               {64, kv_box, 1, 1}};
     maps.v = {p.v, {d, kv_rows, U(p.n_kv_heads), U(p.batch)}, {p.v_stride_seq, p.v_stride_head, p.v_stride_batch},
@@ -57,10 +53,8 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
     const U pages = static_cast<U>(std::max(p.num_pages, 1));
     const U total_q = static_cast<U>(std::max(p.total_q, 1));
     const std::int64_t q_span = p.q_stride_seq * static_cast<std::int64_t>(total_q);  // the one "batch"
-    maps.q = packed ? TensorMapShape{p.q, {d, U(p.n_heads), total_q, 1}, {p.q_stride_head, p.q_stride_seq, q_span},
-                                     q_box}
-                    : TensorMapShape{p.q, {d, total_q, U(p.n_heads), 1}, {p.q_stride_seq, p.q_stride_head, q_span},
-                                     q_box};
+    maps.q = packed ? TensorMapShape{p.q, {d, U(p.n_heads), total_q, 1}, {p.q_stride_head, p.q_stride_seq, q_span}, {}}
+                    : TensorMapShape{p.q, {d, total_q, U(p.n_heads), 1}, {p.q_stride_seq, p.q_stride_head, q_span}, {}};
     maps.k = {p.k, {d, U(p.n_kv_heads), U(page_size), pages}, {p.k_stride_head, p.k_stride_seq, p.k_stride_page},
               {64, 1, box, 1}};
     // V in boxes of whole rows: the third dim steps 64 columns.
@@ -70,16 +64,18 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
               {p.v_stride_seq, 64, p.v_stride_head, p.v_stride_page},
               {64, box, chunks, 1, 1}};
   }
+  // Packed: a pack's heads at block_m / pack positions; else block_m positions of one head.
+  maps.q.box = packed ? std::vector<std::uint32_t>{64, pack, block_m / pack, 1}
+                      : std::vector<std::uint32_t>{64, block_m, 1, 1};
   return maps;
 }
 
 GridSize prefill_sm90_grid(const PrefillParams& p, int max_q_len, int consumers) {
-  const int group = p.n_heads / p.n_kv_heads;
-  const bool packed = prefill_sm90_packs_gqa(group);
-  const long long rows = static_cast<long long>(max_q_len) * (packed ? group : 1);
+  const int pack = prefill_sm90_pack_heads(p.n_heads / p.n_kv_heads);
+  const long long rows = static_cast<long long>(max_q_len) * pack;
   const int block_m = prefill_sm90_block_m(consumers);
-  return {static_cast<unsigned>((rows + block_m - 1) / block_m),
-          static_cast<unsigned>(packed ? p.n_kv_heads : p.n_heads), static_cast<unsigned>(p.batch)};
+  return {static_cast<unsigned>((rows + block_m - 1) / block_m), static_cast<unsigned>(p.n_heads / pack),
+          static_cast<unsigned>(p.batch)};
 }
 
 namespace {
@@ -88,10 +84,9 @@ namespace {
 bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, const char* launch_name,
                          int max_q_len, const PrefillParams& params, void* stream) {
   if (!device.uses_wgmma() || params.mask != nullptr || !hopper_serves(spec)) return false;
-  // Packed GQA tiles hold the group's heads: a tile row per head and position, whose count
-  // must stay within the kernel's int, else the portable kernel takes the call.
-  const int rows_per_position = prefill_sm90_packs_gqa(spec.group_size) ? spec.group_size : 1;
-  if (1LL * max_q_len * rows_per_position > (1LL << 30)) return false;
+  // Packed GQA tiles hold a pack of heads: a tile row per head and position, whose count must
+  // stay within the kernel's int, else the portable kernel takes the call.
+  if (1LL * max_q_len * prefill_sm90_pack_heads(spec.group_size) > (1LL << 30)) return false;
   const long long total_q = spec.page_size == 0 ? 1LL * params.q_len * params.batch : params.total_q;
   spec.wide = prefill_sm90_takes_wide_tiles(impl.engine.config().prefill_tiles, spec.head_dim, max_q_len, total_q,
                                             params.n_heads, params.n_kv_heads, params.batch, device.num_sms());

@@ -24,8 +24,8 @@ bool prefill_sm90_has_wide(int head_dim);
 // The TMA views of q, K and V the Hopper kernel reads (kernel_src/prefill_sm90.cuh): contiguous
 // q {d, q_len, heads, batch}, K/V {d, kv_len, kv_heads, batch}; paged q {d, total_q, heads, 1},
 // K {d, kv_heads, page_size, num_pages} in boxes of up to 16 tokens, V {64, page_size, d / 64,
-// kv_heads, num_pages} in boxes of up to 16 whole rows. With packed GQA (prefill_sm90_packs_gqa)
-// q is {d, heads, q_len or total_q, batch or 1} in boxes of a group's heads at block_m / group
+// kv_heads, num_pages} in boxes of up to 16 whole rows. With packed GQA (prefill_sm90_pack_heads)
+// q is {d, heads, q_len or total_q, batch or 1} in boxes of a pack's heads at block_m / pack
 // positions. Each barrier of the kernel expects the bytes of its boxes: the unit tests hold the
 // two to each other. `consumers` and `block_n` give the tiling (prefill_sm90_consumers and
 // prefill_sm90_block_n; the check tool times others).
@@ -34,7 +34,7 @@ struct PrefillMaps {
 };
 PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_size, int consumers, int block_n);
 // The Hopper kernel's grid: (tiles of the longest request, heads, requests); with packed GQA the
-// tiles hold the group's heads and the second dimension counts KV heads.
+// tiles hold a pack's heads and the second dimension counts packs.
 GridSize prefill_sm90_grid(const PrefillParams& p, int max_q_len, int consumers);
 
 // `flags`: the features the call asks for. The Hopper kernel computes the soft-cap, sinks and the

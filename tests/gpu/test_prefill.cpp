@@ -283,11 +283,13 @@ TEST_CASE("prefill matches the reference across GQA groups") {
 }
 
 TEST_CASE("prefill with a GQA group's heads packed in one tile: lengths at the packed tiles' edges") {
-  // On sm_90a, groups dividing 64 pack their query heads into the tile (a row per head and
-  // position): 128 rows hold 128 / group positions, the wide tiling's 192 rows 192 / group.
-  // Lengths around those counts, every head and position checked (LSE too), causal and not.
+  // On sm_90a, a group's query heads go into the tile in packs (a row per head and position):
+  // the whole group where it divides 64, else the largest power of two dividing it (2 of 6, 4
+  // of 12, 8 of 24, 64 of 128; odd groups unpacked). 128 rows hold 128 / pack positions, the
+  // wide tiling's 192 rows 192 / pack. Lengths around those counts, every head and position
+  // checked (LSE too), causal and not.
   std::mt19937 rng(37);
-  for (int group : {2, 4, 8, 16, 64}) {
+  for (int group : {2, 4, 8, 16, 64, 3, 6, 12, 24, 128}) {
     for (int q_len : {1, 15, 16, 17, 31, 32, 33, 47, 48, 49, 97}) {
       PrefillCase c;
       c.group = group;

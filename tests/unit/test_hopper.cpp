@@ -419,7 +419,7 @@ TEST_SUITE("hopper") {
              {KernelKind::paged_prefill, 128, 16, true},
              {KernelKind::paged_prefill, 64, 16, false}}) {
       for (std::uint32_t flags : {std::uint32_t{0}, kAll}) {
-        for (int group : {4, 1}) {  // packed GQA tiles, and one head's
+        for (int group : {4, 6, 1}) {  // packed GQA tiles (a whole group, a pack of 2), and one head's
           KernelSpec spec = hopper_prefill(kind, DType::bf16, head_dim, page_size, group);
           spec.flags = flags;
           spec.wide = wide;
@@ -431,6 +431,20 @@ TEST_SUITE("hopper") {
           CHECK(spilled <= (flags == 0 ? 0 : 32));
         }
       }
+    }
+  }
+
+  TEST_CASE("packed GQA takes the most heads of a group that whole positions fill 64 tile rows with") {
+    // A consumer's 64 rows must hold whole positions (the pack divides 64) of heads sharing one
+    // KV head (the pack divides the group); a larger such pack would leave fewer partial tiles.
+    for (int group = 1; group <= 128; ++group) {
+      CAPTURE(group);
+      const int pack = astrai::prefill_sm90_pack_heads(group);
+      REQUIRE(pack >= 1);
+      CHECK(group % pack == 0);
+      CHECK(64 % pack == 0);
+      for (int larger = pack + 1; larger <= 64; ++larger) CHECK_FALSE((group % larger == 0 && 64 % larger == 0));
+      CHECK(astrai::prefill_sm90_packs_gqa(group) == (pack > 1));
     }
   }
 
@@ -448,7 +462,8 @@ TEST_SUITE("hopper") {
           CAPTURE(page_size);
           CAPTURE(head_major);
           CAPTURE(wide);
-          for (const int kv_heads : {24, 8, 6, 3}) {  // groups 1 and 3 unpacked, 4 and 8 packed
+          // Groups 1 and 3 unpacked; 4 and 8 packed whole; 6 and 12 in packs of 2 and 4 heads.
+          for (const int kv_heads : {24, 8, 6, 4, 3, 2}) {
             CAPTURE(kv_heads);
             alignas(16) static unsigned char storage[64];
             astrai::PrefillParams p{};
@@ -487,18 +502,20 @@ TEST_SUITE("hopper") {
             CHECK(box_bytes(maps.k) * chunks * boxes == kv_bytes);
             CHECK(box_bytes(maps.v) * (page_size == 0 ? chunks : 1) * boxes == kv_bytes);
             CHECK(q_bytes + 4 * kv_bytes <= astrai::prefill_sm90_smem_bytes(head_dim, consumers, block_n));
-            // Packed GQA: the Q box is the group's heads (dim 1) at whole positions (dim 2), and the
-            // grid walks KV heads; else one head's positions, and the grid walks query heads.
+            // Packed GQA: the Q box is a pack's heads (dim 1) at whole positions (dim 2), and the
+            // grid walks packs; else one head's positions, and the grid walks query heads.
             const int group = p.n_heads / p.n_kv_heads;
-            const bool packed = astrai::prefill_sm90_packs_gqa(group);
-            CHECK(packed == (group == 4 || group == 8));
+            const int pack = group == 4 || group == 8 ? group : group == 6 ? 2 : group == 12 ? 4 : 1;
+            const bool packed = pack > 1;
+            CHECK(astrai::prefill_sm90_pack_heads(group) == pack);
             const int block_m = astrai::prefill_sm90_block_m(consumers);
-            CHECK(maps.q.box[1] == static_cast<std::uint32_t>(packed ? group : block_m));
+            CHECK(maps.q.box[1] == static_cast<std::uint32_t>(packed ? pack : block_m));
+            CHECK(maps.q.box[2] == static_cast<std::uint32_t>(packed ? block_m / pack : 1));
             CHECK(maps.q.dims[1] == static_cast<std::uint64_t>(packed ? p.n_heads : (page_size ? p.total_q : p.q_len)));
             const astrai::detail::GridSize grid = astrai::detail::prefill_sm90_grid(p, p.q_len, consumers);
-            const long long rows = static_cast<long long>(p.q_len) * (packed ? group : 1);
+            const long long rows = static_cast<long long>(p.q_len) * pack;
             CHECK(grid.x == static_cast<unsigned>((rows + block_m - 1) / block_m));
-            CHECK(grid.y == static_cast<unsigned>(packed ? p.n_kv_heads : p.n_heads));
+            CHECK(grid.y == static_cast<unsigned>(p.n_heads / pack));
             CHECK(grid.z == static_cast<unsigned>(p.batch));
           }
         }

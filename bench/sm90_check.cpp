@@ -809,7 +809,8 @@ int main(int argc, char** argv) {
         timings.push_back(c);
       }
     }
-    // AstrAI's own heads (hd64, 24/4: a group of 6) on short causal prompts.
+    // AstrAI's own heads (hd64, 24/4: a group of 6) on short causal prompts, where a tile walks few
+    // blocks: the default tiling, then smaller KV blocks and two consumers (consumers, KV block).
     {
       PrefillCase c;
       c.head_dim = 64;
@@ -820,6 +821,11 @@ int main(int argc, char** argv) {
       c.causal_offset = 0;
       c.lse = false;
       timings.push_back(c);
+      for (const auto& [consumers, block_n] : std::vector<std::pair<int, int>>{{3, 64}, {2, 192}, {2, 128}, {2, 64}}) {
+        c.consumers = consumers;
+        c.block_n = block_n;
+        timings.push_back(c);
+      }
     }
     // --filter: only the cases whose label matches, compiled alone (a device call spends its time
     // on one experiment, not on every variant's NVRTC compile).

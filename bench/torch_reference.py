@@ -80,9 +80,11 @@ def main():
     args = parser.parse_args()
     pattern = re.compile(args.filter)
     torch.manual_seed(0)
-    heads, kv_heads = 32, 8
-    cases = [(128, 4, 4096, False), (128, 2, 8192, True), (64, 2, 8192, True), (256, 2, 8192, True)]
-    for head_dim, batch, length, causal in cases:
+    # (head_dim, batch, length, causal, heads, kv_heads): the sm_90 rows, then AstrAI's own heads on
+    # short prompts (astrai-bench's prefill/hd64.h24kv4.causal.B16x1024).
+    cases = [(128, 4, 4096, False, 32, 8), (128, 2, 8192, True, 32, 8), (64, 2, 8192, True, 32, 8),
+             (256, 2, 8192, True, 32, 8), (64, 16, 1024, True, 24, 4)]
+    for head_dim, batch, length, causal, heads, kv_heads in cases:
         # [B, L, H, D] storage viewed as [B, H, L, D], as a serving engine holds it.
         q = torch.rand(batch, length, heads, head_dim, device="cuda", dtype=torch.bfloat16).sub_(0.5).transpose(1, 2)
         k = torch.rand(batch, length, kv_heads, head_dim, device="cuda", dtype=torch.bfloat16).sub_(0.5)
@@ -92,7 +94,7 @@ def main():
         v = v.repeat_interleave(heads // kv_heads, dim=2).transpose(1, 2)
         flops = 4.0 * batch * heads * length * length * head_dim * (0.5 if causal else 1.0)
         for name, backend in BACKENDS:
-            time_sdpa(pattern, prefill_label(name, head_dim, batch, length, causal), backend,
+            time_sdpa(pattern, prefill_label(name, head_dim, batch, length, causal, heads, kv_heads), backend,
                       lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal), args.reps,
                       lambda ms: f"{ms:.3f} ms {flops / (ms * 1e-3) / 1e12:.1f} TFLOP/s", args.sustained)
         del q, k, v

@@ -9,8 +9,8 @@
 // warpgroup. Warpgroup 0 (kPrefillSm90ProducerRegs registers) has one thread issue TMA loads: Q
 // once (before the CTA's first barrier), then K and V blocks of kBlockN tokens from the last
 // block the tile can see down to the first (blocks crossing the causal diagonal or the end of the
-// KV come first, so they alone are masked), V one block behind K, each into a two-stage ring whose full/empty mbarriers pace
-// producer and consumers. The kConsumers warpgroups after it (2 or 3, hopper_params.h) own 64
+// KV come first, so they alone are masked), V one block behind K, each into a two-stage ring
+// whose full/empty mbarriers pace producer and consumers. The kConsumers warpgroups after it (2 or 3, hopper_params.h) own 64
 // query rows each (those whose rows all lie past the request's end leave at once). Per block:
 // S = Q K^T is issued, then O += P V for the previous block, waited for after the softmax of S
 // (sm90::pin_wait_after keeps ptxas from moving the wait up; not at hd64, where waiting early is

@@ -7,10 +7,10 @@
 // Grid: (ceil(q_len / kBlockM), n_heads, batch), in prefill.cuh's tile order; with packed GQA
 // (hopper_params.h) (ceil(q_len x pack / kBlockM), n_heads / pack, batch). 128 threads a
 // warpgroup. Warpgroup 0 (kPrefillSm90ProducerRegs registers) has one thread issue TMA loads: Q
-// once, then K and V blocks of kBlockN tokens from the last block the tile can see down to the first
-// (blocks crossing the causal diagonal or the end of the KV come first, so they alone are
-// masked), V one block behind K, each into a two-stage ring whose full/empty mbarriers pace
-// producer and consumers. The kConsumers warpgroups after it (2 or 3, hopper_params.h) own 64
+// once (before the CTA's first barrier), then K and V blocks of kBlockN tokens from the last
+// block the tile can see down to the first (blocks crossing the causal diagonal or the end of the
+// KV come first, so they alone are masked), V one block behind K, each into a two-stage ring
+// whose full/empty mbarriers pace producer and consumers. The kConsumers warpgroups after it (2 or 3, hopper_params.h) own 64
 // query rows each (those whose rows all lie past the request's end leave at once). Per block:
 // S = Q K^T is issued, then O += P V for the previous block, waited for after the softmax of S
 // (sm90::pin_wait_after keeps ptxas from moving the wait up; not at hd64, where waiting early is
@@ -79,6 +79,12 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
                         const __grid_constant__ sm90::TmaMap map_v) {
   using namespace sm90;
   ASTRAI_PREFILL_STAMP(threadIdx.x == 0, 0);  // the CTA starts
+  // The maps' descriptors are fetched first: every load of the tile waits for them.
+  if (threadIdx.x == 0) {
+    tma_prefetch_map(&map_q);
+    tma_prefetch_map(&map_k);
+    tma_prefetch_map(&map_v);
+  }
   using Shape = PrefillSm90Shape<kHeadDim, kConsumersArg, kBlockNArg>;
   constexpr int kConsumers = Shape::kConsumers;
   constexpr int kBlockM = Shape::kBlockM;
@@ -151,6 +157,23 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       mbar_init(&v_empty[s], 128 * active);
     }
     fence_mbar_init();
+    // Q is issued by the thread that initialized its barrier, before the CTA's barrier and the
+    // register hand-over: its latency is most of a short tile's start (run 157: 18% of the
+    // cycles of AstrAI's B16 x 1024 rows).
+    if (block_count > 0) {
+      mbar_arrive_expect_tx(q_full, Shape::kQBytes);
+      // Packed: the map is {head_dim, heads, positions, batch}, its box the pack's heads at
+      // kBlockM / kPackHeads positions, which lands as the tile's rows in packed order.
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        if constexpr (kPack)
+          tma_load_4d(smem_q + c * kBlockM * 128, &map_q, q_full, 64 * c, cta.head * kPackHeads,
+                      r.q_start + row_position(m0), kPageSize == 0 ? batch_index : 0);
+        else
+          tma_load_4d(smem_q + c * kBlockM * 128, &map_q, q_full, 64 * c, r.q_start + m0, cta.head,
+                      kPageSize == 0 ? batch_index : 0);
+      }
+    }
   }
   __syncthreads();
 
@@ -163,23 +186,6 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     // -1, which TMA reads as zeros, like ids outside the pool.
     const int lane = threadIdx.x;
     if (threadIdx.x < 32 && block_count > 0) {
-      if (lane == 0) {
-        tma_prefetch_map(&map_q);
-        tma_prefetch_map(&map_k);
-        tma_prefetch_map(&map_v);
-        mbar_arrive_expect_tx(q_full, Shape::kQBytes);
-        // Packed: the map is {head_dim, heads, positions, batch}, its box the pack's heads at
-        // kBlockM / kPackHeads positions, which lands as the tile's rows in packed order.
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c) {
-          if constexpr (kPack)
-            tma_load_4d(smem_q + c * kBlockM * 128, &map_q, q_full, 64 * c, cta.head * kPackHeads,
-                        r.q_start + row_position(m0), kPageSize == 0 ? batch_index : 0);
-          else
-            tma_load_4d(smem_q + c * kBlockM * 128, &map_q, q_full, 64 * c, r.q_start + m0, cta.head,
-                        kPageSize == 0 ? batch_index : 0);
-        }
-      }
       const int* table_row = kPageSize == 0 ? nullptr : p.page_table + batch_index * p.page_table_stride;
       // Page id of box `lane` of the block starting at `token` (contiguous: unused).
       auto box_page = [&](int token) {

@@ -7,17 +7,17 @@
 // Grid: (ceil(q_len / kBlockM), n_heads, batch), in prefill.cuh's tile order; with packed GQA
 // (hopper_params.h) (ceil(q_len x pack / kBlockM), n_heads / pack, batch). 128 threads a
 // warpgroup. Warpgroup 0 (kPrefillSm90ProducerRegs registers) has one thread issue TMA loads: Q
-// once (before the CTA's first barrier), then K and V blocks of kBlockN tokens from the last
-// block the tile can see down to the first (blocks crossing the causal diagonal or the end of the
-// KV come first, so they alone are masked), V one block behind K, each into a two-stage ring
-// whose full/empty mbarriers pace producer and consumers. The kConsumers warpgroups after it (2 or 3, hopper_params.h) own 64
-// query rows each (those whose rows all lie past the request's end leave at once). Per block:
-// S = Q K^T is issued, then O += P V for the previous block, waited for after the softmax of S
-// (sm90::pin_wait_after keeps ptxas from moving the wait up; not at hd64, where waiting early is
-// faster); the softmax also hides behind the other consumers' GEMMs: they take turns issuing
-// (round robin). The walk's first block (the KV's end, or the causal diagonal) is cut to the
-// columns the tile's rows see, in steps of 64. O leaves through the consumer's rows of the Q
-// tile, as 16-byte pieces of whole rows.
+// once (before the CTA's first barrier), then K and V blocks of kBlockN tokens from the last block
+// the tile can see down to the first (blocks crossing the causal diagonal or the end of the KV
+// come first, so they alone are masked), V one block behind K, each into a two-stage ring whose
+// full/empty mbarriers pace producer and consumers. The kConsumers warpgroups after it (2 or 3,
+// hopper_params.h) own 64 query rows each (those whose rows all lie past the request's end leave
+// at once). Per block: S = Q K^T is issued, then O += P V for the previous block, waited for after
+// the softmax of S (sm90::pin_wait_after keeps ptxas from moving the wait up; not at hd64, where
+// waiting early is faster); the softmax also hides behind the other consumers' GEMMs: they take
+// turns issuing (round robin). The walk's first block (the KV's end, or the causal diagonal) is
+// cut to the columns the tile's rows see, in steps of 64. O leaves through the consumer's rows of
+// the Q tile, as 16-byte pieces of whole rows.
 // kConsumersArg and kBlockNArg override the tiling (hopper_params.h) for tuning.
 // Tiles in shared memory use the 128-byte swizzle (hopper_ptx.cuh). Rows and KV positions past
 // the tensor arrive as zeros (TMA fill), so they cannot produce NaN.

@@ -290,7 +290,8 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
                                         static_cast<double>(reads.tokens) / static_cast<double>(layout.total_tokens),
                                         reads.tokens, layout.total_tokens));
 
-  const std::size_t pool_elems = static_cast<std::size_t>(layout.num_pages) * def.page_size * def.n_kv_heads * def.head_dim;
+  const std::size_t pool_elems =
+      static_cast<std::size_t>(layout.num_pages) * def.page_size * def.n_kv_heads * def.head_dim;
   const std::size_t kv_element_bytes = fp8 ? 1 : 2;
   const std::size_t q_elems = static_cast<std::size_t>(def.batch) * def.q_len * def.n_heads * def.head_dim;
   const std::size_t set_bytes = 2 * pool_elems * kv_element_bytes + 2 * q_elems * 2;
@@ -382,7 +383,8 @@ void Bench::case_paged_decode(const CaseDef& def, CaseResult* result) {
   const double kv_bytes = static_cast<double>(reads.tokens) * def.n_kv_heads * def.head_dim * 2 *
                           static_cast<double>(kv_element_bytes);
   // .rope: rotary_emb's read and write of Q and its rotations too.
-  const double rope_bytes = def.rope ? 2.0 * static_cast<double>(q_elems) * 2 + static_cast<double>(rope_pairs) * 8 : 0.0;
+  const double rope_bytes =
+      def.rope ? 2.0 * static_cast<double>(q_elems) * 2 + static_cast<double>(rope_pairs) * 8 : 0.0;
   const double bytes = kv_bytes + 2.0 * static_cast<double>(q_elems) * 2 + static_cast<double>(reads.pages) * 4 +
                        static_cast<double>(def.batch) * 4 + rope_bytes;
   result->variant = launched_decode_variant(result->variant);
@@ -467,7 +469,8 @@ void Bench::case_prefill(const CaseDef& def, CaseResult* result) {
   if (def.window_left >= 0) {
     CaseDef causal = def;
     causal.window_left = -1;
-    result->notes.push_back(fmt::format("{:.2f}x the causal score work", attention_flops(def) / attention_flops(causal)));
+    result->notes.push_back(
+        fmt::format("{:.2f}x the causal score work", attention_flops(def) / attention_flops(causal)));
   }
   const std::size_t q_elems = static_cast<std::size_t>(def.batch) * def.len * def.n_heads * def.head_dim;
   const std::size_t kv_elems = static_cast<std::size_t>(def.batch) * def.len * def.n_kv_heads * def.head_dim;
@@ -527,7 +530,8 @@ void Bench::case_paged_prefill(const CaseDef& def, CaseResult* result) {
   const int total_q = def.batch * def.len;
   std::vector<std::int32_t> qo_indptr(static_cast<std::size_t>(def.batch) + 1);
   for (int b = 0; b <= def.batch; ++b) qo_indptr[static_cast<std::size_t>(b)] = b * def.len;
-  const std::size_t pool_elems = static_cast<std::size_t>(layout.num_pages) * def.page_size * def.n_kv_heads * def.head_dim;
+  const std::size_t pool_elems =
+      static_cast<std::size_t>(layout.num_pages) * def.page_size * def.n_kv_heads * def.head_dim;
   const std::size_t q_elems = static_cast<std::size_t>(total_q) * def.n_heads * def.head_dim;
   const std::size_t set_bytes = 2 * pool_elems * 2 + 2 * q_elems * 2;
   const std::size_t shared_bytes = (layout.table.size() + layout.lens.size() + qo_indptr.size()) * 4;

@@ -103,7 +103,6 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   // position R / kPackHeads; the grid's second dimension then walks packs of heads.
   constexpr int kPackHeads = prefill_sm90_pack_heads(kGroup);
   constexpr bool kPack = kPackHeads > 1;
-  constexpr int kRowsPerPosition = kPackHeads;
 
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem_q = reinterpret_cast<unsigned char*>(
@@ -123,9 +122,9 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   // The query head of tile row `row` (the pack's first head cta.head x kPackHeads), and its
   // position.
   auto row_head = [&](int row) { return cta.head * kPackHeads + row % kPackHeads; };
-  auto row_position = [](int row) { return row / kRowsPerPosition; };
+  auto row_position = [](int row) { return row / kPackHeads; };
   const PrefillRequest r = prefill_request<kPageSize>(p, batch_index);
-  const int rows = r.q_len * kRowsPerPosition;  // the request's tile rows
+  const int rows = r.q_len * kPackHeads;  // the request's tile rows
   const int m0 = cta.start;
   if (m0 >= rows) return;
   const int last_row = min(m0 + kBlockM, rows) - 1;

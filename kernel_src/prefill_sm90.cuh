@@ -39,7 +39,10 @@ template <int N> struct Constant { static constexpr int value = N; };
 // phases and its SM id, so the check tool can say where a tile's time goes.
 #ifdef ASTRAI_PREFILL_TRACE
 // C linkage: the check tool looks the array up by its plain name.
-extern "C" __device__ unsigned long long astrai_prefill_trace[ASTRAI_PREFILL_TRACE][8];
+// Slots: 0 start, 1 Q and the first K block arrived, 2 first softmax done, 3 last P V done, 4-6 each
+// consumer's stores issued, 7 the SM, 8 Q issued, 9 the first K block issued, 10 consumer 0 ready to
+// wait for them, 11 Q arrived.
+extern "C" __device__ unsigned long long astrai_prefill_trace[ASTRAI_PREFILL_TRACE][12];
 // Stamp `slot` of tile `index` (slot 0 also records the SM).
 __device__ __forceinline__ void prefill_trace(unsigned index, int slot) {
   if (index >= ASTRAI_PREFILL_TRACE) return;
@@ -172,6 +175,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
           tma_load_4d(smem_q + c * kBlockM * 128, &map_q, q_full, 64 * c, r.q_start + m0, cta.head,
                       kPageSize == 0 ? batch_index : 0);
       }
+      ASTRAI_PREFILL_STAMP(true, 8);  // Q issued
     }
   }
   __syncthreads();
@@ -230,6 +234,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       for (int it = 0; it < block_count; ++it) {
         const int next_page = it + 1 < block_count ? box_page((n_blocks - 2 - it) * kBlockN) : 0;
         load_kv(&map_k, smem_k, k_full, k_empty, it, page, false);
+        ASTRAI_PREFILL_STAMP(it == 0 && lane == 0, 9);  // the first K block issued
         if (it > 0) load_kv(&map_v, smem_v, v_full, v_empty, it - 1, previous_page, true);
         previous_page = page;
         page = next_page;
@@ -460,7 +465,9 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   if (block_count > 0) {
     float correction[2];
     if (consumer == active - 1) pass_turn();
+    ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 10);  // consumer 0 is ready to wait for Q and K
     mbar_wait(q_full, 0);
+    ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 11);  // Q arrived
     mbar_wait(&k_full[0], 0);
     ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 1);  // Q and the first K block have arrived
     await_turn();

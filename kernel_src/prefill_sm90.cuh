@@ -5,19 +5,19 @@
 // pages of 8 tokens or more; head dims that are multiples of 64.
 //
 // Grid: (ceil(q_len / kBlockM), n_heads, batch), in prefill.cuh's tile order; with packed GQA
-// (hopper_params.h) (ceil(q_len x pack / kBlockM), n_heads / pack, batch). 128 threads a
-// warpgroup. Warpgroup 0 (kPrefillSm90ProducerRegs registers) has one thread issue TMA loads: Q
-// once (before the CTA's first barrier), then K and V blocks of kBlockN tokens from the last block
-// the tile can see down to the first (blocks crossing the causal diagonal or the end of the KV
-// come first, so they alone are masked), V one block behind K, each into a two-stage ring whose
-// full/empty mbarriers pace producer and consumers. The kConsumers warpgroups after it (2 or 3,
-// hopper_params.h) own 64 query rows each (those whose rows all lie past the request's end leave
-// at once). Per block: S = Q K^T is issued, then O += P V for the previous block, waited for after
-// the softmax of S (sm90::pin_wait_after keeps ptxas from moving the wait up; not at hd64, where
-// waiting early is faster); the softmax also hides behind the other consumers' GEMMs: they take
-// turns issuing (round robin). The walk's first block (the KV's end, or the causal diagonal) is
-// cut to the columns the tile's rows see, in steps of 64. O leaves through the consumer's rows of
-// the Q tile, as 16-byte pieces of whole rows.
+// (hopper_params.h) (ceil(q_len x pack / kBlockM), n_heads / pack, batch). 128 threads a warpgroup.
+// Warpgroup 0 (kPrefillSm90ProducerRegs registers) has one thread issue TMA loads: Q once (before
+// the CTA's first barrier, with the first K block when KV is contiguous), then K and V blocks of
+// kBlockN tokens from the last block the tile can see down to the first (blocks crossing the causal
+// diagonal or the end of the KV come first, so they alone are masked), V one block behind K, each
+// into a two-stage ring whose full/empty mbarriers pace producer and consumers. The kConsumers
+// warpgroups after it (2 or 3, hopper_params.h) own 64 query rows each (those whose rows all lie
+// past the request's end leave at once). Per block: S = Q K^T is issued, then O += P V for the
+// previous block, waited for after the softmax of S (sm90::pin_wait_after keeps ptxas from moving
+// the wait up; not at hd64, where waiting early is faster); the softmax also hides behind the other
+// consumers' GEMMs: they take turns issuing (round robin). The walk's first block (the KV's end, or
+// the causal diagonal) is cut to the columns the tile's rows see, in steps of 64. O leaves through
+// the consumer's rows of the Q tile, as 16-byte pieces of whole rows.
 // kConsumersArg and kBlockNArg override the tiling (hopper_params.h) for tuning.
 // Tiles in shared memory use the 128-byte swizzle (hopper_ptx.cuh). Rows and KV positions past
 // the tensor arrive as zeros (TMA fill), so they cannot produce NaN.
@@ -176,6 +176,15 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
                       kPageSize == 0 ? batch_index : 0);
       }
       ASTRAI_PREFILL_STAMP(true, 8);  // Q issued
+      // Contiguous KV: the walk's first K block too (stage 0, whose empty barrier is fresh).
+      if constexpr (kPageSize == 0) {
+        mbar_arrive_expect_tx(&k_full[0], Shape::kKvBytes);
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c)
+          tma_load_4d(smem_k + c * kBlockN * 128, &map_k, &k_full[0], 64 * c, (n_blocks - 1) * kBlockN, kv_head,
+                      batch_index);
+        ASTRAI_PREFILL_STAMP(true, 9);  // the first K block issued
+      }
     }
   }
   __syncthreads();
@@ -233,8 +242,8 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       int previous_page = 0;
       for (int it = 0; it < block_count; ++it) {
         const int next_page = it + 1 < block_count ? box_page((n_blocks - 2 - it) * kBlockN) : 0;
-        load_kv(&map_k, smem_k, k_full, k_empty, it, page, false);
-        ASTRAI_PREFILL_STAMP(it == 0 && lane == 0, 9);  // the first K block issued
+        if (kPageSize != 0 || it > 0) load_kv(&map_k, smem_k, k_full, k_empty, it, page, false);
+        ASTRAI_PREFILL_STAMP(kPageSize != 0 && it == 0 && lane == 0, 9);  // the first K block issued
         if (it > 0) load_kv(&map_v, smem_v, v_full, v_empty, it - 1, previous_page, true);
         previous_page = page;
         page = next_page;

@@ -206,7 +206,9 @@ struct PrefillParams {
   int causal_offset;
   float scale_log2;              // softmax scale * log2(e)
   AttentionFeatures features;    // read only by variants with feature bits (the window needs a
-                                 // causal limit: row i sits at its causal position)
+                                 // causal limit: row i sits at its causal position)  // Persistent launches (the Hopper prefill's): the grid of tiles {x, y, z} a launch of a CTA a
+  // tile would have.
+  unsigned tile_grid[3];
 };
 
 // Tiling shared by the host launcher and the prefill kernel.

@@ -79,9 +79,8 @@ struct PrefillTile {
   int start, head, batch_index;
 };
 template <int kBlockQ, typename Index>
-__device__ __forceinline__ PrefillTile prefill_causal_tile(Index id, Index rows) {
-  const PrefillTilePlace<Index> place = prefill_causal_tile_place<Index>(id, static_cast<int>(gridDim.x), rows);
-  const Index heads = gridDim.y;
+__device__ __forceinline__ PrefillTile prefill_causal_tile(Index id, int tiles, Index heads, Index rows) {
+  const PrefillTilePlace<Index> place = prefill_causal_tile_place<Index>(id, tiles, rows);
   return {place.position * kBlockQ, static_cast<int>(place.row % heads), static_cast<int>(place.row / heads)};
 }
 template <int kBlockQ>
@@ -93,9 +92,22 @@ __device__ __forceinline__ PrefillTile prefill_tile(const PrefillParams& p) {
   // 32-bit ids wherever the grid allows: the placement runs before the CTA's first load.
   if (rows * gridDim.x <= 0xffffffffull)
     return prefill_causal_tile<kBlockQ, unsigned>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z),
-                                                  static_cast<unsigned>(rows));
+                                                  static_cast<int>(gridDim.x), gridDim.y, static_cast<unsigned>(rows));
   const long long id = blockIdx.x + gridDim.x * (blockIdx.y + static_cast<long long>(gridDim.y) * blockIdx.z);
-  return prefill_causal_tile<kBlockQ, long long>(id, static_cast<long long>(rows));
+  return prefill_causal_tile<kBlockQ, long long>(id, static_cast<int>(gridDim.x), gridDim.y,
+                                                 static_cast<long long>(rows));
+}
+// Tile `id` of p.tile_grid in the order prefill_tile gives a launched grid's CTAs (persistent
+// launches, whose grids the runtime keeps under 2^32 tiles).
+template <int kBlockQ>
+__device__ __forceinline__ PrefillTile prefill_tile_at(const PrefillParams& p, unsigned id) {
+  const unsigned tiles = p.tile_grid[0], heads = p.tile_grid[1];
+  if (p.causal_offset < 0) {
+    const unsigned row = id / tiles;
+    return {static_cast<int>(tiles - 1 - (id - row * tiles)) * kBlockQ, static_cast<int>(row % heads),
+            static_cast<int>(row / heads)};
+  }
+  return prefill_causal_tile<kBlockQ, unsigned>(id, static_cast<int>(tiles), heads, heads * p.tile_grid[2]);
 }
 
 // Element offsets of token `token` of one KV head (relative to the head's base pointers).

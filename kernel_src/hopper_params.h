@@ -41,15 +41,15 @@ constexpr int prefill_sm90_block_m(int consumers) { return 64 * consumers; }  //
 // S, P and O tiles need. The pool is what the launch allocated (65536 / threads, rounded down to
 // 8, under __launch_bounds__(threads, 1)), not more: asking for more makes setmaxnreg.inc wait
 // forever.
-// Persistent CTAs' producers walk tiles (their loop state spilled at 24) and take the 8 a thread
-// that the consumers leave in the pool.
-constexpr int prefill_sm90_producer_regs(bool persistent) { return persistent ? 32 : 24; }
+// Persistent CTAs' producers walk tiles (their loop state spilled at 24): with three consumers
+// they take the 8 a thread that the consumers leave in the pool (two leave none).
+constexpr int prefill_sm90_producer_regs(int consumers, bool persistent) { return persistent && consumers == 3 ? 32 : 24; }
 constexpr int prefill_sm90_launch_regs(int consumers) { return 65536 / prefill_sm90_threads(consumers) / 8 * 8; }
 constexpr int prefill_sm90_consumer_regs(int consumers) { return consumers == 2 ? 240 : 160; }
-static_assert(128 * prefill_sm90_producer_regs(true) + 256 * prefill_sm90_consumer_regs(2) <=
+static_assert(128 * prefill_sm90_producer_regs(2, true) + 256 * prefill_sm90_consumer_regs(2) <=
                   prefill_sm90_threads(2) * prefill_sm90_launch_regs(2),
               "setmaxnreg asks for more registers than the launch holds");
-static_assert(128 * prefill_sm90_producer_regs(true) + 384 * prefill_sm90_consumer_regs(3) <=
+static_assert(128 * prefill_sm90_producer_regs(3, true) + 384 * prefill_sm90_consumer_regs(3) <=
                   prefill_sm90_threads(3) * prefill_sm90_launch_regs(3),
               "setmaxnreg asks for more registers than the launch holds");
 

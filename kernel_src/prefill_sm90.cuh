@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
 
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
-    setmaxnreg_dec<prefill_sm90_producer_regs(kPersistent)>();
+    setmaxnreg_dec<prefill_sm90_producer_regs(kConsumers, kPersistent)>();
     // Warp 0 produces; lane 0 issues every barrier operation. Contiguous KV: one box per
     // 64-column chunk and block, from lane 0. Paged KV: boxes of kBoxRows tokens (never across a
     // page), lane j looking up the page of box j and issuing it; pages past the KV length get id

@@ -355,7 +355,7 @@ TEST_SUITE("hopper") {
           CHECK(contains(result.ptx, fmt::format("wgmma.mma_async.sync.aligned.m64n64k16.f32.{}", types)));
         CHECK(contains(result.ptx, "cp.async.bulk.tensor.4d"));
         CHECK(contains(result.ptx,
-                       fmt::format("setmaxnreg.dec.sync.aligned.u32 {}", astrai::prefill_sm90_producer_regs(false))));
+                       fmt::format("setmaxnreg.dec.sync.aligned.u32 {}", astrai::prefill_sm90_producer_regs(consumers, false))));
         CHECK(contains(result.ptx, fmt::format("setmaxnreg.inc.sync.aligned.u32 {}",
                                                astrai::prefill_sm90_consumer_regs(consumers))));
         CHECK(contains(result.ptx, fmt::format(".maxntid {}", astrai::prefill_sm90_threads(consumers))));

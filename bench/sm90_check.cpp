@@ -619,9 +619,9 @@ void trace_prefill(const PrefillKernels& traced, const PrefillCase& c, CUstream 
   };
   std::vector<std::vector<Cta>> by_sm;
   long long ctas = 0;
-  // The load phase's steps (slots 8-11 of prefill_sm90.cuh's trace), cycles after the CTA's start.
-  double q_issued = 0, k_issued = 0, ready = 0, q_arrived = 0;
-  constexpr std::size_t kSlots = 12;
+  // The load phase's steps (slots 8-13 of prefill_sm90.cuh's trace), cycles after the CTA's start.
+  double placed = 0, barriers = 0, q_issued = 0, k_issued = 0, ready = 0, q_arrived = 0;
+  constexpr std::size_t kSlots = 14;
   for (std::size_t i = 0; i + kSlots <= raw.size(); i += kSlots) {
     const std::uint64_t* s = &raw[i];
     const std::uint64_t end = std::max({s[4], s[5], s[6]});
@@ -630,6 +630,8 @@ void trace_prefill(const PrefillKernels& traced, const PrefillCase& c, CUstream 
     if (by_sm.size() <= sm) by_sm.resize(sm + 1);
     by_sm[sm].push_back({s[0], s[1], s[2], s[3], end});
     auto after_start = [&](int slot) { return static_cast<double>(s[slot]) - static_cast<double>(s[0]); };
+    placed += after_start(12);
+    barriers += after_start(13);
     q_issued += after_start(8);
     k_issued += after_start(9);
     ready += after_start(10);
@@ -672,9 +674,9 @@ void trace_prefill(const PrefillKernels& traced, const PrefillCase& c, CUstream 
              share(gap), share(load), share(first), share(loop), share(tail));
   fmt::print("TRACE   per CTA (cycles): gap {:.0f}, load {:.0f}, first {:.0f}, loop {:.0f}, tail {:.0f}\n",
              gap / std::max<double>(1, ctas - sms), per_cta(load), per_cta(first), per_cta(loop), per_cta(tail));
-  fmt::print("TRACE   load steps (cycles after the start): Q issued {:.0f}, first K issued {:.0f}, consumer 0 "
-             "ready {:.0f}, Q arrived {:.0f}, first K arrived {:.0f}\n",
-             per_cta(q_issued), per_cta(k_issued), per_cta(ready), per_cta(q_arrived), per_cta(load));
+  fmt::print("TRACE   load steps (cycles after the start): tile placed {:.0f}, barriers set up {:.0f}, Q issued "
+             "{:.0f}, first K issued {:.0f}, consumer 0 ready {:.0f}, Q arrived {:.0f}, first K arrived {:.0f}\n",
+             per_cta(placed), per_cta(barriers), per_cta(q_issued), per_cta(k_issued), per_cta(ready), per_cta(q_arrived), per_cta(load));
 }
 
 }  // namespace

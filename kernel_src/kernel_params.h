@@ -249,17 +249,21 @@ constexpr int prefill_core_smem_bytes(int head_dim) {
 // across the grid. Non-causal grids keep the launch order (prefill_tile in prefill.cuh): taking
 // the rows' partial tiles last timed up to 2.4% slower (run 146).
 inline constexpr int kPrefillCausalBands = 4;
+// Index is the integer type of the grid's CTA ids: unsigned where the grid has under 2^32 CTAs
+// (the kernels then divide in 32 bits: a 64-bit division is a call on the GPU), long long else.
+template <typename Index>
 struct PrefillTilePlace {
   int position;
-  long long row;
+  Index row;
 };
-constexpr PrefillTilePlace prefill_causal_tile_place(long long id, int tiles, long long rows) {
+template <typename Index>
+constexpr PrefillTilePlace<Index> prefill_causal_tile_place(Index id, int tiles, Index rows) {
   const int band = (tiles + kPrefillCausalBands - 1) / kPrefillCausalBands;
-  const int first = static_cast<int>(id / (band * rows)) * band;
+  const int first = static_cast<int>(id / (static_cast<Index>(band) * rows)) * band;
   const int width = band < tiles - first ? band : tiles - first;
-  const long long in_band = id - first * rows;
-  const int rank = first + static_cast<int>(in_band % width);
-  return {tiles - 1 - rank, in_band / width};
+  const Index in_band = id - static_cast<Index>(first) * rows;
+  const int rank = first + static_cast<int>(in_band % static_cast<Index>(width));
+  return {tiles - 1 - rank, in_band / static_cast<Index>(width)};
 }
 
 }  // namespace astrai

@@ -78,16 +78,24 @@ __device__ __forceinline__ int prefill_row_stop(const PrefillRequest& r, int row
 struct PrefillTile {
   int start, head, batch_index;
 };
+template <int kBlockQ, typename Index>
+__device__ __forceinline__ PrefillTile prefill_causal_tile(Index id, Index rows) {
+  const PrefillTilePlace<Index> place = prefill_causal_tile_place<Index>(id, static_cast<int>(gridDim.x), rows);
+  const Index heads = gridDim.y;
+  return {place.position * kBlockQ, static_cast<int>(place.row % heads), static_cast<int>(place.row / heads)};
+}
 template <int kBlockQ>
 __device__ __forceinline__ PrefillTile prefill_tile(const PrefillParams& p) {
   if (p.causal_offset < 0)
     return {static_cast<int>(gridDim.x - 1 - blockIdx.x) * kBlockQ, static_cast<int>(blockIdx.y),
             static_cast<int>(blockIdx.z)};
+  const unsigned long long rows = static_cast<unsigned long long>(gridDim.y) * gridDim.z;
+  // 32-bit ids wherever the grid allows: the placement runs before the CTA's first load.
+  if (rows * gridDim.x <= 0xffffffffull)
+    return prefill_causal_tile<kBlockQ, unsigned>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z),
+                                                  static_cast<unsigned>(rows));
   const long long id = blockIdx.x + gridDim.x * (blockIdx.y + static_cast<long long>(gridDim.y) * blockIdx.z);
-  const long long rows = static_cast<long long>(gridDim.y) * gridDim.z;
-  const PrefillTilePlace place = prefill_causal_tile_place(id, static_cast<int>(gridDim.x), rows);
-  const int row = static_cast<int>(place.row);
-  return {place.position * kBlockQ, row % static_cast<int>(gridDim.y), row / static_cast<int>(gridDim.y)};
+  return prefill_causal_tile<kBlockQ, long long>(id, static_cast<long long>(rows));
 }
 
 // Element offsets of token `token` of one KV head (relative to the head's base pointers).

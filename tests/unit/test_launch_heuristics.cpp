@@ -357,8 +357,13 @@ TEST_CASE("causal prefill grids take every tile once, heaviest bands first, a ba
       bool rows_together = true;
       bool heaviest_first = true;
       bool in_grid = true;
+      bool same_in_32_bits = true;
       for (long long id = 0; id < tiles * rows; ++id) {
-        const astrai::PrefillTilePlace place = astrai::prefill_causal_tile_place(id, tiles, rows);
+        const astrai::PrefillTilePlace<long long> place = astrai::prefill_causal_tile_place(id, tiles, rows);
+        // The kernels' 32-bit form (grids under 2^32 CTAs) places every CTA the same.
+        const astrai::PrefillTilePlace<unsigned> narrow =
+            astrai::prefill_causal_tile_place<unsigned>(static_cast<unsigned>(id), tiles, static_cast<unsigned>(rows));
+        if (narrow.position != place.position || narrow.row != place.row) same_in_32_bits = false;
         if (place.position < 0 || place.position >= tiles || place.row < 0 || place.row >= rows) {
           in_grid = false;
           continue;
@@ -376,8 +381,9 @@ TEST_CASE("causal prefill grids take every tile once, heaviest bands first, a ba
       REQUIRE(in_grid);
       CHECK(rows_together);
       CHECK(heaviest_first);
+      CHECK(same_in_32_bits);
       CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
-      CHECK(astrai::prefill_causal_tile_place(0, tiles, rows).position == tiles - 1);
+      CHECK(astrai::prefill_causal_tile_place(0LL, tiles, rows).position == tiles - 1);
     }
   }
 }

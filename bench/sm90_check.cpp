@@ -452,6 +452,7 @@ void run_sm90_prefill(const PrefillKernels& kernels, const PrefillCase& c, Prefi
   CUtensorMap map_v = encode(shapes.v, c.fp16);
   const astrai::detail::GridSize size = astrai::detail::prefill_sm90_grid(p, d.max_q_len, c.warpgroups());
   const Grid grid{size.x, size.y, size.z};
+  p.tile_order = astrai::prefill_tile_order(size.x, size.y, size.z);
   const int wg = c.warpgroups();
   launch(kernels.find(c), grid, astrai::prefill_sm90_threads(wg),
          static_cast<unsigned>(astrai::prefill_sm90_smem_bytes(c.head_dim, wg, block_n)), stream,

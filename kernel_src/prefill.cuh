@@ -90,7 +90,17 @@ __device__ __forceinline__ PrefillTile prefill_tile(const PrefillParams& p) {
     return {static_cast<int>(gridDim.x - 1 - blockIdx.x) * kBlockQ, static_cast<int>(blockIdx.y),
             static_cast<int>(blockIdx.z)};
   const unsigned long long rows = static_cast<unsigned long long>(gridDim.y) * gridDim.z;
-  // 32-bit ids wherever the grid allows: the placement runs before the CTA's first load.
+  // The placement runs before the CTA's first load: through the launch's divisors where they are
+  // this grid's (and its ids below 2^31, their range), else in 32 bits wherever the grid allows.
+  const PrefillTileOrder& order = p.tile_order;
+  if (rows * gridDim.x < 0x80000000ull && order.tiles == gridDim.x && order.rows == rows &&
+      order.heads.divisor == gridDim.y) {
+    const unsigned id = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    const PrefillTilePlace<unsigned> place = prefill_causal_tile_place(id, order);
+    const unsigned batch_index = fast_divide(place.row, order.heads);
+    return {place.position * kBlockQ, static_cast<int>(place.row - batch_index * gridDim.y),
+            static_cast<int>(batch_index)};
+  }
   if (rows * gridDim.x <= 0xffffffffull)
     return prefill_causal_tile<kBlockQ, unsigned>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z),
                                                   static_cast<unsigned>(rows));

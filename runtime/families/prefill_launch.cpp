@@ -120,6 +120,7 @@ bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, c
   LaunchConfig config{};
   config.name = launch_name;
   config.grid = prefill_sm90_grid(params, max_q_len, consumers);
+  launch_params.tile_order = prefill_tile_order(config.grid.x, config.grid.y, config.grid.z);
   config.block = static_cast<unsigned>(threads);
   config.smem = static_cast<unsigned>(smem);
   config.stream = static_cast<CUstream>(stream);
@@ -154,6 +155,7 @@ void launch_prefill(Runtime::Impl& impl, const KernelFamily& family, const char*
   config.name = launch_name;
   config.grid = {static_cast<unsigned>(q_tiles), static_cast<unsigned>(params.n_heads),
                  static_cast<unsigned>(params.batch)};
+  launch_params.tile_order = prefill_tile_order(config.grid.x, config.grid.y, config.grid.z);
   config.block = kPrefillThreads;
   config.smem = static_cast<unsigned>(smem);
   config.stream = static_cast<CUstream>(stream);

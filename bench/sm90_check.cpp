@@ -282,7 +282,7 @@ struct PrefillCase {
   int block_n = 0;    // 0: the default of hopper_params.h
   int page_size = 0;  // 0: contiguous KV
   bool shuffle_pages = true;  // paged: pages in random pool order (false: in order)
-  bool persistent = false;    // a CTA an SM walking tiles (contiguous KV, no features)
+  bool persistent = false;    // a CTA an SM walking tiles (hopper_params.h: prefill_sm90_persistent)
   int warpgroups() const { return consumers ? consumers : astrai::prefill_sm90_consumers(head_dim); }
   int block_m() const { return astrai::prefill_sm90_block_m(warpgroups()); }
   int kv_block() const { return block_n ? block_n : astrai::prefill_sm90_block_n(head_dim, warpgroups()); }
@@ -468,12 +468,9 @@ void run_sm90_prefill(const PrefillKernels& kernels, const PrefillCase& c, Prefi
   CUtensorMap map_v = encode(shapes.v, c.fp16);
   const astrai::detail::GridSize size = astrai::detail::prefill_sm90_grid(p, d.max_q_len, c.warpgroups());
   Grid grid{size.x, size.y, size.z};
-  if (c.persistent) {  // a CTA an SM, each walking every gridDim.x-th tile
-    p.tile_grid[0] = size.x;
-    p.tile_grid[1] = size.y;
-    p.tile_grid[2] = size.z;
+  p.tile_order = astrai::prefill_tile_order(size.x, size.y, size.z);
+  if (c.persistent)  // a CTA an SM, each walking tiles of the grid above
     grid = {static_cast<unsigned>(std::min<long long>(static_cast<long long>(size.x) * size.y * size.z, sm_count())), 1, 1};
-  }
   const int wg = c.warpgroups();
   launch(kernels.find(c), grid, astrai::prefill_sm90_threads(wg),
          static_cast<unsigned>(astrai::prefill_sm90_smem_bytes(c.head_dim, wg, block_n, c.persistent)), stream,
@@ -871,7 +868,7 @@ int main(int argc, char** argv) {
                                                                          {64, 3, 8, 300, 300, 0, 24, 4},
                                                                          {128, 3, 40, 200, 260, 60, 8, 2},
                                                                          {128, 3, 60, 130, 300, -1, 4, 1},
-                                                                         {128, 2, 50, 129, 129, 0, 8, 8},
+                                                                         {128, 3, 50, 129, 129, 0, 8, 8},
                                                                          {64, 3, 200, 64, 0, -1, 4, 1}}) {
       PrefillCase c;
       c.head_dim = head_dim;
@@ -889,6 +886,7 @@ int main(int argc, char** argv) {
          std::vector<std::tuple<int, int, int, int, bool, int, int>>{{64, 3, 16, 1024, true, 24, 4},
                                                                      {128, 3, 16, 1024, true, 32, 8},
                                                                      {128, 3, 2, 8192, true, 32, 8},
+                                                                     {64, 3, 2, 8192, true, 32, 8},
                                                                      {128, 3, 4, 4096, false, 32, 8}}) {
       PrefillCase c;
       c.head_dim = head_dim;

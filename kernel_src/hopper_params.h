@@ -64,12 +64,22 @@ constexpr int prefill_sm90_block_n(int head_dim, int consumers) {
 
 // Q (two slots in a persistent CTA), the K and V rings, their mbarriers (a full one per Q slot,
 // and a full and an empty one per stage of K and of V), a word per warp (sm90::pin_wait_after),
-// persistent CTAs' empty barrier and tile id per Q slot, and 1 KB to align the tiles by hand.
+// persistent CTAs' empty barrier per Q slot, and 1 KB to align the tiles by hand.
 constexpr int prefill_sm90_smem_bytes(int head_dim, int consumers, int block_n, bool persistent = false) {
   const int q_slots = persistent ? 2 : 1;
   return q_slots * prefill_sm90_block_m(consumers) * head_dim * 2 + 2 * kPrefillSm90Stages * block_n * head_dim * 2 +
          8 * (q_slots + 4 * kPrefillSm90Stages) + 4 * prefill_sm90_threads(consumers) / 32 +
-         (persistent ? q_slots * (8 + 4) : 0) + 1024;
+         (persistent ? 8 * q_slots : 0) + 1024;
+}
+
+// Persistent CTAs (prefill_sm90.cuh): a CTA an SM walks tiles, the next tile's Q and first K
+// blocks loading under this one's last blocks and stores. Against a CTA a tile (run 163, burst /
+// sustained): AstrAI's hd64 24/4 causal B16 x 1024 +5% / +4%, hd128 B16 x 1024 (wide) +5% / +3%,
+// non-causal B4 x 4096 (wide) +2% / +1.5%, causal B2 x 8192 (wide) -0.4% / -0.1%. Their two Q
+// slots fit beside three consumers' rings (hd64, hd128's wide tiles), not two's; contiguous KV
+// without features only.
+constexpr bool prefill_sm90_persistent(int page_size, int consumers, unsigned flags) {
+  return page_size == 0 && consumers == 3 && flags == 0;
 }
 
 template <int kHeadDim, int kConsumers_, int kBlockN_>

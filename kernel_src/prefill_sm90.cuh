@@ -82,8 +82,8 @@ __device__ __forceinline__ void prefill_trace(int slot, unsigned long long value
 // Shared-memory tiles: Q and K [chunk][row][128 B]; V contiguous the same, V paged [box][chunk]
 // [R rows][128 B] (half the boxes of K at hd128; P V's descriptors step through either).
 // kPersistent (contiguous KV): the launch holds a CTA an SM or fewer, and each CTA walks tiles of
-// p.tile_grid in prefill_tile_at's order (persistent_tile below). Q has two slots, so that the next tile's Q and first K blocks load while this
-// tile's last blocks and stores run: short causal prompts (AstrAI's B16 x 1024) spent 17-18% of
+// p.tile_order's grid in prefill_tile_at's order (persistent_tile below). Q has two slots, so that
+// the next tile's Q and first K blocks load while this tile's last blocks and stores run: short causal prompts (AstrAI's B16 x 1024) spent 17-18% of
 // their cycles waiting for a tile's first loads (runs 157-161).
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kConsumersArg = prefill_sm90_consumers(kHeadDim),
           int kBlockNArg = prefill_sm90_block_n(kHeadDim, kConsumersArg), int kFlags = 0, bool kPersistent = false>
@@ -118,7 +118,8 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   // position R / kPackHeads; the grid's second dimension then walks packs of heads.
   constexpr int kPackHeads = prefill_sm90_pack_heads(kGroup);
   constexpr bool kPack = kPackHeads > 1;
-  static_assert(!kPersistent || kPageSize == 0, "persistent CTAs walk contiguous KV");
+  static_assert(!kPersistent || prefill_sm90_persistent(kPageSize, kConsumers, kFlags),
+                "persistent CTAs: contiguous KV, three consumers, no features (hopper_params.h)");
   constexpr int kQSlots = kPersistent ? 2 : 1;
 
   extern __shared__ unsigned char smem_raw[];
@@ -137,7 +138,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   // Persistent: the CTA's k-th tile. Tiles come heaviest first; a CTA takes one from each row of
   // gridDim.x tiles, from the row's start and end in turn, so that the CTAs' shares weigh alike
   // (taking the same place in every row gave a CTA the heaviest tile of each band).
-  const unsigned persistent_tiles = p.tile_grid[0] * p.tile_grid[1] * p.tile_grid[2];
+  const unsigned persistent_tiles = p.tile_order.tiles.divisor * p.tile_order.rows;
   auto persistent_tile = [&](int k) {
     return k * gridDim.x + (k % 2 == 0 ? blockIdx.x : gridDim.x - 1 - blockIdx.x);
   };

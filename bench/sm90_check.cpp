@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <regex>
@@ -281,17 +282,19 @@ struct PrefillCase {
   int block_n = 0;    // 0: the default of hopper_params.h
   int page_size = 0;  // 0: contiguous KV
   bool shuffle_pages = true;  // paged: pages in random pool order (false: in order)
+  bool persistent = false;    // a CTA an SM walking tiles (hopper_params.h: prefill_sm90_persistent)
   int warpgroups() const { return consumers ? consumers : astrai::prefill_sm90_consumers(head_dim); }
   int block_m() const { return astrai::prefill_sm90_block_m(warpgroups()); }
   int kv_block() const { return block_n ? block_n : astrai::prefill_sm90_block_n(head_dim, warpgroups()); }
   std::string kernel_name() const {
-    return fmt::format("astrai::prefill_sm90_kernel<astrai::{}, {}, {}, {}, {}, {}>", fp16 ? "fp16_t" : "bf16_t",
-                       head_dim, page_size, n_heads / n_kv_heads, warpgroups(), kv_block());
+    return fmt::format("astrai::prefill_sm90_kernel<astrai::{}, {}, {}, {}, {}, {}{}>", fp16 ? "fp16_t" : "bf16_t",
+                       head_dim, page_size, n_heads / n_kv_heads, warpgroups(), kv_block(),
+                       persistent ? ", 0, true" : "");
   }
   std::string label() const {
-    return fmt::format("hd{} {} B{} q{} kv{} h{}/{} causal{} wg{} bn{} ps{}{}", head_dim, fp16 ? "fp16" : "bf16",
+    return fmt::format("hd{} {} B{} q{} kv{} h{}/{} causal{} wg{} bn{} ps{}{}{}", head_dim, fp16 ? "fp16" : "bf16",
                        batch, q_len, kv_len, n_heads, n_kv_heads, causal_offset, warpgroups(), kv_block(), page_size,
-                       page_size > 0 && !shuffle_pages ? " in order" : "");
+                       page_size > 0 && !shuffle_pages ? " in order" : "", persistent ? " persistent" : "");
   }
 };
 
@@ -408,6 +411,19 @@ PrefillData make_prefill_data(const PrefillCase& c, std::mt19937& rng) {
   return d;
 }
 
+// The current device's SMs (persistent launches hold a CTA each).
+int sm_count() {
+  static const int count = [] {
+    CUdevice device = 0;
+    int sms = 0;
+    check_cu(driver().cuCtxGetDevice(&device), "cuCtxGetDevice", 0);
+    check_cu(driver().cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
+             "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)", 0);
+    return sms;
+  }();
+  return count;
+}
+
 void run_sm90_prefill(const PrefillKernels& kernels, const PrefillCase& c, PrefillData& d, CUstream stream) {
   astrai::PrefillParams p{};
   const long long q_row = static_cast<long long>(c.n_heads) * c.head_dim;
@@ -451,10 +467,13 @@ void run_sm90_prefill(const PrefillKernels& kernels, const PrefillCase& c, Prefi
   CUtensorMap map_k = encode(shapes.k, c.fp16);
   CUtensorMap map_v = encode(shapes.v, c.fp16);
   const astrai::detail::GridSize size = astrai::detail::prefill_sm90_grid(p, d.max_q_len, c.warpgroups());
-  const Grid grid{size.x, size.y, size.z};
+  Grid grid{size.x, size.y, size.z};
+  p.tile_order = astrai::prefill_tile_order(size.x, size.y, size.z);
+  if (c.persistent)  // a CTA an SM, each walking tiles of the grid above
+    grid = {static_cast<unsigned>(std::min<long long>(static_cast<long long>(size.x) * size.y * size.z, sm_count())), 1, 1};
   const int wg = c.warpgroups();
   launch(kernels.find(c), grid, astrai::prefill_sm90_threads(wg),
-         static_cast<unsigned>(astrai::prefill_sm90_smem_bytes(c.head_dim, wg, block_n)), stream,
+         static_cast<unsigned>(astrai::prefill_sm90_smem_bytes(c.head_dim, wg, block_n, c.persistent)), stream,
          {&p, &map_q, &map_k, &map_v});
 }
 
@@ -841,6 +860,46 @@ int main(int argc, char** argv) {
         timings.push_back(c);
       }
     }
+    // Persistent CTAs (a CTA an SM walking tiles): grids of more tiles than SMs, so that CTAs walk
+    // several (both ends of the rows of tiles), ragged lengths, an empty KV; then the timed rows
+    // where tiles walk few blocks, and two long ones.
+    for (const auto& [head_dim, consumers, batch, q_len, kv_len, causal_offset, heads, kv_heads] :
+         std::vector<std::tuple<int, int, int, int, int, int, int, int>>{{64, 3, 40, 200, 200, 0, 8, 2},
+                                                                         {64, 3, 8, 300, 300, 0, 24, 4},
+                                                                         {128, 3, 40, 200, 260, 60, 8, 2},
+                                                                         {128, 3, 60, 130, 300, -1, 4, 1},
+                                                                         {128, 3, 50, 129, 129, 0, 8, 8},
+                                                                         {64, 3, 200, 64, 0, -1, 4, 1}}) {
+      PrefillCase c;
+      c.head_dim = head_dim;
+      c.consumers = consumers;
+      c.batch = batch;
+      c.q_len = q_len;
+      c.kv_len = kv_len;
+      c.causal_offset = causal_offset;
+      c.n_heads = heads;
+      c.n_kv_heads = kv_heads;
+      c.persistent = true;
+      checks.push_back(c);
+    }
+    for (const auto& [head_dim, consumers, batch, q_len, causal, heads, kv_heads] :
+         std::vector<std::tuple<int, int, int, int, bool, int, int>>{{64, 3, 16, 1024, true, 24, 4},
+                                                                     {128, 3, 16, 1024, true, 32, 8},
+                                                                     {128, 3, 2, 8192, true, 32, 8},
+                                                                     {64, 3, 2, 8192, true, 32, 8},
+                                                                     {128, 3, 4, 4096, false, 32, 8}}) {
+      PrefillCase c;
+      c.head_dim = head_dim;
+      c.consumers = consumers;
+      c.batch = batch;
+      c.q_len = c.kv_len = q_len;
+      c.causal_offset = causal ? 0 : -1;
+      c.n_heads = heads;
+      c.n_kv_heads = kv_heads;
+      c.lse = false;
+      c.persistent = true;
+      timings.push_back(c);
+    }
     // --filter: only the cases whose label matches, compiled alone (a device call spends its time
     // on one experiment, not on every variant's NVRTC compile).
     if (!filter.empty()) {
@@ -866,14 +925,18 @@ int main(int argc, char** argv) {
     for (const auto& c : checks) check_prefill(prefill, c, stream, rng);
     if (!check_only)
       for (const auto& c : timings) time_prefill(prefill, c, stream, reps, sustained_seconds, rng);
-    if (trace && !check_only) {
+    // Persistent CTAs are not traced: the stamps are a CTA's, and theirs walk many tiles.
+    std::vector<PrefillCase> traceable;
+    std::copy_if(timings.begin(), timings.end(), std::back_inserter(traceable),
+                 [](const PrefillCase& c) { return !c.persistent; });
+    if (trace && !check_only && !traceable.empty()) {
       PrefillKernels traced;
-      traced.add(timings);
+      traced.add(traceable);
       compile(&traced.module, "prefill_sm90.cuh", traced.names, "prefill_sm90 traced",
               {fmt::format("ASTRAI_PREFILL_TRACE={}", kTracedCtas)});
       int clock_khz = 0;
       check_cu(api.cuDeviceGetAttribute(&clock_khz, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, device), "cuDeviceGetAttribute", 0);
-      for (const auto& c : timings) trace_prefill(traced, c, stream, clock_khz, rng);
+      for (const auto& c : traceable) trace_prefill(traced, c, stream, clock_khz, rng);
     }
     api.cuStreamDestroy(stream);
   } catch (const std::exception& error) {

@@ -41,13 +41,15 @@ constexpr int prefill_sm90_block_m(int consumers) { return 64 * consumers; }  //
 // S, P and O tiles need. The pool is what the launch allocated (65536 / threads, rounded down to
 // 8, under __launch_bounds__(threads, 1)), not more: asking for more makes setmaxnreg.inc wait
 // forever.
-inline constexpr int kPrefillSm90ProducerRegs = 24;
+// Persistent CTAs' producers walk tiles (their loop state spilled at 24): with three consumers
+// they take the 8 a thread that the consumers leave in the pool (two leave none).
+constexpr int prefill_sm90_producer_regs(int consumers, bool persistent) { return persistent && consumers == 3 ? 32 : 24; }
 constexpr int prefill_sm90_launch_regs(int consumers) { return 65536 / prefill_sm90_threads(consumers) / 8 * 8; }
 constexpr int prefill_sm90_consumer_regs(int consumers) { return consumers == 2 ? 240 : 160; }
-static_assert(128 * kPrefillSm90ProducerRegs + 256 * prefill_sm90_consumer_regs(2) <=
+static_assert(128 * prefill_sm90_producer_regs(2, true) + 256 * prefill_sm90_consumer_regs(2) <=
                   prefill_sm90_threads(2) * prefill_sm90_launch_regs(2),
               "setmaxnreg asks for more registers than the launch holds");
-static_assert(128 * kPrefillSm90ProducerRegs + 384 * prefill_sm90_consumer_regs(3) <=
+static_assert(128 * prefill_sm90_producer_regs(3, true) + 384 * prefill_sm90_consumer_regs(3) <=
                   prefill_sm90_threads(3) * prefill_sm90_launch_regs(3),
               "setmaxnreg asks for more registers than the launch holds");
 
@@ -60,11 +62,24 @@ constexpr int prefill_sm90_block_n(int head_dim, int consumers) {
   return consumers == 3 ? (head_dim <= 64 ? 128 : 80) : head_dim <= 128 ? 192 : 80;
 }
 
-// Q, the K and V rings, their mbarriers (Q's, and a full and an empty one per stage of K and of
-// V), a word per warp (sm90::pin_wait_after), and 1 KB to align the tiles by hand.
-constexpr int prefill_sm90_smem_bytes(int head_dim, int consumers, int block_n) {
-  return prefill_sm90_block_m(consumers) * head_dim * 2 + 2 * kPrefillSm90Stages * block_n * head_dim * 2 +
-         8 * (1 + 4 * kPrefillSm90Stages) + 4 * prefill_sm90_threads(consumers) / 32 + 1024;
+// Q (two slots in a persistent CTA), the K and V rings, their mbarriers (a full one per Q slot,
+// and a full and an empty one per stage of K and of V), a word per warp (sm90::pin_wait_after),
+// persistent CTAs' empty barrier per Q slot, and 1 KB to align the tiles by hand.
+constexpr int prefill_sm90_smem_bytes(int head_dim, int consumers, int block_n, bool persistent = false) {
+  const int q_slots = persistent ? 2 : 1;
+  return q_slots * prefill_sm90_block_m(consumers) * head_dim * 2 + 2 * kPrefillSm90Stages * block_n * head_dim * 2 +
+         8 * (q_slots + 4 * kPrefillSm90Stages) + 4 * prefill_sm90_threads(consumers) / 32 +
+         (persistent ? 8 * q_slots : 0) + 1024;
+}
+
+// Persistent CTAs (prefill_sm90.cuh): a CTA an SM walks tiles, the next tile's Q and first K
+// blocks loading under this one's last blocks and stores. Against a CTA a tile (run 163, burst /
+// sustained): AstrAI's hd64 24/4 causal B16 x 1024 +5% / +4%, hd128 B16 x 1024 (wide) +5% / +3%,
+// non-causal B4 x 4096 (wide) +2% / +1.5%, causal B2 x 8192 (wide) -0.4% / -0.1%. Their two Q
+// slots fit beside three consumers' rings (hd64, hd128's wide tiles), not two's; contiguous KV
+// without features only.
+constexpr bool prefill_sm90_persistent(int page_size, int consumers, unsigned flags) {
+  return page_size == 0 && consumers == 3 && flags == 0;
 }
 
 template <int kHeadDim, int kConsumers_, int kBlockN_>
@@ -80,7 +95,6 @@ struct PrefillSm90Shape {
   static constexpr int kChunks = kHeadDim / 64;  // 128-byte column chunks per row
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V block
-  static constexpr int kSmemBytes = prefill_sm90_smem_bytes(kHeadDim, kConsumers, kBlockN);
 };
 
 // Packed GQA: a tile's rows are a pack of query heads sharing a KV head, at each of its positions

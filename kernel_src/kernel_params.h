@@ -162,6 +162,39 @@ struct RotaryParams {
 // Query row i of request b reads q + b * q_stride_batch + (q_start_b + i) * q_stride_seq, where
 // q_start_b is 0 for the contiguous form and qo_indptr[b] for the paged one (whose
 // q_stride_batch is 0); out, the mask and lse follow the same row numbering.
+// Division by a number fixed at launch, as a multiply and a shift that the host works out
+// (Granlund and Montgomery's method): on the GPU a 32-bit division is a reciprocal on the MUFU
+// pipe and its fix-ups, and the causal tile order's dependent divisions kept each CTA from its
+// first load for about 780 cycles (docs/device-notes.md, run 162). Exact for dividends below 2^31
+// and divisors from 1 to 2^31.
+struct FastDivisor {
+  unsigned divisor;
+  unsigned multiplier;  // ceil(2^shift / divisor)
+  unsigned shift;       // 31 + ceil(log2(divisor))
+};
+constexpr FastDivisor make_fast_divisor(unsigned divisor) {
+  if (divisor == 0) return {0, 0, 0};
+  unsigned log2 = 0;
+  while ((1ull << log2) < divisor) ++log2;
+  const unsigned shift = 31 + log2;
+  return {divisor, static_cast<unsigned>(((1ull << shift) + divisor - 1) / divisor), shift};
+}
+constexpr unsigned fast_divide(unsigned dividend, const FastDivisor& d) {
+  return static_cast<unsigned>((static_cast<unsigned long long>(dividend) * d.multiplier) >> d.shift);
+}
+
+// The divisors of the causal tile order (prefill_causal_tile_place below) for a grid {tiles,
+// heads, batch}. Every launch sets them (prefill_tile_order); a kernel uses them only where they
+// are its grid's.
+struct PrefillTileOrder {
+  FastDivisor tiles;      // the grid's first dimension
+  unsigned rows;          // its second times its third
+  FastDivisor band_ctas;  // CTAs in a whole band: its width times rows
+  FastDivisor band;       // a whole band's width
+  FastDivisor last_band;  // the last band's width
+  FastDivisor heads;      // the grid's second dimension
+};
+
 struct PrefillParams {
   const void* q;                 // [batch, q_len, n_heads, head_dim] or [total_q, n_heads, head_dim]
   long long q_stride_batch;
@@ -207,6 +240,8 @@ struct PrefillParams {
   float scale_log2;              // softmax scale * log2(e)
   AttentionFeatures features;    // read only by variants with feature bits (the window needs a
                                  // causal limit: row i sits at its causal position)
+  PrefillTileOrder tile_order;   // the grid of tiles (prefill_tile_order): launched, or walked
+                                 // by persistent CTAs
 };
 
 // Tiling shared by the host launcher and the prefill kernel.
@@ -264,6 +299,26 @@ constexpr PrefillTilePlace<Index> prefill_causal_tile_place(Index id, int tiles,
   const Index in_band = id - static_cast<Index>(first) * rows;
   const int rank = first + static_cast<int>(in_band % static_cast<Index>(width));
   return {tiles - 1 - rank, in_band / static_cast<Index>(width)};
+}
+constexpr PrefillTileOrder prefill_tile_order(unsigned tiles, unsigned heads, unsigned batch) {
+  const unsigned band = (tiles + kPrefillCausalBands - 1) / kPrefillCausalBands;
+  const unsigned bands = band == 0 ? 0 : (tiles + band - 1) / band;
+  const unsigned rows = heads * batch;
+  return {make_fast_divisor(tiles),
+          rows,
+          make_fast_divisor(band * rows),
+          make_fast_divisor(band),
+          make_fast_divisor(tiles - (bands == 0 ? 0 : bands - 1) * band),
+          make_fast_divisor(heads)};
+}
+// prefill_causal_tile_place through the launch's divisors (ids below 2^31).
+constexpr PrefillTilePlace<unsigned> prefill_causal_tile_place(unsigned id, const PrefillTileOrder& order) {
+  const unsigned first = fast_divide(id, order.band_ctas) * order.band.divisor;
+  const FastDivisor& width = order.band.divisor < order.tiles.divisor - first ? order.band : order.last_band;
+  const unsigned in_band = id - first * order.rows;
+  const unsigned row = fast_divide(in_band, width);
+  const unsigned rank = first + (in_band - row * width.divisor);
+  return {static_cast<int>(order.tiles.divisor - 1 - rank), row};
 }
 
 }  // namespace astrai

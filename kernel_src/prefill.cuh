@@ -79,10 +79,25 @@ struct PrefillTile {
   int start, head, batch_index;
 };
 template <int kBlockQ, typename Index>
-__device__ __forceinline__ PrefillTile prefill_causal_tile(Index id, Index rows) {
-  const PrefillTilePlace<Index> place = prefill_causal_tile_place<Index>(id, static_cast<int>(gridDim.x), rows);
-  const Index heads = gridDim.y;
+__device__ __forceinline__ PrefillTile prefill_causal_tile(Index id, int tiles, Index heads, Index rows) {
+  const PrefillTilePlace<Index> place = prefill_causal_tile_place<Index>(id, tiles, rows);
   return {place.position * kBlockQ, static_cast<int>(place.row % heads), static_cast<int>(place.row / heads)};
+}
+// Tile `id` (below 2^31) of the grid p.tile_order describes, in prefill_tile's order: the CTA's
+// tile, or the tile a persistent CTA walks next.
+template <int kBlockQ>
+__device__ __forceinline__ PrefillTile prefill_tile_at(const PrefillParams& p, unsigned id) {
+  const PrefillTileOrder& order = p.tile_order;
+  const unsigned heads = order.heads.divisor;
+  if (p.causal_offset < 0) {
+    const unsigned row = fast_divide(id, order.tiles);
+    const unsigned batch_index = fast_divide(row, order.heads);
+    return {static_cast<int>(order.tiles.divisor - 1 - (id - row * order.tiles.divisor)) * kBlockQ,
+            static_cast<int>(row - batch_index * heads), static_cast<int>(batch_index)};
+  }
+  const PrefillTilePlace<unsigned> place = prefill_causal_tile_place(id, order);
+  const unsigned batch_index = fast_divide(place.row, order.heads);
+  return {place.position * kBlockQ, static_cast<int>(place.row - batch_index * heads), static_cast<int>(batch_index)};
 }
 template <int kBlockQ>
 __device__ __forceinline__ PrefillTile prefill_tile(const PrefillParams& p) {
@@ -90,12 +105,18 @@ __device__ __forceinline__ PrefillTile prefill_tile(const PrefillParams& p) {
     return {static_cast<int>(gridDim.x - 1 - blockIdx.x) * kBlockQ, static_cast<int>(blockIdx.y),
             static_cast<int>(blockIdx.z)};
   const unsigned long long rows = static_cast<unsigned long long>(gridDim.y) * gridDim.z;
-  // 32-bit ids wherever the grid allows: the placement runs before the CTA's first load.
+  // The placement runs before the CTA's first load: through the launch's divisors where they are
+  // this grid's (and its ids below 2^31, their range), else in 32 bits wherever the grid allows.
+  const PrefillTileOrder& order = p.tile_order;
+  if (rows * gridDim.x < 0x80000000ull && order.tiles.divisor == gridDim.x && order.rows == rows &&
+      order.heads.divisor == gridDim.y)
+    return prefill_tile_at<kBlockQ>(p, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
   if (rows * gridDim.x <= 0xffffffffull)
     return prefill_causal_tile<kBlockQ, unsigned>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z),
-                                                  static_cast<unsigned>(rows));
+                                                  static_cast<int>(gridDim.x), gridDim.y, static_cast<unsigned>(rows));
   const long long id = blockIdx.x + gridDim.x * (blockIdx.y + static_cast<long long>(gridDim.y) * blockIdx.z);
-  return prefill_causal_tile<kBlockQ, long long>(id, static_cast<long long>(rows));
+  return prefill_causal_tile<kBlockQ, long long>(id, static_cast<int>(gridDim.x), gridDim.y,
+                                                 static_cast<long long>(rows));
 }
 
 // Element offsets of token `token` of one KV head (relative to the head's base pointers).

@@ -6,7 +6,7 @@
 //
 // Grid: (ceil(q_len / kBlockM), n_heads, batch), in prefill.cuh's tile order; with packed GQA
 // (hopper_params.h) (ceil(q_len x pack / kBlockM), n_heads / pack, batch). 128 threads a warpgroup.
-// Warpgroup 0 (kPrefillSm90ProducerRegs registers) has one thread issue TMA loads: Q once (before
+// Warpgroup 0 (prefill_sm90_producer_regs registers) has one thread issue TMA loads: Q once (before
 // the CTA's first barrier, with the first K block when KV is contiguous), then K and V blocks of
 // kBlockN tokens from the last block the tile can see down to the first (blocks crossing the causal
 // diagonal or the end of the KV come first, so they alone are masked), V one block behind K, each
@@ -81,8 +81,12 @@ __device__ __forceinline__ void prefill_trace(int slot, unsigned long long value
 //          columns), box {64, R, head_dim / 64, 1, 1}: one box brings R whole rows.
 // Shared-memory tiles: Q and K [chunk][row][128 B]; V contiguous the same, V paged [box][chunk]
 // [R rows][128 B] (half the boxes of K at hd128; P V's descriptors step through either).
+// kPersistent (contiguous KV): the launch holds a CTA an SM or fewer, and each CTA walks tiles of
+// p.tile_order's grid in prefill_tile_at's order (persistent_tile below). Q has two slots, so that
+// the next tile's Q and first K blocks load while this tile's last blocks and stores run: short causal prompts (AstrAI's B16 x 1024) spent 17-18% of
+// their cycles waiting for a tile's first loads (runs 157-161).
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kConsumersArg = prefill_sm90_consumers(kHeadDim),
-          int kBlockNArg = prefill_sm90_block_n(kHeadDim, kConsumersArg), int kFlags = 0>
+          int kBlockNArg = prefill_sm90_block_n(kHeadDim, kConsumersArg), int kFlags = 0, bool kPersistent = false>
 __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     prefill_sm90_kernel(const __grid_constant__ PrefillParams p,
                         const __grid_constant__ sm90::TmaMap map_q,
@@ -114,85 +118,117 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   // position R / kPackHeads; the grid's second dimension then walks packs of heads.
   constexpr int kPackHeads = prefill_sm90_pack_heads(kGroup);
   constexpr bool kPack = kPackHeads > 1;
+  static_assert(!kPersistent || prefill_sm90_persistent(kPageSize, kConsumers, kFlags),
+                "persistent CTAs: contiguous KV, three consumers, no features (hopper_params.h)");
+  constexpr int kQSlots = kPersistent ? 2 : 1;
 
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem_q = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
-  unsigned char* smem_k = smem_q + Shape::kQBytes;
+      (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);  // kQSlots tiles
+  unsigned char* smem_k = smem_q + kQSlots * Shape::kQBytes;
   unsigned char* smem_v = smem_k + kStages * Shape::kKvBytes;
-  u64* q_full = reinterpret_cast<u64*>(smem_v + kStages * Shape::kKvBytes);
-  u64* k_full = q_full + 1;
+  u64* q_full = reinterpret_cast<u64*>(smem_v + kStages * Shape::kKvBytes);  // one a Q slot
+  u64* k_full = q_full + kQSlots;
   u64* k_empty = k_full + kStages;
   u64* v_full = k_empty + kStages;
   u64* v_empty = v_full + kStages;
   unsigned* warp_words = reinterpret_cast<unsigned*>(v_empty + kStages);  // sm90::pin_wait_after's
+  // Persistent: a Q slot's empty barrier (the consumers' stores are done with it).
+  u64* q_empty = reinterpret_cast<u64*>(warp_words + prefill_sm90_threads(kConsumers) / 32);
+  // Persistent: the CTA's k-th tile. Tiles come heaviest first; a CTA takes one from each row of
+  // gridDim.x tiles, from the row's start and end in turn, so that the CTAs' shares weigh alike
+  // (taking the same place in every row gave a CTA the heaviest tile of each band).
+  const unsigned persistent_tiles = p.tile_order.tiles.divisor * p.tile_order.rows;
+  auto persistent_tile = [&](int k) {
+    return k * gridDim.x + (k % 2 == 0 ? blockIdx.x : gridDim.x - 1 - blockIdx.x);
+  };
 
-  const PrefillTile cta = prefill_tile<kBlockM>(p);
-  const int batch_index = cta.batch_index;
-  const int kv_head = cta.head / (kGroup / kPackHeads);  // kGroup / kPackHeads packs a KV head
-  // The query head of tile row `row` (the pack's first head cta.head x kPackHeads), and its
-  // position.
-  auto row_head = [&](int row) { return cta.head * kPackHeads + row % kPackHeads; };
-  auto row_position = [](int row) { return row / kPackHeads; };
-  const PrefillRequest r = prefill_request<kPageSize>(p, batch_index);
-  const int rows = r.q_len * kPackHeads;  // the request's tile rows
-  const int m0 = cta.start;
-  if (m0 >= rows) return;
-  const int last_row = min(m0 + kBlockM, rows) - 1;
-  const int last_position = row_position(last_row);
-  // Blocks the tile's last row can see, and the first column some row of the tile cannot.
-  const int n_blocks = (prefill_row_stop(r, last_position) + kBlockN - 1) / kBlockN;
-  const int mask_from = prefill_row_stop(r, row_position(m0));
-  // A window starts the walk at the first row's first key (block aligned); blocks before the
-  // last row's first key are masked like the diagonal's. Rows whose window starts past the KV
-  // leave nothing to walk.
-  const int first_block =
-      kWindow ? max(window_first_key(static_cast<long long>(r.causal_base) + row_position(m0), p.features), 0) / kBlockN
-              : 0;
-  const int block_count = n_blocks - first_block;
-  const int window_mask_until =
-      kWindow ? window_first_key(static_cast<long long>(r.causal_base) + last_position, p.features) : 0;
-  // Consumers whose 64 rows all lie past the request's end (in the last tile of a length that is
-  // not a multiple of kBlockM) have nothing to compute: they leave at once, and the stages' empty
-  // barriers, the turns and the V tail's clearing count only the others. Computing those rows
-  // anyway cost B4 x 4096 in 192-row tiles 3% of its MMAs, causal B2 x 8192 1.6%.
-  const int active = min(kConsumers, (rows - m0 + 63) / 64);
+  // What a tile walks.
+  struct TileWalk {
+    PrefillTile cta;
+    PrefillRequest r;
+    int rows;           // the request's tile rows
+    int last_position;  // of the tile's last row
+    int n_blocks;       // blocks the tile's last row can see
+    int mask_from;      // the first column some row of the tile cannot see
+    int first_block, block_count, window_mask_until;
+    int active;  // consumers with rows to compute
+  };
+  auto walk_of = [&](const PrefillTile& cta) {
+    TileWalk w;
+    w.cta = cta;
+    w.r = prefill_request<kPageSize>(p, cta.batch_index);
+    w.rows = w.r.q_len * kPackHeads;
+    const int m0 = cta.start;
+    w.last_position = (min(m0 + kBlockM, w.rows) - 1) / kPackHeads;
+    w.n_blocks = (prefill_row_stop(w.r, w.last_position) + kBlockN - 1) / kBlockN;
+    w.mask_from = prefill_row_stop(w.r, m0 / kPackHeads);
+    // A window starts the walk at the first row's first key (block aligned); blocks before the
+    // last row's first key are masked like the diagonal's. Rows whose window starts past the KV
+    // leave nothing to walk.
+    w.first_block =
+        kWindow ? max(window_first_key(static_cast<long long>(w.r.causal_base) + m0 / kPackHeads, p.features), 0) /
+                      kBlockN
+                : 0;
+    w.block_count = kPersistent && m0 >= w.rows ? 0 : w.n_blocks - w.first_block;
+    w.window_mask_until =
+        kWindow ? window_first_key(static_cast<long long>(w.r.causal_base) + w.last_position, p.features) : 0;
+    // Consumers whose 64 rows all lie past the request's end (in the last tile of a length that
+    // is not a multiple of kBlockM) have nothing to compute: they leave at once, and the stages'
+    // empty barriers, the turns and the V tail's clearing count only the others. Computing those
+    // rows anyway cost B4 x 4096 in 192-row tiles 3% of its MMAs, causal B2 x 8192 1.6%.
+    // Persistent CTAs keep every consumer: the barriers' counts hold for all their tiles.
+    w.active = kPersistent ? kConsumers : min(kConsumers, (w.rows - m0 + 63) / 64);
+    return w;
+  };
+  // The CTA's tile (persistent: its first; the walks recompute it, not to hold it in registers).
+  const TileWalk first = walk_of(kPersistent ? prefill_tile_at<kBlockM>(p, blockIdx.x) : prefill_tile<kBlockM>(p));
+  if (!kPersistent && first.cta.start >= first.rows) return;
+
+  // Q of tile `w` into slot `slot`. Packed: the map is {head_dim, heads, positions, batch}, its
+  // box the pack's heads at kBlockM / kPackHeads positions, which lands as the tile's rows in
+  // packed order.
+  auto issue_q = [&](const TileWalk& w, int slot) {
+    unsigned char* q = smem_q + slot * Shape::kQBytes;
+    mbar_arrive_expect_tx(&q_full[slot], Shape::kQBytes);
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      if constexpr (kPack)
+        tma_load_4d(q + c * kBlockM * 128, &map_q, &q_full[slot], 64 * c, w.cta.head * kPackHeads,
+                    w.r.q_start + w.cta.start / kPackHeads, kPageSize == 0 ? w.cta.batch_index : 0);
+      else
+        tma_load_4d(q + c * kBlockM * 128, &map_q, &q_full[slot], 64 * c, w.r.q_start + w.cta.start, w.cta.head,
+                    kPageSize == 0 ? w.cta.batch_index : 0);
+    }
+  };
 
   if (threadIdx.x == 0) {
     ASTRAI_PREFILL_CLOCK(trace_placed);
-    mbar_init(q_full, 1);
+    for (int q = 0; q < kQSlots; ++q) {
+      mbar_init(&q_full[q], 1);
+      if constexpr (kPersistent) mbar_init(&q_empty[q], 128 * kConsumers);
+    }
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&k_full[s], 1);
       mbar_init(&v_full[s], 1);
-      mbar_init(&k_empty[s], 128 * active);
-      mbar_init(&v_empty[s], 128 * active);
+      mbar_init(&k_empty[s], 128 * first.active);
+      mbar_init(&v_empty[s], 128 * first.active);
     }
     fence_mbar_init();
     ASTRAI_PREFILL_CLOCK(trace_barriers);
     // Q is issued by the thread that initialized its barrier, before the CTA's barrier and the
     // register hand-over: its latency is most of a short tile's start (run 157: 18% of the
-    // cycles of AstrAI's B16 x 1024 rows).
-    if (block_count > 0) {
-      mbar_arrive_expect_tx(q_full, Shape::kQBytes);
-      // Packed: the map is {head_dim, heads, positions, batch}, its box the pack's heads at
-      // kBlockM / kPackHeads positions, which lands as the tile's rows in packed order.
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        if constexpr (kPack)
-          tma_load_4d(smem_q + c * kBlockM * 128, &map_q, q_full, 64 * c, cta.head * kPackHeads,
-                      r.q_start + row_position(m0), kPageSize == 0 ? batch_index : 0);
-        else
-          tma_load_4d(smem_q + c * kBlockM * 128, &map_q, q_full, 64 * c, r.q_start + m0, cta.head,
-                      kPageSize == 0 ? batch_index : 0);
-      }
+    // cycles of AstrAI's B16 x 1024 rows). Persistent CTAs issue theirs in the producer's walk.
+    if (!kPersistent && first.block_count > 0) {
+      issue_q(first, 0);
       ASTRAI_PREFILL_STAMP(true, 8);  // Q issued
       // Contiguous KV: the walk's first K block too (stage 0, whose empty barrier is fresh).
       if constexpr (kPageSize == 0) {
         mbar_arrive_expect_tx(&k_full[0], Shape::kKvBytes);
 #pragma unroll
         for (int c = 0; c < kChunks; ++c)
-          tma_load_4d(smem_k + c * kBlockN * 128, &map_k, &k_full[0], 64 * c, (n_blocks - 1) * kBlockN, kv_head,
-                      batch_index);
+          tma_load_4d(smem_k + c * kBlockN * 128, &map_k, &k_full[0], 64 * c, (first.n_blocks - 1) * kBlockN,
+                      first.cta.head / (kGroup / kPackHeads), first.cta.batch_index);
         ASTRAI_PREFILL_STAMP(true, 9);  // the first K block issued
       }
     }
@@ -204,13 +240,20 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
 
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
-    setmaxnreg_dec<kPrefillSm90ProducerRegs>();
+    setmaxnreg_dec<prefill_sm90_producer_regs(kConsumers, kPersistent)>();
     // Warp 0 produces; lane 0 issues every barrier operation. Contiguous KV: one box per
     // 64-column chunk and block, from lane 0. Paged KV: boxes of kBoxRows tokens (never across a
     // page), lane j looking up the page of box j and issuing it; pages past the KV length get id
     // -1, which TMA reads as zeros, like ids outside the pool.
     const int lane = threadIdx.x;
-    if (threadIdx.x < 32 && block_count > 0) {
+    if (threadIdx.x >= (kPersistent ? 64 : 32)) return;
+    // The loads of tile `w`'s walk, whose first block takes ring step g.
+    auto produce = [&](const TileWalk& w, int g) {
+      const int batch_index = w.cta.batch_index;
+      const int kv_head = w.cta.head / (kGroup / kPackHeads);  // kGroup / kPackHeads packs a KV head
+      const PrefillRequest& r = w.r;
+      const int n_blocks = w.n_blocks;
+      const int block_count = w.block_count;
       const int* table_row = kPageSize == 0 ? nullptr : p.page_table + batch_index * p.page_table_stride;
       // Page id of box `lane` of the block starting at `token` (contiguous: unused).
       auto box_page = [&](int token) {
@@ -224,11 +267,11 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       // Step `it` walks block n_blocks - 1 - it. `is_v`: paged V's boxes bring whole rows.
       auto load_kv = [&](const TmaMap* map, unsigned char* ring, u64* full, u64* empty, int it, int page,
                          bool is_v) {
-        const int s = it % kStages;
+        const int s = (g + it) % kStages;
         const int token = (n_blocks - 1 - it) * kBlockN;
         unsigned char* stage = ring + s * Shape::kKvBytes;
         if (lane == 0) {
-          mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+          mbar_wait(&empty[s], (((g + it) / kStages) & 1) ^ 1);
           mbar_arrive_expect_tx(&full[s], Shape::kKvBytes);
         }
         if constexpr (kPageSize == 0) {
@@ -255,19 +298,62 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       int previous_page = 0;
       for (int it = 0; it < block_count; ++it) {
         const int next_page = it + 1 < block_count ? box_page((n_blocks - 2 - it) * kBlockN) : 0;
-        if (kPageSize != 0 || it > 0) load_kv(&map_k, smem_k, k_full, k_empty, it, page, false);
+        if (kPersistent || kPageSize != 0 || it > 0) load_kv(&map_k, smem_k, k_full, k_empty, it, page, false);
         ASTRAI_PREFILL_STAMP(kPageSize != 0 && it == 0 && lane == 0, 9);  // the first K block issued
         if (it > 0) load_kv(&map_v, smem_v, v_full, v_empty, it - 1, previous_page, true);
         previous_page = page;
         page = next_page;
       }
       load_kv(&map_v, smem_v, v_full, v_empty, block_count - 1, previous_page, true);
+    };
+    if constexpr (!kPersistent) {
+      if (first.block_count > 0) produce(first, 0);
+    } else if (threadIdx.x == 32) {
+      // Warp 1 loads Q: tile k's into slot k % 2 as soon as the consumers' stores of tile k - 2
+      // have left it, early in tile k - 1's walk.
+      for (int k = 0; persistent_tile(k) < persistent_tiles; ++k) {
+        const int slot = k % 2;
+        mbar_wait(&q_empty[slot], ((k / 2) & 1) ^ 1);
+        const TileWalk w = walk_of(prefill_tile_at<kBlockM>(p, persistent_tile(k)));
+        if (w.block_count > 0)
+          issue_q(w, slot);
+        else
+          mbar_arrive(&q_full[slot]);  // nothing to walk: the consumers only store
+      }
+    } else if (lane == 0) {
+      // Warp 0 streams K and V through the ring, tile after tile.
+      int g = 0;
+      for (int k = 0; persistent_tile(k) < persistent_tiles; ++k) {
+        const TileWalk w = walk_of(prefill_tile_at<kBlockM>(p, persistent_tile(k)));
+        if (w.block_count > 0) produce(w, g);
+        g += w.block_count;
+      }
     }
     return;
   }
 
-  if (warpgroup > active) return;
+  if (!kPersistent && warpgroup > first.active) return;
   setmaxnreg_inc<Shape::kConsumerRegs>();
+  // Tile `w`, whose Q is in slot `slot` (its barrier's phase `q_parity`) and whose walk's first
+  // block takes ring step g.
+  auto consume = [&](const TileWalk& w, int g, int slot, unsigned q_parity) {
+  const PrefillTile& cta = w.cta;
+  const int batch_index = cta.batch_index;
+  const PrefillRequest& r = w.r;
+  const int rows = w.rows;
+  const int m0 = cta.start;
+  const int last_position = w.last_position;
+  const int n_blocks = w.n_blocks;
+  const int mask_from = w.mask_from;
+  const int block_count = w.block_count;
+  const int window_mask_until = w.window_mask_until;
+  const int active = w.active;
+  const int first_stage = g % kStages;  // the walk's first block's
+  unsigned char* const q_tile = smem_q + slot * Shape::kQBytes;
+  // The query head of tile row `row` (the pack's first head cta.head x kPackHeads), and its
+  // position.
+  auto row_head = [&](int row) { return cta.head * kPackHeads + row % kPackHeads; };
+  auto row_position = [](int row) { return row / kPackHeads; };
   // Round robin: the active consumers take turns issuing their GEMMs (named barrier 1 + c is
   // consumer c's turn, 256 threads: it waits, its predecessor arrives), so that one's softmax
   // runs while the others' wgmmas keep the tensor cores busy. Consumer 0 goes first; one alone
@@ -310,11 +396,12 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   // instead cost 1-7%, run 81). 80-token blocks (hd256, the wide hd128 tiles) cut their P V to
   // 64 or keep all 80: left whole, they ran 3-5% slower (run 83). The soft-cap's variants keep
   // whole blocks (they spilled with the cut).
-  constexpr bool kCutFirst = !kCap;
+  // Persistent CTAs keep whole blocks too: the tile loop's state and the cut spilled S at hd64.
+  constexpr bool kCutFirst = !kCap && !kPersistent;
   const int first_width =
       kCutFirst ? min(kBlockN, (prefill_row_stop(r, last_position) - (n_blocks - 1) * kBlockN + 63) / 64 * 64)
                 : kBlockN;
-  const unsigned q_base = shared_address(smem_q) + consumer * 64 * 128;
+  const unsigned q_base = shared_address(q_tile) + consumer * 64 * 128;
   // S = Q K^T of the block in `stage`, columns `first_col` .. + width (registers first_col / 2 ..
   // of s; the others keep what they held).
   auto issue_qk = [&](int stage, auto width, auto first_col) {
@@ -336,11 +423,11 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   // between a fence and the wgmmas it covers (ptxas would serialize).
   auto issue_first_qk = [&] {
     if constexpr (!kCutFirst || kBlockN % 64 != 0) {
-      issue_qk(0, Constant<kBlockN>(), Constant<0>());
+      issue_qk(first_stage, Constant<kBlockN>(), Constant<0>());
     } else {
       auto issue_piece = [&](auto piece) {
         constexpr int kPiece = decltype(piece)::value;
-        if (kPiece * 64 < first_width) issue_qk(0, Constant<64>(), Constant<64 * kPiece>());
+        if (kPiece * 64 < first_width) issue_qk(first_stage, Constant<64>(), Constant<64 * kPiece>());
       };
       issue_piece(Constant<0>());
       if constexpr (kBlockN >= 128) issue_piece(Constant<1>());
@@ -465,7 +552,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       const int chunk = i / pieces;
       // Paged V: [box][chunk][kBoxRows rows] (the contiguous layout never reaches here).
       const int offset = (row / kBoxRows) * kChunks * kBoxRows * 128 + chunk * kBoxRows * 128 + (row % kBoxRows) * 128;
-      *reinterpret_cast<uint4*>(smem_v + offset + (i % 8) * 16) = uint4{0u, 0u, 0u, 0u};
+      *reinterpret_cast<uint4*>(smem_v + first_stage * Shape::kKvBytes + offset + (i % 8) * 16) = uint4{0u, 0u, 0u, 0u};
     }
     fence_proxy_async_shared();
     named_bar_sync(kConsumers + 1, 128 * active);
@@ -488,16 +575,16 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     float correction[2];
     if (consumer == active - 1) pass_turn();
     ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 10);  // consumer 0 is ready to wait for Q and K
-    mbar_wait(q_full, 0);
+    mbar_wait(&q_full[slot], q_parity);
     ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 11);  // Q arrived
-    mbar_wait(&k_full[0], 0);
+    mbar_wait(&k_full[first_stage], (g / kStages) & 1);
     ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 1);  // Q and the first K block have arrived
     await_turn();
     issue_first_qk();
     pass_turn();
     wgmma_wait<0>();
     reg_fence(s);
-    mbar_arrive(&k_empty[0]);
+    mbar_arrive(&k_empty[first_stage]);
     softmax((n_blocks - 1) * kBlockN, correction);
     pack_p();
     ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 2);  // the first block's softmax is done
@@ -505,10 +592,10 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     // block: its P V goes in pieces ahead of S.
     auto step = [&](int it, auto first) {
       constexpr bool first_pv = decltype(first)::value;
-      const int ks = it % kStages;
-      const int vs = (it - 1) % kStages;
-      mbar_wait(&k_full[ks], (it / kStages) & 1);
-      mbar_wait(&v_full[vs], ((it - 1) / kStages) & 1);
+      const int ks = (g + it) % kStages;
+      const int vs = (g + it - 1) % kStages;
+      mbar_wait(&k_full[ks], ((g + it) / kStages) & 1);
+      mbar_wait(&v_full[vs], ((g + it - 1) / kStages) & 1);
       await_turn();
       if constexpr (first_pv) issue_first_pv(vs);
       issue_qk(ks, Constant<kBlockN>(), Constant<0>());
@@ -536,7 +623,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       pack_p();
     };
     if (block_count > 1) {
-      mbar_wait(&v_full[0], 0);
+      mbar_wait(&v_full[first_stage], (g / kStages) & 1);
       clear_v_tail();
     }
     // The loop's step has no branch between its GEMMs (one there cost 1-7%, run 81): a cut first
@@ -544,8 +631,8 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     int it = 1;
     if (block_count > 1 && first_width < kBlockN) step(it++, Constant<true>());
     for (; it < block_count; ++it) step(it, Constant<false>());
-    const int vs = (block_count - 1) % kStages;
-    mbar_wait(&v_full[vs], ((block_count - 1) / kStages) & 1);
+    const int vs = (g + block_count - 1) % kStages;
+    mbar_wait(&v_full[vs], ((g + block_count - 1) / kStages) & 1);
     if (block_count == 1) clear_v_tail();
     await_turn();
     if (block_count == 1) {
@@ -591,7 +678,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     // Piece j (8 columns) of row rho of the warp's 16: in the Q tile's chunk j / 8, its place in
     // the 128-byte row swizzled by the row, so that a tile's 8 rows meet 8 different bank groups,
     // and so do a row's 8 pieces when read.
-    const unsigned staging = shared_address(smem_q) + (64 * consumer + 16 * warp) * 128;
+    const unsigned staging = shared_address(q_tile) + (64 * consumer + 16 * warp) * 128;
     auto piece = [&](int rho, int j) {
       return staging + (j / 8) * kBlockM * 128 + rho * 128 + ((j ^ rho) % 8) * 16;
     };
@@ -623,6 +710,22 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
         p.lse[(r.lse_row + row_position(row0 + 8 * h)) * p.n_heads + row_head(row0 + 8 * h)] = lse[h];
   }
   ASTRAI_PREFILL_STAMP(t == 0, 4 + consumer);  // each consumer's stores are issued
+  if constexpr (kPersistent) {
+    fence_proxy_async_shared();  // the next tile's Q load follows this tile's reads of the slot
+    mbar_arrive(&q_empty[slot]);
+  }
+  };
+
+  if constexpr (!kPersistent) {
+    consume(first, 0, 0, 0);
+  } else {
+    int g = 0;
+    for (int k = 0; persistent_tile(k) < persistent_tiles; ++k) {
+      const TileWalk w = walk_of(prefill_tile_at<kBlockM>(p, persistent_tile(k)));
+      consume(w, g, k % 2, (k / 2) & 1);
+      g += w.block_count;
+    }
+  }
 }
 
 }  // namespace astrai

@@ -19,9 +19,10 @@ std::vector<std::string> prefill_instantiations(const KernelSpec& spec, int page
 
 std::vector<std::string> prefill_sm90_instantiations(const KernelSpec& spec, int page_size) {
   const int consumers = prefill_sm90_consumers(spec.head_dim, spec.wide);
-  return {fmt::format("astrai::prefill_sm90_kernel<{}, {}, {}, {}, {}, {}, {}>", device_type_name(spec.dtype),
+  return {fmt::format("astrai::prefill_sm90_kernel<{}, {}, {}, {}, {}, {}, {}{}>", device_type_name(spec.dtype),
                       spec.head_dim, page_size, spec.group_size, consumers,
-                      prefill_sm90_block_n(spec.head_dim, consumers), spec.flags)};
+                      prefill_sm90_block_n(spec.head_dim, consumers), spec.flags,
+                      prefill_sm90_persistent(page_size, consumers, spec.flags) ? ", true" : "")};
 }
 
 bool prefill_sm90_serves(int head_dim, int page_size) {
@@ -113,13 +114,21 @@ bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, c
   CUtensorMap map_v = kv.maps[1];
   spec.hopper = true;
   const int threads = prefill_sm90_threads(consumers);
-  const int smem = prefill_sm90_smem_bytes(spec.head_dim, consumers, block_n);
+  const bool persistent = prefill_sm90_persistent(spec.page_size, consumers, spec.flags);
+  const int smem = prefill_sm90_smem_bytes(spec.head_dim, consumers, block_n, persistent);
+  const GridSize tiles = prefill_sm90_grid(params, max_q_len, consumers);
+  // Persistent: a CTA an SM (or a tile), each walking tiles of that grid. Their tile ids are 31-bit
+  // (fast_divide's range): a grid past that (a Q of terabytes) goes to the portable kernel.
+  const long long tile_count = 1LL * tiles.x * tiles.y * tiles.z;
+  if (persistent && tile_count >= (1LL << 31)) return false;
   const LoadedVariant& variant = impl.variant(device, spec, {threads, smem});
   PrefillParams launch_params = params;
+  launch_params.tile_order = prefill_tile_order(tiles.x, tiles.y, tiles.z);
   void* arguments[] = {&launch_params, &map_q, &map_k, &map_v};
   LaunchConfig config{};
   config.name = launch_name;
-  config.grid = prefill_sm90_grid(params, max_q_len, consumers);
+  config.grid = persistent ? GridSize{static_cast<unsigned>(std::min<long long>(tile_count, device.num_sms())), 1, 1}
+                           : tiles;
   config.block = static_cast<unsigned>(threads);
   config.smem = static_cast<unsigned>(smem);
   config.stream = static_cast<CUstream>(stream);
@@ -154,6 +163,7 @@ void launch_prefill(Runtime::Impl& impl, const KernelFamily& family, const char*
   config.name = launch_name;
   config.grid = {static_cast<unsigned>(q_tiles), static_cast<unsigned>(params.n_heads),
                  static_cast<unsigned>(params.batch)};
+  launch_params.tile_order = prefill_tile_order(config.grid.x, config.grid.y, config.grid.z);
   config.block = kPrefillThreads;
   config.smem = static_cast<unsigned>(smem);
   config.stream = static_cast<CUstream>(stream);

@@ -338,6 +338,29 @@ TEST_CASE("prefill at the tile edges: q_len 1, 63..65, 127..129 and kv_len 0, 1,
   check_prefill(prompt);
 }
 
+TEST_CASE("prefill grids of more tiles than the GPU has SMs: ragged tiles, causal and not, an empty KV") {
+  // On sm_90a, contiguous prefill on three consumers (hd64; hd128 where the wide tiling is
+  // taken or forced) launches a CTA an SM, each walking tiles from both ends of every row of
+  // tiles: these grids hold 180-432 tiles of three consumers, so CTAs walk two or more.
+  std::mt19937 rng(39);
+  for (int head_dim : {64, 128}) {
+    for (const auto& [group, batch, q_len, kv_len, causal_offset] :
+         std::vector<std::tuple<int, int, int, int, int>>{
+             {6, 24, 200, 260, 60}, {4, 30, 130, 77, -1}, {1, 100, 97, 97, 0}, {4, 60, 64, 0, -1}}) {
+      PrefillCase c;
+      c.head_dim = head_dim;
+      c.group = group;
+      c.n_kv_heads = 2;
+      c.batch = batch;
+      c.q_len = q_len;
+      c.kv_len = kv_len;
+      c.causal_offset = causal_offset;
+      c.seed = rng();
+      check_prefill(c);
+    }
+  }
+}
+
 TEST_CASE("prefill honours causal offsets other than the prompt tail") {
   std::mt19937 rng(34);
   // 0: a fresh prompt against a longer cache; small: the first rows see few tokens; past the

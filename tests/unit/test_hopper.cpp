@@ -125,6 +125,27 @@ TEST_SUITE("hopper") {
     CHECK(narrow.instantiations().front() == "astrai::prefill_sm90_kernel<astrai::bf16_t, 128, 16, 4, 2, 192, 0>");
   }
 
+  TEST_CASE("contiguous prefill on three consumers without features instantiates the persistent form") {
+    KernelSpec hd64 = hopper_prefill(KernelKind::prefill, DType::bf16, 64, 0, 6);
+    CHECK(hd64.instantiations().front() == "astrai::prefill_sm90_kernel<astrai::bf16_t, 64, 0, 6, 3, 128, 0, true>");
+    KernelSpec wide = hopper_prefill(KernelKind::prefill, DType::bf16, 128, 0, 4);
+    wide.wide = true;
+    CHECK(wide.instantiations().front() == "astrai::prefill_sm90_kernel<astrai::bf16_t, 128, 0, 4, 3, 80, 0, true>");
+    // Two consumers (no room for a second Q slot), paged KV and features keep a CTA a tile.
+    KernelSpec narrow = wide;
+    narrow.wide = false;
+    CHECK(narrow.instantiations().front() == "astrai::prefill_sm90_kernel<astrai::bf16_t, 128, 0, 4, 2, 192, 0>");
+    CHECK(hopper_prefill(KernelKind::paged_prefill, DType::bf16, 64, 16, 6).instantiations().front() ==
+          "astrai::prefill_sm90_kernel<astrai::bf16_t, 64, 16, 6, 3, 128, 0>");
+    KernelSpec capped = hd64;
+    capped.flags = astrai::kFeatureSoftCap;
+    CHECK(capped.instantiations().front() ==
+          fmt::format("astrai::prefill_sm90_kernel<astrai::bf16_t, 64, 0, 6, 3, 128, {}>", astrai::kFeatureSoftCap));
+    // Both Q slots and the rings fit the SM's 227 KB at the two tilings of three consumers.
+    CHECK(astrai::prefill_sm90_smem_bytes(64, 3, 128, true) <= 227 * 1024);
+    CHECK(astrai::prefill_sm90_smem_bytes(128, 3, 80, true) <= 227 * 1024);
+  }
+
   TEST_CASE("a wgmma variant outside what the Hopper kernels serve is refused by name") {
     auto refused = [](const std::string& name, const std::string& why) {
       CAPTURE(name);
@@ -348,14 +369,17 @@ TEST_SUITE("hopper") {
         const std::string types = dtype == DType::bf16 ? "bf16.bf16" : "f16.f16";
         const int consumers = astrai::prefill_sm90_consumers(head_dim, wide);
         const int block_n = astrai::prefill_sm90_block_n(head_dim, consumers);
+        const bool persistent = astrai::prefill_sm90_persistent(page_size, consumers, 0);
         CHECK(contains(result.ptx, fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", block_n, types)));
         CHECK(contains(result.ptx, fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", head_dim, types)));
-        // The walk's first block issues S in 64-column pieces, only as far as its rows see.
-        if (block_n % 64 == 0)
+        // The walk's first block issues S in 64-column pieces, only as far as its rows see
+        // (persistent CTAs take it whole).
+        if (block_n % 64 == 0 && !persistent)
           CHECK(contains(result.ptx, fmt::format("wgmma.mma_async.sync.aligned.m64n64k16.f32.{}", types)));
         CHECK(contains(result.ptx, "cp.async.bulk.tensor.4d"));
         CHECK(contains(result.ptx,
-                       fmt::format("setmaxnreg.dec.sync.aligned.u32 {}", astrai::kPrefillSm90ProducerRegs)));
+                       fmt::format("setmaxnreg.dec.sync.aligned.u32 {}",
+                                   astrai::prefill_sm90_producer_regs(consumers, persistent))));
         CHECK(contains(result.ptx, fmt::format("setmaxnreg.inc.sync.aligned.u32 {}",
                                                astrai::prefill_sm90_consumer_regs(consumers))));
         CHECK(contains(result.ptx, fmt::format(".maxntid {}", astrai::prefill_sm90_threads(consumers))));
@@ -415,6 +439,8 @@ TEST_SUITE("hopper") {
     constexpr std::uint32_t kAll = astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow;
     for (const auto& [kind, head_dim, page_size, wide] : std::vector<std::tuple<KernelKind, int, int, bool>>{
              {KernelKind::prefill, 128, 0, false},
+             {KernelKind::prefill, 128, 0, true},  // persistent, as hd64's below
+             {KernelKind::prefill, 64, 0, false},
              {KernelKind::paged_prefill, 128, 16, false},
              {KernelKind::paged_prefill, 128, 16, true},
              {KernelKind::paged_prefill, 64, 16, false}}) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "astrai/runtime.hpp"
@@ -345,6 +346,51 @@ TEST_CASE("the Hopper decode takes wide CTAs when its columns fit one wave and s
   }
 }
 
+TEST_CASE("a divisor fixed at launch divides exactly by multiply and shift, for dividends below 2^31") {
+  std::mt19937 rng(7);
+  std::vector<unsigned> divisors = {1, 2, 3, 5, 6, 7, 11, 24, 96, 641, 65535, 65536, 65537, 1u << 30, (1u << 31) - 1,
+                                    1u << 31};
+  for (int i = 0; i < 200; ++i) divisors.push_back(1 + rng() % 0x7fffffffu);
+  for (const unsigned divisor : divisors) {
+    CAPTURE(divisor);
+    const astrai::FastDivisor fast = astrai::make_fast_divisor(divisor);
+    std::vector<unsigned> dividends = {0, 1, divisor - 1, divisor, 0x7ffffffeu, 0x7fffffffu};
+    if (divisor < 0x40000000u) {
+      dividends.push_back(divisor + 1);
+      dividends.push_back(2 * divisor - 1);
+      dividends.push_back(0x7fffffffu / divisor * divisor);
+      dividends.push_back(0x7fffffffu / divisor * divisor - 1);
+    }
+    for (int i = 0; i < 2000; ++i) dividends.push_back(rng() % 0x80000000u);
+    int wrong = 0;
+    for (const unsigned dividend : dividends)
+      if (dividend < 0x80000000u && astrai::fast_divide(dividend, fast) != dividend / divisor) ++wrong;
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("causal prefill grids through the launch's divisors: heads and requests split as the grid has them") {
+  for (const unsigned tiles : {1u, 4u, 11u, 22u, 43u})
+    for (const unsigned heads : {1u, 3u, 12u})
+      for (const unsigned batch : {1u, 5u, 16u}) {
+        CAPTURE(tiles);
+        CAPTURE(heads);
+        CAPTURE(batch);
+        const astrai::PrefillTileOrder order = astrai::prefill_tile_order(tiles, heads, batch);
+        bool same = true;
+        for (unsigned id = 0; id < tiles * heads * batch; ++id) {
+          const auto want = astrai::prefill_causal_tile_place(static_cast<long long>(id), static_cast<int>(tiles),
+                                                              static_cast<long long>(heads * batch));
+          const auto got = astrai::prefill_causal_tile_place(id, order);
+          const unsigned batch_index = astrai::fast_divide(got.row, order.heads);
+          if (got.position != want.position || got.row != want.row || batch_index != want.row / heads ||
+              got.row - batch_index * heads != want.row % heads)
+            same = false;
+        }
+        CHECK(same);
+      }
+}
+
 TEST_CASE("causal prefill grids take every tile once, heaviest bands first, a band's rows one after another") {
   const int band_count = astrai::kPrefillCausalBands;
   for (const int tiles : {1, 2, 3, 5, 11, 22, 43, 64}) {
@@ -358,12 +404,17 @@ TEST_CASE("causal prefill grids take every tile once, heaviest bands first, a ba
       bool heaviest_first = true;
       bool in_grid = true;
       bool same_in_32_bits = true;
+      bool same_through_divisors = true;
       for (long long id = 0; id < tiles * rows; ++id) {
         const astrai::PrefillTilePlace<long long> place = astrai::prefill_causal_tile_place(id, tiles, rows);
         // The kernels' 32-bit form (grids under 2^32 CTAs) places every CTA the same.
         const astrai::PrefillTilePlace<unsigned> narrow =
             astrai::prefill_causal_tile_place<unsigned>(static_cast<unsigned>(id), tiles, static_cast<unsigned>(rows));
         if (narrow.position != place.position || narrow.row != place.row) same_in_32_bits = false;
+        // And through the launch's divisors (rows taken as heads x 1 request).
+        const astrai::PrefillTilePlace<unsigned> fast = astrai::prefill_causal_tile_place(
+            static_cast<unsigned>(id), astrai::prefill_tile_order(tiles, static_cast<unsigned>(rows), 1));
+        if (fast.position != place.position || fast.row != place.row) same_through_divisors = false;
         if (place.position < 0 || place.position >= tiles || place.row < 0 || place.row >= rows) {
           in_grid = false;
           continue;
@@ -382,6 +433,7 @@ TEST_CASE("causal prefill grids take every tile once, heaviest bands first, a ba
       CHECK(rows_together);
       CHECK(heaviest_first);
       CHECK(same_in_32_bits);
+      CHECK(same_through_divisors);
       CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
       CHECK(astrai::prefill_causal_tile_place(0LL, tiles, rows).position == tiles - 1);
     }

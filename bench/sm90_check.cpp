@@ -469,8 +469,10 @@ void run_sm90_prefill(const PrefillKernels& kernels, const PrefillCase& c, Prefi
   const astrai::detail::GridSize size = astrai::detail::prefill_sm90_grid(p, d.max_q_len, c.warpgroups());
   Grid grid{size.x, size.y, size.z};
   p.tile_order = astrai::prefill_tile_order(size.x, size.y, size.z);
-  if (c.persistent)  // a CTA an SM, each walking tiles of the grid above
-    grid = {static_cast<unsigned>(std::min<long long>(static_cast<long long>(size.x) * size.y * size.z, sm_count())), 1, 1};
+  if (c.persistent) {  // a CTA an SM, each walking tiles of the grid above
+    const long long tiles = static_cast<long long>(size.x) * size.y * size.z;
+    grid = {static_cast<unsigned>(std::min<long long>(tiles, sm_count())), 1, 1};
+  }
   const int wg = c.warpgroups();
   launch(kernels.find(c), grid, astrai::prefill_sm90_threads(wg),
          static_cast<unsigned>(astrai::prefill_sm90_smem_bytes(c.head_dim, wg, block_n, c.persistent)), stream,
@@ -695,7 +697,8 @@ void trace_prefill(const PrefillKernels& traced, const PrefillCase& c, CUstream 
              gap / std::max<double>(1, ctas - sms), per_cta(load), per_cta(first), per_cta(loop), per_cta(tail));
   fmt::print("TRACE   load steps (cycles after the start): tile placed {:.0f}, barriers set up {:.0f}, Q issued "
              "{:.0f}, first K issued {:.0f}, consumer 0 ready {:.0f}, Q arrived {:.0f}, first K arrived {:.0f}\n",
-             per_cta(placed), per_cta(barriers), per_cta(q_issued), per_cta(k_issued), per_cta(ready), per_cta(q_arrived), per_cta(load));
+             per_cta(placed), per_cta(barriers), per_cta(q_issued), per_cta(k_issued), per_cta(ready),
+             per_cta(q_arrived), per_cta(load));
 }
 
 }  // namespace

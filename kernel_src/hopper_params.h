@@ -43,7 +43,9 @@ constexpr int prefill_sm90_block_m(int consumers) { return 64 * consumers; }  //
 // forever.
 // Persistent CTAs' producers walk tiles (their loop state spilled at 24): with three consumers
 // they take the 8 a thread that the consumers leave in the pool (two leave none).
-constexpr int prefill_sm90_producer_regs(int consumers, bool persistent) { return persistent && consumers == 3 ? 32 : 24; }
+constexpr int prefill_sm90_producer_regs(int consumers, bool persistent) {
+  return persistent && consumers == 3 ? 32 : 24;
+}
 constexpr int prefill_sm90_launch_regs(int consumers) { return 65536 / prefill_sm90_threads(consumers) / 8 * 8; }
 constexpr int prefill_sm90_consumer_regs(int consumers) { return consumers == 2 ? 240 : 160; }
 static_assert(128 * prefill_sm90_producer_regs(2, true) + 256 * prefill_sm90_consumer_regs(2) <=

@@ -5,7 +5,8 @@
 // pages of 8 tokens or more; head dims that are multiples of 64.
 //
 // Grid: (ceil(q_len / kBlockM), n_heads, batch), in prefill.cuh's tile order; with packed GQA
-// (hopper_params.h) (ceil(q_len x pack / kBlockM), n_heads / pack, batch). 128 threads a warpgroup.
+// (hopper_params.h) (ceil(q_len x pack / kBlockM), n_heads / pack, batch); persistent variants
+// (kPersistent, below) a CTA an SM walking that grid's tiles. 128 threads a warpgroup.
 // Warpgroup 0 (prefill_sm90_producer_regs registers) has one thread issue TMA loads: Q once (before
 // the CTA's first barrier, with the first K block when KV is contiguous), then K and V blocks of
 // kBlockN tokens from the last block the tile can see down to the first (blocks crossing the causal
@@ -81,10 +82,11 @@ __device__ __forceinline__ void prefill_trace(int slot, unsigned long long value
 //          columns), box {64, R, head_dim / 64, 1, 1}: one box brings R whole rows.
 // Shared-memory tiles: Q and K [chunk][row][128 B]; V contiguous the same, V paged [box][chunk]
 // [R rows][128 B] (half the boxes of K at hd128; P V's descriptors step through either).
-// kPersistent (contiguous KV): the launch holds a CTA an SM or fewer, and each CTA walks tiles of
-// p.tile_order's grid in prefill_tile_at's order (persistent_tile below). Q has two slots, so that
-// the next tile's Q and first K blocks load while this tile's last blocks and stores run: short causal prompts (AstrAI's B16 x 1024) spent 17-18% of
-// their cycles waiting for a tile's first loads (runs 157-161).
+// kPersistent (contiguous KV, three consumers, no features): the launch holds a CTA an SM or
+// fewer, and each CTA walks tiles of p.tile_order's grid in prefill_tile_at's order
+// (persistent_tile below). Q has two slots, so that the next tile's Q and first K blocks load
+// while this tile's last blocks and stores run: short causal prompts (AstrAI's B16 x 1024) spent
+// 17-18% of their cycles waiting for a tile's first loads (runs 157-161).
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kConsumersArg = prefill_sm90_consumers(kHeadDim),
           int kBlockNArg = prefill_sm90_block_n(kHeadDim, kConsumersArg), int kFlags = 0, bool kPersistent = false>
 __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
@@ -337,383 +339,385 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   // Tile `w`, whose Q is in slot `slot` (its barrier's phase `q_parity`) and whose walk's first
   // block takes ring step g.
   auto consume = [&](const TileWalk& w, int g, int slot, unsigned q_parity) {
-  const PrefillTile& cta = w.cta;
-  const int batch_index = cta.batch_index;
-  const PrefillRequest& r = w.r;
-  const int rows = w.rows;
-  const int m0 = cta.start;
-  const int last_position = w.last_position;
-  const int n_blocks = w.n_blocks;
-  const int mask_from = w.mask_from;
-  const int block_count = w.block_count;
-  const int window_mask_until = w.window_mask_until;
-  const int active = w.active;
-  const int first_stage = g % kStages;  // the walk's first block's
-  unsigned char* const q_tile = smem_q + slot * Shape::kQBytes;
-  // The query head of tile row `row` (the pack's first head cta.head x kPackHeads), and its
-  // position.
-  auto row_head = [&](int row) { return cta.head * kPackHeads + row % kPackHeads; };
-  auto row_position = [](int row) { return row / kPackHeads; };
-  // Round robin: the active consumers take turns issuing their GEMMs (named barrier 1 + c is
-  // consumer c's turn, 256 threads: it waits, its predecessor arrives), so that one's softmax
-  // runs while the others' wgmmas keep the tensor cores busy. Consumer 0 goes first; one alone
-  // takes no turns. Barrier kConsumers + 1 joins the active consumers.
-  const int consumer = warpgroup - 1;
-  const bool alone = active == 1;
-  auto await_turn = [&] {
-    if (!alone) named_bar_sync(1 + consumer, 256);
-  };
-  auto pass_turn = [&] {
-    if (!alone) named_bar_arrive(consumer + 1 == active ? 1 : 2 + consumer, 256);
-  };
-  const int t = threadIdx.x % 128;
-  const int lane = t % 32;
-  const int row0 = m0 + 64 * consumer + 16 * (t / 32) + lane / 4;  // and row0 + 8
-  const int stop[2] = {prefill_row_stop(r, row_position(row0)), prefill_row_stop(r, row_position(row0 + 8))};
-  int first_key[2] = {0, 0};  // window: the first key each row attends to
-  if (kWindow)
-    for (int h = 0; h < 2; ++h)
-      first_key[h] =
-          window_first_key(static_cast<long long>(r.causal_base) + row_position(row0 + 8 * h), p.features);
-  // Scores arrive raw; with a soft-cap they leave the cap already in log2 units.
-  const float score_scale = kCap ? 1.f : p.scale_log2;
+    const PrefillTile& cta = w.cta;
+    const int batch_index = cta.batch_index;
+    const PrefillRequest& r = w.r;
+    const int rows = w.rows;
+    const int m0 = cta.start;
+    const int last_position = w.last_position;
+    const int n_blocks = w.n_blocks;
+    const int mask_from = w.mask_from;
+    const int block_count = w.block_count;
+    const int window_mask_until = w.window_mask_until;
+    const int active = w.active;
+    const int first_stage = g % kStages;  // the walk's first block's
+    unsigned char* const q_tile = smem_q + slot * Shape::kQBytes;
+    // The query head of tile row `row` (the pack's first head cta.head x kPackHeads), and its
+    // position.
+    auto row_head = [&](int row) { return cta.head * kPackHeads + row % kPackHeads; };
+    auto row_position = [](int row) { return row / kPackHeads; };
+    // Round robin: the active consumers take turns issuing their GEMMs (named barrier 1 + c is
+    // consumer c's turn, 256 threads: it waits, its predecessor arrives), so that one's softmax
+    // runs while the others' wgmmas keep the tensor cores busy. Consumer 0 goes first; one alone
+    // takes no turns. Barrier kConsumers + 1 joins the active consumers.
+    const int consumer = warpgroup - 1;
+    const bool alone = active == 1;
+    auto await_turn = [&] {
+      if (!alone) named_bar_sync(1 + consumer, 256);
+    };
+    auto pass_turn = [&] {
+      if (!alone) named_bar_arrive(consumer + 1 == active ? 1 : 2 + consumer, 256);
+    };
+    const int t = threadIdx.x % 128;
+    const int lane = t % 32;
+    const int row0 = m0 + 64 * consumer + 16 * (t / 32) + lane / 4;  // and row0 + 8
+    const int stop[2] = {prefill_row_stop(r, row_position(row0)), prefill_row_stop(r, row_position(row0 + 8))};
+    int first_key[2] = {0, 0};  // window: the first key each row attends to
+    if (kWindow)
+      for (int h = 0; h < 2; ++h)
+        first_key[h] =
+            window_first_key(static_cast<long long>(r.causal_base) + row_position(row0 + 8 * h), p.features);
+    // Scores arrive raw; with a soft-cap they leave the cap already in log2 units.
+    const float score_scale = kCap ? 1.f : p.scale_log2;
 
-  float o[kHeadDim / 2];
-  float s[kBlockN / 2];
-  unsigned pa[kBlockN / 16][4];
-  float row_max[2] = {negative_infinity(), negative_infinity()};
-  float row_sum[2] = {0.f, 0.f};
+    float o[kHeadDim / 2];
+    float s[kBlockN / 2];
+    unsigned pa[kBlockN / 16][4];
+    float row_max[2] = {negative_infinity(), negative_infinity()};
+    float row_sum[2] = {0.f, 0.f};
 #pragma unroll
-  for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+    for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
 
-  // The walk's first block holds the last column the tile's last row sees; every column after
-  // it is masked for every row, so that block's GEMMs stop at the next multiple of 64 (a 4096-token
-  // KV in 192-token blocks would otherwise spend 3% of its MMAs on a block two-thirds empty). The
-  // width is the tile's, not each consumer's: all consumers then run the same step (a width per
-  // consumer was slower, and synccheck flagged a barrier it split; docs/device-notes.md, run 66).
-  // Both GEMMs of that block go in 64-column pieces, each its own group, so one copy of the step
-  // serves every width (a copy per width cost NVRTC 0.3 s at hd128; a branch in the loop's step
-  // instead cost 1-7%, run 81). 80-token blocks (hd256, the wide hd128 tiles) cut their P V to
-  // 64 or keep all 80: left whole, they ran 3-5% slower (run 83). The soft-cap's variants keep
-  // whole blocks (they spilled with the cut).
-  // Persistent CTAs keep whole blocks too: the tile loop's state and the cut spilled S at hd64.
-  constexpr bool kCutFirst = !kCap && !kPersistent;
-  const int first_width =
-      kCutFirst ? min(kBlockN, (prefill_row_stop(r, last_position) - (n_blocks - 1) * kBlockN + 63) / 64 * 64)
-                : kBlockN;
-  const unsigned q_base = shared_address(q_tile) + consumer * 64 * 128;
-  // S = Q K^T of the block in `stage`, columns `first_col` .. + width (registers first_col / 2 ..
-  // of s; the others keep what they held).
-  auto issue_qk = [&](int stage, auto width, auto first_col) {
-    constexpr int kFirstCol = decltype(first_col)::value;
-    const unsigned k_base = shared_address(smem_k + stage * Shape::kKvBytes) + kFirstCol * 128;
-    reg_fence(s);
-    wgmma_fence();
+    // The walk's first block holds the last column the tile's last row sees; every column after
+    // it is masked for every row, so that block's GEMMs stop at the next multiple of 64 (a 4096-token
+    // KV in 192-token blocks would otherwise spend 3% of its MMAs on a block two-thirds empty). The
+    // width is the tile's, not each consumer's: all consumers then run the same step (a width per
+    // consumer was slower, and synccheck flagged a barrier it split; docs/device-notes.md, run 66).
+    // Both GEMMs of that block go in 64-column pieces, each its own group, so one copy of the step
+    // serves every width (a copy per width cost NVRTC 0.3 s at hd128; a branch in the loop's step
+    // instead cost 1-7%, run 81). 80-token blocks (hd256, the wide hd128 tiles) cut their P V to
+    // 64 or keep all 80: left whole, they ran 3-5% slower (run 83). The soft-cap's variants keep
+    // whole blocks (they spilled with the cut).
+    // Persistent CTAs keep whole blocks too: the tile loop's state and the cut spilled S at hd64.
+    constexpr bool kCutFirst = !kCap && !kPersistent;
+    const int first_width =
+        kCutFirst ? min(kBlockN, (prefill_row_stop(r, last_position) - (n_blocks - 1) * kBlockN + 63) / 64 * 64)
+                  : kBlockN;
+    const unsigned q_base = shared_address(q_tile) + consumer * 64 * 128;
+    // S = Q K^T of the block in `stage`, columns `first_col` .. + width (registers first_col / 2 ..
+    // of s; the others keep what they held).
+    auto issue_qk = [&](int stage, auto width, auto first_col) {
+      constexpr int kFirstCol = decltype(first_col)::value;
+      const unsigned k_base = shared_address(smem_k + stage * Shape::kKvBytes) + kFirstCol * 128;
+      reg_fence(s);
+      wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      const unsigned offset = (kk % 4) * 32;
-      wgmma_ss<decltype(width)::value, kFp16, kFirstCol / 2>(
-          s, smem_desc(q_base + (kk / 4) * kBlockM * 128 + offset, 16, 1024),
-          smem_desc(k_base + (kk / 4) * kBlockN * 128 + offset, 16, 1024), kk > 0);
-    }
-    wgmma_commit();
-  };
-  // S of the walk's first block (stage 0) in 64-column pieces up to first_width (the mask
-  // overwrites the registers left out). Each piece is its own fenced, committed group: no branch
-  // between a fence and the wgmmas it covers (ptxas would serialize).
-  auto issue_first_qk = [&] {
-    if constexpr (!kCutFirst || kBlockN % 64 != 0) {
-      issue_qk(first_stage, Constant<kBlockN>(), Constant<0>());
-    } else {
-      auto issue_piece = [&](auto piece) {
-        constexpr int kPiece = decltype(piece)::value;
-        if (kPiece * 64 < first_width) issue_qk(first_stage, Constant<64>(), Constant<64 * kPiece>());
-      };
-      issue_piece(Constant<0>());
-      if constexpr (kBlockN >= 128) issue_piece(Constant<1>());
-      if constexpr (kBlockN >= 192) issue_piece(Constant<2>());
-      if constexpr (kBlockN >= 256) issue_piece(Constant<3>());
-    }
-  };
-  // P V of k-steps first_step .. + steps (16 tokens each) of the block in `stage`: one group.
-  auto issue_pv_steps = [&](int stage, auto first_step, auto steps) {
-    const unsigned v_base = shared_address(smem_v + stage * Shape::kKvBytes);
-    reg_fence(o);
-    reg_fence(pa);
-    wgmma_fence();
-    // k-step kk reads tokens 16kk.. of every chunk: contiguous, chunks kBlockN rows apart; paged,
-    // chunks a box's rows apart, and with 8-token boxes the second 8 rows in the next box.
-    constexpr int kChunkStride = kPageSize == 0 ? kBlockN * 128 : kBoxRows * 128;
-    constexpr int kRowGroupStride = kPageSize == 0 || kBoxRows == 16 ? 1024 : kChunks * 1024;
-    constexpr int kFirstStep = decltype(first_step)::value;
-#pragma unroll
-    for (int kk = kFirstStep; kk < kFirstStep + decltype(steps)::value; ++kk)
-      wgmma_rs<kHeadDim, kFp16>(o, pa[kk],
-                                smem_desc(v_base + kk * (kPageSize == 0 ? 2048 : kChunks * 2048), kChunkStride,
-                                          kRowGroupStride),
-                                1);
-    wgmma_commit();
-  };
-  // P V of the walk's first block in 64-token pieces up to first_width (P is 0 past it), each its
-  // own group (a branch between groups, never inside one: ptxas would serialize).
-  auto issue_first_pv = [&](int stage) {
-    auto piece = [&](auto index) {
-      constexpr int kStep = 4 * decltype(index)::value;
-      constexpr int kSteps = kBlockN / 16 - kStep < 4 ? kBlockN / 16 - kStep : 4;
-      if constexpr (kSteps > 0) {
-        if (kStep * 16 < first_width) issue_pv_steps(stage, Constant<kStep>(), Constant<kSteps>());
+      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+        const unsigned offset = (kk % 4) * 32;
+        wgmma_ss<decltype(width)::value, kFp16, kFirstCol / 2>(
+            s, smem_desc(q_base + (kk / 4) * kBlockM * 128 + offset, 16, 1024),
+            smem_desc(k_base + (kk / 4) * kBlockN * 128 + offset, 16, 1024), kk > 0);
+      }
+      wgmma_commit();
+    };
+    // S of the walk's first block (stage 0) in 64-column pieces up to first_width (the mask
+    // overwrites the registers left out). Each piece is its own fenced, committed group: no branch
+    // between a fence and the wgmmas it covers (ptxas would serialize).
+    auto issue_first_qk = [&] {
+      if constexpr (!kCutFirst || kBlockN % 64 != 0) {
+        issue_qk(first_stage, Constant<kBlockN>(), Constant<0>());
+      } else {
+        auto issue_piece = [&](auto piece) {
+          constexpr int kPiece = decltype(piece)::value;
+          if (kPiece * 64 < first_width) issue_qk(first_stage, Constant<64>(), Constant<64 * kPiece>());
+        };
+        issue_piece(Constant<0>());
+        if constexpr (kBlockN >= 128) issue_piece(Constant<1>());
+        if constexpr (kBlockN >= 192) issue_piece(Constant<2>());
+        if constexpr (kBlockN >= 256) issue_piece(Constant<3>());
       }
     };
-    piece(Constant<0>());
-    piece(Constant<1>());
-    piece(Constant<2>());
-    piece(Constant<3>());
-  };
-  // Online softmax of the block starting at column `col0`: S becomes P (f32, in s), the row
-  // statistics move, and `correction` is what O must be scaled by (exactly 1 when a row's
-  // reference stayed).
-  // Lazy rescaling at head dims of 128 and more: a row's reference moves only when the block's
-  // maximum passes it by more than kMaxSlack (log2 units), so P stays below 2^kMaxSlack (in range
-  // for f32 sums and 16-bit P) and after the first blocks O is seldom rescaled: the step skips the
-  // rescale when no row of the warp moved. Runs 72-73: hd128 non-causal +0.7-1.5%, causal
-  // +0.4-0.6%, hd256 +5-6%; at hd64 (three consumers, 32 O registers a thread) -2.5%, so hd64
-  // rescales every block as before (docs/device-notes.md).
-  constexpr bool kLazyRescale = kHeadDim >= 128;
-  constexpr float kMaxSlack = 8.f;
-  auto softmax = [&](int col0, float (&correction)[2]) {
-    if constexpr (kCap) {
+    // P V of k-steps first_step .. + steps (16 tokens each) of the block in `stage`: one group.
+    auto issue_pv_steps = [&](int stage, auto first_step, auto steps) {
+      const unsigned v_base = shared_address(smem_v + stage * Shape::kKvBytes);
+      reg_fence(o);
+      reg_fence(pa);
+      wgmma_fence();
+      // k-step kk reads tokens 16kk.. of every chunk: contiguous, chunks kBlockN rows apart; paged,
+      // chunks a box's rows apart, and with 8-token boxes the second 8 rows in the next box.
+      constexpr int kChunkStride = kPageSize == 0 ? kBlockN * 128 : kBoxRows * 128;
+      constexpr int kRowGroupStride = kPageSize == 0 || kBoxRows == 16 ? 1024 : kChunks * 1024;
+      constexpr int kFirstStep = decltype(first_step)::value;
 #pragma unroll
-      for (int i = 0; i < kBlockN / 2; ++i) s[i] = soft_capped(s[i], p.features);
-    }
-    if (col0 + kBlockN > mask_from || (kWindow && col0 < window_mask_until)) {
-#pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int token = col0 + 8 * j + 2 * (lane % 4) + (e & 1);
-          if (token >= stop[e >> 1] || (kWindow && token < first_key[e >> 1])) s[4 * j + e] = negative_infinity();
+      for (int kk = kFirstStep; kk < kFirstStep + decltype(steps)::value; ++kk)
+        wgmma_rs<kHeadDim, kFp16>(o, pa[kk],
+                                  smem_desc(v_base + kk * (kPageSize == 0 ? 2048 : kChunks * 2048), kChunkStride,
+                                            kRowGroupStride),
+                                  1);
+      wgmma_commit();
+    };
+    // P V of the walk's first block in 64-token pieces up to first_width (P is 0 past it), each its
+    // own group (a branch between groups, never inside one: ptxas would serialize).
+    auto issue_first_pv = [&](int stage) {
+      auto piece = [&](auto index) {
+        constexpr int kStep = 4 * decltype(index)::value;
+        constexpr int kSteps = kBlockN / 16 - kStep < 4 ? kBlockN / 16 - kStep : 4;
+        if constexpr (kSteps > 0) {
+          if (kStep * 16 < first_width) issue_pv_steps(stage, Constant<kStep>(), Constant<kSteps>());
         }
-    }
-    // Row maxima and sums in kPartials interleaved chains: one chain a row is 24 and 48 links long
-    // at hd128's 192 columns, on the consumer's critical path (two: +1-3% there; at hd64's 128
-    // columns, with 3 consumers' registers, -1.5%; docs/device-notes.md, run 68). At 80-token
-    // blocks two chains measured -0.4% to -1.9% (wide hd128) and +0.1% to +0.8% (hd256; run 90).
-    constexpr int kPartials = kBlockN >= 192 ? 2 : 1;
-    float partial_max[2][kPartials];
+      };
+      piece(Constant<0>());
+      piece(Constant<1>());
+      piece(Constant<2>());
+      piece(Constant<3>());
+    };
+    // Online softmax of the block starting at column `col0`: S becomes P (f32, in s), the row
+    // statistics move, and `correction` is what O must be scaled by (exactly 1 when a row's
+    // reference stayed).
+    // Lazy rescaling at head dims of 128 and more: a row's reference moves only when the block's
+    // maximum passes it by more than kMaxSlack (log2 units), so P stays below 2^kMaxSlack (in range
+    // for f32 sums and 16-bit P) and after the first blocks O is seldom rescaled: the step skips the
+    // rescale when no row of the warp moved. Runs 72-73: hd128 non-causal +0.7-1.5%, causal
+    // +0.4-0.6%, hd256 +5-6%; at hd64 (three consumers, 32 O registers a thread) -2.5%, so hd64
+    // rescales every block as before (docs/device-notes.md).
+    constexpr bool kLazyRescale = kHeadDim >= 128;
+    constexpr float kMaxSlack = 8.f;
+    auto softmax = [&](int col0, float (&correction)[2]) {
+      if constexpr (kCap) {
 #pragma unroll
-    for (int q = 0; q < kPartials; ++q) partial_max[0][q] = partial_max[1][q] = negative_infinity();
+        for (int i = 0; i < kBlockN / 2; ++i) s[i] = soft_capped(s[i], p.features);
+      }
+      if (col0 + kBlockN > mask_from || (kWindow && col0 < window_mask_until)) {
 #pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j) {
-      float& max0 = partial_max[0][j % kPartials];
-      float& max1 = partial_max[1][j % kPartials];
-      max0 = fmaxf(max0, fmaxf(s[4 * j], s[4 * j + 1]));
-      max1 = fmaxf(max1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-    }
-    float block_max[2] = {partial_max[0][0], partial_max[1][0]};
+        for (int j = 0; j < kBlockN / 8; ++j)
 #pragma unroll
-    for (int q = 1; q < kPartials; ++q)
-      for (int h = 0; h < 2; ++h) block_max[h] = fmaxf(block_max[h], partial_max[h][q]);
-    float neg_ref[2];
-    float partial_sum[2][kPartials] = {};
+          for (int e = 0; e < 4; ++e) {
+            const int token = col0 + 8 * j + 2 * (lane % 4) + (e & 1);
+            if (token >= stop[e >> 1] || (kWindow && token < first_key[e >> 1])) s[4 * j + e] = negative_infinity();
+          }
+      }
+      // Row maxima and sums in kPartials interleaved chains: one chain a row is 24 and 48 links long
+      // at hd128's 192 columns, on the consumer's critical path (two: +1-3% there; at hd64's 128
+      // columns, with 3 consumers' registers, -1.5%; docs/device-notes.md, run 68). At 80-token
+      // blocks two chains measured -0.4% to -1.9% (wide hd128) and +0.1% to +0.8% (hd256; run 90).
+      constexpr int kPartials = kBlockN >= 192 ? 2 : 1;
+      float partial_max[2][kPartials];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 1));
-      block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 2));
-      const float block_top = block_max[h] * score_scale;
-      const bool move = kLazyRescale ? block_top > row_max[h] + kMaxSlack : true;
-      const float new_max = kLazyRescale ? (move ? block_top : row_max[h]) : fmaxf(row_max[h], block_top);
-      // A row that has seen nothing yet keeps -inf; 0 as its reference gives exp2(-inf) = 0.
-      const float ref = new_max == negative_infinity() ? 0.f : new_max;
-      correction[h] = move ? fast_exp2(row_max[h] - ref) : 1.f;
-      row_max[h] = new_max;
-      partial_sum[h][0] = row_sum[h] * correction[h];
-      neg_ref[h] = -ref;
-    }
+      for (int q = 0; q < kPartials; ++q) partial_max[0][q] = partial_max[1][q] = negative_infinity();
 #pragma unroll
-    for (int i = 0; i < kBlockN / 2; ++i) {
-      s[i] = fast_exp2(fmaf(s[i], score_scale, neg_ref[(i >> 1) & 1]));
-      partial_sum[(i >> 1) & 1][(i >> 2) % kPartials] += s[i];
-    }
+      for (int j = 0; j < kBlockN / 8; ++j) {
+        float& max0 = partial_max[0][j % kPartials];
+        float& max1 = partial_max[1][j % kPartials];
+        max0 = fmaxf(max0, fmaxf(s[4 * j], s[4 * j + 1]));
+        max1 = fmaxf(max1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+      }
+      float block_max[2] = {partial_max[0][0], partial_max[1][0]};
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      row_sum[h] = partial_sum[h][0];
+      for (int q = 1; q < kPartials; ++q)
+        for (int h = 0; h < 2; ++h) block_max[h] = fmaxf(block_max[h], partial_max[h][q]);
+      float neg_ref[2];
+      float partial_sum[2][kPartials] = {};
 #pragma unroll
-      for (int q = 1; q < kPartials; ++q) row_sum[h] += partial_sum[h][q];
-    }
-  };
-  // Paged KV: the block holding the end of the KV arrives with the rest of its last page, which
-  // may hold anything (even NaN, and 0 * NaN is NaN in P V). Zero those V rows once (stage 0).
-  auto clear_v_tail = [&] {
-    const int first = r.kv_len - (n_blocks - 1) * kBlockN;  // the walk's first block is the last one
-    if (kPageSize == 0 || first >= kBlockN) return;
-    const int pieces = (kBlockN - first) * 8;  // 16-byte pieces per chunk
-    for (int i = t + 128 * consumer; i < pieces * kChunks; i += 128 * active) {
-      const int row = first + (i % pieces) / 8;
-      const int chunk = i / pieces;
-      // Paged V: [box][chunk][kBoxRows rows] (the contiguous layout never reaches here).
-      const int offset = (row / kBoxRows) * kChunks * kBoxRows * 128 + chunk * kBoxRows * 128 + (row % kBoxRows) * 128;
-      *reinterpret_cast<uint4*>(smem_v + first_stage * Shape::kKvBytes + offset + (i % 8) * 16) = uint4{0u, 0u, 0u, 0u};
-    }
-    fence_proxy_async_shared();
-    named_bar_sync(kConsumers + 1, 128 * active);
-  };
-  // P in the register layout of wgmma's A operand: k-step kk takes s[8kk .. 8kk + 7].
-  auto pack_p = [&]() {
+      for (int h = 0; h < 2; ++h) {
+        block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 1));
+        block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 2));
+        const float block_top = block_max[h] * score_scale;
+        const bool move = kLazyRescale ? block_top > row_max[h] + kMaxSlack : true;
+        const float new_max = kLazyRescale ? (move ? block_top : row_max[h]) : fmaxf(row_max[h], block_top);
+        // A row that has seen nothing yet keeps -inf; 0 as its reference gives exp2(-inf) = 0.
+        const float ref = new_max == negative_infinity() ? 0.f : new_max;
+        correction[h] = move ? fast_exp2(row_max[h] - ref) : 1.f;
+        row_max[h] = new_max;
+        partial_sum[h][0] = row_sum[h] * correction[h];
+        neg_ref[h] = -ref;
+      }
 #pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk)
+      for (int i = 0; i < kBlockN / 2; ++i) {
+        s[i] = fast_exp2(fmaf(s[i], score_scale, neg_ref[(i >> 1) & 1]));
+        partial_sum[(i >> 1) & 1][(i >> 2) % kPartials] += s[i];
+      }
 #pragma unroll
-      for (int q = 0; q < 4; ++q) pa[kk][q] = pack2<T>(s[8 * kk + 2 * q], s[8 * kk + 2 * q + 1]);
-  };
+      for (int h = 0; h < 2; ++h) {
+        row_sum[h] = partial_sum[h][0];
+#pragma unroll
+        for (int q = 1; q < kPartials; ++q) row_sum[h] += partial_sum[h][q];
+      }
+    };
+    // Paged KV: the block holding the end of the KV arrives with the rest of its last page, which
+    // may hold anything (even NaN, and 0 * NaN is NaN in P V). Zero those V rows once (stage 0).
+    auto clear_v_tail = [&] {
+      const int first = r.kv_len - (n_blocks - 1) * kBlockN;  // the walk's first block is the last one
+      if (kPageSize == 0 || first >= kBlockN) return;
+      const int pieces = (kBlockN - first) * 8;  // 16-byte pieces per chunk
+      for (int i = t + 128 * consumer; i < pieces * kChunks; i += 128 * active) {
+        const int row = first + (i % pieces) / 8;
+        const int chunk = i / pieces;
+        // Paged V: [box][chunk][kBoxRows rows] (the contiguous layout never reaches here).
+        const int offset =
+            (row / kBoxRows) * kChunks * kBoxRows * 128 + chunk * kBoxRows * 128 + (row % kBoxRows) * 128;
+        *reinterpret_cast<uint4*>(smem_v + first_stage * Shape::kKvBytes + offset + (i % 8) * 16) =
+            uint4{0u, 0u, 0u, 0u};
+      }
+      fence_proxy_async_shared();
+      named_bar_sync(kConsumers + 1, 128 * active);
+    };
+    // P in the register layout of wgmma's A operand: k-step kk takes s[8kk .. 8kk + 7].
+    auto pack_p = [&]() {
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) pa[kk][q] = pack2<T>(s[8 * kk + 2 * q], s[8 * kk + 2 * q + 1]);
+    };
 
-  // The previous block's P V is waited for after the softmax, so that the exp2s overlap it; pinned
-  // there, as ptxas would move the wait above them. Run 84 (docs/device-notes.md): hd128 +0.4% to
-  // +1.9% on large grids (-1.2% to +1.4% on one-request shapes), hd256 +5%; hd64 (three consumers,
-  // 128-token blocks) -3.9%, so hd64 waits early.
-  constexpr bool kPinPvWait = kHeadDim >= 128;
-  const unsigned pin_word = shared_address(warp_words + threadIdx.x / 32);
-  if (block_count > 0) {
-    float correction[2];
-    if (consumer == active - 1) pass_turn();
-    ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 10);  // consumer 0 is ready to wait for Q and K
-    mbar_wait(&q_full[slot], q_parity);
-    ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 11);  // Q arrived
-    mbar_wait(&k_full[first_stage], (g / kStages) & 1);
-    ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 1);  // Q and the first K block have arrived
-    await_turn();
-    issue_first_qk();
-    pass_turn();
-    wgmma_wait<0>();
-    reg_fence(s);
-    mbar_arrive(&k_empty[first_stage]);
-    softmax((n_blocks - 1) * kBlockN, correction);
-    pack_p();
-    ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 2);  // the first block's softmax is done
-    // Step `it`: S of block it, P V of block it - 1. `first` marks the step after a cut first
-    // block: its P V goes in pieces ahead of S.
-    auto step = [&](int it, auto first) {
-      constexpr bool first_pv = decltype(first)::value;
-      const int ks = (g + it) % kStages;
-      const int vs = (g + it - 1) % kStages;
-      mbar_wait(&k_full[ks], ((g + it) / kStages) & 1);
-      mbar_wait(&v_full[vs], ((g + it - 1) / kStages) & 1);
+    // The previous block's P V is waited for after the softmax, so that the exp2s overlap it; pinned
+    // there, as ptxas would move the wait above them. Run 84 (docs/device-notes.md): hd128 +0.4% to
+    // +1.9% on large grids (-1.2% to +1.4% on one-request shapes), hd256 +5%; hd64 (three consumers,
+    // 128-token blocks) -3.9%, so hd64 waits early.
+    constexpr bool kPinPvWait = kHeadDim >= 128;
+    const unsigned pin_word = shared_address(warp_words + threadIdx.x / 32);
+    if (block_count > 0) {
+      float correction[2];
+      if (consumer == active - 1) pass_turn();
+      ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 10);  // consumer 0 is ready to wait for Q and K
+      mbar_wait(&q_full[slot], q_parity);
+      ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 11);  // Q arrived
+      mbar_wait(&k_full[first_stage], (g / kStages) & 1);
+      ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 1);  // Q and the first K block have arrived
       await_turn();
-      if constexpr (first_pv) issue_first_pv(vs);
-      issue_qk(ks, Constant<kBlockN>(), Constant<0>());
-      if constexpr (first_pv) {
-        // An empty group (ptxas issues a null wgmma for it, fenced like any): the wait below
-        // then covers S and the pieces alike.
-        wgmma_fence();
-        wgmma_commit();
+      issue_first_qk();
+      pass_turn();
+      wgmma_wait<0>();
+      reg_fence(s);
+      mbar_arrive(&k_empty[first_stage]);
+      softmax((n_blocks - 1) * kBlockN, correction);
+      pack_p();
+      ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 2);  // the first block's softmax is done
+      // Step `it`: S of block it, P V of block it - 1. `first` marks the step after a cut first
+      // block: its P V goes in pieces ahead of S.
+      auto step = [&](int it, auto first) {
+        constexpr bool first_pv = decltype(first)::value;
+        const int ks = (g + it) % kStages;
+        const int vs = (g + it - 1) % kStages;
+        mbar_wait(&k_full[ks], ((g + it) / kStages) & 1);
+        mbar_wait(&v_full[vs], ((g + it - 1) / kStages) & 1);
+        await_turn();
+        if constexpr (first_pv) issue_first_pv(vs);
+        issue_qk(ks, Constant<kBlockN>(), Constant<0>());
+        if constexpr (first_pv) {
+          // An empty group (ptxas issues a null wgmma for it, fenced like any): the wait below
+          // then covers S and the pieces alike.
+          wgmma_fence();
+          wgmma_commit();
+        } else {
+          issue_pv_steps(vs, Constant<0>(), Constant<kBlockN / 16>());
+        }
+        pass_turn();
+        wgmma_wait<1>();  // S is ready; P V of the previous block still runs (a cut first block's is done)
+        reg_fence(s);
+        mbar_arrive(&k_empty[ks]);
+        softmax((n_blocks - 1 - it) * kBlockN, correction);
+        if constexpr (kPinPvWait) pin_wait_after(pin_word, row_sum[0] + row_sum[1], lane == 0);
+        wgmma_wait<0>();
+        reg_fence(o);
+        mbar_arrive(&v_empty[vs]);
+        if (!kLazyRescale || __any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
+#pragma unroll
+          for (int i = 0; i < kHeadDim / 2; ++i) o[i] *= correction[(i >> 1) & 1];
+        }
+        pack_p();
+      };
+      if (block_count > 1) {
+        mbar_wait(&v_full[first_stage], (g / kStages) & 1);
+        clear_v_tail();
+      }
+      // The loop's step has no branch between its GEMMs (one there cost 1-7%, run 81): a cut first
+      // block gets its own copy of the step.
+      int it = 1;
+      if (block_count > 1 && first_width < kBlockN) step(it++, Constant<true>());
+      for (; it < block_count; ++it) step(it, Constant<false>());
+      const int vs = (g + block_count - 1) % kStages;
+      mbar_wait(&v_full[vs], ((g + block_count - 1) / kStages) & 1);
+      if (block_count == 1) clear_v_tail();
+      await_turn();
+      if (block_count == 1) {
+        issue_first_pv(vs);
       } else {
         issue_pv_steps(vs, Constant<0>(), Constant<kBlockN / 16>());
       }
-      pass_turn();
-      wgmma_wait<1>();  // S is ready; P V of the previous block still runs (a cut first block's is done)
-      reg_fence(s);
-      mbar_arrive(&k_empty[ks]);
-      softmax((n_blocks - 1 - it) * kBlockN, correction);
-      if constexpr (kPinPvWait) pin_wait_after(pin_word, row_sum[0] + row_sum[1], lane == 0);
+      // Every wait on a turn barrier meets one arrival: the last active consumer's opening arrival
+      // stands in for its last one.
+      if (consumer != active - 1) pass_turn();
       wgmma_wait<0>();
       reg_fence(o);
       mbar_arrive(&v_empty[vs]);
-      if (!kLazyRescale || __any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
-#pragma unroll
-        for (int i = 0; i < kHeadDim / 2; ++i) o[i] *= correction[(i >> 1) & 1];
-      }
-      pack_p();
-    };
-    if (block_count > 1) {
-      mbar_wait(&v_full[first_stage], (g / kStages) & 1);
-      clear_v_tail();
+      ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 3);  // the last P V is done
     }
-    // The loop's step has no branch between its GEMMs (one there cost 1-7%, run 81): a cut first
-    // block gets its own copy of the step.
-    int it = 1;
-    if (block_count > 1 && first_width < kBlockN) step(it++, Constant<true>());
-    for (; it < block_count; ++it) step(it, Constant<false>());
-    const int vs = (g + block_count - 1) % kStages;
-    mbar_wait(&v_full[vs], ((g + block_count - 1) / kStages) & 1);
-    if (block_count == 1) clear_v_tail();
-    await_turn();
-    if (block_count == 1) {
-      issue_first_pv(vs);
-    } else {
-      issue_pv_steps(vs, Constant<0>(), Constant<kBlockN / 16>());
-    }
-    // Every wait on a turn barrier meets one arrival: the last active consumer's opening arrival
-    // stands in for its last one.
-    if (consumer != active - 1) pass_turn();
-    wgmma_wait<0>();
-    reg_fence(o);
-    mbar_arrive(&v_empty[vs]);
-    ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 3);  // the last P V is done
-  }
 
-  float inverse[2];
-  float lse[2];
+    float inverse[2];
+    float lse[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float sum = row_sum[h];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    float sink_factor = 1.f;
-    if constexpr (has_feature<kFlags>(kFeatureSink))
-      sink_factor = fold_sink(p.features.sinks[row_head(row0 + 8 * h)], &row_max[h], &sum);
-    const bool empty = !(sum > 0.f);
-    inverse[h] = empty ? 0.f : sink_factor / sum;
-    lse[h] = empty ? negative_infinity() : (row_max[h] + log2f(sum)) * kLn2;
-  }
-  T* out = static_cast<T*>(p.out) + batch_index * p.out_stride_batch;
-  auto out_row = [&](int row) {
-    return out + static_cast<long long>(r.q_start + row_position(row)) * p.out_stride_seq +
-           static_cast<long long>(row_head(row)) * p.out_stride_head;
-  };
-  // O leaves through shared memory: each warp writes its 16 rows into its own rows of the Q tile
-  // (its consumer's S GEMMs are done with them) in the accumulator's layout, then reads them back
-  // as 16-byte pieces of whole rows, so that a store instruction fills whole output rows instead
-  // of 16 bytes in each of eight. Rows are 16-byte aligned: the runtime requires it of `out` and
-  // its strides (runtime/families/arg_checks.cpp).
-  {
-    const int warp = t / 32;
-    // Piece j (8 columns) of row rho of the warp's 16: in the Q tile's chunk j / 8, its place in
-    // the 128-byte row swizzled by the row, so that a tile's 8 rows meet 8 different bank groups,
-    // and so do a row's 8 pieces when read.
-    const unsigned staging = shared_address(q_tile) + (64 * consumer + 16 * warp) * 128;
-    auto piece = [&](int rho, int j) {
-      return staging + (j / 8) * kBlockM * 128 + rho * 128 + ((j ^ rho) % 8) * 16;
-    };
-    fence_proxy_async_shared();  // the generic proxy's stores follow the async proxy's reads of Q
-    // Tiles (j, rows 0-7), (j, rows 8-15), (j + 1, rows 0-7), (j + 1, rows 8-15): lane l
-    // addresses row l % 8 of tile l / 8.
-    const int tile = lane / 8;
-#pragma unroll
-    for (int j = 0; j < kHeadDim / 8; j += 2)
-      stmatrix_x4(piece(lane % 8 + 8 * (tile % 2), j + tile / 2),
-                  pack2<T>(o[4 * j] * inverse[0], o[4 * j + 1] * inverse[0]),
-                  pack2<T>(o[4 * j + 2] * inverse[1], o[4 * j + 3] * inverse[1]),
-                  pack2<T>(o[4 * j + 4] * inverse[0], o[4 * j + 5] * inverse[0]),
-                  pack2<T>(o[4 * j + 6] * inverse[1], o[4 * j + 7] * inverse[1]));
-    __syncwarp();
-    constexpr int kPiecesPerRow = kHeadDim / 8;
-    const int first_row = m0 + 64 * consumer + 16 * warp;
-#pragma unroll
-    for (int k = 0; k < 16 * kPiecesPerRow / 32; ++k) {
-      const int rho = (lane + 32 * k) / kPiecesPerRow;
-      const int j = (lane + 32 * k) % kPiecesPerRow;
-      if (first_row + rho < rows) st_global_v4(out_row(first_row + rho) + 8 * j, ld_shared_v4(piece(rho, j)));
+    for (int h = 0; h < 2; ++h) {
+      float sum = row_sum[h];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      float sink_factor = 1.f;
+      if constexpr (has_feature<kFlags>(kFeatureSink))
+        sink_factor = fold_sink(p.features.sinks[row_head(row0 + 8 * h)], &row_max[h], &sum);
+      const bool empty = !(sum > 0.f);
+      inverse[h] = empty ? 0.f : sink_factor / sum;
+      lse[h] = empty ? negative_infinity() : (row_max[h] + log2f(sum)) * kLn2;
     }
-  }
-  if (p.lse != nullptr && lane % 4 == 0) {
+    T* out = static_cast<T*>(p.out) + batch_index * p.out_stride_batch;
+    auto out_row = [&](int row) {
+      return out + static_cast<long long>(r.q_start + row_position(row)) * p.out_stride_seq +
+             static_cast<long long>(row_head(row)) * p.out_stride_head;
+    };
+    // O leaves through shared memory: each warp writes its 16 rows into its own rows of the Q tile
+    // (its consumer's S GEMMs are done with them) in the accumulator's layout, then reads them back
+    // as 16-byte pieces of whole rows, so that a store instruction fills whole output rows instead
+    // of 16 bytes in each of eight. Rows are 16-byte aligned: the runtime requires it of `out` and
+    // its strides (runtime/families/arg_checks.cpp).
+    {
+      const int warp = t / 32;
+      // Piece j (8 columns) of row rho of the warp's 16: in the Q tile's chunk j / 8, its place in
+      // the 128-byte row swizzled by the row, so that a tile's 8 rows meet 8 different bank groups,
+      // and so do a row's 8 pieces when read.
+      const unsigned staging = shared_address(q_tile) + (64 * consumer + 16 * warp) * 128;
+      auto piece = [&](int rho, int j) {
+        return staging + (j / 8) * kBlockM * 128 + rho * 128 + ((j ^ rho) % 8) * 16;
+      };
+      fence_proxy_async_shared();  // the generic proxy's stores follow the async proxy's reads of Q
+      // Tiles (j, rows 0-7), (j, rows 8-15), (j + 1, rows 0-7), (j + 1, rows 8-15): lane l
+      // addresses row l % 8 of tile l / 8.
+      const int tile = lane / 8;
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-      if (row0 + 8 * h < rows)
-        p.lse[(r.lse_row + row_position(row0 + 8 * h)) * p.n_heads + row_head(row0 + 8 * h)] = lse[h];
-  }
-  ASTRAI_PREFILL_STAMP(t == 0, 4 + consumer);  // each consumer's stores are issued
-  if constexpr (kPersistent) {
-    fence_proxy_async_shared();  // the next tile's Q load follows this tile's reads of the slot
-    mbar_arrive(&q_empty[slot]);
-  }
+      for (int j = 0; j < kHeadDim / 8; j += 2)
+        stmatrix_x4(piece(lane % 8 + 8 * (tile % 2), j + tile / 2),
+                    pack2<T>(o[4 * j] * inverse[0], o[4 * j + 1] * inverse[0]),
+                    pack2<T>(o[4 * j + 2] * inverse[1], o[4 * j + 3] * inverse[1]),
+                    pack2<T>(o[4 * j + 4] * inverse[0], o[4 * j + 5] * inverse[0]),
+                    pack2<T>(o[4 * j + 6] * inverse[1], o[4 * j + 7] * inverse[1]));
+      __syncwarp();
+      constexpr int kPiecesPerRow = kHeadDim / 8;
+      const int first_row = m0 + 64 * consumer + 16 * warp;
+#pragma unroll
+      for (int k = 0; k < 16 * kPiecesPerRow / 32; ++k) {
+        const int rho = (lane + 32 * k) / kPiecesPerRow;
+        const int j = (lane + 32 * k) % kPiecesPerRow;
+        if (first_row + rho < rows) st_global_v4(out_row(first_row + rho) + 8 * j, ld_shared_v4(piece(rho, j)));
+      }
+    }
+    if (p.lse != nullptr && lane % 4 == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        if (row0 + 8 * h < rows)
+          p.lse[(r.lse_row + row_position(row0 + 8 * h)) * p.n_heads + row_head(row0 + 8 * h)] = lse[h];
+    }
+    ASTRAI_PREFILL_STAMP(t == 0, 4 + consumer);  // each consumer's stores are issued
+    if constexpr (kPersistent) {
+      fence_proxy_async_shared();  // the next tile's Q load follows this tile's reads of the slot
+      mbar_arrive(&q_empty[slot]);
+    }
   };
 
   if constexpr (!kPersistent) {

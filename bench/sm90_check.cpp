@@ -863,44 +863,44 @@ int main(int argc, char** argv) {
         timings.push_back(c);
       }
     }
-    // Persistent CTAs (a CTA an SM walking tiles): grids of more tiles than SMs, so that CTAs walk
-    // several (both ends of the rows of tiles), ragged lengths, an empty KV; then the timed rows
-    // where tiles walk few blocks, and two long ones.
-    for (const auto& [head_dim, consumers, batch, q_len, kv_len, causal_offset, heads, kv_heads] :
-         std::vector<std::tuple<int, int, int, int, int, int, int, int>>{{64, 3, 40, 200, 200, 0, 8, 2},
-                                                                         {64, 3, 8, 300, 300, 0, 24, 4},
-                                                                         {128, 3, 40, 200, 260, 60, 8, 2},
-                                                                         {128, 3, 60, 130, 300, -1, 4, 1},
-                                                                         {128, 3, 50, 129, 129, 0, 8, 8},
-                                                                         {64, 3, 200, 64, 0, -1, 4, 1}}) {
+    // Persistent CTAs (three consumers, a CTA an SM walking tiles): grids of more tiles than SMs,
+    // so that CTAs walk several (both ends of the rows of tiles), ragged lengths, a group of 1, an
+    // empty KV; then the timed rows where tiles walk few blocks, and three long ones.
+    for (const auto& [head_dim, batch, q_len, kv_len, causal_offset, heads, kv_heads] :
+         std::vector<std::tuple<int, int, int, int, int, int, int>>{{64, 40, 200, 200, 0, 8, 2},
+                                                                    {64, 8, 300, 300, 0, 24, 4},
+                                                                    {128, 40, 200, 260, 60, 8, 2},
+                                                                    {128, 60, 130, 300, -1, 4, 1},
+                                                                    {128, 50, 129, 129, 0, 8, 8},
+                                                                    {64, 200, 64, 0, -1, 4, 1}}) {
       PrefillCase c;
       c.head_dim = head_dim;
-      c.consumers = consumers;
+      c.consumers = 3;
+      c.persistent = true;
       c.batch = batch;
       c.q_len = q_len;
       c.kv_len = kv_len;
       c.causal_offset = causal_offset;
       c.n_heads = heads;
       c.n_kv_heads = kv_heads;
-      c.persistent = true;
       checks.push_back(c);
     }
-    for (const auto& [head_dim, consumers, batch, q_len, causal, heads, kv_heads] :
-         std::vector<std::tuple<int, int, int, int, bool, int, int>>{{64, 3, 16, 1024, true, 24, 4},
-                                                                     {128, 3, 16, 1024, true, 32, 8},
-                                                                     {128, 3, 2, 8192, true, 32, 8},
-                                                                     {64, 3, 2, 8192, true, 32, 8},
-                                                                     {128, 3, 4, 4096, false, 32, 8}}) {
+    for (const auto& [head_dim, batch, length, causal, heads, kv_heads] :
+         std::vector<std::tuple<int, int, int, bool, int, int>>{{64, 16, 1024, true, 24, 4},
+                                                                {128, 16, 1024, true, 32, 8},
+                                                                {128, 2, 8192, true, 32, 8},
+                                                                {64, 2, 8192, true, 32, 8},
+                                                                {128, 4, 4096, false, 32, 8}}) {
       PrefillCase c;
       c.head_dim = head_dim;
-      c.consumers = consumers;
+      c.consumers = 3;
+      c.persistent = true;
       c.batch = batch;
-      c.q_len = c.kv_len = q_len;
+      c.q_len = c.kv_len = length;
       c.causal_offset = causal ? 0 : -1;
       c.n_heads = heads;
       c.n_kv_heads = kv_heads;
       c.lse = false;
-      c.persistent = true;
       timings.push_back(c);
     }
     // --filter: only the cases whose label matches, compiled alone (a device call spends its time

@@ -75,11 +75,12 @@ constexpr int prefill_sm90_smem_bytes(int head_dim, int consumers, int block_n, 
 }
 
 // Persistent CTAs (prefill_sm90.cuh): a CTA an SM walks tiles, the next tile's Q and first K
-// blocks loading under this one's last blocks and stores. Against a CTA a tile (run 163, burst /
-// sustained): AstrAI's hd64 24/4 causal B16 x 1024 +5% / +4%, hd128 B16 x 1024 (wide) +5% / +3%,
-// non-causal B4 x 4096 (wide) +2% / +1.5%, causal B2 x 8192 (wide) -0.4% / -0.1%. Their two Q
-// slots fit beside three consumers' rings (hd64, hd128's wide tiles), not two's; contiguous KV
-// without features only.
+// blocks loading under this one's last blocks and stores. Against a CTA a tile (run 164, burst /
+// sustained): AstrAI's hd64 24/4 causal B16 x 1024 +5.5% / +3.2%, hd128 B16 x 1024 (wide) +3.9% /
+// +2.8%, non-causal B4 x 4096 (wide) +1.5% / +1.4%; causal B2 x 8192 -1.6% / -0.4% (wide hd128)
+// and -2.9% / -1.7% (hd64), where the walk's first block, taken whole, weighs. Their two Q slots
+// fit beside three consumers' rings (hd64, hd128's wide tiles), not two's; contiguous KV without
+// features only.
 constexpr bool prefill_sm90_persistent(int page_size, int consumers, unsigned flags) {
   return page_size == 0 && consumers == 3 && flags == 0;
 }

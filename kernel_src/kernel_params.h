@@ -158,10 +158,6 @@ struct RotaryParams {
   int n_heads;
 };
 
-// Prefill attention, contiguous KV (kPageSize 0) or paged KV with a ragged batch of queries.
-// Query row i of request b reads q + b * q_stride_batch + (q_start_b + i) * q_stride_seq, where
-// q_start_b is 0 for the contiguous form and qo_indptr[b] for the paged one (whose
-// q_stride_batch is 0); out, the mask and lse follow the same row numbering.
 // Division by a number fixed at launch, as a multiply and a shift that the host works out
 // (Granlund and Montgomery's method): on the GPU a 32-bit division is a reciprocal on the MUFU
 // pipe and its fix-ups, and the causal tile order's dependent divisions kept each CTA from its
@@ -183,9 +179,10 @@ constexpr unsigned fast_divide(unsigned dividend, const FastDivisor& d) {
   return static_cast<unsigned>((static_cast<unsigned long long>(dividend) * d.multiplier) >> d.shift);
 }
 
-// The divisors of the causal tile order (prefill_causal_tile_place below) for a grid {tiles,
-// heads, batch}. Every launch sets them (prefill_tile_order); a kernel uses them only where they
-// are its grid's.
+// A prefill grid of tiles {tiles, heads, batch} and the divisors of its tile order
+// (prefill_tile_at in prefill.cuh; prefill_causal_tile_place below). Every launch sets them
+// (prefill_tile_order): a kernel launched a CTA a tile uses them only where they are its grid's, a
+// persistent one walks the grid they describe.
 struct PrefillTileOrder {
   FastDivisor tiles;      // the grid's first dimension
   unsigned rows;          // its second times its third
@@ -195,6 +192,10 @@ struct PrefillTileOrder {
   FastDivisor heads;      // the grid's second dimension
 };
 
+// Prefill attention, contiguous KV (kPageSize 0) or paged KV with a ragged batch of queries.
+// Query row i of request b reads q + b * q_stride_batch + (q_start_b + i) * q_stride_seq, where
+// q_start_b is 0 for the contiguous form and qo_indptr[b] for the paged one (whose
+// q_stride_batch is 0); out, the mask and lse follow the same row numbering.
 struct PrefillParams {
   const void* q;                 // [batch, q_len, n_heads, head_dim] or [total_q, n_heads, head_dim]
   long long q_stride_batch;

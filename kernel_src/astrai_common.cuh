@@ -10,6 +10,35 @@ namespace astrai {
 struct __align__(2) bf16_t { unsigned short bits; };
 struct __align__(2) fp16_t { unsigned short bits; };
 
+// Entry i of an index table the caller passed as int32 or int64 (LayoutBit). An int64 entry
+// outside the int range reads as -1, which every reader takes as out of range. kL2Only: through
+// L2 alone (ld.global.cg), for reads ahead of the wait for the previous kernel.
+template <bool kL2Only = false>
+__device__ __forceinline__ int load_index(const int* table, long long i, bool wide) {
+  if (wide) {
+    const long long* entry = reinterpret_cast<const long long*>(table) + i;
+    const long long value = kL2Only ? __ldcg(entry) : __ldg(entry);
+    return value == static_cast<int>(value) ? static_cast<int>(value) : -1;
+  }
+  return kL2Only ? __ldcg(table + i) : __ldg(table + i);
+}
+
+// The table entry `offset` elements in (a row's start), as the pointer load_index takes.
+__device__ __forceinline__ const int* index_at(const int* table, long long offset, bool wide) {
+  return wide ? reinterpret_cast<const int*>(reinterpret_cast<const long long*>(table) + offset) : table + offset;
+}
+
+// Request b's KV length from seq_lens, or from two neighbouring offsets (kSeqLensIndptr; a
+// negative start or a decreasing pair reads as 0).
+template <bool kL2Only = false>
+__device__ __forceinline__ int load_seq_len(const int* seq_lens, int b, unsigned layout_bits) {
+  const bool wide = (layout_bits & kWideSeqLens) != 0;
+  if ((layout_bits & kSeqLensIndptr) == 0) return load_index<kL2Only>(seq_lens, b, wide);
+  const int begin = load_index<kL2Only>(seq_lens, b, wide);
+  const int end = load_index<kL2Only>(seq_lens, b + 1, wide);
+  return begin < 0 || end < begin ? 0 : end - begin;
+}
+
 // The 32-bit shared-memory address that PTX's .shared operands (cp.async, ldmatrix, mbarrier,
 // TMA, wgmma descriptors) take.
 __device__ __forceinline__ unsigned shared_address(const void* pointer) {

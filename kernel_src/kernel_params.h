@@ -19,6 +19,21 @@ enum FeatureBit : unsigned {
 };
 enum DecodeQLen : int { kDecodeQLenShift = 5, kMaxDecodeQLen = 8 };
 
+// How a call lays out its index tables and mask (a params struct's `layout_bits`). Index tables
+// (page tables, request rows, lengths, query offsets) are the caller's own tensors, int32 or
+// int64, read in place: a kWide* bit says that table holds int64 elements. kSeqLensIndptr:
+// seq_lens holds [batch + 1] offsets (a request's length is the difference of two neighbours, as
+// in a ragged kv_indptr). kMaskRowsLocal (paged prefill): mask rows are numbered within each
+// request ([batch, q_len, kv] masks) rather than across the batch ([total_q, kv]).
+enum LayoutBit : unsigned {
+  kWidePageTable = 1u,
+  kWideReqIndices = 2u,
+  kWideSeqLens = 4u,
+  kWideQoIndptr = 8u,
+  kSeqLensIndptr = 16u,
+  kMaskRowsLocal = 32u,
+};
+
 // The q_len a decode template's kFlags carries (1 without the field), and the field of a q_len.
 constexpr int decode_q_len(unsigned flags) {
   return static_cast<int>((flags & kFeatureQLenField) >> kDecodeQLenShift) + 1;
@@ -71,6 +86,7 @@ struct PagedDecodeParams {
   const int* req_indices;        // [batch] row of page_table per request; null: row b
   int page_table_rows;           // rows outside [0, page_table_rows) make the request empty
   const int* seq_lens;           // [batch], the current token included; null: kv_capacity
+  unsigned layout_bits;          // LayoutBit: int64 tables, seq_lens as offsets
   int kv_capacity;               // tokens a sequence can hold (table width x page size, or
                                  // the contiguous kv length); seq_lens are clamped to it
   const bool* mask;              // optional [batch, mask_stride_batch], true = keep
@@ -219,15 +235,19 @@ struct PrefillParams {
   long long out_stride_seq;
   long long out_stride_head;
   // Optional bool mask (nonzero = keep): row i of request b over kv positions starts at
-  // mask + b * mask_stride_batch + (q_start_b + i) * mask_stride_q; a stride of 0 broadcasts.
+  // mask + b * mask_stride_batch + (q_start_b + i) * mask_stride_q (kMaskRowsLocal: without
+  // q_start_b); a stride of 0 broadcasts.
   const unsigned char* mask;
   long long mask_stride_batch;
   long long mask_stride_q;
   float* lse;                    // optional natural-log LSE, [rows, n_heads], -inf for empty rows
   const int* qo_indptr;          // paged: [batch + 1] query rows per request
   const int* seq_lens;           // paged: [batch] KV length, clamped to the table capacity
-  const int* page_table;         // paged: [batch, page_table_stride] logical -> physical page
+  const int* page_table;         // paged: [table_rows, page_table_stride] logical -> physical page
   long long page_table_stride;
+  const int* req_indices;        // paged, optional: [batch] row of page_table per request; null: row b
+  int page_table_rows;           // rows outside [0, page_table_rows) make the request empty
+  unsigned layout_bits;          // LayoutBit: int64 tables, seq_lens as offsets, mask rows
   int batch;
   int q_len;                     // contiguous: rows per request
   int kv_len;                    // contiguous: KV length of every request

@@ -44,9 +44,17 @@ struct DecodeSequence {
 // kernel that must leave no L1 line behind.
 template <bool kL2Only = false>
 __device__ __forceinline__ const int* decode_table_row(const PagedDecodeParams& p, int batch_index) {
-  const int row = p.req_indices ? (kL2Only ? __ldcg(p.req_indices + batch_index) : p.req_indices[batch_index])
-                                : batch_index;
-  return row < 0 || row >= p.page_table_rows ? nullptr : p.page_table + row * p.page_table_stride;
+  const bool wide_rows = (p.layout_bits & kWideReqIndices) != 0;
+  const int row = p.req_indices ? load_index<kL2Only>(p.req_indices, batch_index, wide_rows) : batch_index;
+  return row < 0 || row >= p.page_table_rows
+             ? nullptr
+             : index_at(p.page_table, row * p.page_table_stride, (p.layout_bits & kWidePageTable) != 0);
+}
+
+// Entry `logical` of a page-table row (decode_table_row), either width.
+template <bool kL2Only = false>
+__device__ __forceinline__ int table_page(const PagedDecodeParams& p, const int* table_row, int logical) {
+  return load_index<kL2Only>(table_row, logical, (p.layout_bits & kWidePageTable) != 0);
 }
 
 template <int kPageSize>
@@ -59,7 +67,7 @@ __device__ __forceinline__ DecodeSequence decode_sequence(const PagedDecodeParam
     seq.table_row = decode_table_row(p, batch_index);
     if (seq.table_row == nullptr) return seq;  // bad row: empty, never out of bounds
   }
-  const int length = p.seq_lens ? p.seq_lens[batch_index] : p.kv_capacity;
+  const int length = p.seq_lens ? load_seq_len(p.seq_lens, batch_index, p.layout_bits) : p.kv_capacity;
   seq.length = min(max(length, 0), p.kv_capacity);
   if (p.new_k != nullptr && seq.length > 0) seq.append_token = seq.length - 1;
   return seq;
@@ -84,7 +92,7 @@ __device__ __forceinline__ bool kv_rows(const PagedDecodeParams& p, const Decode
     k_offset = batch_index * p.k_stride_page + token * p.k_stride_token;
     v_offset = batch_index * p.v_stride_page + token * p.v_stride_token;
   } else {
-    const int page = __ldg(seq.table_row + (token >> PagedDecodeTiles<T, 32, kPageSize>::kPageShift));
+    const int page = table_page(p, seq.table_row, token >> PagedDecodeTiles<T, 32, kPageSize>::kPageShift);
     if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) return false;
     const int slot = token & (kPageSize - 1);
     k_offset = page * p.k_stride_page + slot * p.k_stride_token;
@@ -145,7 +153,7 @@ __device__ void append_new_token(const PagedDecodeParams& p, const DecodeSequenc
                                  int batch_index, int kv_head, unsigned thread = threadIdx.x,
                                  unsigned threads = blockDim.x) {
   const int token = seq.append_token;
-  const int page = __ldg(seq.table_row + (token >> PagedDecodeTiles<T, 32, kPageSize>::kPageShift));
+  const int page = table_page(p, seq.table_row, token >> PagedDecodeTiles<T, 32, kPageSize>::kPageShift);
   if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) return;
   const int slot = token & (kPageSize - 1);
   if constexpr (has_fp8_kv<kFlags>()) {
@@ -265,7 +273,8 @@ __device__ __forceinline__ void prefetch_decode_start(const PagedDecodeParams& p
                      row_head<kQLen>(tile.first_head, tile.first_row, row) * p.q_stride_head;
     prefetch_l2(reinterpret_cast<const unsigned char*>(q_row) + (i % kRowLines) * 128);
   }
-  if (thread == threads - 1 && p.seq_lens != nullptr) prefetch_l2(p.seq_lens + blockIdx.z);
+  if (thread == threads - 1 && p.seq_lens != nullptr)
+    prefetch_l2(index_at(p.seq_lens, blockIdx.z, (p.layout_bits & kWideSeqLens) != 0));
   if constexpr (kKvRows && !has_feature<kFlags>(kFeatureWindow)) {
     static_assert(kDecodeThreads == 2 * kDecodeBlockTokens, "a thread per K or V row of a block");
     static_assert(!has_fp8_kv<kFlags>(), "FP8 caches take no prefetches (run 100: their decode ran slower)");
@@ -280,7 +289,7 @@ __device__ __forceinline__ void prefetch_decode_start(const PagedDecodeParams& p
     } else {
       const int* table_row = decode_table_row<true>(p, blockIdx.z);
       if (table_row == nullptr) return;
-      const int page = __ldcg(table_row + token / kPageSize);
+      const int page = table_page<true>(p, table_row, token / kPageSize);
       if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) return;
       offset = page * (is_v ? p.v_stride_page : p.k_stride_page) +
                (token % kPageSize) * (is_v ? p.v_stride_token : p.k_stride_token);
@@ -317,7 +326,7 @@ struct BlockPages {
       if (kPageSize == 0) {
         value = token < end ? 0 : -1;
       } else if (token < end) {
-        value = __ldg(seq.table_row + (token >> PagedDecodeTiles<T, kHeadDim, kPageSize>::kPageShift));
+        value = table_page(p, seq.table_row, token >> PagedDecodeTiles<T, kHeadDim, kPageSize>::kPageShift);
         if (static_cast<unsigned>(value) >= static_cast<unsigned>(p.num_pages)) value = -1;
       }
       page[i] = value;
@@ -347,7 +356,7 @@ __device__ __forceinline__ void load_kv_block_async(const PagedDecodeParams& p, 
     } else if (kPageSize == 0) {
       page = token < end ? 0 : -1;
     } else {
-      page = token < end ? __ldg(seq.table_row + (token >> Tiles::kPageShift)) : -1;
+      page = token < end ? table_page(p, seq.table_row, token >> Tiles::kPageShift) : -1;
       if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) page = -1;
     }
     const T* k_row = static_cast<const T*>(p.k_cache);
@@ -419,7 +428,7 @@ struct FullBlockLoader {
         const int token = block_start + row0 + l * kPassesPerLookup * kPassRows;
         int id = -1;
         if (token < end) {
-          id = __ldg(seq.table_row + (token >> PagedDecodeTiles<T, kHeadDim, kPageSize>::kPageShift));
+          id = table_page(p, seq.table_row, token >> PagedDecodeTiles<T, kHeadDim, kPageSize>::kPageShift);
           if (static_cast<unsigned>(id) >= static_cast<unsigned>(p.num_pages)) id = -1;
         }
         page[l] = id;
@@ -605,7 +614,7 @@ struct Kv8StepLoader {
       if (kPageSize == 0) {
         id = 0;
       } else {
-        id = __ldg(seq.table_row + (token >> Log2<(kPageSize > 0 ? kPageSize : 1)>::value));
+        id = table_page(p, seq.table_row, token >> Log2<(kPageSize > 0 ? kPageSize : 1)>::value);
         if (static_cast<unsigned>(id) >= static_cast<unsigned>(p.num_pages)) id = -1;
       }
     }

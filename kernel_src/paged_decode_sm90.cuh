@@ -198,8 +198,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
     } else {
       const int token = begin + block * kDecodeBlockTokens + copy_box * Shape::kBoxRows;
       if (lane >= Shape::kCopies || token >= end || table_row == nullptr) return -1;
-      const int* slot = table_row + token / kPageSize;
-      return l2_only ? __ldcg(slot) : __ldg(slot);
+      return l2_only ? table_page<true>(p, table_row, token / kPageSize) : table_page(p, table_row, token / kPageSize);
     }
   };
   // Box coordinates of a lane's copy: dims, KV head, row in the page (or token), page.

@@ -31,7 +31,8 @@ struct PrefillShape {
 
 // One request as the CTA sees it, with every device-provided length made safe to use.
 struct PrefillRequest {
-  int q_start;      // first row of the request in the row numbering of q, out, mask and lse
+  int q_start;      // first row of the request in the row numbering of q, out and lse
+  int mask_start;   // the same in the mask's row numbering (kMaskRowsLocal: 0)
   int q_len;        // query rows of the request
   int kv_len;       // KV positions of the request
   int causal_base;  // row i sits at kv position causal_base + i (when causal)
@@ -39,25 +40,45 @@ struct PrefillRequest {
   long long lse_row;  // row of query 0 in lse
 };
 
+// The page-table row of request b (paged KV), null for a row outside the table: req_indices
+// picks the row when given.
+__device__ __forceinline__ const int* prefill_table_row(const PrefillParams& p, int batch_index) {
+  const int row =
+      p.req_indices ? load_index(p.req_indices, batch_index, (p.layout_bits & kWideReqIndices) != 0) : batch_index;
+  return row < 0 || row >= p.page_table_rows
+             ? nullptr
+             : index_at(p.page_table, row * p.page_table_stride, (p.layout_bits & kWidePageTable) != 0);
+}
+
+// Entry `logical` of a page-table row, either width.
+__device__ __forceinline__ int prefill_page(const PrefillParams& p, const int* table_row, int logical) {
+  return load_index(table_row, logical, (p.layout_bits & kWidePageTable) != 0);
+}
+
 template <int kPageSize>
 __device__ __forceinline__ PrefillRequest prefill_request(const PrefillParams& p, int batch_index) {
   PrefillRequest r;
   r.causal = p.causal_offset >= 0;
   if constexpr (kPageSize == 0) {
     r.q_start = 0;
+    r.mask_start = 0;
     r.q_len = p.q_len;
     r.kv_len = p.kv_len;
     r.causal_base = p.causal_offset;
     r.lse_row = static_cast<long long>(batch_index) * p.q_len;
   } else {
-    const int begin = __ldg(p.qo_indptr + batch_index);
-    const int end = __ldg(p.qo_indptr + batch_index + 1);
+    const bool wide_qo = (p.layout_bits & kWideQoIndptr) != 0;
+    const int begin = load_index(p.qo_indptr, batch_index, wide_qo);
+    const int end = load_index(p.qo_indptr, batch_index + 1, wide_qo);
     // A negative length or rows outside [0, total_q) make the request empty.
     const bool sane = begin >= 0 && end >= begin && end <= p.total_q;
     r.q_start = sane ? begin : 0;
+    r.mask_start = (p.layout_bits & kMaskRowsLocal) != 0 ? 0 : r.q_start;
     r.q_len = sane ? end - begin : 0;
     const long long capacity = static_cast<long long>(p.max_pages_per_seq) * kPageSize;
-    const long long seq_len = __ldg(p.seq_lens + batch_index);
+    // A request whose page-table row is out of range has no KV (prefill_table_row).
+    const long long seq_len =
+        prefill_table_row(p, batch_index) == nullptr ? 0 : load_seq_len(p.seq_lens, batch_index, p.layout_bits);
     r.kv_len = static_cast<int>(min(max(seq_len, 0LL), capacity));
     r.causal_base = r.kv_len - r.q_len;
     r.lse_row = r.q_start;
@@ -130,7 +151,7 @@ __device__ __forceinline__ bool prefill_kv_offsets(const PrefillParams& p, const
     *v_offset = token * p.v_stride_seq;
     return true;
   } else {
-    const int page = __ldg(table_row + (token >> PrefillShape<64, kPageSize>::kPageShift));
+    const int page = prefill_page(p, table_row, token >> PrefillShape<64, kPageSize>::kPageShift);
     if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) return false;
     const int slot = token & (kPageSize - 1);
     *k_offset = page * p.k_stride_page + slot * p.k_stride_seq;
@@ -151,7 +172,7 @@ __device__ __forceinline__ void prefill_kv_bases(const PrefillParams& p, int bat
     v += batch_index * p.v_stride_batch;
     *table_row = nullptr;
   } else {
-    *table_row = p.page_table + batch_index * p.page_table_stride;
+    *table_row = prefill_table_row(p, batch_index);
   }
   *k_head = k;
   *v_head = v;
@@ -211,7 +232,7 @@ struct PrefillPageIds {
         const int token = block_start + row0 + l * Copy::kPassesPerLookup * Copy::kRowsPerPass;
         int page = -1;
         if (token < kv_end) {
-          page = __ldg(table_row + (token >> PrefillShape<64, kPageSize>::kPageShift));
+          page = prefill_page(p, table_row, token >> PrefillShape<64, kPageSize>::kPageShift);
           if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) page = -1;
         }
         id[l] = page;
@@ -378,7 +399,7 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
       mask_row[m][h] = p.mask == nullptr
                            ? nullptr
                            : p.mask + batch_index * p.mask_stride_batch +
-                                 static_cast<long long>(r.q_start + warp_row0 + row) * p.mask_stride_q;
+                                 static_cast<long long>(r.mask_start + warp_row0 + row) * p.mask_stride_q;
     }
   }
   // Tiles entirely below every row's stop need no masking; tiles at or past the last stop
@@ -734,7 +755,7 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
     }
     const unsigned char* mask_base =
         has_mask ? p.mask + batch_index * p.mask_stride_batch +
-                       static_cast<long long>(r.q_start + warp_row0) * p.mask_stride_q
+                       static_cast<long long>(r.mask_start + warp_row0) * p.mask_stride_q
                  : nullptr;
 
     float acc[kRows][kPerLane];

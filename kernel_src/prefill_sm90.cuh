@@ -256,14 +256,14 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       const PrefillRequest& r = w.r;
       const int n_blocks = w.n_blocks;
       const int block_count = w.block_count;
-      const int* table_row = kPageSize == 0 ? nullptr : p.page_table + batch_index * p.page_table_stride;
+      const int* table_row = kPageSize == 0 ? nullptr : prefill_table_row(p, batch_index);
       // Page id of box `lane` of the block starting at `token` (contiguous: unused).
       auto box_page = [&](int token) {
         if constexpr (kPageSize == 0) {
           return 0;
         } else {
           const int box_token = token + lane * kBoxRows;
-          return lane < kBoxes && box_token < r.kv_len ? __ldg(table_row + box_token / kPageSize) : -1;
+          return lane < kBoxes && box_token < r.kv_len ? prefill_page(p, table_row, box_token / kPageSize) : -1;
         }
       };
       // Step `it` walks block n_blocks - 1 - it. `is_v`: paged V's boxes bring whole rows.

@@ -30,6 +30,26 @@ ASTRAI_API const char* dtype_name(DType dtype);
 enum class KvDType { same, e4m3, e5m2 };
 ASTRAI_API const char* kv_dtype_name(KvDType kv_dtype);  // "same", "e4m3", "e5m2"
 
+// A device index table (page table, request rows, lengths, offsets) of int32 or int64
+// elements, read in place by the kernels: callers keep the width their tensors have. Converts
+// from either pointer type, so `args.page_table = table` takes an int32 or an int64 table. An
+// int64 entry outside the int range reads as out of range (an empty request, a zero page).
+struct IndexTable {
+  const void* data = nullptr;
+  bool wide = false;  // int64 elements
+  constexpr IndexTable() = default;
+  constexpr IndexTable(std::nullptr_t) {}  // NOLINT: implicit, as a pointer's null is
+  constexpr IndexTable(const std::int32_t* table) : data(table) {}  // NOLINT
+  constexpr IndexTable(const std::int64_t* table) : data(table), wide(table != nullptr) {}  // NOLINT
+  constexpr int element_bytes() const { return wide ? 8 : 4; }
+  friend constexpr bool operator==(const IndexTable& t, std::nullptr_t) { return t.data == nullptr; }
+  friend constexpr bool operator!=(const IndexTable& t, std::nullptr_t) { return t.data != nullptr; }
+  friend constexpr bool operator==(const IndexTable& a, const IndexTable& b) {
+    return a.data == b.data && a.wide == b.wide;
+  }
+  friend constexpr bool operator!=(const IndexTable& a, const IndexTable& b) { return !(a == b); }
+};
+
 // Paged decode attention: one new query token per sequence against a paged KV cache.
 struct PagedDecodeArgs {
   DType dtype = DType::bf16;
@@ -78,17 +98,21 @@ struct PagedDecodeArgs {
   std::int64_t k_stride_page = 0, k_stride_token = 0, k_stride_head = 0;
   const void* v_cache = nullptr;  // same shape as k_cache
   std::int64_t v_stride_page = 0, v_stride_token = 0, v_stride_head = 0;
-  const std::int32_t* page_table = nullptr;  // [batch, max_pages_per_seq] logical -> physical
-  std::int64_t page_table_stride = 0;        // elements between rows (0: max_pages_per_seq)
-  const std::int32_t* seq_lens = nullptr;    // [batch], the current token included; read on
-                                             // the device, clamped to [0, table capacity]
+  IndexTable page_table;               // [batch, max_pages_per_seq] logical -> physical
+  std::int64_t page_table_stride = 0;  // elements between rows (0: max_pages_per_seq)
+  // [batch], the current token included; read on the device, clamped to [0, table capacity].
+  // Null: every request fills its table row (max_pages_per_seq * page_size tokens).
+  IndexTable seq_lens;
+  // seq_lens holds [batch + 1] offsets instead (a ragged kv_indptr): request b's length is
+  // seq_lens[b + 1] - seq_lens[b].
+  bool seq_lens_are_offsets = false;
   void* out = nullptr;  // like q
   std::int64_t out_stride_batch = 0, out_stride_seq = 0, out_stride_head = 0;
 
   // Optional: the row of page_table each request uses (AstrAI's req_pool_indices), [batch].
   // Null: request b uses row b. page_table_rows bounds the rows (0: batch); a row index outside
   // [0, page_table_rows) makes that request empty (zeros) instead of reading out of bounds.
-  const std::int32_t* req_indices = nullptr;
+  IndexTable req_indices;
   int page_table_rows = 0;
   // Optional mask, [batch, max_pages_per_seq * page_size] bool, true = keep (one row per request,
   // shared by its q_len query tokens); a row with nothing kept outputs zeros.
@@ -215,18 +239,27 @@ struct PagedPrefillArgs {
   bool causal = true;
   const void* q = nullptr;  // [total_q, n_heads, head_dim]
   std::int64_t q_stride_token = 0, q_stride_head = 0;
-  const std::int32_t* qo_indptr = nullptr;  // [batch + 1], device
+  IndexTable qo_indptr;  // [batch + 1], device
   const void* k_cache = nullptr;  // [num_pages, page_size, n_kv_heads, head_dim]
   std::int64_t k_stride_page = 0, k_stride_token = 0, k_stride_head = 0;
   const void* v_cache = nullptr;
   std::int64_t v_stride_page = 0, v_stride_token = 0, v_stride_head = 0;
-  const std::int32_t* page_table = nullptr;  // [batch, max_pages_per_seq]
+  IndexTable page_table;  // [rows, max_pages_per_seq]
   std::int64_t page_table_stride = 0;
-  const std::int32_t* seq_lens = nullptr;    // [batch], KV length including the new tokens
+  // Optional: the row of page_table each request uses ([batch], AstrAI's req_pool_indices), as
+  // for paged_decode. Null: request b uses row b.
+  IndexTable req_indices;
+  int page_table_rows = 0;  // 0: batch
+  IndexTable seq_lens;      // [batch], KV length including the new tokens
+  bool seq_lens_are_offsets = false;  // seq_lens holds [batch + 1] offsets (a kv_indptr)
   void* out = nullptr;  // like q
   std::int64_t out_stride_token = 0, out_stride_head = 0;
-  const bool* mask = nullptr;  // optional [total_q, mask_stride_q] over kv positions
+  // Optional [total_q, mask_stride_q] over kv positions. With mask_rows_per_request, row i of
+  // request b is at mask + b * mask_stride_batch + i * mask_stride_q instead ([batch, q_len, kv]).
+  const bool* mask = nullptr;
   std::int64_t mask_stride_q = 0;  // 0: max_pages_per_seq * page_size
+  bool mask_rows_per_request = false;
+  std::int64_t mask_stride_batch = 0;  // with mask_rows_per_request
   float* lse = nullptr;  // optional f32 [total_q, n_heads]
   void* stream = nullptr;
 };

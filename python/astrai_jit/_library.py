@@ -45,35 +45,38 @@ def _run(fn, device: torch.device, *args) -> None:
 
 
 @torch.library.custom_op("astrai_jit::paged_decode", mutates_args=("out", "lse"))
-def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor, seq_lens: Tensor,
+def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor, seq_lens: Optional[Tensor],
                  out: Tensor, lse: Optional[Tensor], mask: Optional[Tensor], req_indices: Optional[Tensor],
                  scale: float, logit_cap: float, sinks: Optional[Tensor], window_left: int,
-                 k_scale: Optional[Tensor], v_scale: Optional[Tensor], stream: int) -> None:
+                 k_scale: Optional[Tensor], v_scale: Optional[Tensor], stream: int,
+                 seq_lens_are_offsets: bool = False) -> None:
     _run(_C.paged_decode, q.device, q, k_cache, v_cache, page_table, seq_lens, out, lse, mask, req_indices,
-         None, None, scale, logit_cap, sinks, window_left, k_scale, v_scale, _stream(q.device, stream))
+         None, None, scale, logit_cap, sinks, window_left, k_scale, v_scale, _stream(q.device, stream),
+         seq_lens_are_offsets)
 
 
 @paged_decode.register_fake
 def _(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask, req_indices, scale, logit_cap, sinks,
-      window_left, k_scale, v_scale, stream) -> None:
+      window_left, k_scale, v_scale, stream, seq_lens_are_offsets=False) -> None:
     _same_device("paged_decode", q=q, k_cache=k_cache, v_cache=v_cache, page_table=page_table,
                  seq_lens=seq_lens, out=out, lse=lse, mask=mask, req_indices=req_indices, sinks=sinks,
                  k_scale=k_scale, v_scale=v_scale)
 
 
 @torch.library.custom_op("astrai_jit::paged_decode_append", mutates_args=("k_cache", "v_cache", "out", "lse"))
-def paged_decode_append(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor, seq_lens: Tensor,
-                        out: Tensor, lse: Optional[Tensor], mask: Optional[Tensor],
+def paged_decode_append(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor,
+                        seq_lens: Optional[Tensor], out: Tensor, lse: Optional[Tensor], mask: Optional[Tensor],
                         req_indices: Optional[Tensor], new_k: Tensor, new_v: Tensor, scale: float,
                         logit_cap: float, sinks: Optional[Tensor], window_left: int, k_scale: Optional[Tensor],
-                        v_scale: Optional[Tensor], stream: int) -> None:
+                        v_scale: Optional[Tensor], stream: int, seq_lens_are_offsets: bool = False) -> None:
     _run(_C.paged_decode, q.device, q, k_cache, v_cache, page_table, seq_lens, out, lse, mask, req_indices,
-         new_k, new_v, scale, logit_cap, sinks, window_left, k_scale, v_scale, _stream(q.device, stream))
+         new_k, new_v, scale, logit_cap, sinks, window_left, k_scale, v_scale, _stream(q.device, stream),
+         seq_lens_are_offsets)
 
 
 @paged_decode_append.register_fake
 def _(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask, req_indices, new_k, new_v, scale, logit_cap,
-      sinks, window_left, k_scale, v_scale, stream) -> None:
+      sinks, window_left, k_scale, v_scale, stream, seq_lens_are_offsets=False) -> None:
     _same_device("paged_decode", q=q, k_cache=k_cache, v_cache=v_cache, page_table=page_table,
                  seq_lens=seq_lens, out=out, lse=lse, mask=mask, req_indices=req_indices, new_k=new_k,
                  new_v=new_v, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
@@ -111,17 +114,19 @@ def _(q, k, v, out, lse, mask, causal_offset, scale, logit_cap, sinks, window_le
 def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor, seq_lens: Tensor,
                   qo_indptr: Tensor, out: Tensor, lse: Optional[Tensor], mask: Optional[Tensor], max_q_len: int,
                   causal: bool, scale: float, logit_cap: float, sinks: Optional[Tensor], window_left: int,
-                  k_scale: Optional[Tensor], v_scale: Optional[Tensor], stream: int) -> None:
+                  k_scale: Optional[Tensor], v_scale: Optional[Tensor], stream: int,
+                  req_indices: Optional[Tensor] = None, seq_lens_are_offsets: bool = False) -> None:
     _run(_C.paged_prefill, q.device, q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse, mask,
-         max_q_len, causal, scale, logit_cap, sinks, window_left, k_scale, v_scale, _stream(q.device, stream))
+         max_q_len, causal, scale, logit_cap, sinks, window_left, k_scale, v_scale, _stream(q.device, stream),
+         req_indices, seq_lens_are_offsets)
 
 
 @paged_prefill.register_fake
 def _(q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse, mask, max_q_len, causal, scale,
-      logit_cap, sinks, window_left, k_scale, v_scale, stream) -> None:
+      logit_cap, sinks, window_left, k_scale, v_scale, stream, req_indices=None, seq_lens_are_offsets=False) -> None:
     _same_device("paged_prefill", q=q, k_cache=k_cache, v_cache=v_cache, page_table=page_table,
                  seq_lens=seq_lens, qo_indptr=qo_indptr, out=out, lse=lse, mask=mask, sinks=sinks,
-                 k_scale=k_scale, v_scale=v_scale)
+                 k_scale=k_scale, v_scale=v_scale, req_indices=req_indices)
 
 
 @torch.library.custom_op("astrai_jit::rotary_emb", mutates_args=("out",))

@@ -142,22 +142,25 @@ def _lse(q: Tensor, shape) -> Tensor:
     return torch.empty(shape, dtype=torch.float32, device=q.device)
 
 
-def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor, seq_lens: Tensor, *,
+def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor, seq_lens: Optional[Tensor], *,
                  out: Optional[Tensor] = None, scale: Optional[float] = None, mask: Optional[Tensor] = None,
                  req_indices: Optional[Tensor] = None, new_k: Optional[Tensor] = None,
                  new_v: Optional[Tensor] = None, return_lse: bool = False, logit_cap: float = 0.0,
                  sinks: Optional[Tensor] = None, window_left: int = -1, k_scale: Optional[Tensor] = None,
-                 v_scale: Optional[Tensor] = None, stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+                 v_scale: Optional[Tensor] = None, kv_indptr: Optional[Tensor] = None,
+                 stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Decode attention over a paged KV cache: one query token per sequence, or q_len of them.
 
     q ``[batch, n_heads, head_dim]``, or ``[batch, q_len, n_heads, head_dim]`` for q_len new
     tokens per request (1..8, speculative verification: token i sits at position
     ``seq_len - q_len + i`` and attends to the keys up to it; a token with none outputs zeros);
     k_cache, v_cache ``[num_pages, page_size, n_kv_heads, head_dim]`` (bf16 or fp16, any
-    strides with a contiguous head_dim); page_table int32 ``[rows, max_pages_per_seq]``;
-    seq_lens int32 ``[batch]`` with the current (new) tokens included; mask bool ``[batch,
-    max_pages_per_seq * page_size]`` (True = keep, shared by a request's tokens); req_indices
-    int32 ``[batch]`` picks each request's page-table row; new_k, new_v ``[batch, n_kv_heads,
+    strides with a contiguous head_dim); page_table ``[rows, max_pages_per_seq]``; seq_lens
+    ``[batch]`` with the current (new) tokens included, or None: every request fills its table
+    row; ``kv_indptr`` ``[batch + 1]`` offsets instead of seq_lens (request b has
+    ``kv_indptr[b + 1] - kv_indptr[b]`` tokens); index tensors are int32 or int64, read in place;
+    mask bool ``[batch, max_pages_per_seq * page_size]`` (True = keep, shared by a request's
+    tokens); req_indices ``[batch]`` picks each request's page-table row; new_k, new_v ``[batch, n_kv_heads,
     head_dim]`` are used at position ``seq_len - 1`` and written into the caches (fused append;
     one token, so not with q_len > 1). Returns out like q, and with ``return_lse`` the f32
     log-sum-exp ``[batch, n_heads]`` (``[batch, q_len, n_heads]`` for a 4-D q).
@@ -166,18 +169,25 @@ def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor
     out = _out_like(call, q, out)
     lse = _lse(q, q.shape[:-1]) if return_lse else None
     s, cap, window = _options(call, scale, logit_cap, window_left, sinks, k_scale, v_scale)
+    offsets = kv_indptr is not None
+    if offsets:
+        if seq_lens is not None:
+            raise ValueError(f"{call}: seq_lens and kv_indptr are both given (allowed: one of them)")
+        seq_lens = kv_indptr
     if type(q) is Tensor and not _compiling():
         _launch(_C.paged_decode, q, (q, k_cache, v_cache, page_table, seq_lens, out, lse, mask, req_indices,
-                                     new_k, new_v, s, cap, sinks, window, k_scale, v_scale, _stream(q, stream)))
+                                     new_k, new_v, s, cap, sinks, window, k_scale, v_scale, _stream(q, stream),
+                                     offsets))
     else:
         handle = _op_stream(q, stream)
         if new_k is not None or new_v is not None:
             torch.ops.astrai_jit.paged_decode_append(q, k_cache, v_cache, page_table, seq_lens, out, lse,
                                                      mask, req_indices, new_k, new_v, s, cap, sinks, window,
-                                                     k_scale, v_scale, handle)
+                                                     k_scale, v_scale, handle, offsets)
         else:
             torch.ops.astrai_jit.paged_decode(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
-                                              req_indices, s, cap, sinks, window, k_scale, v_scale, handle)
+                                              req_indices, s, cap, sinks, window, k_scale, v_scale, handle,
+                                              offsets)
     return (out, lse) if return_lse else out
 
 
@@ -230,31 +240,43 @@ def prefill(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sc
     return (out, lse) if return_lse else out
 
 
-def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor, seq_lens: Tensor,
+def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor, seq_lens: Optional[Tensor],
                   qo_indptr: Tensor, *, out: Optional[Tensor] = None, scale: Optional[float] = None,
                   mask: Optional[Tensor] = None, causal: bool = True, max_q_len: Optional[int] = None,
                   return_lse: bool = False, logit_cap: float = 0.0, sinks: Optional[Tensor] = None,
                   window_left: int = -1, k_scale: Optional[Tensor] = None, v_scale: Optional[Tensor] = None,
+                  req_indices: Optional[Tensor] = None, kv_indptr: Optional[Tensor] = None,
                   stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Prefill over a paged KV cache for a ragged batch (chunked prefill).
 
     q ``[total_q, n_heads, head_dim]``, request b's queries at rows ``qo_indptr[b] ..
-    qo_indptr[b + 1]`` (int32 ``[batch + 1]``); paged KV as for :func:`paged_decode`, seq_lens
-    the KV length including the new tokens. ``max_q_len`` (the longest request's query count)
-    sizes the grid; None uses total_q, always enough, and needs no device-to-host copy.
+    qo_indptr[b + 1]`` (``[batch + 1]``); paged KV as for :func:`paged_decode` (req_indices picks
+    each request's table row), seq_lens the KV length including the new tokens, or ``kv_indptr``
+    offsets instead; index tensors int32 or int64. mask bool ``[total_q, kv]`` (a row per row of
+    q) or ``[batch, rows, kv]`` (rows numbered within each request, rows >= max_q_len), kv =
+    max_pages_per_seq * page_size. ``max_q_len`` (the longest request's query count) sizes the
+    grid; None uses total_q, always enough, and needs no device-to-host copy.
     """
     call = "paged_prefill"
     out = _out_like(call, q, out)
     lse = _lse(q, q.shape[:2]) if return_lse else None
     s, cap, window = _options(call, scale, logit_cap, window_left, sinks, k_scale, v_scale)
     m = -1 if max_q_len is None else int(max_q_len)
+    offsets = kv_indptr is not None
+    if offsets:
+        if seq_lens is not None:
+            raise ValueError(f"{call}: seq_lens and kv_indptr are both given (allowed: one of them)")
+        seq_lens = kv_indptr
+    elif seq_lens is None:
+        raise ValueError(f"{call}: seq_lens is None (allowed: [batch] lengths, or kv_indptr offsets)")
     if type(q) is Tensor and not _compiling():
         _launch(_C.paged_prefill, q, (q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse, mask, m,
-                                      bool(causal), s, cap, sinks, window, k_scale, v_scale, _stream(q, stream)))
+                                      bool(causal), s, cap, sinks, window, k_scale, v_scale, _stream(q, stream),
+                                      req_indices, offsets))
     else:
         torch.ops.astrai_jit.paged_prefill(q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse,
                                            mask, m, bool(causal), s, cap, sinks, window, k_scale, v_scale,
-                                           _op_stream(q, stream))
+                                           _op_stream(q, stream), req_indices, offsets)
     return (out, lse) if return_lse else out
 
 

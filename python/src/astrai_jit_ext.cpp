@@ -29,7 +29,7 @@ namespace {
 template <typename T>
 using Opt = std::optional<T>;
 
-enum class Kind { int32, boolean, float32 };
+enum class Kind { index, boolean, float32 };
 
 template <typename T>
 std::string shape_string(const T& t) {
@@ -183,6 +183,12 @@ class TensorArg {
 using Input = TensorArg<false>;
 using Output = TensorArg<true>;
 
+// An index tensor (dtype checked as Kind::index) as the runtime reads it: int32 or int64.
+astrai::IndexTable index_table(const Input& t) {
+  if (t.dtype().bits == 64) return static_cast<const std::int64_t*>(t.data());
+  return static_cast<const std::int32_t*>(t.data());
+}
+
 }  // namespace
 
 namespace nanobind::detail {
@@ -247,8 +253,9 @@ class Checker {
     const auto code = static_cast<nb::dlpack::dtype_code>(d.code);
     const bool scalar = d.lanes == 1;
     switch (kind) {
-      case Kind::int32:
-        if (!(scalar && code == nb::dlpack::dtype_code::Int && d.bits == 32)) type_error(name, d, "int32");
+      case Kind::index:  // index tables are read in place at either width
+        if (!(scalar && code == nb::dlpack::dtype_code::Int && (d.bits == 32 || d.bits == 64)))
+          type_error(name, d, "int32 or int64");
         return;
       case Kind::boolean:
         if (!(scalar && code == nb::dlpack::dtype_code::Bool && d.bits == 8)) type_error(name, d, "bool");
@@ -426,12 +433,13 @@ void set_kv_format(Checker& c, Args& a, const char* k_name, const Input& k, cons
 }
 
 astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, const Input& v_cache,
-                                          const Input& page_table, const Input& seq_lens, const Output& out,
+                                          const Input& page_table, const Opt<Input>& seq_lens, const Output& out,
                                           const Opt<Output>& lse, const Opt<Input>& mask,
                                           const Opt<Input>& req_indices, const Opt<Input>& new_k,
                                           const Opt<Input>& new_v, double scale, double logit_cap,
                                           const Opt<Input>& sinks, int window_left, const Opt<Input>& k_scale,
-                                          const Opt<Input>& v_scale, Opt<std::uintptr_t> stream) {
+                                          const Opt<Input>& v_scale, Opt<std::uintptr_t> stream,
+                                          bool seq_lens_are_offsets) {
   constexpr const char* kCall = "paged_decode";
   constexpr const char* kQueryLayout = "[batch, n_heads, head_dim] or [batch, q_len, n_heads, head_dim]";
   Checker c(kCall);
@@ -443,11 +451,13 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
   c.rank("k_cache", k_cache, 4, "[num_pages, page_size, n_kv_heads, head_dim]");
   c.rank("v_cache", v_cache, 4, "[num_pages, page_size, n_kv_heads, head_dim]");
   c.rank("page_table", page_table, 2, "[batch, max_pages_per_seq]");
-  c.rank("seq_lens", seq_lens, 1, "[batch]");
+  // Offsets come as the functional API's kv_indptr: messages name that.
+  const char* lens_name = seq_lens_are_offsets ? "kv_indptr" : "seq_lens";
+  if (seq_lens) c.rank(lens_name, *seq_lens, 1, seq_lens_are_offsets ? "[batch + 1]" : "[batch]");
   c.rank("out", out, tokens ? 4 : 3, kQueryLayout);
   a.dtype = c.attention_dtype("q", q);
-  c.dtype("page_table", page_table, Kind::int32);
-  c.dtype("seq_lens", seq_lens, Kind::int32);
+  c.dtype("page_table", page_table, Kind::index);
+  if (seq_lens) c.dtype(lens_name, *seq_lens, Kind::index);
   c.same_dtype("out", out, a.dtype);
   a.batch = as_int(kCall, "batch", q.shape(0));
   a.q_len = tokens ? as_int(kCall, "q_len", q.shape(1)) : 1;
@@ -460,12 +470,16 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
   a.max_pages_per_seq = as_int(kCall, "max_pages_per_seq", page_table.shape(1));
   c.dim("k_cache", k_cache, 3, a.head_dim, "head_dim of q");
   c.same_shape("v_cache", v_cache, "k_cache", k_cache);
-  c.dim("seq_lens", seq_lens, 0, a.batch, "batch of q");
+  if (seq_lens)
+    c.dim(lens_name, *seq_lens, 0, a.batch + (seq_lens_are_offsets ? 1 : 0),
+          seq_lens_are_offsets ? "batch of q + 1" : "batch of q");
+  else if (seq_lens_are_offsets)
+    invalid(kCall, "kv_indptr is None with offsets requested (allowed: [batch + 1] offsets)");
   c.same_shape("out", out, "q", q);
   for (auto [name, t] : {std::pair{"q", &q}, {"k_cache", &k_cache}, {"v_cache", &v_cache}, {"page_table", &page_table}})
     c.unit_last(name, *t);
   c.unit_last("out", out);
-  c.contiguous("seq_lens", seq_lens);
+  if (seq_lens) c.contiguous(lens_name, *seq_lens);
   a.q = q.data();
   a.q_stride_batch = c.stride("q", q, 0);
   if (tokens) a.q_stride_seq = c.stride("q", q, 1);
@@ -478,20 +492,21 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
   a.v_stride_page = c.stride("v_cache", v_cache, 0);
   a.v_stride_token = c.stride("v_cache", v_cache, 1);
   a.v_stride_head = c.stride("v_cache", v_cache, 2);
-  a.page_table = static_cast<const std::int32_t*>(page_table.data());
+  a.page_table = index_table(page_table);
   a.page_table_stride = c.stride("page_table", page_table, 0);
   a.page_table_rows = as_int(kCall, "page_table rows", page_table.shape(0));
-  a.seq_lens = static_cast<const std::int32_t*>(seq_lens.data());
+  if (seq_lens) a.seq_lens = index_table(*seq_lens);
+  a.seq_lens_are_offsets = seq_lens_are_offsets;
   a.out = out.data();
   a.out_stride_batch = c.stride("out", out, 0);
   if (tokens) a.out_stride_seq = c.stride("out", out, 1);
   a.out_stride_head = c.stride("out", out, h);
   if (req_indices) {
     c.rank("req_indices", *req_indices, 1, "[batch]");
-    c.dtype("req_indices", *req_indices, Kind::int32);
+    c.dtype("req_indices", *req_indices, Kind::index);
     c.dim("req_indices", *req_indices, 0, a.batch, "batch of q");
     c.contiguous("req_indices", *req_indices);
-    a.req_indices = static_cast<const std::int32_t*>(req_indices->data());
+    a.req_indices = index_table(*req_indices);
   } else if (a.page_table_rows < a.batch) {
     invalid(kCall, "page_table has shape " + shape_string(page_table) + ": " + std::to_string(a.page_table_rows) +
                        " rows for batch " + std::to_string(a.batch) +
@@ -546,13 +561,13 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
 }
 
 void paged_decode(const Input& q, const Input& k_cache, const Input& v_cache, const Input& page_table,
-                  const Input& seq_lens, const Output& out, const Opt<Output>& lse, const Opt<Input>& mask,
+                  const Opt<Input>& seq_lens, const Output& out, const Opt<Output>& lse, const Opt<Input>& mask,
                   const Opt<Input>& req_indices, const Opt<Input>& new_k, const Opt<Input>& new_v, double scale,
                   double logit_cap, const Opt<Input>& sinks, int window_left, const Opt<Input>& k_scale,
-                  const Opt<Input>& v_scale, Opt<std::uintptr_t> stream) {
+                  const Opt<Input>& v_scale, Opt<std::uintptr_t> stream, bool seq_lens_are_offsets) {
   const astrai::PagedDecodeArgs a = paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
                                                       req_indices, new_k, new_v, scale, logit_cap, sinks,
-                                                      window_left, k_scale, v_scale, stream);
+                                                      window_left, k_scale, v_scale, stream, seq_lens_are_offsets);
   launch(&astrai::Runtime::paged_decode, a);
 }
 
@@ -563,7 +578,7 @@ double time_paged_decode_calls(const Input& q, const Input& k_cache, const Input
                                Opt<std::uintptr_t> stream, int calls) {
   Opt<Output> lse;
   const astrai::PagedDecodeArgs a = paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, {},
-                                                      {}, {}, {}, scale, 0.0, {}, -1, {}, {}, stream);
+                                                      {}, {}, {}, scale, 0.0, {}, -1, {}, {}, stream, false);
   nb::gil_scoped_release release;
   astrai::Runtime& runtime = astrai::Runtime::get();
   const auto start = std::chrono::steady_clock::now();
@@ -731,7 +746,7 @@ void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, c
                    const Input& seq_lens, const Input& qo_indptr, const Output& out, const Opt<Output>& lse,
                    const Opt<Input>& mask, int max_q_len, bool causal, double scale, double logit_cap,
                    const Opt<Input>& sinks, int window_left, const Opt<Input>& k_scale, const Opt<Input>& v_scale,
-                   Opt<std::uintptr_t> stream) {
+                   Opt<std::uintptr_t> stream, const Opt<Input>& req_indices, bool seq_lens_are_offsets) {
   constexpr const char* kCall = "paged_prefill";
   Checker c(kCall);
   astrai::PagedPrefillArgs a;
@@ -739,15 +754,20 @@ void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, c
   c.rank("k_cache", k_cache, 4, "[num_pages, page_size, n_kv_heads, head_dim]");
   c.rank("v_cache", v_cache, 4, "[num_pages, page_size, n_kv_heads, head_dim]");
   c.rank("page_table", page_table, 2, "[batch, max_pages_per_seq]");
-  c.rank("seq_lens", seq_lens, 1, "[batch]");
+  const char* lens_name = seq_lens_are_offsets ? "kv_indptr" : "seq_lens";  // as the functional API names it
+  c.rank(lens_name, seq_lens, 1, seq_lens_are_offsets ? "[batch + 1]" : "[batch]");
   c.rank("qo_indptr", qo_indptr, 1, "[batch + 1]");
   c.rank("out", out, 3, "[total_q, n_heads, head_dim]");
   a.dtype = c.attention_dtype("q", q);
-  c.dtype("page_table", page_table, Kind::int32);
-  c.dtype("seq_lens", seq_lens, Kind::int32);
-  c.dtype("qo_indptr", qo_indptr, Kind::int32);
+  c.dtype("page_table", page_table, Kind::index);
+  c.dtype(lens_name, seq_lens, Kind::index);
+  c.dtype("qo_indptr", qo_indptr, Kind::index);
   c.same_dtype("out", out, a.dtype);
-  a.batch = as_int(kCall, "batch", seq_lens.shape(0));
+  a.batch = as_int(kCall, "batch", qo_indptr.shape(0)) - 1;
+  if (a.batch < 0) invalid(kCall, "qo_indptr has shape [0] (allowed: [batch + 1])");
+  c.dim(lens_name, seq_lens, 0, a.batch + (seq_lens_are_offsets ? 1 : 0),
+        seq_lens_are_offsets ? "batch + 1, batch from qo_indptr" : "batch, from qo_indptr");
+  a.seq_lens_are_offsets = seq_lens_are_offsets;
   a.total_q = as_int(kCall, "total_q", q.shape(0));
   a.max_q_len = max_q_len < 0 ? a.total_q : max_q_len;
   a.n_heads = as_int(kCall, "n_heads", q.shape(1));
@@ -759,15 +779,23 @@ void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, c
   a.max_pages_per_seq = as_int(kCall, "max_pages_per_seq", page_table.shape(1));
   c.dim("k_cache", k_cache, 3, a.head_dim, "head_dim of q");
   c.same_shape("v_cache", v_cache, "k_cache", k_cache);
-  c.dim("qo_indptr", qo_indptr, 0, static_cast<std::int64_t>(a.batch) + 1, "batch + 1, batch from seq_lens");
-  if (page_table.shape(0) < static_cast<std::size_t>(a.batch))
+  a.page_table_rows = as_int(kCall, "page_table rows", page_table.shape(0));
+  if (req_indices) {
+    c.rank("req_indices", *req_indices, 1, "[batch]");
+    c.dtype("req_indices", *req_indices, Kind::index);
+    c.dim("req_indices", *req_indices, 0, a.batch, "batch, from qo_indptr");
+    c.contiguous("req_indices", *req_indices);
+    a.req_indices = index_table(*req_indices);
+  } else if (page_table.shape(0) < static_cast<std::size_t>(a.batch)) {
     invalid(kCall, "page_table has shape " + shape_string(page_table) + ": " + std::to_string(page_table.shape(0)) +
-                       " rows for batch " + std::to_string(a.batch) + " (allowed: at least batch rows)");
+                       " rows for batch " + std::to_string(a.batch) +
+                       " (allowed: at least batch rows, or req_indices naming the row of each request)");
+  }
   c.same_shape("out", out, "q", q);
   for (auto [name, t] : {std::pair{"q", &q}, {"k_cache", &k_cache}, {"v_cache", &v_cache}, {"page_table", &page_table}})
     c.unit_last(name, *t);
   c.unit_last("out", out);
-  c.contiguous("seq_lens", seq_lens);
+  c.contiguous(lens_name, seq_lens);
   c.contiguous("qo_indptr", qo_indptr);
   a.q = q.data();
   a.q_stride_token = c.stride("q", q, 0);
@@ -780,22 +808,37 @@ void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, c
   a.v_stride_page = c.stride("v_cache", v_cache, 0);
   a.v_stride_token = c.stride("v_cache", v_cache, 1);
   a.v_stride_head = c.stride("v_cache", v_cache, 2);
-  a.page_table = static_cast<const std::int32_t*>(page_table.data());
+  a.page_table = index_table(page_table);
   a.page_table_stride = c.stride("page_table", page_table, 0);
-  a.seq_lens = static_cast<const std::int32_t*>(seq_lens.data());
-  a.qo_indptr = static_cast<const std::int32_t*>(qo_indptr.data());
+  a.seq_lens = index_table(seq_lens);
+  a.qo_indptr = index_table(qo_indptr);
   a.out = out.data();
   a.out_stride_token = c.stride("out", out, 0);
   a.out_stride_head = c.stride("out", out, 1);
   if (mask) {
-    c.rank("mask", *mask, 2, "[total_q, max_pages_per_seq * page_size]");
+    // 2-D: a row per query row of q; 3-D: rows numbered within each request, [batch, rows, kv],
+    // where rows is at least the longest request's query count (the kernel reads row i < q_len_b).
+    const bool per_request = mask->ndim() == 3;
+    const std::int64_t capacity = static_cast<std::int64_t>(a.max_pages_per_seq) * a.page_size;
+    c.rank("mask", *mask, per_request ? 3 : 2,
+           "[total_q, max_pages_per_seq * page_size] or [batch, max_q_len, max_pages_per_seq * page_size]");
     c.dtype("mask", *mask, Kind::boolean);
-    c.dim("mask", *mask, 0, a.total_q, "total_q of q");
-    c.dim("mask", *mask, 1, static_cast<std::int64_t>(a.max_pages_per_seq) * a.page_size,
-          "max_pages_per_seq * page_size");
+    const bool shared_row = per_request && mask->shape(1) == 1;  // one row for all of a request's queries
+    if (per_request) {
+      c.dim("mask", *mask, 0, a.batch, "batch, from qo_indptr");
+      if (!shared_row && mask->shape(1) < static_cast<std::size_t>(a.max_q_len))
+        invalid(kCall, "mask has shape " + shape_string(*mask) + ": " + std::to_string(mask->shape(1)) +
+                           " rows a request for max_q_len " + std::to_string(a.max_q_len) +
+                           " (allowed: at least max_q_len rows; pass max_q_len)");
+    } else {
+      c.dim("mask", *mask, 0, a.total_q, "total_q of q");
+    }
+    c.dim("mask", *mask, mask->ndim() - 1, capacity, "max_pages_per_seq * page_size");
     c.unit_last("mask", *mask);
     a.mask = static_cast<const bool*>(mask->data());
-    a.mask_stride_q = c.stride("mask", *mask, 0);
+    a.mask_rows_per_request = per_request;
+    if (per_request) a.mask_stride_batch = c.stride("mask", *mask, 0);
+    a.mask_stride_q = shared_row ? 0 : c.stride("mask", *mask, per_request ? 1 : 0);
   }
   if (lse) {
     c.rank("lse", *lse, 2, "[total_q, n_heads]");
@@ -909,10 +952,11 @@ NB_MODULE(_C, m) {
   });
 
   m.def("paged_decode", &paged_decode, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
-        nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("out"), nb::arg("lse").none(),
+        nb::arg("page_table"), nb::arg("seq_lens").none(), nb::arg("out"), nb::arg("lse").none(),
         nb::arg("mask").none(), nb::arg("req_indices").none(), nb::arg("new_k").none(),
         nb::arg("new_v").none(), nb::arg("scale"), nb::arg("logit_cap"), nb::arg("sinks").none(),
         nb::arg("window_left"), nb::arg("k_scale").none(), nb::arg("v_scale").none(), nb::arg("stream").none(),
+        nb::arg("seq_lens_are_offsets") = false,
         "Paged decode attention over DLPack tensors; out (and lse) written in place.");
   m.def("decode", &decode, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(),
         nb::arg("mask").none(), nb::arg("causal_offset"), nb::arg("scale"), nb::arg("logit_cap"),
@@ -928,6 +972,7 @@ NB_MODULE(_C, m) {
         nb::arg("lse").none(), nb::arg("mask").none(), nb::arg("max_q_len"), nb::arg("causal"),
         nb::arg("scale"), nb::arg("logit_cap"), nb::arg("sinks").none(), nb::arg("window_left"),
         nb::arg("k_scale").none(), nb::arg("v_scale").none(), nb::arg("stream").none(),
+        nb::arg("req_indices").none() = nb::none(), nb::arg("seq_lens_are_offsets") = false,
         "Prefill over a paged KV cache, ragged batch.");
   m.def("rotary_emb", &rotary_emb, nb::arg("x"), nb::arg("freqs_cis"), nb::arg("out"), nb::arg("stream").none(),
         "Rotary embedding over interleaved pairs (out may be x).");

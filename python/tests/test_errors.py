@@ -33,15 +33,28 @@ class TestPagedDecode:
             astrai_jit.paged_decode(*paged_inputs())
         assert isinstance(info.value, ValueError) and isinstance(info.value, astrai_jit.Error)
 
-    def test_int64_page_table_is_a_type_error(self):
+    def test_int16_page_table_is_a_type_error(self):
         q, k, v, table, lens = paged_inputs()
-        with raises(TypeError, "paged_decode: page_table has dtype int64 (allowed: int32)"):
-            astrai_jit.paged_decode(q, k, v, table.long(), lens)
+        with raises(TypeError, "paged_decode: page_table has dtype int16 (allowed: int32 or int64)"):
+            astrai_jit.paged_decode(q, k, v, table.short(), lens)
 
-    def test_int64_seq_lens_is_a_type_error(self):
+    def test_float_seq_lens_is_a_type_error(self):
         q, k, v, table, lens = paged_inputs()
-        with raises(TypeError, "paged_decode: seq_lens has dtype int64 (allowed: int32)"):
-            astrai_jit.paged_decode(q, k, v, table, lens.long())
+        with raises(TypeError, "paged_decode: seq_lens has dtype float32 (allowed: int32 or int64)"):
+            astrai_jit.paged_decode(q, k, v, table, lens.float())
+
+    def test_int64_tables_pass_the_dtype_checks(self):
+        # Read in place at either width: the call gets as far as the device check.
+        q, k, v, table, lens = paged_inputs()
+        with raises(ValueError, "paged_decode: q is on cpu"):
+            astrai_jit.paged_decode(q, k, v, table.long(), lens.long(), req_indices=torch.zeros(2, dtype=torch.long))
+
+    def test_offsets_need_batch_plus_one(self):
+        q, k, v, table, lens = paged_inputs()
+        with raises(ValueError, "paged_decode: kv_indptr has shape [2]: dim 0 is 2 (allowed: 3"):
+            astrai_jit.paged_decode(q, k, v, table, None, kv_indptr=lens)
+        with raises(ValueError, "paged_decode: seq_lens and kv_indptr are both given"):
+            astrai_jit.paged_decode(q, k, v, table, lens, kv_indptr=lens)
 
     def test_float32_q_is_a_type_error(self):
         q, k, v, table, lens = paged_inputs()
@@ -153,8 +166,8 @@ class TestPagedDecode:
 
     def test_req_indices_dtype(self):
         q, k, v, table, lens = paged_inputs()
-        with raises(TypeError, "paged_decode: req_indices has dtype int64 (allowed: int32)"):
-            astrai_jit.paged_decode(q, k, v, table, lens, req_indices=torch.zeros(2, dtype=torch.long))
+        with raises(TypeError, "paged_decode: req_indices has dtype float32 (allowed: int32 or int64)"):
+            astrai_jit.paged_decode(q, k, v, table, lens, req_indices=torch.zeros(2))
 
     def test_broadcast_view_is_refused(self):
         q, k, v, table, lens = paged_inputs()
@@ -259,9 +272,12 @@ class TestDecodeAndPrefill:
     def test_paged_prefill_indptr(self):
         q, k, v, table, lens = paged_inputs()
         q = torch.randn(7, 8, 64, dtype=bf16)
-        with raises(ValueError, "paged_prefill: qo_indptr has shape [2]: dim 0 is 2 (allowed: 3"):
+        with raises(ValueError, "paged_prefill: seq_lens has shape [2]: dim 0 is 2 (allowed: 1, batch, from "
+                                "qo_indptr)"):
             astrai_jit.paged_prefill(q, k, v, table, lens, torch.tensor([0, 7], dtype=torch.int32))
-        with raises(TypeError, "paged_prefill: qo_indptr has dtype int64 (allowed: int32)"):
+        with raises(TypeError, "paged_prefill: qo_indptr has dtype float32 (allowed: int32 or int64)"):
+            astrai_jit.paged_prefill(q, k, v, table, lens, torch.tensor([0.0, 3.0, 7.0]))
+        with raises(ValueError, "paged_prefill: q is on cpu"):  # int64 offsets pass the dtype check
             astrai_jit.paged_prefill(q, k, v, table, lens, torch.tensor([0, 3, 7]))
         with raises(ValueError, "paged_prefill: q is on cpu"):
             astrai_jit.paged_prefill(q, k, v, table, lens, torch.tensor([0, 3, 7], dtype=torch.int32))
@@ -427,8 +443,8 @@ class TestHostPath:
 
     def test_the_checks_still_run_in_benchmark_mode(self, host_only):
         q, k, v, table, lens = paged_inputs()
-        with raises(TypeError, "paged_decode: page_table has dtype int64 (allowed: int32)"):
-            astrai_jit.paged_decode(q, k, v, table.long(), lens)
+        with raises(TypeError, "paged_decode: page_table has dtype int16 (allowed: int32 or int64)"):
+            astrai_jit.paged_decode(q, k, v, table.short(), lens)
 
     def test_stream_none_needs_a_framework_that_reports_it(self, host_only):
         np = pytest.importorskip("numpy")

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "kernel_src/kernel_params.h"
+
 namespace astrai::detail {
 
 namespace {
@@ -33,6 +35,21 @@ void require_optional_alignment(const char* call, const char* name, const void* 
                                 std::size_t alignment) {
   if (pointer != nullptr && reinterpret_cast<std::uintptr_t>(pointer) % alignment != 0)
     fail_argument(call, fmt::format("{} = {} is not {}-byte aligned", name, pointer, alignment));
+}
+
+void require_index_table(const char* call, const char* name, const IndexTable& table) {
+  require_pointer(call, name, table.data, static_cast<std::size_t>(table.element_bytes()));
+}
+
+void require_optional_index_table(const char* call, const char* name, const IndexTable& table) {
+  require_optional_alignment(call, name, table.data, static_cast<std::size_t>(table.element_bytes()));
+}
+
+unsigned index_layout_bits(const IndexTable& page_table, const IndexTable& req_indices, const IndexTable& seq_lens,
+                           bool seq_lens_are_offsets, const IndexTable& qo_indptr) {
+  return (page_table.wide ? kWidePageTable : 0u) | (req_indices.wide ? kWideReqIndices : 0u) |
+         (seq_lens.wide ? kWideSeqLens : 0u) | (qo_indptr.wide ? kWideQoIndptr : 0u) |
+         (seq_lens_are_offsets ? kSeqLensIndptr : 0u);
 }
 
 void require_stride(const char* call, const char* name, std::int64_t stride, std::int64_t minimum,

@@ -43,6 +43,14 @@ void resolve_token_strides(const char* call, StrideField batch, StrideField head
 // tokens check each stride, and for an output (`disjoint_batch` > 0) that no two rows overlap.
 void resolve_query_strides(const char* call, StrideField batch, StrideField seq, StrideField head, int heads,
                            std::int64_t head_dim, int q_len, int disjoint_batch);
+// A required index table: non-null and aligned to its element width.
+void require_index_table(const char* call, const char* name, const IndexTable& table);
+// An optional one: aligned when given.
+void require_optional_index_table(const char* call, const char* name, const IndexTable& table);
+// The LayoutBit flags (kernel_params.h) of a call's index tables.
+unsigned index_layout_bits(const IndexTable& page_table, const IndexTable& req_indices, const IndexTable& seq_lens,
+                           bool seq_lens_are_offsets, const IndexTable& qo_indptr = {});
+inline const int* index_pointer(const IndexTable& table) { return static_cast<const int*>(table.data); }
 // Byte-addressed (bool) mask strides: any positive value.
 void require_mask_stride(const char* call, const char* name, std::int64_t stride);
 void require_positive(const char* call, const char* name, long long value);

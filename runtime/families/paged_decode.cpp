@@ -94,9 +94,11 @@ PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& input) {
     require_pointer(kCall, "k_cache", a.k_cache, 16);
     require_pointer(kCall, "v_cache", a.v_cache, 16);
     require_pointer(kCall, "out", a.out, 16);
-    require_pointer(kCall, "page_table", a.page_table, 4);
-    require_pointer(kCall, "seq_lens", a.seq_lens, 4);
+    require_index_table(kCall, "page_table", a.page_table);
   }
+  require_optional_index_table(kCall, "seq_lens", a.seq_lens);
+  if (a.seq_lens_are_offsets && a.seq_lens == nullptr)
+    fail_argument(kCall, "seq_lens_are_offsets is set but seq_lens is null (allowed: [batch + 1] offsets)");
   if (a.page_table_rows == 0) a.page_table_rows = a.batch;
   if (a.page_table_rows < 0)
     fail_argument(kCall, fmt::format("page_table_rows {} is not valid (allowed: >= 0; 0 means batch)",
@@ -104,7 +106,7 @@ PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& input) {
   if (a.req_indices == nullptr && a.page_table_rows < a.batch)
     fail_argument(kCall, fmt::format("page_table_rows {} is smaller than batch {} without req_indices",
                                      a.page_table_rows, a.batch));
-  require_optional_alignment(kCall, "req_indices", a.req_indices, 4);
+  require_optional_index_table(kCall, "req_indices", a.req_indices);
   const std::int64_t capacity = static_cast<std::int64_t>(a.max_pages_per_seq) * a.page_size;
   if (a.mask_stride_batch == 0) a.mask_stride_batch = capacity;
   if (a.mask != nullptr && a.batch > 1 && a.mask_stride_batch < capacity)
@@ -171,11 +173,13 @@ void Runtime::paged_decode(const PagedDecodeArgs& input) {
   params.v_stride_page = args.v_stride_page;
   params.v_stride_token = args.v_stride_token;
   params.v_stride_head = args.v_stride_head;
-  params.page_table = args.page_table;
+  params.page_table = detail::index_pointer(args.page_table);
   params.page_table_stride = args.page_table_stride;
-  params.req_indices = args.req_indices;
+  params.req_indices = detail::index_pointer(args.req_indices);
   params.page_table_rows = args.page_table_rows;
-  params.seq_lens = args.seq_lens;
+  params.seq_lens = detail::index_pointer(args.seq_lens);
+  params.layout_bits =
+      detail::index_layout_bits(args.page_table, args.req_indices, args.seq_lens, args.seq_lens_are_offsets);
   params.kv_capacity = args.max_pages_per_seq * args.page_size;
   params.new_k = args.new_k;
   params.new_v = args.new_v;

@@ -71,7 +71,9 @@ PagedPrefillArgs resolve_paged_prefill_args(const PagedPrefillArgs& input) {
   if (a.out_stride_head == 0) a.out_stride_head = d;
   if (a.out_stride_token == 0) a.out_stride_token = a.n_heads * a.out_stride_head;
   if (a.page_table_stride == 0) a.page_table_stride = a.max_pages_per_seq;
-  if (a.mask_stride_q == 0) a.mask_stride_q = capacity;
+  // Rows numbered per request may share one row (stride 0 broadcasts it over the request's
+  // queries); rows across the batch default to contiguous.
+  if (a.mask_stride_q == 0 && !a.mask_rows_per_request) a.mask_stride_q = capacity;
 
   require_stride(kCall, "q_stride_head", a.q_stride_head, d, a.n_heads > 1);
   require_stride(kCall, "q_stride_token", a.q_stride_token, 1, false);
@@ -86,7 +88,10 @@ PagedPrefillArgs resolve_paged_prefill_args(const PagedPrefillArgs& input) {
   if (a.page_table_stride < a.max_pages_per_seq)
     fail_argument(kCall, fmt::format("page_table_stride {} is smaller than max_pages_per_seq {}",
                             a.page_table_stride, a.max_pages_per_seq));
-  if (a.mask != nullptr) require_mask_stride(kCall, "mask_stride_q", a.mask_stride_q);
+  if (a.mask != nullptr && !a.mask_rows_per_request) require_mask_stride(kCall, "mask_stride_q", a.mask_stride_q);
+  if (a.mask != nullptr && a.mask_rows_per_request && a.mask_stride_q < 0)
+    fail_argument(kCall, fmt::format("mask_stride_q {} is not valid (allowed: >= 0; 0 shares one row)",
+                                     a.mask_stride_q));
   require_kv_cache(kCall, kv_cache_request(a));
   require_fp8_strides(kCall, kv_cache_request(a),
                       {{"k_stride_page", a.k_stride_page}, {"k_stride_token", a.k_stride_token},
@@ -98,10 +103,19 @@ PagedPrefillArgs resolve_paged_prefill_args(const PagedPrefillArgs& input) {
     require_pointer(kCall, "k_cache", a.k_cache, 16);
     require_pointer(kCall, "v_cache", a.v_cache, 16);
     require_pointer(kCall, "out", a.out, 16);
-    require_pointer(kCall, "qo_indptr", a.qo_indptr, 4);
-    require_pointer(kCall, "seq_lens", a.seq_lens, 4);
-    require_pointer(kCall, "page_table", a.page_table, 4);
+    require_index_table(kCall, "qo_indptr", a.qo_indptr);
+    require_index_table(kCall, "seq_lens", a.seq_lens);
+    require_index_table(kCall, "page_table", a.page_table);
   }
+  require_optional_index_table(kCall, "req_indices", a.req_indices);
+  if (a.page_table_rows == 0) a.page_table_rows = a.batch;
+  if (a.page_table_rows < 0)
+    fail_argument(kCall, fmt::format("page_table_rows {} is not valid (allowed: >= 0; 0 means batch)",
+                                     a.page_table_rows));
+  if (a.req_indices == nullptr && a.page_table_rows < a.batch)
+    fail_argument(kCall, fmt::format("page_table_rows {} is smaller than batch {} without req_indices",
+                                     a.page_table_rows, a.batch));
+  if (a.mask != nullptr && a.mask_rows_per_request) require_mask_stride(kCall, "mask_stride_batch", a.mask_stride_batch);
   require_optional_alignment(kCall, "lse", a.lse, 4);
   return a;
 }
@@ -129,13 +143,18 @@ void Runtime::paged_prefill(const PagedPrefillArgs& input) {
   params.out_stride_seq = args.out_stride_token;
   params.out_stride_head = args.out_stride_head;
   params.mask = reinterpret_cast<const unsigned char*>(args.mask);
-  params.mask_stride_batch = 0;
+  params.mask_stride_batch = args.mask_rows_per_request ? args.mask_stride_batch : 0;
   params.mask_stride_q = args.mask_stride_q;
   params.lse = args.lse;
-  params.qo_indptr = args.qo_indptr;
-  params.seq_lens = args.seq_lens;
-  params.page_table = args.page_table;
+  params.qo_indptr = detail::index_pointer(args.qo_indptr);
+  params.seq_lens = detail::index_pointer(args.seq_lens);
+  params.page_table = detail::index_pointer(args.page_table);
   params.page_table_stride = args.page_table_stride;
+  params.req_indices = detail::index_pointer(args.req_indices);
+  params.page_table_rows = args.page_table_rows;
+  params.layout_bits = detail::index_layout_bits(args.page_table, args.req_indices, args.seq_lens,
+                                                 args.seq_lens_are_offsets, args.qo_indptr) |
+                       (args.mask_rows_per_request ? kMaskRowsLocal : 0u);
   params.batch = args.batch;
   params.n_heads = args.n_heads;
   params.n_kv_heads = args.n_kv_heads;

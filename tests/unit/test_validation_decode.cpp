@@ -1,4 +1,6 @@
 // Argument checks of paged_decode and decode, and of every public call before a GPU is touched.
+#include "kernel_src/kernel_params.h"
+#include "runtime/families/arg_checks.hpp"
 #include "tests/unit/validation_support.hpp"
 
 using namespace astrai::testing;
@@ -71,9 +73,16 @@ TEST_CASE("every paged decode argument rejects a bad value and the message names
       {"page_table", [](A& a) { a.page_table = nullptr; }, {"page_table is null"}},
       {"page_table", [](A& a) { a.page_table = fake_pointer<const std::int32_t>(0x40002); },
        {"page_table = 0x40002 is not 4-byte aligned"}},
-      {"seq_lens", [](A& a) { a.seq_lens = nullptr; }, {"seq_lens is null"}},
       {"seq_lens", [](A& a) { a.seq_lens = fake_pointer<const std::int32_t>(0x50001); },
        {"seq_lens = 0x50001 is not 4-byte aligned"}},
+      {"seq_lens", [](A& a) { a.seq_lens = fake_pointer<const std::int64_t>(0x50004); },
+       {"seq_lens = 0x50004 is not 8-byte aligned"}},
+      {"page_table", [](A& a) { a.page_table = fake_pointer<const std::int64_t>(0x40004); },
+       {"page_table = 0x40004 is not 8-byte aligned"}},
+      {"seq_lens_are_offsets", [](A& a) {
+         a.seq_lens = nullptr;
+         a.seq_lens_are_offsets = true;
+       }, {"seq_lens_are_offsets is set but seq_lens is null"}},
       {"out", [](A& a) { a.out = nullptr; }, {"out is null"}},
       {"out", [](A& a) { a.out = fake_pointer<void>(0x60008); }, {"out = 0x60008 is not 16-byte aligned"}},
       {"workspace", [](A& a) { a.workspace = fake_pointer<void>(0x70008); },
@@ -269,6 +278,8 @@ TEST_CASE("the paged decode extras reject bad values and the message names them"
        {"page_table_rows 1 is smaller than batch 2 without req_indices"}},
       {"req_indices", [](A& a) { a.req_indices = fake_pointer<const std::int32_t>(0x70002); },
        {"is not 4-byte aligned"}},
+      {"req_indices", [](A& a) { a.req_indices = fake_pointer<const std::int64_t>(0x70004); },
+       {"is not 8-byte aligned"}},
       {"mask_stride_batch", [](A& a) {
          a.mask = fake_pointer<const bool>(0x80000);
          a.mask_stride_batch = 100;
@@ -344,3 +355,24 @@ TEST_CASE("validate_args checks as the call would, without a GPU or the runtime"
 }
 
 }  // TEST_SUITE
+
+TEST_CASE("paged decode takes int32 or int64 index tables, lengths or offsets, or no lengths") {
+  PagedDecodeArgs a = valid_paged();
+  a.page_table = fake_pointer<const std::int64_t>(0x40008);
+  a.req_indices = fake_pointer<const std::int64_t>(0x70008);
+  a.seq_lens = fake_pointer<const std::int64_t>(0x50008);
+  a.seq_lens_are_offsets = true;
+  PagedDecodeArgs r = resolve_paged_decode_args(a);
+  CHECK(r.page_table.wide);
+  CHECK(r.req_indices.wide);
+  CHECK(r.seq_lens.wide);
+  CHECK(r.seq_lens_are_offsets);
+  CHECK(astrai::detail::index_layout_bits(r.page_table, r.req_indices, r.seq_lens, r.seq_lens_are_offsets) ==
+        (astrai::kWidePageTable | astrai::kWideReqIndices | astrai::kWideSeqLens | astrai::kSeqLensIndptr));
+  // No lengths: every request fills its table row.
+  a = valid_paged();
+  a.seq_lens = nullptr;
+  r = resolve_paged_decode_args(a);
+  CHECK(r.seq_lens == nullptr);
+  CHECK(astrai::detail::index_layout_bits(r.page_table, r.req_indices, r.seq_lens, false) == 0u);
+}

@@ -1,4 +1,6 @@
 // Argument checks of prefill (contiguous KV) and paged_prefill (ragged queries, paged KV).
+#include "kernel_src/kernel_params.h"
+#include "runtime/families/arg_checks.hpp"
 #include "tests/unit/validation_support.hpp"
 
 using namespace astrai::testing;
@@ -241,6 +243,16 @@ TEST_CASE("every paged prefill argument rejects a bad value and the message name
       {"seq_lens", [](A& a) { a.seq_lens = nullptr; }, {"seq_lens is null"}},
       {"seq_lens", [](A& a) { a.seq_lens = fake_pointer<const std::int32_t>(0x60002); },
        {"seq_lens = 0x60002 is not 4-byte aligned"}},
+      {"qo_indptr", [](A& a) { a.qo_indptr = fake_pointer<const std::int64_t>(0x60004); },
+       {"qo_indptr = 0x60004 is not 8-byte aligned"}},
+      {"req_indices", [](A& a) { a.req_indices = fake_pointer<const std::int64_t>(0x60004); },
+       {"req_indices = 0x60004 is not 8-byte aligned"}},
+      {"page_table_rows", [](A& a) { a.page_table_rows = 2; },
+       {"page_table_rows 2 is smaller than batch 3 without req_indices"}},
+      {"mask_stride_batch", [](A& a) {
+         a.mask = fake_pointer<const bool>(0x80000);
+         a.mask_rows_per_request = true;
+       }, {"mask_stride_batch 0 is not valid"}},
       {"out", [](A& a) { a.out = nullptr; }, {"out is null"}},
       {"out", [](A& a) { a.out = fake_pointer<void>(0x70008); }, {"out = 0x70008 is not 16-byte aligned"}},
       {"lse", [](A& a) { a.lse = fake_pointer<float>(0x90001); }, {"lse = 0x90001 is not 4-byte aligned"}},
@@ -335,3 +347,21 @@ TEST_CASE("resolving prefill arguments twice changes nothing") {
   CHECK(paged_twice.scale == paged_once.scale);
 }
 }  // TEST_SUITE
+
+TEST_CASE("paged prefill takes int64 tables, request rows, offsets and per-request mask rows") {
+  PagedPrefillArgs a = valid_paged_prefill();
+  a.page_table = fake_pointer<const std::int64_t>(0x50008);
+  a.seq_lens = fake_pointer<const std::int64_t>(0x60008);
+  a.qo_indptr = fake_pointer<const std::int64_t>(0x70008);
+  a.req_indices = fake_pointer<const std::int32_t>(0x90000);
+  a.page_table_rows = 1;  // fewer rows than requests: req_indices picks them
+  a.seq_lens_are_offsets = true;
+  a.mask = fake_pointer<const bool>(0x80000);
+  a.mask_rows_per_request = true;
+  a.mask_stride_batch = 4096;
+  const PagedPrefillArgs r = resolve_paged_prefill_args(a);
+  CHECK(r.page_table_rows == 1);
+  CHECK(astrai::detail::index_layout_bits(r.page_table, r.req_indices, r.seq_lens, r.seq_lens_are_offsets,
+                                          r.qo_indptr) ==
+        (astrai::kWidePageTable | astrai::kWideSeqLens | astrai::kWideQoIndptr | astrai::kSeqLensIndptr));
+}

@@ -1,0 +1,216 @@
+"""AstrAI's compiled kernel modules, served by astrai-jit.
+
+AstrAI loads its CUDA kernels as Python modules from ``astrai/extension/lib/`` (``attn_decode``,
+``attn_prefill``, ``attn_paged_decode``, ``attn_paged_prefill``, ``rotary_emb``) and calls one
+function of each with the signature of its ``csrc/`` sources. ``python -m astrai_jit.astrai_install``
+puts a small compiled module under each of those names there; each one fills itself from this
+file (:func:`populate`), so AstrAI's own wrappers, backends and tests run on these kernels with no
+AstrAI file changed.
+
+Both interfaces AstrAI has had are served by the same functions:
+
+- 2026-07 (``530d280``): ``attn_paged_decode(q, page_table, k_cache, v_cache, page_size, kv_len,
+  mask, causal_offset, scale, layout)`` over ``[num_pages, page_size, n_kv_heads, D]`` pages and an
+  int64 page table;
+- 2026-08 (``75304d0``): ``attn_paged_decode(q, k_cache, v_cache, req_to_token,
+  req_pool_indices, kv_indptr, new_k, new_v, mask, causal_offset, scale, o_part_buf, ml_part_buf,
+  out_buf)`` over a flat ``[slots, n_kv_heads, D]`` pool, and ``attn_paged_prefill``.
+
+The second argument tells them apart (an index table or a KV pool). Index tensors may be int32
+or int64 and are read in place. Calls these kernels cannot serve raise ``ValueError`` naming the
+argument (listed in the README): per-head masks (``[batch, n_heads > 1, q_len, kv_len]``), and
+the 2026-07 paged decode's ``kv_len`` beyond its table.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+try:
+    import torch
+
+    from . import _ops
+except ImportError as error:  # AstrAI's loader takes an ImportError as "kernel not built"
+    raise ImportError(f"astrai-jit's AstrAI kernels need PyTorch ({error})") from error
+
+Tensor = torch.Tensor
+
+KERNEL_NAMES = ("attn_decode", "attn_prefill", "attn_paged_decode", "attn_paged_prefill", "rotary_emb")
+_BHLD = 0  # AstrAI's TensorLayout: 0 = [batch, heads, seq, D], 1 = [batch, seq, heads, D]
+
+
+def _scale(scale: float) -> Optional[float]:
+    return float(scale) if scale and scale > 0.0 else None
+
+
+def _blhd(t: Tensor, layout: int) -> Tensor:
+    if layout not in (0, 1):
+        raise ValueError(f"layout {layout} is not valid (allowed: 0 = [batch, heads, seq, D], "
+                         f"1 = [batch, seq, heads, D])")
+    return t.transpose(1, 2) if layout == _BHLD else t
+
+
+def _like_q(q: Tensor) -> Tensor:
+    # AstrAI's kernels return their output with q's shape and strides.
+    return torch.empty_strided(q.size(), q.stride(), dtype=q.dtype, device=q.device)
+
+
+def _mask_rows(call: str, mask: Optional[Tensor]) -> Optional[Tensor]:
+    """A 2-D, 3-D or 4-D AstrAI mask as the kernels take it (4-D ``[batch, 1, q_len, kv_len]`` is
+    a view of its 3-D form; a per-head mask is refused by name)."""
+    if mask is None or mask.dim() < 4:
+        return mask
+    if mask.dim() > 4:
+        raise ValueError(f"{call}: mask has shape {list(mask.shape)} (allowed: 2-D, 3-D or 4-D)")
+    if mask.shape[1] != 1:
+        raise ValueError(f"{call}: mask has shape {list(mask.shape)}: one mask per head ({mask.shape[1]}) is not "
+                         f"served (allowed: [batch, 1, q_len, kv_len], shared by the heads)")
+    return mask[:, 0]
+
+
+def attn_decode(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor] = None, causal_offset: int = -1,
+                scale: float = 0.0, layout: int = 0, o_part_buf: Optional[Tensor] = None,
+                ml_part_buf: Optional[Tensor] = None) -> Tensor:
+    """Decode over a contiguous cache; q ``[batch, 1, n_heads, D]`` (layout 1) or ``[batch,
+    n_heads, 1, D]`` (layout 0). The split buffers are accepted and unused: the runtime keeps
+    its own workspace."""
+    out = _like_q(q)
+    mask = _mask_rows("attn_decode", mask)
+    if mask is not None and mask.dim() == 3 and mask.shape[1] != 1:
+        raise ValueError(f"attn_decode: mask has shape {list(mask.shape)} (allowed: one query row)")
+    _ops.decode(_blhd(q, layout), _blhd(k, layout), _blhd(v, layout), out=_blhd(out, layout), mask=mask,
+                causal_offset=int(causal_offset), scale=_scale(scale))
+    return out
+
+
+def attn_prefill(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor] = None, causal_offset: int = -1,
+                 scale: float = 0.0, layout: int = 0) -> Tensor:
+    """Prefill over contiguous K/V; ``causal_offset`` >= 0 puts query 0 at that key position."""
+    out = _like_q(q)
+    _ops.prefill(_blhd(q, layout), _blhd(k, layout), _blhd(v, layout), out=_blhd(out, layout),
+                 mask=_mask_rows("attn_prefill", mask), causal_offset=int(causal_offset), scale=_scale(scale))
+    return out
+
+
+def _paged_decode_pages(q: Tensor, page_table: Tensor, k_cache: Tensor, v_cache: Tensor, page_size: int,
+                        kv_len: int, mask: Optional[Tensor] = None, causal_offset: int = -1,
+                        scale: float = 0.0, layout: int = 0) -> Tensor:
+    # The 2026-07 form: every request has kv_len tokens in its table row (shorter ones are masked).
+    call = "attn_paged_decode"
+    page_size, kv_len = int(page_size), int(kv_len)
+    if k_cache.dim() != 4 or k_cache.shape[1] != page_size:
+        raise ValueError(f"{call}: k_cache has shape {list(k_cache.shape)} for page_size {page_size} (allowed: "
+                         f"[num_pages, page_size, n_kv_heads, head_dim])")
+    if causal_offset >= 0:  # the query sits at causal_offset and sees keys up to it
+        kv_len = min(kv_len, int(causal_offset) + 1)
+    pages = -(-kv_len // page_size)
+    if kv_len < 0 or pages > page_table.shape[1]:
+        raise ValueError(f"{call}: kv_len {kv_len} does not fit the page table's {page_table.shape[1]} pages of "
+                         f"{page_size} (allowed: 0..{page_table.shape[1] * page_size})")
+    out = _like_q(q)
+    q3, out3 = _blhd(q, layout)[:, 0], _blhd(out, layout)[:, 0]
+    table = page_table[:, :pages]
+    seq_lens = None
+    if pages * page_size != kv_len:
+        seq_lens = torch.full((q.shape[0],), kv_len, dtype=torch.int32, device=q.device)
+    mask = _mask_rows(call, mask)
+    if mask is not None:
+        mask = mask.reshape(mask.shape[0], mask.shape[-1]) if mask.dim() == 3 else mask
+        mask = _fit_mask(mask, pages * page_size)
+    _ops.paged_decode(q3, k_cache, v_cache, table, seq_lens, out=out3, mask=mask, scale=_scale(scale))
+    return out
+
+
+def _fit_mask(mask: Tensor, width: int) -> Tensor:
+    # The kernels take a mask as wide as the table; AstrAI's may be narrower (its kernels read
+    # only the positions below each length) or wider.
+    if mask.shape[-1] >= width:
+        return mask[..., :width]
+    return torch.nn.functional.pad(mask, (0, width - mask.shape[-1]), value=False)
+
+
+def _paged_decode_pool(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor,
+                       req_pool_indices: Tensor, kv_indptr: Tensor, new_k: Optional[Tensor] = None,
+                       new_v: Optional[Tensor] = None, mask: Optional[Tensor] = None, causal_offset: int = -1,
+                       scale: float = 0.0, o_part_buf: Optional[Tensor] = None,
+                       ml_part_buf: Optional[Tensor] = None, out_buf: Optional[Tensor] = None) -> Tensor:
+    # The 2026-08 form: a flat token pool is a paged cache of one-token pages, req_to_token its
+    # page table. The query is each request's last token, so causal_offset changes nothing.
+    call = "attn_paged_decode"
+    if k_cache.dim() != 3:
+        raise ValueError(f"{call}: k_cache has shape {list(k_cache.shape)} (allowed: [pool_size, n_kv_heads, "
+                         f"head_dim])")
+    if out_buf is not None:
+        if out_buf.shape[0] < q.shape[0] or tuple(out_buf.shape[1:]) != tuple(q.shape[1:]):
+            raise ValueError(f"{call}: out_buf has shape {list(out_buf.shape)} for q {list(q.shape)} (allowed: "
+                             f"[>= batch, n_heads, head_dim])")
+        out = out_buf[: q.shape[0]]
+    else:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if mask is not None:
+        if mask.dim() != 2:
+            raise ValueError(f"{call}: mask has shape {list(mask.shape)} (allowed: [batch, max_context_len])")
+        mask = _fit_mask(mask, req_to_token.shape[1])
+    _ops.paged_decode(q, k_cache.unsqueeze(1), v_cache.unsqueeze(1), req_to_token, None, out=out, mask=mask,
+                      req_indices=req_pool_indices, kv_indptr=kv_indptr, new_k=new_k, new_v=new_v,
+                      scale=_scale(scale))
+    return out
+
+
+def attn_paged_decode(q: Tensor, *args, **kwargs) -> Tensor:
+    """AstrAI's paged decode, in the form of the call: ``(q, page_table, k_cache, v_cache,
+    page_size, kv_len, ...)`` (2026-07) or ``(q, k_cache, v_cache, req_to_token,
+    req_pool_indices, kv_indptr, ...)`` (2026-08)."""
+    second = args[0] if args else kwargs.get("page_table", kwargs.get("k_cache"))
+    if "page_table" in kwargs or (isinstance(second, Tensor) and not second.is_floating_point()):
+        return _paged_decode_pages(q, *args, **kwargs)
+    return _paged_decode_pool(q, *args, **kwargs)
+
+
+def attn_paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor,
+                       req_pool_indices: Tensor, kv_indptr: Tensor, qo_indptr: Tensor, q_tile_to_batch: Tensor,
+                       q_tile_to_index: Tensor, mask: Optional[Tensor] = None, causal_offset: int = -1,
+                       scale: float = 0.0) -> Tensor:
+    """Ragged prefill over the flat pool (2026-08). The query tile maps are AstrAI's own launch
+    plan and are not needed here. mask ``[batch, kv]`` (shared by a request's rows) or ``[batch,
+    1, q_rows, kv]`` (row i of request b is its i-th query), kv up to max_context_len."""
+    call = "attn_paged_prefill"
+    if k_cache.dim() != 3:
+        raise ValueError(f"{call}: k_cache has shape {list(k_cache.shape)} (allowed: [pool_size, n_kv_heads, "
+                         f"head_dim])")
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    max_q_len = None
+    if mask is not None:
+        mask = _mask_rows(call, mask)
+        if mask.dim() == 2:  # one row per request, broadcast over its queries
+            mask = mask[:, None, :]
+        if mask.dim() != 3:
+            raise ValueError(f"{call}: mask has shape {list(mask.shape)} (allowed: [batch, kv] or "
+                             f"[batch, 1, q_len, kv])")
+        mask = _fit_mask(mask, req_to_token.shape[1])
+        # A mask with one row per query sizes the grid (AstrAI's kernel reads its rows the same way).
+        max_q_len = mask.shape[1] if mask.shape[1] > 1 else None
+    _ops.paged_prefill(q, k_cache.unsqueeze(1), v_cache.unsqueeze(1), req_to_token, None, qo_indptr, out=out,
+                       mask=mask, causal=int(causal_offset) >= 0, max_q_len=max_q_len, scale=_scale(scale),
+                       req_indices=req_pool_indices, kv_indptr=kv_indptr)
+    return out
+
+
+def rotary_emb(x: Tensor, freqs_cis: Tensor) -> Tensor:
+    """Interleaved-pair rotary embedding: x ``[batch, seq, heads, D]`` or ``[tokens, heads, D]``,
+    freqs_cis f32 (cos, sin) pairs with the same leading axes then ``[D / 2, 2]``."""
+    x = x if x.is_contiguous() else x.contiguous()
+    freqs_cis = freqs_cis if freqs_cis.is_contiguous() else freqs_cis.contiguous()
+    return _ops.rotary_emb(x, freqs_cis)
+
+
+def populate(module) -> None:
+    """Fill one of the compiled stand-in modules (named after a kernel) with its function."""
+    name = module.__name__.rsplit(".", 1)[-1]
+    if name not in KERNEL_NAMES:
+        raise ImportError(f"astrai-jit serves no AstrAI kernel named {name!r} (served: {', '.join(KERNEL_NAMES)})")
+    setattr(module, name, globals()[name])
+    module.__doc__ = f"AstrAI's {name} kernel, compiled at first use by astrai-jit."
+    module.served_by = "astrai-jit"
+
+
+__all__ = list(KERNEL_NAMES) + ["KERNEL_NAMES", "populate"]

@@ -1,0 +1,183 @@
+"""AstrAI's compiled kernel modules served by astrai-jit, on the CPU: the install into an AstrAI
+package, AstrAI's loader finding the modules, and AstrAI's calls reaching the kernels' checks
+(int32 and int64 tables, 2-D to 4-D masks, both paged-decode forms); refusals by name."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import astrai_jit.astrai_csrc as C  # noqa: E402
+import astrai_jit.astrai_install as I  # noqa: E402
+
+bf16 = torch.bfloat16
+ON_CPU = "is on cpu"  # the extension's device check: everything before it passed
+
+
+# AstrAI's loader at 75304d0 lists the compiled modules in lib/ and imports each (530d280 imports a
+# fixed list of four names the same way); the fake package below does exactly that.
+_LOADER = textwrap.dedent('''
+    import glob, importlib, os
+    _LIB_DIR = os.path.join(os.path.dirname(__file__), "lib")
+    KERNEL_NAMES = sorted(os.path.basename(p).split(".", 1)[0] for p in glob.glob(os.path.join(_LIB_DIR, "*.so")))
+    _available, _modules = {}, {}
+    for _name in KERNEL_NAMES:
+        try:
+            _modules[_name] = importlib.import_module(f".lib.{_name}", package=__package__)
+            _available[_name] = True
+        except ImportError:
+            _available[_name], _modules[_name] = False, None
+''')
+
+
+@pytest.fixture
+def astrai_package(tmp_path):
+    ext = tmp_path / "astrai" / "extension"
+    (ext / "lib").mkdir(parents=True)
+    (tmp_path / "astrai" / "__init__.py").write_text("")
+    (ext / "__init__.py").write_text("")
+    (ext / "lib" / "__init__.py").write_text("")
+    (ext / "loader.py").write_text(_LOADER)
+    return tmp_path
+
+
+def _names(lib):
+    return sorted(p.name.split(".", 1)[0] for p in lib.iterdir() if p.name.endswith(".so"))
+
+
+def test_install_puts_a_module_under_each_kernel_name(astrai_package):
+    lib = I.find_lib_dir(str(astrai_package))
+    assert lib == astrai_package / "astrai" / "extension" / "lib"
+    I.install(lib)
+    assert _names(lib) == sorted(I.KERNEL_NAMES)
+    assert all("astrai-jit" in line for line in I.status(lib))
+    assert all("already" in line for line in I.install(lib))  # a second install changes nothing
+
+
+def test_install_keeps_astrais_own_build_and_uninstall_restores_it(astrai_package):
+    lib = astrai_package / "astrai" / "extension" / "lib"
+    own = lib / ("attn_decode" + I._SUFFIX)
+    own.write_bytes(b"AstrAI's own kernel")
+    lines = I.install(lib)
+    assert any("kept as" in line for line in lines)
+    assert (lib / (own.name + ".astrai-own")).read_bytes() == b"AstrAI's own kernel"
+    I.uninstall(lib)
+    assert own.read_bytes() == b"AstrAI's own kernel"
+    assert _names(lib) == ["attn_decode"]
+
+
+def test_install_refuses_to_overwrite_a_kept_build(astrai_package):
+    lib = astrai_package / "astrai" / "extension" / "lib"
+    (lib / ("rotary_emb" + I._SUFFIX)).write_bytes(b"new")
+    (lib / ("rotary_emb" + I._SUFFIX + ".astrai-own")).write_bytes(b"old")
+    with pytest.raises(I.InstallError, match="move one of them away"):
+        I.install(lib)
+    assert (lib / ("rotary_emb" + I._SUFFIX + ".astrai-own")).read_bytes() == b"old"
+
+
+def test_a_directory_without_astrais_loader_is_refused(tmp_path):
+    with pytest.raises(I.InstallError, match="not an AstrAI package"):
+        I.find_lib_dir(str(tmp_path))
+
+
+def test_astrais_loader_finds_and_imports_the_modules(astrai_package):
+    I.install(I.find_lib_dir(str(astrai_package)))
+    script = textwrap.dedent('''
+        from astrai.extension import loader
+        import astrai_jit.astrai_csrc as C
+        assert loader.KERNEL_NAMES == sorted(C.KERNEL_NAMES), loader.KERNEL_NAMES
+        for name in loader.KERNEL_NAMES:
+            assert loader._available[name], name
+            assert getattr(loader._modules[name], name) is getattr(C, name), name
+            assert loader._modules[name].served_by == "astrai-jit"
+        print("ok")
+    ''')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(astrai_package)] + sys.path))
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_the_command_line_reports_its_work(astrai_package):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    run = [sys.executable, "-m", "astrai_jit.astrai_install", "--astrai", str(astrai_package)]
+    done = subprocess.run(run, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "attn_paged_prefill: astrai-jit's" in done.stdout
+    status = subprocess.run(run + ["--status"], env=env, capture_output=True, text=True)
+    assert "rotary_emb: astrai-jit" in status.stdout
+    bad = subprocess.run(run[:-1] + [str(astrai_package / "nowhere")], env=env, capture_output=True, text=True)
+    assert bad.returncode == 1 and "astrai_install: error:" in bad.stderr
+
+
+# AstrAI's calls, as its wrappers make them, reach the kernels' device check on CPU tensors.
+
+def _blhd(b=2, l=1, h=4, d=64):
+    return torch.randn(b, l, h, d, dtype=bf16)
+
+
+def test_2026_07_decode_prefill_calls_with_4d_masks():
+    q, k, v = _blhd(), _blhd(l=9, h=2), _blhd(l=9, h=2)
+    with pytest.raises(ValueError, match=ON_CPU):
+        C.attn_decode(q, k, v, mask=torch.ones(2, 1, 1, 9, dtype=torch.bool), causal_offset=8, layout=1)
+    q = _blhd(l=5)
+    with pytest.raises(ValueError, match=ON_CPU):
+        C.attn_prefill(q, k, v, mask=torch.ones(2, 1, 5, 9, dtype=torch.bool), causal_offset=4, layout=1)
+    with pytest.raises(ValueError, match=ON_CPU):  # layout 0: [batch, heads, seq, D]
+        C.attn_prefill(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, -1, 0.0, 0)
+
+
+def test_per_head_masks_are_refused_by_name():
+    q, k = _blhd(l=5), _blhd(l=9, h=2)
+    with pytest.raises(ValueError, match=r"attn_prefill: mask has shape \[2, 4, 5, 9\]: one mask per head"):
+        C.attn_prefill(q, k, k, mask=torch.ones(2, 4, 5, 9, dtype=torch.bool), layout=1)
+
+
+def test_bad_layout_is_refused_by_name():
+    q = _blhd()
+    with pytest.raises(ValueError, match="layout 2 is not valid"):
+        C.attn_decode(q, q, q, layout=2)
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_2026_07_paged_decode_takes_the_int64_table(index_dtype):
+    q = _blhd()
+    pages = torch.randn(32, 1, 2, 64, dtype=bf16)
+    table = torch.arange(2 * 16, dtype=index_dtype).reshape(2, 16)
+    mask = torch.ones(2, 12, dtype=torch.bool)
+    with pytest.raises(ValueError, match=ON_CPU):
+        C.attn_paged_decode(q, table, pages, pages, 1, 12, mask=mask, causal_offset=11, layout=1)
+    with pytest.raises(ValueError, match=ON_CPU):  # keyword form
+        C.attn_paged_decode(q, page_table=table, k_cache=pages, v_cache=pages, page_size=1, kv_len=12, layout=1)
+    with pytest.raises(ValueError, match="attn_paged_decode: kv_len 17 does not fit"):
+        C.attn_paged_decode(q, table, pages, pages, 1, 17, layout=1)
+
+
+def test_2026_08_paged_calls_take_the_flat_pool():
+    q = torch.randn(3, 4, 64, dtype=bf16)
+    pool = torch.randn(100, 2, 64, dtype=bf16)
+    req_to_token = torch.arange(4 * 32, dtype=torch.int32).reshape(4, 32) % 100
+    rows = torch.tensor([2, 0, 3], dtype=torch.int64)
+    kv_indptr = torch.tensor([0, 5, 9, 20], dtype=torch.int32)
+    new = torch.randn(3, 2, 64, dtype=bf16)
+    with pytest.raises(ValueError, match=ON_CPU):
+        C.attn_paged_decode(q, pool, pool, req_to_token, rows, kv_indptr, new_k=new, new_v=new, causal_offset=0,
+                            out_buf=torch.empty(8, 4, 64, dtype=bf16))
+    total = torch.randn(11, 4, 64, dtype=bf16)
+    qo = torch.tensor([0, 2, 3, 11], dtype=torch.int32)
+    tiles = torch.zeros(3, dtype=torch.int32)
+    with pytest.raises(ValueError, match=ON_CPU):
+        C.attn_paged_prefill(total, pool, pool, req_to_token, rows, kv_indptr, qo, tiles, tiles,
+                             torch.ones(3, 1, 8, 32, dtype=torch.bool), causal_offset=0)
+    with pytest.raises(ValueError, match=ON_CPU):  # a mask row per request, shared by its queries
+        C.attn_paged_prefill(total, pool, pool, req_to_token, rows, kv_indptr, qo, tiles, tiles,
+                             torch.ones(3, 20, dtype=torch.bool), causal_offset=0)
+
+
+def test_populate_refuses_an_unknown_name():
+    import types
+    with pytest.raises(ImportError, match="serves no AstrAI kernel named 'fp8_mm'"):
+        C.populate(types.ModuleType("astrai.extension.lib.fp8_mm"))

@@ -58,8 +58,6 @@ void print_worst();
 // A case that could not run here (an sm_90a-only case on another GPU, a multi-GPU case on one
 // GPU): listed as NOT RUN at the end of the suite, never counted as passed.
 void not_run(const std::string& what);
-// How many attention and rotary cases the run compared against the reference.
-std::size_t cases_run();
 
 bool mma_forced_off();
 bool wgmma_forced_off();  // ASTRAI_JIT_NO_WGMMA

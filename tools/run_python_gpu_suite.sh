@@ -2,7 +2,9 @@
 # On a GPU machine whose python3 already has PyTorch (and pytest): installs a prebuilt astrai-jit
 # wheel into a directory on PYTHONPATH (a venv made from a venv's python would not see the
 # PyTorch of that venv), runs the Python suite (GPU tests included) and the host-overhead
-# benchmark. Logs go to $OUT when set.
+# benchmark. Logs go to $OUT when set. ASTRAI_REQUIRE_GPU=1: a torch that cannot reach CUDA, or a
+# run in which no GPU test ran, fails (python/tests/conftest.py); ASTRAI_TEST_SEED (default: drawn
+# each run, printed) seeds the data.
 # Usage: tools/run_python_gpu_suite.sh WHEEL_DIR [pytest args...]
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,6 +17,9 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -m pip install -q --no-deps --no-index --target "$site" "$wheels"/astrai_jit-*.whl || exit 1
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 export ASTRAI_JIT_CACHE_DIR=${ASTRAI_JIT_CACHE_DIR:-$(mktemp -d)}
+export ASTRAI_REQUIRE_GPU=1
+export ASTRAI_TEST_SEED=${ASTRAI_TEST_SEED:-$(( (RANDOM << 15 | RANDOM) + 1 ))}
+echo "ASTRAI_TEST_SEED=$ASTRAI_TEST_SEED"
 cd "$out"
 python3 -m pytest "$root/python/tests" -q -rs -p no:cacheprovider "$@" 2>&1 | tee "$out/pytest.txt"
 status=${PIPESTATUS[0]}

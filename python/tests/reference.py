@@ -50,8 +50,74 @@ def rotary_ref(x, freqs):
     return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1).flatten(-2)
 
 
-def close(actual, expected, atol=0.02, rtol=0.02):
-    """AstrAI's bound: |err| <= atol + rtol * |ref| everywhere."""
+# The bounds of tests/support/numerics.cpp (the derivations are there). u: the dtype's unit
+# roundoff. Attention: a row's relative norm error within 2.5 u (bf16, 1e-2) or 4 u (fp16, 2e-3),
+# each element within 4 u (|want| + the row's rms). Rotary: one rounding, u |want|. LSE (f32):
+# 2e-5 + 2e-6 |want|.
+UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+ROW_BOUND = {torch.bfloat16: 1e-2, torch.float16: 2e-3}
+
+
+def _rows_report(actual, expected, row_bound, elem_rel, elem_row):
+    """(ok, message) for every row over the last dim of actual against expected (float64)."""
+    got = actual.double()
+    want = expected.double().to(got.device)
+    if got.shape != want.shape:
+        return False, f"shape {tuple(got.shape)} != {tuple(want.shape)}"
+    if not bool(got.isfinite().all()):
+        return False, "non-finite output (poison left, or NaN)"
+    err = (got - want).abs()
+    norm_want = want.norm(dim=-1)
+    norm_err = err.norm(dim=-1)
+    rel = torch.where(norm_want > 0, norm_err / norm_want.clamp_min(1e-300),
+                      torch.where(norm_err > 0, torch.full_like(norm_err, float("inf")), torch.zeros_like(norm_err)))
+    rms = norm_want / max(want.shape[-1], 1) ** 0.5
+    elem_bound = elem_rel * want.abs() + elem_row * rms[..., None]
+    elem_bad = err > elem_bound
+    worst = float(rel.max()) if rel.numel() else 0.0
+    if bool(elem_bad.any()):
+        at = tuple(int(i) for i in elem_bad.nonzero()[0])
+        return False, (f"element {at}: got {float(got[at]):.6g} want {float(want[at]):.6g} "
+                       f"(bound {float(elem_bound[at]):.3g}); worst row {worst:.3g}")
+    if worst > row_bound:
+        at = tuple(int(i) for i in (rel == rel.max()).nonzero()[0])
+        return False, f"row {at}: relative error {worst:.3g} > {row_bound:.3g}"
+    return True, f"worst row {worst:.3g} of {row_bound:.3g}"
+
+
+def assert_rows_close(actual, expected, dtype=None, slack=1.0):
+    """Attention outputs: every row (last dim) within the bounds of its dtype. slack > 1 only
+    where the expected side carries its own rounding (another 16-bit implementation)."""
+    dtype = dtype or actual.dtype
+    u = UNIT_ROUNDOFF[dtype]
+    ok, message = _rows_report(actual, expected, ROW_BOUND[dtype] * slack, 4 * u * slack, 4 * u * slack)
+    assert ok, message
+
+
+def assert_rotary_close(actual, expected):
+    u = UNIT_ROUNDOFF[actual.dtype]
+    ok, message = _rows_report(actual, expected, u, u * (1 + 2.0 ** -10), 2.0 ** -16)
+    assert ok, message
+
+
+def assert_lse_close(actual, expected):
+    """-inf exactly where the reference has no key (nor sink), else within 2e-5 + 2e-6 |want|."""
+    got = actual.double()
+    want = expected.double().to(got.device)
+    assert got.shape == want.shape, f"shape {tuple(got.shape)} != {tuple(want.shape)}"
+    empty = want == float("-inf")
+    assert torch.equal(got[empty], want[empty]), "LSE of a row with nothing to attend to is not -inf"
+    err = (got[~empty] - want[~empty]).abs()
+    bound = 2e-5 + 2e-6 * want[~empty].abs()
+    assert bool(got[~empty].isfinite().all()), "non-finite LSE"
+    bad = err > bound
+    assert not bool(bad.any()), (f"LSE off by {float(err.max()):.3g} (bound {float(bound[bad][0]):.3g} "
+                                 f"at the first failure)")
+
+
+def close(actual, expected, atol, rtol):
+    """|err| <= atol + rtol * |ref| everywhere: for float64 paths (the CPU fallbacks), where the
+    bounds are near zero and the dtype bounds above do not apply."""
     err = (actual.double() - expected.double()).abs()
     bound = atol + rtol * expected.double().abs()
     return bool((err <= bound).all()), float(err.max()) if err.numel() else 0.0

@@ -35,32 +35,7 @@ std::vector<float> sink_values(int n_heads, unsigned seed) {
   return values;
 }
 
-double soft_capped(double score, double logit_cap) {
-  return logit_cap > 0 ? logit_cap * std::tanh(score / logit_cap) : score;
-}
-
 void synchronize() { check_cu(driver().cuCtxSynchronize(), "cuCtxSynchronize", -1); }
-
-std::uint16_t float_to_bits(float value, DType dtype) {
-  if (dtype == DType::bf16) {
-    std::uint32_t bits;
-    std::memcpy(&bits, &value, 4);
-    if (std::isnan(value)) return 0x7fc0;
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return static_cast<std::uint16_t>(bits >> 16);
-  }
-  return testing::float_to_half_bits(value);
-}
-
-float bits_to_float(std::uint16_t bits, DType dtype) {
-  if (dtype == DType::bf16) {
-    const std::uint32_t wide = static_cast<std::uint32_t>(bits) << 16;
-    float value;
-    std::memcpy(&value, &wide, 4);
-    return value;
-  }
-  return testing::half_bits_to_float(bits);
-}
 
 std::vector<std::uint16_t> random_elements(std::size_t count, DType dtype, std::mt19937& rng) {
   std::uniform_real_distribution<float> uniform(-1.f, 1.f);
@@ -80,29 +55,8 @@ std::vector<float> random_rotations(std::size_t pairs, std::mt19937& rng) {
   return table;
 }
 
-void accumulate(Comparison* c, double got, double want, double atol, double rtol,
-                const std::string& where) {
-  ++c->checked;
-  const double error = std::fabs(got - want);
-  const bool ok = std::isfinite(got) && error <= atol + rtol * std::fabs(want);
-  if (!ok) {
-    if (c->failures == 0)
-      c->first_failure = fmt::format("{}: got {} want {} (|err| {:.3g})", where, got, want, error);
-    ++c->failures;
-  }
-  if (!std::isfinite(got)) {
-    c->max_abs_error = INFINITY;
-    return;
-  }
-  c->max_abs_error = std::max(c->max_abs_error, error);
-  c->max_rel_error = std::max(c->max_rel_error, error / std::max(std::fabs(want), 1e-3));
-  c->sum_sq_error += error * error;
-  c->sum_sq_reference += want * want;
-}
-
-void finish(Comparison* c) {
-  c->norm_rel_error = c->sum_sq_reference > 0 ? std::sqrt(c->sum_sq_error / c->sum_sq_reference)
-                                              : std::sqrt(c->sum_sq_error);
+void scale_elements(std::uint16_t* at, std::int64_t count, float gain, DType dtype) {
+  for (std::int64_t i = 0; i < count; ++i) at[i] = float_to_bits(bits_to_float(at[i], dtype) * gain, dtype);
 }
 
 void check_graph_replay(const std::function<void(CUstream)>& call, DeviceBuffer* out,
@@ -132,26 +86,49 @@ void check_graph_replay(const std::function<void(CUstream)>& call, DeviceBuffer*
 }
 
 namespace {
+struct Worst {
+  std::size_t cases = 0, rows = 0, failures = 0;
+  double row = 0, elem = 0, lse = 0, row_bound = 0;
+};
 std::mutex worst_mutex;
-std::map<std::string, Comparison> worst;
+std::map<std::string, Worst> worst;
+std::vector<std::string> not_run_list;
+std::size_t case_count = 0;
 }  // namespace
 
-void note_worst(const std::string& kernel, DType dtype, const Comparison& comparison) {
+void report_case(const std::string& kernel, DType dtype, const std::string& description, const RowCheck& check) {
+  {
+    std::lock_guard<std::mutex> lock(worst_mutex);
+    ++case_count;
+    auto& entry = worst[fmt::format("{} {}", kernel, dtype_name(dtype))];
+    ++entry.cases;
+    entry.rows += check.rows();
+    entry.failures += check.failures();
+    entry.row = std::max(entry.row, check.worst_row());
+    entry.elem = std::max(entry.elem, check.worst_elem());
+    entry.lse = std::max(entry.lse, check.worst_lse());
+    entry.row_bound = check.tolerance().row;
+  }
+  INFO(description);
+  MESSAGE(fmt::format("{} -> {}", description, check.summary()));
+  CHECK_MESSAGE(check.passed(), check.first_failure());
+}
+
+void not_run(const std::string& what) {
+  MESSAGE("NOT RUN: " << what);
   std::lock_guard<std::mutex> lock(worst_mutex);
-  auto& entry = worst[fmt::format("{} {}", kernel, dtype_name(dtype))];
-  entry.checked += comparison.checked;
-  entry.failures += comparison.failures;
-  entry.max_abs_error = std::max(entry.max_abs_error, comparison.max_abs_error);
-  entry.norm_rel_error = std::max(entry.norm_rel_error, comparison.norm_rel_error);
+  not_run_list.push_back(what);
 }
 
 void print_worst() {
   std::lock_guard<std::mutex> lock(worst_mutex);
-  std::printf("worst errors per kernel and dtype (%s path):\n",
-              mma_forced_off() ? "CUDA-core, ASTRAI_JIT_NO_MMA" : "tensor-core");
-  for (const auto& [name, c] : worst)
-    std::printf("  %-20s elements %zu failures %zu max|err| %.3g max norm-rel %.3g\n", name.c_str(),
-                c.checked, c.failures, c.max_abs_error, c.norm_rel_error);
+  std::printf("worst errors per kernel and dtype (%s path; row: relative norm of a row, elem: share of the "
+              "element bound, lse: |err|):\n", mma_forced_off() ? "CUDA-core, ASTRAI_JIT_NO_MMA" : "tensor-core");
+  for (const auto& [name, w] : worst)
+    std::printf("  %-24s cases %zu rows %zu failures %zu row %.2e (bound %.1e) elem %.2f lse %.2e\n", name.c_str(),
+                w.cases, w.rows, w.failures, w.row, w.row_bound, w.elem, w.lse);
+  for (const auto& what : not_run_list) std::printf("NOT RUN: %s\n", what.c_str());
+  std::printf("cases run: %zu (ASTRAI_TEST_SEED=%u)\n", case_count, testing::base_seed());
 }
 
 int sweep_count(int fallback) {

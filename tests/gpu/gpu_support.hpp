@@ -12,16 +12,22 @@
 #include "astrai/runtime.hpp"
 #include "runtime/driver_api.hpp"
 #include "tests/support/device_buffer.hpp"
+#include "tests/support/numerics.hpp"
 
 namespace astrai::gpu_test {
 
+using testing::attend_row;
 using testing::DeviceBuffer;
+using testing::RowCheck;
+using testing::RowFeatures;
+using testing::soft_capped;
+using testing::test_seed;
 
 void synchronize();
 
 // Host-side element conversions (round to nearest even), matching the device's.
-std::uint16_t float_to_bits(float value, DType dtype);
-float bits_to_float(std::uint16_t bits, DType dtype);
+inline std::uint16_t float_to_bits(float value, DType dtype) { return testing::float_to_element(value, dtype); }
+inline float bits_to_float(std::uint16_t bits, DType dtype) { return testing::element_to_float(bits, dtype); }
 
 // Random values in [-1, 1) rounded to the dtype, as raw bits.
 std::vector<std::uint16_t> random_elements(std::size_t count, DType dtype, std::mt19937& rng);
@@ -29,20 +35,15 @@ std::vector<std::uint16_t> random_elements(std::size_t count, DType dtype, std::
 // A rotary table of `pairs` random rotations: cos and sin of angles in [-100, 100) radians.
 std::vector<float> random_rotations(std::size_t pairs, std::mt19937& rng);
 
-// Elementwise |got - want| <= atol + rtol * |want| over every element, NaN never passes.
-struct Comparison {
-  std::size_t checked = 0;
-  std::size_t failures = 0;
-  double max_abs_error = 0;
-  double max_rel_error = 0;   // max |err| / max(|want|, 1e-3) over elements
-  double norm_rel_error = 0;  // ||got - want|| / ||want||
-  std::string first_failure;
-  double sum_sq_error = 0;
-  double sum_sq_reference = 0;
-};
-void accumulate(Comparison* comparison, double got, double want, double atol, double rtol,
-                const std::string& where);
-void finish(Comparison* comparison);
+// Peaked softmax rows: the gain of key t of `len` under a ramp, 1 + ramp * t / len. Keys that
+// grow along the sequence give rows whose maximum keeps rising block after block and split
+// after split (later splits outweigh earlier ones, which the merge must rescale); with scale 1
+// the scores spread over tens of units.
+inline float key_gain(int t, int len, float ramp) {
+  return ramp > 0 && len > 0 ? 1.f + ramp * static_cast<float>(t) / static_cast<float>(len) : 1.f;
+}
+// Multiplies the `count` elements at `at` by `gain` (rounded back to the dtype).
+void scale_elements(std::uint16_t* at, std::int64_t count, float gain, DType dtype);
 
 // Runs `call` (a launch on the stream it is given) eagerly on a fresh stream, which sizes its
 // workspace there, captures it in a CUDA graph and replays the graph `replays` times over a
@@ -50,9 +51,13 @@ void finish(Comparison* comparison);
 void check_graph_replay(const std::function<void(CUstream)>& call, DeviceBuffer* out,
                         const std::vector<std::uint16_t>& eager_out, int replays, const std::string& description);
 
-// Records the worst errors of the run (printed at the end of the suite).
-void note_worst(const std::string& kernel, DType dtype, const Comparison& comparison);
+// Records a case's verdict: the worst errors per kernel and dtype and the number of cases
+// (printed at the end of the suite), then checks it, printing its parameter string and errors.
+void report_case(const std::string& kernel, DType dtype, const std::string& description, const RowCheck& check);
 void print_worst();
+// A case that could not run here (an sm_90a-only case on another GPU, a multi-GPU case on one
+// GPU): listed as NOT RUN at the end of the suite, never counted as passed.
+void not_run(const std::string& what);
 
 bool mma_forced_off();
 bool wgmma_forced_off();  // ASTRAI_JIT_NO_WGMMA
@@ -77,9 +82,6 @@ struct CaseFeatures {
 // Sink logits of a case with n_heads query heads: spread over [-2, 7] (below, within and above
 // the LSE of the rows), and -inf for head 0 (a sink that weighs nothing).
 std::vector<float> sink_values(int n_heads, unsigned seed);
-
-// A scaled score as the soft-cap leaves it, in float64 (cap 0: unchanged).
-double soft_capped(double score, double logit_cap);
 
 // Extra cases for the random sweeps: ASTRAI_TEST_SWEEP, else `fallback`.
 int sweep_count(int fallback);

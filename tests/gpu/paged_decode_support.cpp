@@ -58,30 +58,4 @@ std::vector<float> kv_scales(bool per_head, int n_kv_heads, std::mt19937& rng) {
   return scales;
 }
 
-void compare_lse(Comparison* comparison, double got, double want, const std::string& where) {
-  if (std::isinf(want)) {
-    if (!(std::isinf(got) && got < 0) && comparison->failures++ == 0)
-      comparison->first_failure = fmt::format("{}: got {} want -inf", where, got);
-  } else {
-    accumulate(comparison, got, want, 2e-3, 1e-3, where);
-  }
-}
-
-void check_row_padding(Comparison* comparison, const std::vector<std::uint16_t>& out, int batch, int n_heads,
-                       std::int64_t batch_stride, std::int64_t head_stride, int head_dim) {
-  for (int b = 0; b < batch; ++b)
-    for (int h = 0; h < n_heads; ++h)
-      for (std::int64_t i = head_dim; i < head_stride; ++i)
-        if (out[b * batch_stride + h * head_stride + i] != kPoison && comparison->failures++ == 0)
-          comparison->first_failure = fmt::format("padding written at b={} h={} col={}", b, h, i);
-}
-
-void check_comparison(const std::string& description, const Comparison& comparison) {
-  INFO(description);
-  MESSAGE(fmt::format("{} -> max|err| {:.3g} norm-rel {:.3g}", description, comparison.max_abs_error,
-                      comparison.norm_rel_error));
-  CHECK_MESSAGE(comparison.failures == 0, comparison.first_failure);
-  CHECK(comparison.norm_rel_error <= kTolerance);
-}
-
 }  // namespace astrai::gpu_test

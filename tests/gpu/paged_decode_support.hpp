@@ -93,17 +93,4 @@ inline std::function<void(CUstream)> paged_decode_call(PagedDecodeArgs args) {
   };
 }
 
-// A row with nothing to attend to must report an LSE of -inf exactly; any other row within
-// 2e-3 + 1e-3 |want|.
-void compare_lse(Comparison* comparison, double got, double want, const std::string& where);
-
-// The padding after each of the [batch][n_heads] output rows (columns head_dim..head_stride)
-// must still hold the poison: nothing was written out of bounds.
-void check_row_padding(Comparison* comparison, const std::vector<std::uint16_t>& out, int batch, int n_heads,
-                       std::int64_t batch_stride, std::int64_t head_stride, int head_dim);
-
-// The verdict of a case scored by one Comparison: no failed element and a norm-rel error
-// within the tolerance.
-void check_comparison(const std::string& description, const Comparison& comparison);
-
 }  // namespace astrai::gpu_test

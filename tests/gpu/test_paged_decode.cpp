@@ -9,6 +9,7 @@
 
 #include "tests/gpu/gpu_support.hpp"
 #include "tests/gpu/paged_decode_support.hpp"
+#include "tests/gpu/prefill_support.hpp"
 
 namespace astrai::gpu_test {
 namespace {
@@ -27,8 +28,9 @@ struct PagedCase {
   bool req_rows = false;   // requests index a larger page table through req_indices
   bool lse = false;        // also check the log-sum-exp output
   float scale = 0.f;       // 0: 1/sqrt(head_dim)
+  float key_ramp = 0.f;    // > 0: key t scaled by key_gain (peaked rows whose maximum rises)
   CaseFeatures features;
-  unsigned seed = 1;
+  unsigned seed = test_seed(1);
 
   int batch() const { return static_cast<int>(seq_lens.size()); }
   std::string describe() const {
@@ -36,13 +38,15 @@ struct PagedCase {
                        "append={} req_rows={} lse={} seed={} lens=[{}]{}", dtype_name(dtype), head_dim,
                        page_size, n_kv_heads, group, strided, mask, append, req_rows, lse, seed,
                        fmt::join(seq_lens, ","),
-                       (scale > 0 ? fmt::format(" scale={}", scale) : "") + features.text());
+                       (scale > 0 ? fmt::format(" scale={}", scale) : "") +
+                           (key_ramp > 0 ? fmt::format(" key_ramp={}", key_ramp) : "") + features.text());
   }
 
 };
 
 struct PagedRun {
-  Comparison comparison;
+  explicit PagedRun(DType dtype) : check(testing::attention_tolerance(dtype)) {}
+  RowCheck check;
   std::vector<std::uint16_t> out;  // raw output, for bit-exact comparisons
 };
 
@@ -73,6 +77,13 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
   std::vector<std::uint16_t> v_pool =
       c.strided ? std::vector<std::uint16_t>() : random_elements(pool_elems, c.dtype, rng);
   const std::int64_t v_offset = c.strided ? ps * kv_token_stride : 0;  // V follows K in a page
+  if (c.key_ramp > 0)
+    for (int b = 0; b < batch; ++b)
+      for (int t = 0; t < c.seq_lens[b]; ++t)
+        for (int kvh = 0; kvh < c.n_kv_heads; ++kvh)
+          scale_elements(&k_pool[pages.table[pages.request_row[b] * pages.stride + t / ps] * kv_page_stride +
+                                 (t % ps) * kv_token_stride + kvh * kv_head_stride],
+                         d, key_gain(t, c.seq_lens[b], c.key_ramp), c.dtype);
   const std::vector<std::uint16_t>& v_source = c.strided ? k_pool : v_pool;  // read after append
 
   const std::int64_t q_head_stride = d + pad;
@@ -137,7 +148,7 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
   if (c.lse) args.lse = static_cast<float*>(d_lse.get());
   Runtime::get().paged_decode(args);
   synchronize();
-  PagedRun run;
+  PagedRun run(c.dtype);
   run.out = d_out.to_host<std::uint16_t>(out_elems);
   const auto lse = d_lse.to_host<float>(std::max(1, batch * n_heads));
   if (c.append) {
@@ -152,10 +163,8 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
         for (int i = 0; i < d; ++i) {
           const std::int64_t at = page * kv_page_stride + (t % ps) * kv_token_stride + kvh * kv_head_stride + i;
           const std::int64_t from = b * new_stride_batch + kvh * kv_head_stride + i;
-          if (k_after[at] != new_k[from] || v_after[v_offset + at] != new_v[from]) {
-            if (run.comparison.failures++ == 0)
-              run.comparison.first_failure = fmt::format("append not written at b={} kvh={} i={}", b, kvh, i);
-          }
+          run.check.expect(k_after[at] == new_k[from] && v_after[v_offset + at] == new_v[from],
+                           [&] { return fmt::format("append not written at b={} kvh={} i={}", b, kvh, i); });
           // The reference below reads the appended token from the pools.
           k_pool[at] = new_k[from];
           (c.strided ? k_pool : v_pool)[v_offset + at] = new_v[from];
@@ -166,59 +175,51 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
   if (capture_graph) check_graph_replay(paged_decode_call(args), &d_out, run.out, /*replays=*/2, c.describe());
 
   const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(d));
-  std::vector<double> scores;
+  std::vector<char> written(run.out.size(), 0);
+  std::vector<float> k_rows, v_rows, q_row(d);
+  std::vector<double> want;
   for (int b = 0; b < batch; ++b) {
     const int len = c.seq_lens[b];
-    for (int h = 0; h < n_heads; ++h) {
-      const int kvh = h / c.group;
-      scores.assign(len, 0.0);
-      double max_score = -INFINITY;
-      auto kept = [&](int t) {
-        return (c.features.window_left < 0 || t >= len - 1 - c.features.window_left) &&
-               (!c.mask || mask[b * mask_stride + t] != 0);
-      };
+    std::vector<char> keep(static_cast<std::size_t>(std::max(len, 1)), 0);
+    for (int t = 0; t < len; ++t)
+      keep[t] = (c.features.window_left < 0 || t >= len - 1 - c.features.window_left) &&
+                (!c.mask || mask[b * mask_stride + t] != 0);
+    for (int kvh = 0; kvh < c.n_kv_heads; ++kvh) {
+      k_rows.assign(static_cast<std::size_t>(std::max(len, 1)) * d, 0.f);
+      v_rows.assign(k_rows.size(), 0.f);
       for (int t = 0; t < len; ++t) {
         const std::int64_t page = table[req[b] * table_stride + t / ps];
         const std::int64_t base = page * kv_page_stride + (t % ps) * kv_token_stride + kvh * kv_head_stride;
-        double dot = 0;
-        for (int i = 0; i < d; ++i)
-          dot += static_cast<double>(bits_to_float(q[b * q_batch_stride + h * q_head_stride + i], c.dtype)) *
-                 bits_to_float(k_pool[base + i], c.dtype);
-        scores[t] = soft_capped(dot * scale, c.features.logit_cap);
-        if (kept(t)) max_score = std::max(max_score, scores[t]);
-      }
-      const double sink = c.features.sinks ? sinks[h] : -INFINITY;
-      max_score = std::max(max_score, sink);
-      double total = sink > -INFINITY ? std::exp(sink - max_score) : 0.0;
-      for (int t = 0; t < len; ++t) total += (scores[t] = kept(t) ? std::exp(scores[t] - max_score) : 0.0);
-      if (c.lse) {
-        const double want_lse = total > 0 ? max_score + std::log(total) : -INFINITY;
-        compare_lse(&run.comparison, lse[b * n_heads + h], want_lse, fmt::format("lse b={} h={}", b, h));
-      }
-      for (int i = 0; i < d; ++i) {
-        double want = 0;
-        for (int t = 0; t < len; ++t) {
-          if (scores[t] == 0.0) continue;
-          const std::int64_t page = table[req[b] * table_stride + t / ps];
-          const std::int64_t base = v_offset + page * kv_page_stride + (t % ps) * kv_token_stride +
-                                    kvh * kv_head_stride;
-          want += scores[t] * bits_to_float(v_source[base + i], c.dtype);
+        for (int i = 0; i < d; ++i) {
+          k_rows[static_cast<std::size_t>(t) * d + i] = bits_to_float(k_pool[base + i], c.dtype);
+          v_rows[static_cast<std::size_t>(t) * d + i] = bits_to_float(v_source[v_offset + base + i], c.dtype);
         }
-        if (total > 0) want /= total;
-        const double got = bits_to_float(run.out[b * out_batch_stride + h * out_head_stride + i], c.dtype);
-        accumulate(&run.comparison, got, want, 1e-2, 1e-2, fmt::format("b={} h={} d={}", b, h, i));
+      }
+      for (int h = kvh * c.group; h < (kvh + 1) * c.group; ++h) {
+        for (int i = 0; i < d; ++i) q_row[i] = bits_to_float(q[b * q_batch_stride + h * q_head_stride + i], c.dtype);
+        RowFeatures features;
+        features.logit_cap = c.features.logit_cap;
+        if (c.features.sinks) features.sink = sinks[h];
+        double want_lse = 0;
+        const bool non_empty =
+            attend_row(q_row.data(), k_rows.data(), v_rows.data(), len, keep, d, scale, &want, &want_lse, features);
+        const auto where = [&] { return fmt::format("b={} h={}", b, h); };
+        const std::int64_t row = b * out_batch_stride + h * out_head_stride;
+        run.check.row_bits(&run.out[row], c.dtype, want.data(), d, non_empty, where);
+        std::fill_n(written.begin() + row, d, 1);
+        if (c.lse) run.check.lse(lse[b * n_heads + h], want_lse, where);
       }
     }
   }
-  if (c.strided)
-    check_row_padding(&run.comparison, run.out, batch, n_heads, out_batch_stride, out_head_stride, d);
-  finish(&run.comparison);
-  note_worst("paged_decode", c.dtype, run.comparison);
+  // Padding after every head, after every request's heads and at the buffer's end keeps the
+  // poison; so does the LSE when the call had none.
+  check_poison(&run.check, run.out, written);
+  if (!c.lse) check_lse_untouched(&run.check, lse);
   return run;
 }
 
 void check_case(const PagedCase& c, bool graph = false) {
-  check_comparison(c.describe(), run_paged_case(c, graph).comparison);
+  report_case("paged_decode", c.dtype, c.describe(), run_paged_case(c, graph).check);
 }
 
 std::vector<int> ragged_lengths(int page_size, std::mt19937& rng) {
@@ -231,7 +232,7 @@ std::vector<int> ragged_lengths(int page_size, std::mt19937& rng) {
 TEST_SUITE("paged_decode") {
 
 TEST_CASE("paged_decode matches the reference across head dims, page sizes and GQA groups") {
-  std::mt19937 rng(2024);
+  std::mt19937 rng(test_seed(2024));
   for (int head_dim : {64, 128, 256, 80, 96}) {
     for (int page_size : {1, 16}) {
       for (int group : {1, 4, 6, 8}) {
@@ -249,7 +250,7 @@ TEST_CASE("paged_decode matches the reference across head dims, page sizes and G
 }
 
 TEST_CASE("paged_decode handles strided Q, output and an interleaved K/V pool") {
-  std::mt19937 rng(7);
+  std::mt19937 rng(test_seed(7));
   for (int page_size : {1, 8, 16, 64}) {
     PagedCase c;
     c.page_size = page_size;
@@ -277,7 +278,7 @@ TEST_CASE("paged_decode splits long sequences and merges the splits exactly") {
 TEST_CASE("paged_decode of short tables splits a block a split: empty splits, sinks, LSE") {
   // Capacities of 3 and 16 blocks split into a block a split (small batches fill the GPU that
   // way); sequences of 0 and 1 tokens leave every split but one empty for the combine to merge.
-  std::mt19937 rng(61);
+  std::mt19937 rng(test_seed(61));
   for (int longest : {130, 1000}) {
     for (bool sinks : {false, true}) {
       PagedCase c;
@@ -295,7 +296,7 @@ TEST_CASE("paged_decode of short tables splits a block a split: empty splits, si
 }
 
 TEST_CASE("paged_decode with fp16 and large groups") {
-  std::mt19937 rng(99);
+  std::mt19937 rng(test_seed(99));
   for (int group : {1, 6, 16, 20}) {
     PagedCase c;
     c.dtype = DType::fp16;
@@ -314,7 +315,7 @@ TEST_CASE("paged_decode of an all-empty batch outputs zeros") {
 }
 
 TEST_CASE("paged_decode with masks (including a fully masked row), LSE and request rows") {
-  std::mt19937 rng(31);
+  std::mt19937 rng(test_seed(31));
   for (int page_size : {1, 16}) {
     for (int group : {1, 6, 8}) {
       PagedCase c;
@@ -332,7 +333,7 @@ TEST_CASE("paged_decode with masks (including a fully masked row), LSE and reque
 }
 
 TEST_CASE("paged_decode fused append writes the cache bit for bit and attends to the new token") {
-  std::mt19937 rng(41);
+  std::mt19937 rng(test_seed(41));
   for (int page_size : {1, 8, 16, 64}) {
     for (bool strided : {false, true}) {
       PagedCase c;
@@ -352,13 +353,13 @@ TEST_CASE("paged_decode fused append writes the cache bit for bit and attends to
 TEST_CASE("paged_decode captured in a CUDA graph replays bit for bit") {
   PagedCase c;
   c.seq_lens = {3000, 17, 1, 0};
-  c.seed = 5;
+  c.seed = test_seed(5);
   check_case(c, /*graph=*/true);
   PagedCase everything;
   everything.seq_lens = {40000, 64, 2};
   everything.mask = everything.append = everything.lse = everything.req_rows = true;
   everything.page_size = 1;
-  everything.seed = 6;
+  everything.seed = test_seed(6);
   check_case(everything, /*graph=*/true);
 }
 
@@ -376,7 +377,7 @@ TEST_CASE("paged_decode right behind rotary_emb on one stream attends with the r
       c.page_size = page_size;
       c.n_kv_heads = 8;
       c.seq_lens = lens;
-      c.seed = 31;
+      c.seed = test_seed(31);
       CAPTURE(c.describe());
       std::mt19937 rng(c.seed);
       const int n_heads = c.n_kv_heads * c.group;
@@ -452,7 +453,7 @@ TEST_CASE("paged_decode right behind rotary_emb on one stream attends with the r
 }
 
 TEST_CASE("paged_decode with a logit soft-cap: caps below, near and above the score range") {
-  std::mt19937 rng(51);
+  std::mt19937 rng(test_seed(51));
   // With scale 1 the scores of random rows spread over about +-10 (head dim 128).
   for (float cap : {0.5f, 4.f, 30.f}) {
     for (int page_size : {1, 16}) {
@@ -485,7 +486,7 @@ TEST_CASE("paged_decode with a logit soft-cap: caps below, near and above the sc
 }
 
 TEST_CASE("paged_decode with attention sinks: empty, masked and split rows, with the soft-cap") {
-  std::mt19937 rng(52);
+  std::mt19937 rng(test_seed(52));
   for (int page_size : {1, 16}) {
     for (bool cap : {false, true}) {
       PagedCase c;
@@ -509,17 +510,17 @@ TEST_CASE("paged_decode with attention sinks: empty, masked and split rows, with
   fp16.features.sinks = true;
   fp16.lse = true;
   fp16.seq_lens = {0, 0, 3, 40000};
-  fp16.seed = 9;
+  fp16.seed = test_seed(9);
   check_case(fp16);
   PagedCase graph;  // a captured call with sinks replays bit for bit
   graph.features.sinks = true;
   graph.seq_lens = {9000, 2, 0};
-  graph.seed = 10;
+  graph.seed = test_seed(10);
   check_case(graph, /*graph=*/true);
 }
 
 TEST_CASE("paged_decode with a sliding window: windows crossing page edges, longer than the sequence, with sinks") {
-  std::mt19937 rng(53);
+  std::mt19937 rng(test_seed(53));
   for (int page_size : {1, 16, 64}) {
     for (int window : {0, 1, 15, 16, 17, 100, 1000, 5000}) {
       PagedCase c;
@@ -546,19 +547,44 @@ TEST_CASE("paged_decode with a sliding window: windows crossing page edges, long
   split.features.logit_cap = 5.f;
   split.lse = true;
   split.seq_lens = {60000, 8192, 8193, 100};
-  split.seed = 11;
+  split.seed = test_seed(11);
   check_case(split);
   PagedCase graph;  // a captured windowed call replays bit for bit
   graph.features.window_left = 500;
   graph.seq_lens = {20000, 300, 0};
-  graph.seed = 12;
+  graph.seed = test_seed(12);
   check_case(graph, /*graph=*/true);
+}
+
+TEST_CASE("paged_decode with peaked rows whose maximum rises along the keys, through the split merge") {
+  // Scale 1 and keys growing along each sequence: row maxima rise block after block and split
+  // after split (the long rows split), so the merge must rescale the earlier splits.
+  std::mt19937 rng(test_seed(54));
+  for (int page_size : {1, 16}) {
+    for (float ramp : {2.f, 6.f}) {
+      PagedCase c;
+      c.page_size = page_size;
+      c.dtype = ramp > 3.f ? DType::fp16 : DType::bf16;
+      c.group = page_size == 1 ? 6 : 4;
+      c.head_dim = page_size == 1 ? 64 : 128;
+      c.scale = 1.f;
+      c.key_ramp = ramp;
+      c.lse = true;
+      c.features.sinks = ramp > 3.f;
+      c.append = page_size == 16;
+      c.seq_lens = ragged_lengths(page_size, rng);
+      c.seq_lens.push_back(30000);
+      c.seq_lens.push_back(9000);
+      c.seed = rng();
+      check_case(c);
+    }
+  }
 }
 
 TEST_CASE("paged_decode random sweep") {
   // 40 cases with fully random variants (each a new compile), then ASTRAI_TEST_SWEEP more
   // (default 60) drawn from variants the targeted cases already compiled.
-  const unsigned seed = 12345;
+  const unsigned seed = test_seed(12345);
   std::mt19937 rng(seed);
   MESSAGE(fmt::format("paged_decode random sweep seed {}", seed));
   std::uniform_int_distribution<int> head_dim_step(2, 16);
@@ -578,7 +604,11 @@ TEST_CASE("paged_decode random sweep") {
     c.mask = rng() % 4 == 0;
     c.append = rng() % 4 == 0;
     c.req_rows = rng() % 3 == 0;
-    c.lse = true;
+    c.lse = rng() % 5 != 0;
+    if (rng() % 4 == 0) {  // a peaked row now and then
+      c.scale = 1.f;
+      c.key_ramp = 4.f;
+    }
     const int batch = 1 + rng() % 5;
     for (int b = 0; b < batch; ++b) c.seq_lens.push_back(rng() % 3 == 0 ? rng() % 3 : rng() % 1500);
     c.seed = rng();
@@ -588,7 +618,7 @@ TEST_CASE("paged_decode random sweep") {
 
 TEST_CASE("on sm_90a paged_decode streams K and V through TMA (unless switched off), a masked call takes the "
           "portable kernel") {
-  if (!sm90a_target()) return;
+  if (!sm90a_target()) return not_run("paged_decode TMA case: needs an sm_90a target");
   // Lengths around the 32-token pages and 64-token blocks, an empty one; the fused append.
   PagedCase c;
   c.page_size = 32;
@@ -596,12 +626,12 @@ TEST_CASE("on sm_90a paged_decode streams K and V through TMA (unless switched o
   c.seq_lens = {1, 31, 32, 33, 63, 64, 65, 200, 0};
   c.append = true;
   c.lse = true;
-  c.seed = 5;
+  c.seed = test_seed(5);
   check_case(c);
   const bool hopper = !mma_forced_off() && !wgmma_forced_off();
   CHECK(loaded_variants_named("paged_decode.bf16.hd128.ps32.g3.tma.sm_90a") == (hopper ? 1 : 0));
   c.mask = true;
-  c.seed = 6;
+  c.seed = test_seed(6);
   check_case(c);
   const char* portable =
       mma_forced_off() ? "paged_decode.bf16.hd128.ps32.g3.nomma.sm_90a" : "paged_decode.bf16.hd128.ps32.g3.sm_90a";
@@ -609,7 +639,8 @@ TEST_CASE("on sm_90a paged_decode streams K and V through TMA (unless switched o
 }
 
 TEST_CASE("on sm_90a a paged_decode call compiles only the variant it launches, narrow or wide CTAs") {
-  if (!sm90a_target() || mma_forced_off() || wgmma_forced_off()) return;
+  if (!sm90a_target()) return not_run("paged_decode wide-CTA case: needs an sm_90a target");
+  if (mma_forced_off() || wgmma_forced_off()) return;  // the Hopper kernel is switched off on purpose
   // hd64 (the head dim with wide CTAs), a group no other case uses, so that neither variant is
   // loaded yet: 16 requests x 8 KV heads (128 columns, one wave on 132 SMs) of 2048 tokens split
   // 4 ways, where the automatic choice takes wide CTAs. The split plan comes before either
@@ -619,7 +650,7 @@ TEST_CASE("on sm_90a a paged_decode call compiles only the variant it launches, 
   c.group = 7;
   c.n_kv_heads = 8;
   c.seq_lens.assign(16, 2048);
-  c.seed = 8;
+  c.seed = test_seed(8);
   check_case(c);
   const int narrow = loaded_variants_named("paged_decode.bf16.hd64.ps16.g7.tma.sm_90a");
   const int wide = loaded_variants_named("paged_decode.bf16.hd64.ps16.g7.tma.wide.sm_90a");
@@ -647,10 +678,9 @@ std::vector<std::string> run_cases_on_device(int ordinal, const std::vector<Page
     detail::check_cu(api.cuCtxSetCurrent(primary), "cuCtxSetCurrent", ordinal);
     for (const PagedCase& c : cases) {
       const PagedRun run = run_paged_case(c);
-      *checked += run.comparison.checked;
-      if (run.comparison.failures != 0 || !(run.comparison.norm_rel_error <= 1e-2))
-        problems.push_back(fmt::format("device {}: {}: {} (norm-rel {:.3g})", ordinal, c.describe(),
-                                       run.comparison.first_failure, run.comparison.norm_rel_error));
+      *checked += run.check.elements();
+      if (!run.check.passed())
+        problems.push_back(fmt::format("device {}: {}: {}", ordinal, c.describe(), run.check.first_failure()));
     }
   } catch (const std::exception& error) {
     problems.push_back(fmt::format("device {}: {}", ordinal, error.what()));
@@ -667,7 +697,7 @@ TEST_CASE("paged_decode on every GPU at once, each device with its own variants,
   int count = 0;
   detail::check_cu(detail::driver().cuDeviceGetCount(&count), "cuDeviceGetCount", -1);
   if (count < 2) {
-    MESSAGE(fmt::format("multi-GPU case not run: {} GPU visible (needs 2 or more)", count));
+    not_run(fmt::format("multi-GPU case: {} GPU visible (needs 2 or more)", count));
     return;
   }
   MESSAGE(fmt::format("multi-GPU case on {} GPUs", count));
@@ -683,7 +713,7 @@ TEST_CASE("paged_decode on every GPU at once, each device with its own variants,
         c.page_size = phase == 0 ? (d % 2 ? 1 : 16) : 16;
         c.seq_lens = {1 + 977 * round, 4100, 0, 33};
         c.lse = round == 2;
-        c.seed = static_cast<unsigned>(1000 * phase + 10 * d + round);
+        c.seed = test_seed(static_cast<unsigned>(1000 * phase + 10 * d + round));
         per_device[d].push_back(c);
       }
     std::vector<std::vector<std::string>> problems(count);

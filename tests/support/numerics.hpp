@@ -1,0 +1,107 @@
+// What the GPU checks compare with, on the CPU: element conversions, the float64 attention row,
+// the error bounds by dtype and quantity, and the per-row checker that turns a kernel's output
+// into a verdict. No driver needed, so the unit suite feeds the checker deliberately wrong
+// outputs (tests/unit/test_numerics.cpp) and shows that each bound catches them.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "astrai/runtime.hpp"
+
+namespace astrai::testing {
+
+// Host-side element conversions (round to nearest even), matching the device's.
+std::uint16_t float_to_element(float value, DType dtype);
+float element_to_float(std::uint16_t bits, DType dtype);
+
+// A scaled score as the soft-cap leaves it, in float64 (cap 0: unchanged).
+double soft_capped(double score, double logit_cap);
+
+// The serving features a reference row applies (the window is part of `keep`).
+struct RowFeatures {
+  double logit_cap = 0;     // > 0: scores become cap * tanh(s / cap)
+  double sink = -INFINITY;  // a logit joining the denominator only (-inf: none)
+};
+
+// Softmax attention of one query row over n KV rows (row-major [n][d] floats) in float64.
+// Returns false, with zeros and LSE -inf, when keep selects nothing and there is no sink.
+bool attend_row(const float* q, const float* k, const float* v, int n, const std::vector<char>& keep, int d,
+                double scale, std::vector<double>* out, double* lse, const RowFeatures& features = {});
+
+// How far a correct kernel's output may be from the float64 reference.
+//   row:  ||got - want|| / ||want|| over one output row (one query row and head).
+//   elem: |got - want| <= elem_rel * |want| + elem_row * rms(want row), every element.
+struct Tolerance {
+  double row = 0;
+  double elem_rel = 0;
+  double elem_row = 0;
+};
+
+// The unit roundoff of the output dtype: 2^-8 for bf16 (8 significant bits), 2^-11 for fp16.
+double unit_roundoff(DType dtype);
+
+// Attention outputs (see numerics.cpp for the derivation): bf16 1e-2 a row, fp16 2e-3.
+Tolerance attention_tolerance(DType dtype);
+// Rotary outputs: one rounding of an f32 value, u |want| at most.
+Tolerance rotary_tolerance(DType dtype);
+// The LSE (natural log, f32): 2e-5 + 2e-6 |want|.
+double lse_tolerance(double want);
+
+// Checks a case's output rows and LSE values one by one. Locations are formatted only for the
+// first failure (`where` is called then).
+class RowCheck {
+ public:
+  explicit RowCheck(Tolerance tolerance) : tolerance_(tolerance) {}
+
+  // One output row of d elements. non_empty false: a row with nothing to attend to, which
+  // must be exactly zero.
+  void row(const float* got, const double* want, int d, bool non_empty, const std::function<std::string()>& where);
+  // One row given as raw output elements (bf16 or fp16 bits).
+  void row_bits(const std::uint16_t* got, DType dtype, const double* want, int d, bool non_empty,
+                const std::function<std::string()>& where);
+  // The LSE of a row: -inf exactly when want is -inf, else within lse_tolerance(want).
+  void lse(float got, double want, const std::function<std::string()>& where);
+  // A check with a yes/no answer (poison left alone, a cache byte, ...).
+  void expect(bool ok, const std::function<std::string()>& what);
+
+  bool passed() const { return failures_ == 0; }
+  std::size_t failures() const { return failures_; }
+  const std::string& first_failure() const { return first_failure_; }
+  std::size_t rows() const { return rows_; }
+  std::size_t empty_rows() const { return empty_rows_; }
+  std::size_t elements() const { return elements_; }
+  std::size_t lse_values() const { return lse_values_; }
+  double worst_row() const { return worst_row_; }      // largest row relative norm
+  double worst_elem() const { return worst_elem_; }    // largest |err| / element bound
+  double worst_lse() const { return worst_lse_; }      // largest LSE |err|
+  double max_abs_error() const { return max_abs_; }
+  const Tolerance& tolerance() const { return tolerance_; }
+  // "rows 120 (3 empty) worst row 2.1e-03 of 1.0e-02, element 0.31 of its bound, lse 4.8e-06"
+  std::string summary() const;
+
+ private:
+  void fail(const std::function<std::string()>& what);
+
+  Tolerance tolerance_;
+  std::size_t failures_ = 0;
+  std::string first_failure_;
+  std::size_t rows_ = 0, empty_rows_ = 0, elements_ = 0, lse_values_ = 0;
+  double worst_row_ = 0, worst_elem_ = 0, worst_lse_ = 0, max_abs_ = 0;
+};
+
+// The base seed of the GPU suites' random data: ASTRAI_TEST_SEED when set (decimal), else a
+// fixed default, so that a plain run repeats and tools/run_gpu_suite.sh varies it per run.
+unsigned base_seed();
+// The seed of a case or sweep whose fixed seed was `fixed`: the same as `fixed` under the
+// default base seed, mixed with the base seed otherwise.
+unsigned test_seed(unsigned fixed);
+
+// ASTRAI_REQUIRE_GPU=1: this is a GPU runner, so what would skip (no GPU, exit 77, an empty
+// filter) must fail instead.
+bool gpu_required();
+
+}  // namespace astrai::testing

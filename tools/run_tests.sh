@@ -44,10 +44,14 @@ echo "run_tests: [3/4] CTest (the unit label runs anywhere; gpu skips without a 
 if [ "$python_tests" = 1 ]; then
   echo "run_tests: [4/4] Python: the environment, the wheel (from this build tree), pytest"
   # The install may still run: say how far it is rather than wait in silence.
+  waited=0
   while kill -0 "$deps_pid" 2>/dev/null; do
-    echo "run_tests: still installing the Python environment: $(du -sm "$venv" 2>/dev/null | cut -f1) MB" \
-      "so far; $(grep -v '^ ' "$deps_log" | tail -n 1 | cut -c1-100)"
-    sleep 20 & wait $! || true
+    if [ $((waited % 15)) -eq 0 ]; then
+      echo "run_tests: still installing the Python environment: $(du -sm "$venv" 2>/dev/null | cut -f1) MB" \
+        "so far; $(grep -v '^ ' "$deps_log" | tail -n 1 | cut -c1-100)"
+    fi
+    sleep 1
+    waited=$((waited + 1))
   done
   if ! wait "$deps_pid"; then
     deps_pid=""

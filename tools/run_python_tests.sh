@@ -25,10 +25,20 @@ work=$(cd "$work" && pwd)  # the script changes directory below
 venv=$work/venv
 export PATH=/usr/local/cuda/bin:$PATH
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
-[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+say() { echo "run_python_tests: $*"; }
+if [ ! -x "$venv/bin/python" ]; then
+  say "creating the virtual environment $venv"
+  "$python" -m venv "$venv"
+fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check)
-"$venv/bin/python" -c "import torch, pytest, numpy, nanobind, scikit_build_core" 2>/dev/null ||
-  "${pip[@]}" install -q "torch>=2.4" pytest numpy "nanobind>=2.0" "scikit-build-core>=0.10"
+if "$venv/bin/python" -c "import torch, pytest, numpy, nanobind, scikit_build_core" 2>/dev/null; then
+  say "the test dependencies are installed in $venv"
+else
+  # Not quiet: pip's "Collecting" and "Downloading" lines are the progress of the longest step.
+  say "installing PyTorch, pytest, numpy, nanobind and scikit-build-core into $venv" \
+    "(PyTorch with its CUDA wheels is about 5 GB)"
+  "${pip[@]}" install --progress-bar off "torch>=2.4" pytest numpy "nanobind>=2.0" "scikit-build-core>=0.10"
+fi
 [ "$deps_only" = 1 ] && exit 0
 wheel_options=()
 if [ -n "${ASTRAI_PY_CMAKE_BUILD_DIR:-}" ]; then
@@ -36,8 +46,10 @@ if [ -n "${ASTRAI_PY_CMAKE_BUILD_DIR:-}" ]; then
     -Ccmake.define.ASTRAI_JIT_BUILD_TESTS=ON -Ccmake.define.ASTRAI_JIT_INSTALL=ON)
 fi
 rm -rf "$work/dist"
+say "building the astrai-jit wheel${ASTRAI_PY_CMAKE_BUILD_DIR:+ in $ASTRAI_PY_CMAKE_BUILD_DIR}"
 "${pip[@]}" wheel -q --no-build-isolation --no-deps "${wheel_options[@]}" -w "$work/dist" "$root"
 "${pip[@]}" install -q --force-reinstall --no-deps "$work"/dist/astrai_jit-*.whl
 cd "$work"
-"$venv/bin/astrai-jit" --help >/dev/null
+"$venv/bin/astrai-jit" --version
+say "pytest (GPU tests skip without a GPU)"
 "$venv/bin/python" -m pytest "$root/python/tests" -q -p no:cacheprovider

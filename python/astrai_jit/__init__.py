@@ -1,12 +1,26 @@
-"""astrai-jit for Python: attention kernels compiled by NVRTC at first use.
+"""astrai-jit for Python: attention kernels compiled by NVRTC at first use, cached on disk.
 
     import torch, astrai_jit
     out = astrai_jit.paged_decode(q, k_cache, v_cache, page_table, seq_lens)
 
-The functional API (``paged_decode``, ``decode``, ``prefill``, ``paged_prefill``,
-``rotary_emb``) takes PyTorch tensors; ``astrai_jit._C`` takes any DLPack tensor with the
-outputs given. ``astrai_jit.astrai`` is AstrAI's attention interface on top of these.
-Importing the package needs no GPU and no PyTorch; the functional API needs PyTorch.
+Kernels (PyTorch tensors on one CUDA device; each also a custom op, ``torch.ops.astrai_jit.*``):
+    paged_decode   decode over a paged KV cache (GQA, masks, FP8 cache, fused append, q_len 2..8)
+    decode         decode over a contiguous KV cache
+    prefill        prefill over contiguous K and V (causal or not)
+    paged_prefill  prefill over a paged KV cache
+    rotary_emb     rotary embedding of interleaved pairs, in place or not
+The JIT and its cache (no GPU and no PyTorch needed):
+    warm(...)          compile variants ahead of time, with the choices of ``astrai-jit warm``
+    cache_info()       the disk cache: directory, mode, entries, total bytes, cap
+    loaded_variants()  the variants this process has loaded
+    cli_path()         the packaged ``astrai-jit`` executable (also ``python -m astrai_jit``)
+    __version__        the package's version (``astrai-jit --version`` prints the same)
+Errors: Error and its subclasses InvalidArgument, CompileError, CudaError, ConfigError,
+CacheMissError. ``astrai_jit._C`` takes any DLPack tensor with the outputs given, and
+``astrai_jit.astrai`` is an attention interface on top of the kernels.
+
+Importing the package needs no GPU and no PyTorch; the kernels need PyTorch
+(``pip install 'astrai-jit[torch]'``). Each function's help() has its arguments.
 """
 from __future__ import annotations
 
@@ -29,15 +43,32 @@ import sys as _sys
 _TORCH_API = ("paged_decode", "decode", "prefill", "paged_prefill", "rotary_emb")
 
 
+def _needs_torch(name: str) -> ModuleNotFoundError:
+    return ModuleNotFoundError(
+        f"astrai_jit.{name} needs PyTorch, which is not installed: pip install 'astrai-jit[torch]' "
+        f"(or torch itself). Without it, warm(), cache_info(), the astrai-jit CLI and the DLPack "
+        f"module astrai_jit._C still work.", name="torch")
+
+
 def __getattr__(name):
     # PyTorch is imported on first use of the functional API (the CLI and the DLPack module
     # don't need it); importing it registers the custom ops.
     if name in _TORCH_API:
-        from . import _ops
+        try:
+            from . import _ops
+        except ModuleNotFoundError as error:
+            if error.name != "torch":
+                raise
+            raise _needs_torch(name) from error
         return getattr(_ops, name)
     if name == "astrai":
         import importlib
-        return importlib.import_module(".astrai", __name__)
+        try:
+            return importlib.import_module(".astrai", __name__)
+        except ModuleNotFoundError as error:
+            if error.name != "torch":
+                raise
+            raise _needs_torch(name) from error
     raise AttributeError(f"module 'astrai_jit' has no attribute {name!r}")
 
 

@@ -52,25 +52,37 @@ def _join(name: str, values: Union[None, str, int, Iterable]) -> List[str]:
     return [f"--{name}", ",".join(items)] if items else []
 
 
-_SUMMARY = re.compile(r"warm: (\d+) variants, (\d+) compiled, (\d+) already cached, (\d+) failed, "
-                      r"(\d+) bytes, ([0-9.]+) s wall")
-_DRY = re.compile(r"warm: (\d+) variants, (\d+) already cached \(dry run")
+# The CLI's summary lines (tools/cli/warm.cpp); the byte count appears only when something was
+# compiled.
+_SUMMARY = re.compile(r"warm: (\d+) variants?, (\d+) compiled(?: \((\d+) bytes\))?, (\d+) already cached, "
+                      r"(\d+) failed, ([0-9.]+) s wall")
+_DRY = re.compile(r"warm: (\d+) variants?, (\d+) already cached \(dry run")
 
 
 def warm(*, arch=None, kernels=None, dtypes=None, head_dims=None, page_sizes=None, group_sizes=None,
+         features=None, hopper: Optional[bool] = None, prefill_tiles: Optional[str] = None,
          manifest: Optional[str] = None, jobs: Optional[int] = None, no_mma: bool = False,
          dry_run: bool = False, cache_dir: Optional[str] = None, check: bool = True) -> Dict[str, object]:
     """Compiles kernel variants into the disk cache, as ``astrai-jit warm`` (no GPU needed).
 
     Each selection takes a value or a list: ``arch="sm_90a"``, ``kernels=["paged_decode",
-    "rotary_emb"]``, ``dtypes``, ``head_dims``, ``page_sizes``, ``group_sizes``. With none, the
-    CLI's default set is compiled. Returns the summary (``variants``, ``compiled``, ``cached``,
-    ``failed``, ``bytes``, ``seconds``) and the CLI's ``output``; a failed compile or a bad
-    choice raises astrai_jit.Error unless ``check=False``.
+    "rotary_emb"]``, ``dtypes``, ``head_dims``, ``page_sizes``, ``group_sizes``, and
+    ``features`` (feature sets: ``"none"`` or names joined by ``+``, e.g. ``["none",
+    "swa+sink", "kv_e4m3", "q4"]``). On sm_90a, ``hopper=True`` warms only the Hopper variants
+    (``--hopper``), ``hopper=False`` only the portable ones (``--no-hopper``), ``None`` both;
+    ``prefill_tiles`` is ``"auto"``, ``"narrow"`` or ``"wide"``. With no selection, the CLI's
+    default set is compiled. Returns the summary (``variants``, ``compiled``, ``cached``,
+    ``failed``, ``bytes`` compiled, ``seconds``) and the CLI's ``output``; a failed compile or a
+    bad choice raises astrai_jit.Error unless ``check=False``.
     """
     args = ["warm"]
     args += _join("arch", arch) + _join("kernels", kernels) + _join("dtypes", dtypes)
     args += _join("head-dims", head_dims) + _join("page-sizes", page_sizes) + _join("group-sizes", group_sizes)
+    args += _join("features", features)
+    if hopper is not None:
+        args.append("--hopper" if hopper else "--no-hopper")
+    if prefill_tiles is not None:
+        args += ["--prefill-tiles", str(prefill_tiles)]
     if manifest is not None:
         args += ["--manifest", os.fspath(manifest)]
     if jobs is not None:
@@ -85,9 +97,9 @@ def warm(*, arch=None, kernels=None, dtypes=None, head_dims=None, page_sizes=Non
     summary: Dict[str, object] = {"returncode": result.returncode, "output": result.stdout + result.stderr}
     match = _SUMMARY.search(result.stdout)
     if match:
-        keys = ("variants", "compiled", "cached", "failed", "bytes")
-        summary.update({k: int(v) for k, v in zip(keys, match.groups()[:5])})
-        summary["seconds"] = float(match.group(6))
+        variants, compiled, size, cached, failed, seconds = match.groups()
+        summary.update(variants=int(variants), compiled=int(compiled), bytes=int(size or 0),
+                       cached=int(cached), failed=int(failed), seconds=float(seconds))
     else:
         match = _DRY.search(result.stdout)
         if match:

@@ -12,14 +12,17 @@ DiskCache open_cache(const EnvConfig& config, bool write) {
 }
 
 // Checked before a writable DiskCache is opened (which would create a missing directory).
-void require_usable(const EnvConfig& config, const char* verb) {
+bool require_usable(const EnvConfig& config, const char* verb) {
   const DiskCache cache(config.cache_dir, CacheMode::read_only, 0, config.cache_sharing);
   std::string why;
   bool missing = false;
-  if (!cache.check_usable(&why, &missing) || missing)
+  if (!cache.check_usable(&why, &missing))
     throw astrai::ConfigError(fmt::format("cache {}: {} is not a usable cache ({})", verb,
-                                          cache.root().string(),
-                                          missing ? why + " (nothing to do)" : why));
+                                          cache.root().string(), why));
+  if (missing)
+    print_note(fmt::format("cache {}: no cache at {} yet: an empty cache (nothing created there)",
+                           verb, cache.root().string()));
+  return !missing;
 }
 
 void require_writable(const EnvConfig& config, const char* verb) {
@@ -30,6 +33,7 @@ void require_writable(const EnvConfig& config, const char* verb) {
 }
 
 int run_cache_list(const EnvConfig& config) {
+  require_usable(config, "list");
   DiskCache cache = open_cache(config, false);
   std::uint64_t total = 0;
   const auto entries = cache.list();
@@ -38,7 +42,8 @@ int run_cache_list(const EnvConfig& config) {
     fmt::print("{:>10}  {}  {}  {}\n", format_bytes(entry.size_bytes), iso_time(entry.last_used),
                entry.key_hex, entry.variant_name);
   }
-  fmt::print("total: {} entries, {} ({} bytes) in {}\n", entries.size(), format_bytes(total), total,
+  fmt::print("total: {}, {} ({} bytes) in {}\n", counted(entries.size(), "entry", "entries"),
+             format_bytes(total), total,
              config.cache_dir.string());
   return kExitOk;
 }
@@ -49,6 +54,7 @@ std::string cap_text(std::uint64_t max_bytes) {
 }
 
 int run_cache_stats(const EnvConfig& config) {
+  require_usable(config, "stats");
   DiskCache cache = open_cache(config, false);
   const auto stats = cache.stats();
   fmt::print("directory: {}\n", config.cache_dir.string());
@@ -62,10 +68,10 @@ int run_cache_stats(const EnvConfig& config) {
 int run_cache_verify(const EnvConfig& config, bool repair) {
   const bool can_repair = repair && config.cache_mode != CacheMode::read_only;
   if (repair && !can_repair)
-    fmt::print(stderr, "astrai-jit: warning: ASTRAI_JIT_CACHE=ro: damaged entries are reported, "
-                       "not removed\n");
-  require_usable(config, "verify");
-  DiskCache cache = open_cache(config, can_repair);
+    print_warning("ASTRAI_JIT_CACHE=ro: damaged entries are reported, not removed");
+  const bool exists = require_usable(config, "verify");
+  // A missing directory has nothing to check; a writable cache would create it.
+  DiskCache cache = open_cache(config, can_repair && exists);
   const auto entries = cache.verify(can_repair);
   std::size_t damaged = 0;
   std::size_t refused = 0;
@@ -90,7 +96,7 @@ int run_cache_verify(const EnvConfig& config, bool repair) {
     fmt::print("damaged: {} {} ({}): {}{}\n", entry.key_hex, entry.variant_name,
                entry.path.string(), entry.problem, removed ? " - removed" : "");
   }
-  fmt::print("verify: {} entries checked, {} damaged{}{}{}\n", entries.size(), damaged,
+  fmt::print("verify: {} checked, {} damaged{}{}{}\n", counted(entries.size(), "entry", "entries"), damaged,
              damaged > 0 ? (can_repair ? ", removed" : ", kept") : "",
              refused > 0 ? fmt::format(", {} refused (not trusted)", refused) : std::string(),
              other_format > 0 ? fmt::format(", {} of another format", other_format)
@@ -112,21 +118,21 @@ int run_cache_prune(const EnvConfig& config, const std::string& max_size) {
         "cache prune: no size limit: give --max-size SIZE or set ASTRAI_JIT_MAX_CACHE_SIZE");
   }
   require_writable(config, "prune");
-  require_usable(config, "prune");
-  DiskCache cache = open_cache(config, true);
-  const std::uint64_t freed = cache.prune(limit);
+  const bool exists = require_usable(config, "prune");
+  DiskCache cache = open_cache(config, exists);
+  const std::uint64_t freed = exists ? cache.prune(limit) : 0;
   const auto stats = cache.stats();
-  fmt::print("prune: freed {} bytes ({}); {} entries, {} bytes remain (limit {} bytes)\n", freed,
-             format_bytes(freed), stats.entries, stats.total_bytes, limit);
+  fmt::print("prune: freed {} bytes ({}); {}, {} bytes remain (limit {} bytes)\n", freed,
+             format_bytes(freed), counted(stats.entries, "entry", "entries"), stats.total_bytes, limit);
   return kExitOk;
 }
 
 int run_cache_clear(const EnvConfig& config) {
   require_writable(config, "clear");
-  require_usable(config, "clear");
-  DiskCache cache = open_cache(config, true);
-  const std::uint64_t removed = cache.clear();
-  fmt::print("clear: removed {} entries from {}\n", removed, config.cache_dir.string());
+  const bool exists = require_usable(config, "clear");
+  DiskCache cache = open_cache(config, exists);
+  const std::uint64_t removed = exists ? cache.clear() : 0;
+  fmt::print("clear: removed {} from {}\n", counted(removed, "entry", "entries"), config.cache_dir.string());
   return kExitOk;
 }
 
@@ -141,8 +147,8 @@ int run_cache_export(const EnvConfig& config, const CacheOptions& options) {
   require_usable(config, "export");
   DiskCache cache = open_cache(config, false);
   const auto report = astrai::detail::export_cache(cache, variants, options.output);
-  for (const auto& problem : report.problems) fmt::print(stderr, "astrai-jit: {}\n", problem);
-  fmt::print("export: {} entries, {} ({} bytes) from {} to {}\n", report.entries,
+  for (const auto& problem : report.problems) print_error(problem);
+  fmt::print("export: {}, {} ({} bytes) from {} to {}\n", counted(report.entries, "entry", "entries"),
              format_bytes(report.bytes), report.bytes, config.cache_dir.string(), options.output);
   return report.problems.empty() ? kExitOk : kExitFailed;
 }
@@ -154,8 +160,8 @@ int run_cache_import(const EnvConfig& config, const CacheOptions& options) {
     throw astrai::ConfigError(fmt::format("cache import: {} is not a usable cache",
                                           config.cache_dir.string()));
   const auto report = astrai::detail::import_archive(cache, options.archive);
-  for (const auto& problem : report.problems) fmt::print(stderr, "astrai-jit: {}\n", problem);
-  fmt::print("import: {} entries, {} ({} bytes) into {}{}\n", report.entries,
+  for (const auto& problem : report.problems) print_error(problem);
+  fmt::print("import: {}, {} ({} bytes) into {}{}\n", counted(report.entries, "entry", "entries"),
              format_bytes(report.bytes), report.bytes, config.cache_dir.string(),
              report.problems.empty() ? std::string()
                                      : fmt::format(", {} rejected", report.problems.size()));

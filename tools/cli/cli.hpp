@@ -51,57 +51,20 @@ constexpr int kExitUsage = 2;
 // Used by `warm --arch auto` when no GPU is visible.
 constexpr const char* kFallbackArch = "sm_90a";
 
+// The version of the project (CMakeLists.txt, pyproject.toml), set by tools/CMakeLists.txt.
+#ifndef ASTRAI_JIT_VERSION
+#error "ASTRAI_JIT_VERSION must be defined by the build"
+#endif
+constexpr const char* kVersion = ASTRAI_JIT_VERSION;
+
+// The top-level help carries the exit codes; a verb's help stays within a screen, so the rules
+// that do not fit live in the README (section "The command-line tool").
 constexpr const char* kExitCodesFooter =
-    "Exit codes:\n"
-    "  0  success\n"
-    "  1  work failed: a kernel did not compile, `cache verify` found damaged or refused\n"
-    "     entries, `cache export` missed a manifest variant, `cache import` rejected an entry,\n"
-    "     or an internal error (a missing GPU is not a failure for `info`)\n"
-    "  2  usage or configuration error: bad flag or value, bad manifest line, bad ASTRAI_JIT_*\n"
-    "     environment value";
-
-constexpr const char* kWarmFooter =
-    "Selection:\n"
-    "  Lists are comma-separated; a flag may also be repeated.\n"
-    "  With no --head-dims/--group-sizes, the default set is compiled: AstrAI 1B (head_dim 64,\n"
-    "  24 query / 4 KV heads = group 6) and Llama-3-8B (head_dim 128, 32/8 = group 4):\n"
-    "    paged_decode {hd64 g6, hd128 g4} x page sizes {1, 16}; rotary_emb {hd64, hd128}\n"
-    "  (6 variants per dtype and arch).\n"
-    "  When --head-dims or --group-sizes is given, each attention kernel takes the cross product\n"
-    "  head dims x group sizes (x page sizes when paged), each list falling back to its default\n"
-    "  when not given: head dims {64,128}, group sizes {4,6}, page sizes {1,16}. rotary_emb uses\n"
-    "  only the head dims and dtypes. Duplicates are compiled once.\n"
-    "  --manifest alone warms exactly the manifest's variants (they carry their own arch);\n"
-    "  together with any other selection flag (--arch included) both sets are warmed.\n"
-    "  --no-mma (or ASTRAI_JIT_NO_MMA=1) selects the no-tensor-core variants on sm_80 and newer\n"
-    "  for the flag selection; manifest lines are taken as written.\n"
-    "  On sm_90a, variants that the Hopper kernels serve are warmed twice: the portable variant\n"
-    "  (masked calls) and the Hopper one: .wgmma for prefill and paged_prefill (head dims 64,\n"
-    "  128, 192, 256; pages of 8 tokens or more), .tma for paged_decode and decode (head dims\n"
-    "  64, 128, 192, 256; pages of 16 tokens or more). --no-hopper (or ASTRAI_JIT_NO_WGMMA=1)\n"
-    "  keeps only the portable ones, --hopper only the Hopper ones (--no-wgmma and --wgmma are\n"
-    "  the same flags). The hd128 prefill has two Hopper tilings (128 and 192 query rows a CTA,\n"
-    "  .wgmma and .wgmma.wide; the runtime picks by grid size): both are warmed, or the one\n"
-    "  --prefill-tiles (or ASTRAI_JIT_PREFILL_TILES) names. The hd64 decode has wide CTAs too\n"
-    "  (.tma.wide: a request's splits side by side in one CTA; the runtime takes them when the\n"
-    "  grid's columns fit one wave): both are warmed, or the one ASTRAI_JIT_DECODE_TILES names.\n"
-    "  --features lists feature sets, each `none` (the plain variants, the default) or feature\n"
-    "  names joined by '+', e.g. `--features none,swa+sink`; every attention kernel selected\n"
-    "  must support each set (rotary_emb takes only its plain variant). Features: kv_e4m3 and\n"
-    "  kv_e5m2 (FP8 KV cache; paged_decode, decode and paged_prefill; one of the two), swa\n"
-    "  (sliding window), cap (logit soft-cap), sink (attention sinks), q2..q8 (multi-token\n"
-    "  paged_decode: 2..8 query tokens per request; at most one). The Hopper variants take swa,\n"
-    "  cap, sink and (decode) q2..q8; FP8 variants stay portable.\n"
-    "  --arch auto: the target of each local GPU (ASTRAI_JIT_ARCH overrides); sm_90a when no GPU\n"
-    "  is found. --arch compute_XY (e.g. compute_80) compiles PTX for that virtual arch, which the\n"
-    "  driver finishes for the GPU that loads it: the sm_80 code path on an sm_90 GPU.\n"
-    "\n"
-    "Output: one line per variant as it finishes, `[k/n] <variant> 0.42 s` (compiled),\n"
-    "`[k/n] <variant> cached` (already on disk) or `[k/n] <variant> FAILED: <reason>`, then\n"
-    "`warm: N variants, C compiled, H already cached, F failed, B bytes, W s wall`.";
-
-// Shown under the help of every verb.
-inline std::string with_exit_codes(const char* text) { return std::string(text) + "\n\n" + kExitCodesFooter; }
+    "Exit codes: 0 success; 1 work failed (a compile failed, `cache verify` found damaged or\n"
+    "refused entries, `cache export` missed a manifest variant, `cache import` rejected an entry);\n"
+    "2 usage or configuration error (bad flag or value, bad manifest line, bad ASTRAI_JIT_* value,\n"
+    "a cache path that is not a usable cache). `astrai-jit VERB --help` shows a verb's flags;\n"
+    "the README's \"The command-line tool\" has the selection rules.";
 
 // ---------------------------------------------------------------------------------------------
 // Small helpers
@@ -118,7 +81,14 @@ std::string trim(const std::string& text);
 
 std::string join(const std::vector<std::string>& items, const char* separator);
 
+// "1 variant", "2 variants"; `plural` defaults to the singular with an "s".
+std::string counted(std::size_t count, const char* singular, const char* plural = nullptr);
+
+// One prefix per kind of message on stderr: "astrai-jit: error: ", "astrai-jit: warning: ",
+// "astrai-jit: note: ".
 void print_error(std::string message);
+void print_warning(const std::string& message);
+void print_note(const std::string& message);
 
 double seconds_since(std::chrono::steady_clock::time_point start);
 
@@ -154,8 +124,10 @@ struct WarmOptions {
 // The targets behind `--arch auto`: one per distinct local GPU.
 std::vector<std::string> auto_archs(const JitEngine& engine);
 
+// `hopper_only` (--hopper) maps sm_90 to sm_90a, the target that has the Hopper variants;
+// without it, sm_90 is kept with a warning (a Hopper GPU loads sm_90a variants).
 std::vector<std::string> resolve_archs(const std::vector<std::string>& requested,
-                                       const JitEngine& engine);
+                                       const JitEngine& engine, bool hopper_only = false);
 
 std::vector<KernelKind> resolve_kernels(const std::vector<std::string>& requested);
 
@@ -209,9 +181,11 @@ struct CacheOptions {
 // configuration is never written to. `write` asks for a cache that may remove files.
 DiskCache open_cache(const EnvConfig& config, bool write);
 
-// Maintenance of a path that is not a usable cache (missing, not a directory, a symbolic
-// link, refused by the trust rule) is a usage error: nothing there is touched.
-void require_usable(const EnvConfig& config, const char* verb);
+// Every cache verb treats a path the same way: a missing directory is an empty cache (a note
+// says so, nothing is created; returns false), and a path that is not a usable cache (not a
+// directory, a symbolic link, refused by the trust rule) is a usage error: nothing there is
+// touched.
+bool require_usable(const EnvConfig& config, const char* verb);
 
 void require_writable(const EnvConfig& config, const char* verb);
 

@@ -58,12 +58,21 @@ std::string join(const std::vector<std::string>& items, const char* separator) {
   return out;
 }
 
+std::string counted(std::size_t count, const char* singular, const char* plural) {
+  if (count == 1) return fmt::format("1 {}", singular);
+  return plural != nullptr ? fmt::format("{} {}", count, plural) : fmt::format("{} {}s", count, singular);
+}
+
 void print_error(std::string message) {
   // Some library messages already carry the program name.
   const std::string prefix = "astrai-jit: ";
   if (message.compare(0, prefix.size(), prefix) == 0) message.erase(0, prefix.size());
   fmt::print(stderr, "astrai-jit: error: {}\n", message);
 }
+
+void print_warning(const std::string& message) { fmt::print(stderr, "astrai-jit: warning: {}\n", message); }
+
+void print_note(const std::string& message) { fmt::print(stderr, "astrai-jit: note: {}\n", message); }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,4 +1,4 @@
-// `astrai-jit info`: NVRTC, driver, devices, cache and the ASTRAI_JIT_* settings in effect.
+// `astrai-jit info`: version, NVRTC, driver, devices, cache and the ASTRAI_JIT_* settings in effect.
 #include "tools/cli/cli.hpp"
 
 namespace astrai::cli {
@@ -51,6 +51,7 @@ int run_info(const EnvConfig& config) {
   const auto version = astrai::detail::nvrtc_version();
   std::vector<std::string> archs;
   for (int arch : astrai::detail::nvrtc_supported_archs()) archs.push_back(fmt::format("sm_{}", arch));
+  fmt::print("astrai-jit: {}\n", kVersion);
   fmt::print("NVRTC: {}\n", version.text());
   fmt::print("  supported archs: {}\n", archs.empty() ? std::string("(unknown)") : join(archs, " "));
   if (!config.arch_override.empty()) fmt::print("  ASTRAI_JIT_ARCH: {}\n", config.arch_override);
@@ -62,6 +63,13 @@ int run_info(const EnvConfig& config) {
   const auto stats = cache.stats();
   fmt::print("cache:\n");
   fmt::print("  directory: {}\n", config.cache_dir.string());
+  // What the cache verbs would make of the directory (cache.cpp, require_usable).
+  std::string why;
+  bool missing = false;
+  if (!cache.check_usable(&why, &missing))
+    fmt::print("  state: not usable ({}); the cache verbs exit 2\n", why);
+  else if (missing)
+    fmt::print("  state: not created yet (the first compile or warm creates it)\n");
   fmt::print("  mode: {}\n", cache_mode_name(config.cache_mode));
   fmt::print("  trust: {}\n",
              config.cache_sharing.enabled()

@@ -2,7 +2,7 @@
 //
 //   astrai-jit warm   compile kernel variants ahead of time into the disk cache
 //   astrai-jit cache  list | stats | verify | prune | clear | export | import
-//   astrai-jit info   NVRTC, driver, devices, cache and ASTRAI_JIT_* settings
+//   astrai-jit info   version, NVRTC, driver, devices, cache and ASTRAI_JIT_* settings
 //
 // Nothing here needs a GPU: `warm` compiles through JitEngine (NVRTC only) and `info` reports
 // a missing driver instead of failing.
@@ -36,66 +36,91 @@ int default_jobs() {
   return static_cast<int>(std::clamp(cpus, 1u, 64u));
 }
 
+// A value's placeholder exactly as given (CLI11 otherwise appends " ..." to list options).
+CLI::Option* placeholder(CLI::Option* option, const char* text) { return option->option_text(text); }
+
+// The attention families' default shapes, as the help states them (kernel_family.cpp).
+std::string default_shapes_text() {
+  const auto& defaults = astrai::detail::kernel_family(KernelKind::paged_decode).warm;
+  std::vector<std::string> pairs;
+  for (const auto& [head_dim, group] : defaults.shapes) pairs.push_back(fmt::format("hd{} {}", head_dim, group));
+  std::vector<std::string> groups;
+  for (int group : defaults.groups) groups.push_back(std::to_string(group));
+  return fmt::format("{}; {} with --head-dims", join(pairs, ", "), join(groups, ","));
+}
+
+std::string int_list(const std::vector<int>& values) {
+  std::vector<std::string> items;
+  for (int value : values) items.push_back(std::to_string(value));
+  return join(items, ",");
+}
+
 void add_warm_command(CLI::App& app, Commands* commands) {
   WarmOptions& options = commands->warm_options;
   options.jobs = default_jobs();
+  const auto& defaults = astrai::detail::kernel_family(KernelKind::paged_decode).warm;
+  std::vector<std::string> other_kernels;
+  const std::vector<std::string> default_kernels = default_kernel_names();
+  for (const auto& name : astrai::detail::kernel_kind_names())
+    if (std::find(default_kernels.begin(), default_kernels.end(), name) == default_kernels.end())
+      other_kernels.push_back(name);
+
   CLI::App* warm = app.add_subcommand(
       "warm", "Compile kernel variants ahead of time into the disk cache (no GPU needed)");
-  warm->add_option("--arch", options.archs,
-                   "Targets, e.g. sm_75,sm_80,sm_89,sm_90a, compute_80 (PTX the driver finishes), "
-                   "or auto (each local GPU's target; sm_90a without a GPU) [default: auto]")
-      ->delimiter(',')->type_name("LIST");
-  warm->add_option("--kernels", options.kernels,
-                   fmt::format("Kernels: {} [default: {}]", join(astrai::detail::kernel_kind_names(), ", "),
-                               join(default_kernel_names(), ",")))
-      ->delimiter(',')->type_name("LIST");
-  warm->add_option("--dtypes", options.dtypes, "Dtypes: bf16, fp16 [default: bf16]")
-      ->delimiter(',')->type_name("LIST");
-  warm->add_option("--head-dims", options.head_dims, "Head dims, e.g. 64,128")
-      ->delimiter(',')->type_name("LIST");
-  warm->add_option("--page-sizes", options.page_sizes,
-                   "Page sizes of the paged kernels [default: 1,16]")
-      ->delimiter(',')->type_name("LIST");
-  warm->add_option("--group-sizes", options.group_sizes,
-                   "Query heads per KV head of the attention kernels, e.g. 4,6")
-      ->delimiter(',')->type_name("LIST");
-  warm->add_option("--features", options.features,
-                   "Feature sets of the attention kernels: none, or features joined by '+' "
-                   "(kv_e4m3, kv_e5m2, swa, cap, sink, q2..q8), e.g. none,cap,swa+sink,kv_e4m3,q4 "
-                   "[default: none]")
-      ->delimiter(',')->type_name("LIST");
-  warm->add_option("--manifest", options.manifest,
-                   "File of variant names, one per line (as written by ASTRAI_JIT_RECORD); "
-                   "'#' starts a comment")
-      ->type_name("FILE");
-  warm->add_option("--jobs,-j", options.jobs, "Parallel compiles [default: number of CPUs]")
-      ->check(CLI::Range(1, 64))->type_name("N");
-  warm->add_flag("--no-mma", options.no_mma,
-                 "Compile the variants without tensor cores on sm_80+ (as ASTRAI_JIT_NO_MMA=1)");
-  auto* no_hopper = warm->add_flag("--no-hopper,--no-wgmma", options.no_hopper,
-                                   "On sm_90a, only the portable variants (as ASTRAI_JIT_NO_WGMMA=1)");
+  placeholder(warm->add_option("--arch", options.archs,
+                               "Targets, e.g. sm_89,sm_90a,compute_80 [default: auto, each local GPU's]"),
+              "LIST")->delimiter(',');
+  placeholder(warm->add_option("--kernels", options.kernels,
+                               fmt::format("[default: {}]; also {}", join(default_kernels, ","),
+                                           join(other_kernels, ", "))),
+              "LIST")->delimiter(',');
+  placeholder(warm->add_option("--dtypes", options.dtypes, "bf16, fp16 [default: bf16]"), "LIST")
+      ->delimiter(',');
+  placeholder(warm->add_option("--head-dims", options.head_dims,
+                               fmt::format("Head dims [default: {}]", int_list(defaults.head_dims))),
+              "LIST")->delimiter(',');
+  placeholder(warm->add_option("--group-sizes", options.group_sizes,
+                               fmt::format("Query heads per KV head [default: {}]", default_shapes_text())),
+              "LIST")->delimiter(',');
+  placeholder(warm->add_option("--page-sizes", options.page_sizes,
+                               fmt::format("Tokens per page, paged kernels [default: {}]",
+                                           int_list(defaults.page_sizes))),
+              "LIST")->delimiter(',');
+  placeholder(warm->add_option("--features", options.features,
+                               "none, or features joined by '+', e.g. none,swa+sink [default: none]"),
+              "LIST")->delimiter(',');
+  placeholder(warm->add_option("--manifest", options.manifest,
+                               "Variant names, one a line (as ASTRAI_JIT_RECORD writes them)"),
+              "FILE");
+  placeholder(warm->add_option("-j,--jobs", options.jobs,
+                               fmt::format("Parallel compiles [default: {}, the CPUs]", options.jobs)),
+              "N")->check(CLI::Range(1, 64));
+  warm->add_flag("--no-mma", options.no_mma, "CUDA-core variants on sm_80+ (as ASTRAI_JIT_NO_MMA=1)");
   warm->add_flag("--hopper,--wgmma", options.hopper_only,
-                 "On sm_90a, only the Hopper variants (.wgmma prefill, .tma decode) of the kernels that have them")
-      ->excludes(no_hopper);
-  warm->add_option("--prefill-tiles", options.prefill_tiles,
-                   "On sm_90a, the hd128 prefill tilings to warm: auto (both), narrow or wide "
-                   "[default: ASTRAI_JIT_PREFILL_TILES, else auto]")
-      ->check(CLI::IsMember({"auto", "narrow", "wide"}))->type_name("TILES");
-  warm->add_flag("--dry-run,-n", options.dry_run,
-                 "List the selected variants (and which are cached) without compiling");
-  warm->add_option("--cache-dir", options.cache_dir,
-                   "Cache directory [default: ASTRAI_JIT_CACHE_DIR, $XDG_CACHE_HOME/astrai-jit, "
-                   "~/.cache/astrai-jit]")
-      ->type_name("DIR");
-  warm->footer(with_exit_codes(kWarmFooter));
+                 "sm_90a: only the Hopper variants (.wgmma, .tma) [default: both kinds]");
+  warm->add_flag("--no-hopper,--no-wgmma", options.no_hopper,
+                 "sm_90a: only the portable variants (as ASTRAI_JIT_NO_WGMMA=1)");
+  placeholder(warm->add_option("--prefill-tiles", options.prefill_tiles,
+                               "sm_90a hd128 prefill: auto (both), narrow, wide [default: auto]"),
+              "TILES")->check(CLI::IsMember({"auto", "narrow", "wide"}));
+  warm->add_flag("-n,--dry-run", options.dry_run,
+                 "List the variants and which are cached; compile and write nothing");
+  placeholder(warm->add_option("--cache-dir", options.cache_dir,
+                               "[default: ASTRAI_JIT_CACHE_DIR, else ~/.cache/astrai-jit]"),
+              "DIR");
+  warm->footer(
+      "With no selection flag: paged_decode (pages 1,16) and rotary_emb at hd64 and hd128, bf16,\n"
+      "for each local GPU's target (sm_90a without a GPU, with its Hopper variants too). Lists are\n"
+      "comma-separated; given lists cross (head dims x groups x pages). A manifest alone warms its\n"
+      "own lines. Features, tilings and the output: the README's \"astrai-jit warm\".\n"
+      "Exit codes: 0 success, 1 a compile failed, 2 usage or configuration error.");
   commands->warm = warm;
 }
 
 void add_cache_dir_option(CLI::App* command, CacheOptions* options) {
-  command->add_option("--cache-dir", options->cache_dir,
-                      "Cache directory [default: ASTRAI_JIT_CACHE_DIR, $XDG_CACHE_HOME/astrai-jit, "
-                      "~/.cache/astrai-jit]")
-      ->type_name("DIR");
+  placeholder(command->add_option("--cache-dir", options->cache_dir,
+                                  "[default: ASTRAI_JIT_CACHE_DIR, else ~/.cache/astrai-jit]"),
+              "DIR");
 }
 
 void add_cache_command(CLI::App& app, Commands* commands) {
@@ -103,12 +128,11 @@ void add_cache_command(CLI::App& app, Commands* commands) {
   CLI::App* cache = app.add_subcommand("cache", "Inspect and maintain the kernel disk cache");
   cache->require_subcommand(1);
   // Set before the verbs are added: they inherit it.
-  cache->footer(with_exit_codes(
-      "The cache verbs act on the configured directory (ASTRAI_JIT_CACHE_DIR, or --cache-dir)\n"
-      "even when ASTRAI_JIT_CACHE=off; with ASTRAI_JIT_CACHE=ro nothing is removed (verify only\n"
-      "reports, prune, clear and import fail with exit code 2). verify, prune, clear and export\n"
-      "of a path that is not a usable cache (missing, not a directory, a symbolic link, owned by\n"
-      "another user or writable by others) exit 2 and touch nothing."));
+  cache->footer(
+      "Every verb: a missing directory is an empty cache (nothing is created); a path that is not\n"
+      "a usable cache (not a directory, a symbolic link, another user's, writable by others) exits\n"
+      "2 untouched. With ASTRAI_JIT_CACHE=ro nothing is removed (verify only reports).\n"
+      "Exit codes: 0 success, 1 damaged or rejected entries, 2 usage or configuration error.");
   commands->cache = cache;
 
   commands->cache_list = cache->add_subcommand(
@@ -116,31 +140,27 @@ void add_cache_command(CLI::App& app, Commands* commands) {
   commands->cache_stats =
       cache->add_subcommand("stats", "Directory, mode, entry count, total bytes and size cap");
   commands->cache_verify = cache->add_subcommand(
-      "verify", "Check every entry's header and checksum; remove damaged ones (exit 1 if any)");
+      "verify", "Check every entry; remove damaged ones (exit 1 if any)");
   commands->cache_verify->add_flag("--no-repair", options.no_repair,
                                    "Report damaged entries without removing them");
   commands->cache_prune = cache->add_subcommand(
       "prune", "Remove least recently used entries until the cache fits the size cap");
-  commands->cache_prune
-      ->add_option("--max-size", options.max_size,
-                   "Size cap, e.g. 512M, 10GiB, 0 (empty the cache) [default: "
-                   "ASTRAI_JIT_MAX_CACHE_SIZE; one of them is required]")
-      ->type_name("SIZE");
+  placeholder(commands->cache_prune->add_option(
+                  "--max-size", options.max_size,
+                  "Cap, e.g. 512M, 10GiB, 0 (empty it) [default: ASTRAI_JIT_MAX_CACHE_SIZE]"),
+              "SIZE");
   commands->cache_clear = cache->add_subcommand("clear", "Remove every entry, lock and temp file");
   commands->cache_export = cache->add_subcommand(
-      "export", "Write the cache's sound entries (or a manifest's variants) to an archive file");
-  commands->cache_export
-      ->add_option("--manifest", options.manifest,
-                   "Export only these variants (a file as written by ASTRAI_JIT_RECORD)")
-      ->type_name("FILE");
-  commands->cache_export->add_option("-o,--output", options.output, "Archive to write")
-      ->type_name("FILE")
-      ->required();
+      "export", "Write sound entries (or a manifest's variants) to an archive file");
+  placeholder(commands->cache_export->add_option("--manifest", options.manifest,
+                                                 "Only these variants (as ASTRAI_JIT_RECORD writes them)"),
+              "FILE");
+  placeholder(commands->cache_export->add_option("-o,--output", options.output, "Archive to write (required)"),
+              "FILE")->required();
   commands->cache_import = cache->add_subcommand(
       "import", "Check every entry of an archive written by `cache export` and store it");
-  commands->cache_import->add_option("archive", options.archive, "Archive to read")
-      ->type_name("FILE")
-      ->required();
+  placeholder(commands->cache_import->add_option("archive", options.archive, "Archive to read (required)"),
+              "FILE")->required();
   for (CLI::App* verb : {commands->cache_list, commands->cache_stats, commands->cache_verify,
                          commands->cache_prune, commands->cache_clear, commands->cache_export,
                          commands->cache_import})
@@ -149,15 +169,16 @@ void add_cache_command(CLI::App& app, Commands* commands) {
 
 void add_info_command(CLI::App& app, Commands* commands) {
   commands->info = app.add_subcommand(
-      "info", "Show NVRTC, driver and devices, cache and the ASTRAI_JIT_* settings");
+      "info", "Version, NVRTC, driver, devices, cache and ASTRAI_JIT_* settings");
   add_cache_dir_option(commands->info, &commands->cache_options);
+  commands->info->footer("Exit codes: 0 success (also without a driver or GPU), 2 a bad ASTRAI_JIT_* value.");
 }
 
-// CLI11 reports an unknown verb as "a subcommand is required"; name it instead. Returns an
-// error message, or an empty string when the verbs in argv are known. Only the top level and
-// `cache` take verbs, and neither has options that take a value, so the first word that is
-// not an option is the verb.
-std::string unknown_verb(const CLI::App& app, int argc, char** argv) {
+// The verbs named in argv, e.g. "astrai-jit cache verify", and in `unknown` a message when one
+// of them is not a verb (CLI11 would report "a subcommand is required"). Only the top level and
+// `cache` take verbs, and neither has options that take a value, so the first word that is not
+// an option is the verb.
+std::string verb_path(const CLI::App& app, int argc, char** argv, std::string* unknown) {
   const CLI::App* level = &app;
   std::string path = "astrai-jit";
   for (int i = 1; i < argc; ++i) {
@@ -174,13 +195,16 @@ std::string unknown_verb(const CLI::App& app, int argc, char** argv) {
       names.push_back(command->get_name());
       if (command->get_name() == word) next = command;
     }
-    if (next == nullptr)
-      return fmt::format("unknown command '{} {}' (known: {}; run '{} --help')", path, word,
-                         join(names, ", "), path);
+    if (next == nullptr) {
+      if (unknown != nullptr)
+        *unknown = fmt::format("unknown command '{} {}' (known: {}; run '{} --help')", path, word,
+                               join(names, ", "), path);
+      break;
+    }
     path += " " + word;
     level = next;
   }
-  return "";
+  return path;
 }
 
 int dispatch(const Commands& commands) {
@@ -205,24 +229,35 @@ int dispatch(const Commands& commands) {
 
 int main(int argc, char** argv) {
   using namespace astrai::cli;
-  CLI::App app{"astrai-jit: ahead-of-time compilation and cache maintenance for the AstrAI "
-               "attention kernels"};
+  CLI::App app{"astrai-jit: compile the attention kernels ahead of time; inspect and maintain "
+               "their disk cache"};
   app.name("astrai-jit");
   app.require_subcommand(1);
   app.footer(kExitCodesFooter);
+  // Narrower than CLI11's 30 columns, so that every help line fits 100 columns.
+  app.get_formatter()->column_width(26);
+  app.set_version_flag("--version", [] {
+    return fmt::format("astrai-jit {} (NVRTC {})", kVersion, astrai::detail::nvrtc_version().text());
+  });
   Commands commands;
   add_warm_command(app, &commands);
   add_cache_command(app, &commands);
   add_info_command(app, &commands);
 
-  if (const std::string message = unknown_verb(app, argc, argv); !message.empty()) {
-    print_error(message);
+  std::string unknown;
+  const std::string path = verb_path(app, argc, argv, &unknown);
+  if (!unknown.empty()) {
+    print_error(unknown);
     return kExitUsage;
   }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
-    return app.exit(error) == 0 ? kExitOk : kExitUsage;
+    // --help and --version print to stdout and succeed; every other parse error takes the
+    // tool's one error prefix and points at the verb's help.
+    if (error.get_exit_code() == 0) return app.exit(error);
+    print_error(fmt::format("{} (run '{} --help')", error.what(), path));
+    return kExitUsage;
   }
 
   try {
@@ -238,4 +273,3 @@ int main(int argc, char** argv) {
     return kExitFailed;
   }
 }
-

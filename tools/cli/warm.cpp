@@ -29,12 +29,12 @@ std::vector<std::string> auto_archs(const JitEngine& engine) {
       why = error.what();
     }
   }
-  fmt::print(stderr, "astrai-jit: no GPU found ({}); --arch auto uses {}\n", why, kFallbackArch);
+  print_note(fmt::format("no GPU found ({}); --arch auto uses {}", why, kFallbackArch));
   return {kFallbackArch};
 }
 
 std::vector<std::string> resolve_archs(const std::vector<std::string>& requested,
-                                       const JitEngine& engine) {
+                                       const JitEngine& engine, bool hopper_only) {
   const std::vector<int> supported = astrai::detail::nvrtc_supported_archs();
   std::vector<std::string> archs;
   auto add = [&archs](const std::string& arch) {
@@ -61,6 +61,18 @@ std::vector<std::string> resolve_archs(const std::vector<std::string>& requested
       throw astrai::InvalidArgument(fmt::format(
           "--arch '{}': NVRTC {} cannot compile for it (supported: {})", raw,
           astrai::detail::nvrtc_version().text(), join(names, ", ")));
+    }
+    // A Hopper GPU runs sm_90a code (JitEngine::target_for_device): plain sm_90 variants are
+    // loaded only under ASTRAI_JIT_ARCH=sm_90, so warming them is almost always a mistake.
+    if (*arch == "sm_90") {
+      if (hopper_only) {
+        print_note(fmt::format("--arch {} with --hopper: warming sm_90a, the target of the Hopper variants", raw));
+        add("sm_90a");
+        continue;
+      }
+      print_warning(fmt::format(
+          "--arch {}: a Hopper GPU loads sm_90a variants, not these (sm_90 is used only under "
+          "ASTRAI_JIT_ARCH=sm_90); use --arch sm_90a", raw));
     }
     add(*arch);
   }
@@ -168,9 +180,24 @@ std::vector<KernelSpec> build_selection(const WarmOptions& options, const JitEng
   std::vector<KernelSpec> manifest;
   if (!options.manifest.empty()) manifest = read_manifest(options.manifest);
 
+  if (options.hopper_only && options.no_hopper)
+    throw astrai::InvalidArgument("--hopper and --no-hopper exclude each other (give at most one)");
+  if (options.hopper_only && engine.config().no_wgmma)
+    throw astrai::InvalidArgument("--hopper: ASTRAI_JIT_NO_WGMMA is set, so the runtime never loads "
+                                  "the Hopper variants (unset it, or drop --hopper)");
   if (options.manifest.empty() || has_flag_selection(options)) {
-    const std::vector<std::string> archs =
-        resolve_archs(options.archs.empty() ? std::vector<std::string>{"auto"} : options.archs, engine);
+    const std::vector<std::string> archs = resolve_archs(
+        options.archs.empty() ? std::vector<std::string>{"auto"} : options.archs, engine, options.hopper_only);
+    // --hopper on a target without Hopper variants would silently warm portable ones.
+    if (options.hopper_only) {
+      std::vector<std::string> other;
+      for (const auto& arch : archs)
+        if (arch != "sm_90a") other.push_back(arch);
+      if (!other.empty())
+        throw astrai::InvalidArgument(fmt::format(
+            "--hopper: {} {} no Hopper variants (they exist for sm_90a only); drop --hopper or the target",
+            join(other, ", "), other.size() == 1 ? "has" : "have"));
+    }
     const std::vector<KernelKind> kinds = resolve_kernels(
         options.kernels.empty() ? default_kernel_names() : options.kernels);
     const std::vector<DType> dtypes =
@@ -295,7 +322,7 @@ WarmTotals compile_all(JitEngine& engine, const std::vector<KernelSpec>& specs, 
       ++done;
       if (!error.empty()) {
         ++totals.failed;
-        fmt::print(stderr, "astrai-jit: {} failed:\n{}\n", name, error);
+        print_error(fmt::format("{} failed:\n{}", name, error));
         std::fflush(stderr);
         fmt::print("[{}/{}] {} FAILED: {}\n", done, total, name, first_line(error));
       } else if (source == VariantSource::compiled) {
@@ -325,13 +352,16 @@ int run_warm(const WarmOptions& options, EnvConfig config) {
                         "ASTRAI_JIT_STRICT ignored by warm (it exists to fill the cache)");
     config.strict = false;
   }
-  if (!options.dry_run) {
-    if (config.cache_mode == CacheMode::off)
-      fmt::print(stderr, "astrai-jit: warning: ASTRAI_JIT_CACHE=off: compiled kernels are not "
-                         "stored, warm only checks that they compile\n");
-    else if (config.cache_mode == CacheMode::read_only)
-      fmt::print(stderr, "astrai-jit: warning: ASTRAI_JIT_CACHE=ro: compiled kernels are not "
-                         "stored in {}\n", config.cache_dir.string());
+  if (options.dry_run) {
+    // A dry run only looks: a read-only cache never creates its directory, and nothing is
+    // compiled, so ASTRAI_JIT_RECORD is not written either.
+    if (config.cache_mode == CacheMode::read_write) config.cache_mode = CacheMode::read_only;
+  } else if (config.cache_mode == CacheMode::off) {
+    print_warning("ASTRAI_JIT_CACHE=off: compiled kernels are not stored, warm only checks that "
+                  "they compile");
+  } else if (config.cache_mode == CacheMode::read_only) {
+    print_warning(fmt::format("ASTRAI_JIT_CACHE=ro: compiled kernels are not stored in {}",
+                              config.cache_dir.string()));
   }
   JitEngine engine(config);
   const std::vector<KernelSpec> specs = build_selection(options, engine);
@@ -350,17 +380,27 @@ int run_warm(const WarmOptions& options, EnvConfig config) {
       cached += present ? 1 : 0;
       fmt::print("{}{}\n", spec.name(), present ? " cached" : "");
     }
-    fmt::print("warm: {} variants, {} already cached (dry run, nothing compiled)\n", specs.size(),
-               cached);
+    fmt::print("warm: {}, {} already cached (dry run, nothing compiled)\n",
+               counted(specs.size(), "variant"), cached);
     return failed > 0 ? kExitFailed : kExitOk;
   }
 
-  if (specs.empty()) fmt::print(stderr, "astrai-jit: warning: nothing selected to warm\n");
+  if (specs.empty()) print_warning("nothing selected to warm");
+  // The first line otherwise comes only when the first compile ends (about a second each).
+  const int jobs = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(options.jobs),
+                                                          std::max<std::size_t>(specs.size(), 1)));
+  if (!specs.empty())
+    fmt::print("warm: {} into {}, {}\n", counted(specs.size(), "variant"),
+               config.cache_mode == CacheMode::off ? std::string("memory only") : config.cache_dir.string(),
+               counted(static_cast<std::size_t>(jobs), "job"));
+  std::fflush(stdout);
   const auto start = std::chrono::steady_clock::now();
   const WarmTotals totals = compile_all(engine, specs, options.jobs);
-  fmt::print("warm: {} variants, {} compiled, {} already cached, {} failed, {} bytes, {:.2f} s wall\n",
-             specs.size(), totals.compiled, totals.cached, totals.failed, totals.bytes,
-             seconds_since(start));
+  // The size is that of what this run compiled: a warm that found everything cached says none.
+  fmt::print("warm: {}, {} compiled{}, {} already cached, {} failed, {:.2f} s wall\n",
+             counted(specs.size(), "variant"), totals.compiled,
+             totals.compiled > 0 ? fmt::format(" ({} bytes)", totals.bytes) : std::string(),
+             totals.cached, totals.failed, seconds_since(start));
   // A cache that could not be written (read-only or full disk) leaves the work undone.
   if (config.cache_mode == CacheMode::read_write && totals.compiled > 0 &&
       !engine.cache().usable_for_write()) {

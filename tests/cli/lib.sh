@@ -1,0 +1,61 @@
+# Shared by the CLI test scripts (sourced): the binary, a private work directory and cache, and
+# the run / expect_* helpers. Sets BIN, WORK, OUT, ERR, RC, START.
+BIN=${ASTRAI_CLI_BIN:-}
+if [[ -z "$BIN" || ! -x "$BIN" ]]; then
+  echo "FAIL: set ASTRAI_CLI_BIN to the astrai-jit binary (got '${BIN}')" >&2
+  exit 1
+fi
+
+# Only the variables set below may influence the tool.
+while IFS= read -r name; do
+  unset "$name"
+done < <(compgen -e | grep '^ASTRAI_JIT_' || true)
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/astrai-cli-test.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+export ASTRAI_JIT_CACHE_DIR="$WORK/cache"
+OUT="$WORK/stdout"
+ERR="$WORK/stderr"
+RC=0
+START=$SECONDS
+
+check() { echo "check: $*"; }
+
+fail() {
+  echo "FAIL: $*" >&2
+  echo "----- stdout of the last command -----" >&2
+  cat "$OUT" >&2 || true
+  echo "----- stderr of the last command -----" >&2
+  cat "$ERR" >&2 || true
+  exit 1
+}
+
+# Runs the tool, keeping stdout, stderr and the exit code; never stops the script.
+run() {
+  set +e
+  "$BIN" "$@" >"$OUT" 2>"$ERR"
+  RC=$?
+  set -e
+}
+
+expect_rc() {
+  [[ "$RC" -eq "$1" ]] || fail "expected exit code $1, got $RC"
+}
+
+expect_out() {
+  grep -qE -- "$1" "$OUT" || fail "stdout does not match /$1/"
+}
+
+expect_err() {
+  grep -qE -- "$1" "$ERR" || fail "stderr does not match /$1/"
+}
+
+expect_no_out() {
+  if grep -qE -- "$1" "$OUT"; then fail "stdout unexpectedly matches /$1/"; fi
+}
+
+expect_count() {  # expect_count PATTERN N: stdout lines matching PATTERN
+  local n
+  n=$(grep -cE -- "$1" "$OUT" || true)
+  [[ "$n" -eq "$2" ]] || fail "expected $2 stdout lines matching /$1/, got $n"
+}

@@ -62,6 +62,21 @@ std::size_t decode_workspace_bytes(const DecodeSplitPlan& plan, int batch, int n
   return ((out_bytes + 255) / 256) * 256 + lse_bytes;
 }
 
+DecodeSplitPlan cap_decode_splits(const DecodeSplitPlan& plan, long long capacity, std::size_t bytes, int batch,
+                                  int n_heads, int head_dim) {
+  if (decode_workspace_bytes(plan, batch, n_heads, head_dim) <= bytes) return plan;
+  int fit = plan.num_splits - 1;
+  DecodeSplitPlan capped;
+  const long long blocks = std::max<long long>(1, (capacity + kDecodeBlockTokens - 1) / kDecodeBlockTokens);
+  for (; fit >= 1; --fit) {
+    const long long blocks_per_split = (blocks + fit - 1) / fit;
+    capped.tokens_per_split = static_cast<int>(blocks_per_split * kDecodeBlockTokens);
+    capped.num_splits = static_cast<int>((blocks + blocks_per_split - 1) / blocks_per_split);
+    if (capped.num_splits <= 1 || decode_workspace_bytes(capped, batch, n_heads, head_dim) <= bytes) break;
+  }
+  return capped;
+}
+
 bool prefill_prefers_wide_tiles(int max_q_len, long long total_q, int n_heads, int batch, int num_sms,
                                 int narrow_rows, int wide_rows) {
   if (max_q_len <= 0 || n_heads <= 0 || batch <= 0 || num_sms <= 0 || narrow_rows <= 0 || wide_rows <= 0)

@@ -33,6 +33,10 @@ bool decode_takes_wide_ctas(TileChoice tiles, const DecodeSplitPlan& plan, long 
 DecodeSplitPlan wide_cta_plan(long long capacity, int wide_splits);
 
 // Bytes of split workspace a plan needs (0 when unsplit): partial outputs and LSEs in fp32.
+// The plan with at most as many splits as a caller's workspace of `bytes` holds (each split
+// covering more blocks); one split, which needs no workspace, when it holds fewer than two.
+DecodeSplitPlan cap_decode_splits(const DecodeSplitPlan& plan, long long capacity, std::size_t bytes, int batch,
+                                  int n_heads, int head_dim);
 std::size_t decode_workspace_bytes(const DecodeSplitPlan& plan, int batch, int n_heads,
                                    int head_dim);
 

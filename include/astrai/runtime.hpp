@@ -131,7 +131,9 @@ struct PagedDecodeArgs {
   void* stream = nullptr;  // CUstream
   // Optional caller-owned split-KV workspace (device memory, 16-byte aligned). When null, the
   // runtime uses its own per-stream workspace, allocated on the first call that needs it and
-  // grown only by calls needing more (never during CUDA graph capture).
+  // grown only by calls needing more (never during CUDA graph capture, so a stream captured
+  // before it made a call of the shape needs this). One smaller than
+  // paged_decode_workspace_bytes caps the split count to what fits (one split needs none).
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
 };

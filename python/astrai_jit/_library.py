@@ -44,39 +44,41 @@ def _run(fn, device: torch.device, *args) -> None:
         fn(*args)
 
 
-@torch.library.custom_op("astrai_jit::paged_decode", mutates_args=("out", "lse"))
+@torch.library.custom_op("astrai_jit::paged_decode", mutates_args=("out", "lse", "workspace"))
 def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor, seq_lens: Optional[Tensor],
                  out: Tensor, lse: Optional[Tensor], mask: Optional[Tensor], req_indices: Optional[Tensor],
                  scale: float, logit_cap: float, sinks: Optional[Tensor], window_left: int,
                  k_scale: Optional[Tensor], v_scale: Optional[Tensor], stream: int,
-                 seq_lens_are_offsets: bool = False) -> None:
+                 seq_lens_are_offsets: bool = False, workspace: Optional[Tensor] = None) -> None:
     _run(_C.paged_decode, q.device, q, k_cache, v_cache, page_table, seq_lens, out, lse, mask, req_indices,
          None, None, scale, logit_cap, sinks, window_left, k_scale, v_scale, _stream(q.device, stream),
-         seq_lens_are_offsets)
+         seq_lens_are_offsets, workspace)
 
 
 @paged_decode.register_fake
 def _(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask, req_indices, scale, logit_cap, sinks,
-      window_left, k_scale, v_scale, stream, seq_lens_are_offsets=False) -> None:
+      window_left, k_scale, v_scale, stream, seq_lens_are_offsets=False, workspace=None) -> None:
     _same_device("paged_decode", q=q, k_cache=k_cache, v_cache=v_cache, page_table=page_table,
                  seq_lens=seq_lens, out=out, lse=lse, mask=mask, req_indices=req_indices, sinks=sinks,
                  k_scale=k_scale, v_scale=v_scale)
 
 
-@torch.library.custom_op("astrai_jit::paged_decode_append", mutates_args=("k_cache", "v_cache", "out", "lse"))
+@torch.library.custom_op("astrai_jit::paged_decode_append",
+                         mutates_args=("k_cache", "v_cache", "out", "lse", "workspace"))
 def paged_decode_append(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor,
                         seq_lens: Optional[Tensor], out: Tensor, lse: Optional[Tensor], mask: Optional[Tensor],
                         req_indices: Optional[Tensor], new_k: Tensor, new_v: Tensor, scale: float,
                         logit_cap: float, sinks: Optional[Tensor], window_left: int, k_scale: Optional[Tensor],
-                        v_scale: Optional[Tensor], stream: int, seq_lens_are_offsets: bool = False) -> None:
+                        v_scale: Optional[Tensor], stream: int, seq_lens_are_offsets: bool = False,
+                        workspace: Optional[Tensor] = None) -> None:
     _run(_C.paged_decode, q.device, q, k_cache, v_cache, page_table, seq_lens, out, lse, mask, req_indices,
          new_k, new_v, scale, logit_cap, sinks, window_left, k_scale, v_scale, _stream(q.device, stream),
-         seq_lens_are_offsets)
+         seq_lens_are_offsets, workspace)
 
 
 @paged_decode_append.register_fake
 def _(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask, req_indices, new_k, new_v, scale, logit_cap,
-      sinks, window_left, k_scale, v_scale, stream, seq_lens_are_offsets=False) -> None:
+      sinks, window_left, k_scale, v_scale, stream, seq_lens_are_offsets=False, workspace=None) -> None:
     _same_device("paged_decode", q=q, k_cache=k_cache, v_cache=v_cache, page_table=page_table,
                  seq_lens=seq_lens, out=out, lse=lse, mask=mask, req_indices=req_indices, new_k=new_k,
                  new_v=new_v, sinks=sinks, k_scale=k_scale, v_scale=v_scale)

@@ -148,7 +148,7 @@ def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor
                  new_v: Optional[Tensor] = None, return_lse: bool = False, logit_cap: float = 0.0,
                  sinks: Optional[Tensor] = None, window_left: int = -1, k_scale: Optional[Tensor] = None,
                  v_scale: Optional[Tensor] = None, kv_indptr: Optional[Tensor] = None,
-                 stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+                 workspace: Optional[Tensor] = None, stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Decode attention over a paged KV cache: one query token per sequence, or q_len of them.
 
     q ``[batch, n_heads, head_dim]``, or ``[batch, q_len, n_heads, head_dim]`` for q_len new
@@ -163,7 +163,10 @@ def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor
     tokens); req_indices ``[batch]`` picks each request's page-table row; new_k, new_v ``[batch, n_kv_heads,
     head_dim]`` are used at position ``seq_len - 1`` and written into the caches (fused append;
     one token, so not with q_len > 1). Returns out like q, and with ``return_lse`` the f32
-    log-sum-exp ``[batch, n_heads]`` (``[batch, q_len, n_heads]`` for a 4-D q).
+    log-sum-exp ``[batch, n_heads]`` (``[batch, q_len, n_heads]`` for a 4-D q). ``workspace``, a
+    contiguous CUDA tensor of any dtype, holds the split-KV partials instead of the runtime's own
+    per-stream buffer (what CUDA graph capture on a fresh stream needs); a small one caps the split
+    count.
     """
     call = "paged_decode"
     out = _out_like(call, q, out)
@@ -177,17 +180,17 @@ def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor
     if type(q) is Tensor and not _compiling():
         _launch(_C.paged_decode, q, (q, k_cache, v_cache, page_table, seq_lens, out, lse, mask, req_indices,
                                      new_k, new_v, s, cap, sinks, window, k_scale, v_scale, _stream(q, stream),
-                                     offsets))
+                                     offsets, workspace))
     else:
         handle = _op_stream(q, stream)
         if new_k is not None or new_v is not None:
             torch.ops.astrai_jit.paged_decode_append(q, k_cache, v_cache, page_table, seq_lens, out, lse,
                                                      mask, req_indices, new_k, new_v, s, cap, sinks, window,
-                                                     k_scale, v_scale, handle, offsets)
+                                                     k_scale, v_scale, handle, offsets, workspace)
         else:
             torch.ops.astrai_jit.paged_decode(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
                                               req_indices, s, cap, sinks, window, k_scale, v_scale, handle,
-                                              offsets)
+                                              offsets, workspace)
     return (out, lse) if return_lse else out
 
 

@@ -23,6 +23,7 @@ the 2026-07 paged decode's ``kv_len`` beyond its table.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Optional
 
 try:
@@ -51,6 +52,8 @@ def _blhd(t: Tensor, layout: int) -> Tensor:
 
 def _like_q(q: Tensor) -> Tensor:
     # AstrAI's kernels return their output with q's shape and strides.
+    if q.is_contiguous():
+        return torch.empty_like(q)
     return torch.empty_strided(q.size(), q.stride(), dtype=q.dtype, device=q.device)
 
 
@@ -107,8 +110,8 @@ def _paged_decode_pages(q: Tensor, page_table: Tensor, k_cache: Tensor, v_cache:
         raise ValueError(f"{call}: kv_len {kv_len} does not fit the page table's {page_table.shape[1]} pages of "
                          f"{page_size} (allowed: 0..{page_table.shape[1] * page_size})")
     out = _like_q(q)
-    q3, out3 = _blhd(q, layout)[:, 0], _blhd(out, layout)[:, 0]
-    table = page_table[:, :pages]
+    # q and out [batch, 1, n_heads, D] are the one-token case of the kernels' multi-token form.
+    table = page_table if pages == page_table.shape[1] else page_table[:, :pages]
     seq_lens = None
     if pages * page_size != kv_len:
         seq_lens = torch.full((q.shape[0],), kv_len, dtype=torch.int32, device=q.device)
@@ -116,7 +119,8 @@ def _paged_decode_pages(q: Tensor, page_table: Tensor, k_cache: Tensor, v_cache:
     if mask is not None:
         mask = mask.reshape(mask.shape[0], mask.shape[-1]) if mask.dim() == 3 else mask
         mask = _fit_mask(mask, pages * page_size)
-    _ops.paged_decode(q3, k_cache, v_cache, table, seq_lens, out=out3, mask=mask, scale=_scale(scale))
+    _ops.paged_decode(_blhd(q, layout), k_cache, v_cache, table, seq_lens, out=_blhd(out, layout), mask=mask,
+                      scale=_scale(scale))
     return out
 
 
@@ -150,9 +154,12 @@ def _paged_decode_pool(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token
         if mask.dim() != 2:
             raise ValueError(f"{call}: mask has shape {list(mask.shape)} (allowed: [batch, max_context_len])")
         mask = _fit_mask(mask, req_to_token.shape[1])
+    # AstrAI's split buffers hold the partials when given: preallocated by its engine, they keep the
+    # call free of allocations under CUDA graph capture on any stream.
+    workspace = o_part_buf if o_part_buf is not None and o_part_buf.is_cuda and o_part_buf.is_contiguous() else None
     _ops.paged_decode(q, k_cache.unsqueeze(1), v_cache.unsqueeze(1), req_to_token, None, out=out, mask=mask,
                       req_indices=req_pool_indices, kv_indptr=kv_indptr, new_k=new_k, new_v=new_v,
-                      scale=_scale(scale))
+                      scale=_scale(scale), workspace=workspace)
     return out
 
 
@@ -189,10 +196,29 @@ def attn_paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token
         mask = _fit_mask(mask, req_to_token.shape[1])
         # A mask with one row per query sizes the grid (AstrAI's kernel reads its rows the same way).
         max_q_len = mask.shape[1] if mask.shape[1] > 1 else None
+    if max_q_len is None:
+        max_q_len = _longest_request(qo_indptr)
     _ops.paged_prefill(q, k_cache.unsqueeze(1), v_cache.unsqueeze(1), req_to_token, None, qo_indptr, out=out,
                        mask=mask, causal=int(causal_offset) >= 0, max_q_len=max_q_len, scale=_scale(scale),
                        req_indices=req_pool_indices, kv_indptr=kv_indptr)
     return out
+
+
+_longest = [None, -1, 0]  # the last qo_indptr seen (a weak reference), its content version, its longest request
+
+
+def _longest_request(qo_indptr: Tensor) -> Optional[int]:
+    """The longest request's query count, which sizes the prefill grid (None: every row of q,
+    always enough). Reading it costs a device-to-host copy, so it is remembered for the same
+    tensor object at the same content version: an engine's layers share one per step (a new
+    tensor, even at a reused address, is read again). None while a graph is being captured."""
+    if not qo_indptr.is_cuda or qo_indptr.numel() < 2 or torch.cuda.is_current_stream_capturing():
+        return None
+    seen = _longest[0]() if _longest[0] is not None else None
+    if seen is not qo_indptr or _longest[1] != qo_indptr._version:
+        _longest[0], _longest[1] = weakref.ref(qo_indptr), qo_indptr._version
+        _longest[2] = int((qo_indptr[1:] - qo_indptr[:-1]).max())
+    return max(_longest[2], 0)
 
 
 def rotary_emb(x: Tensor, freqs_cis: Tensor) -> Tensor:

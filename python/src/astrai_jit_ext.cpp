@@ -283,6 +283,18 @@ class Checker {
       invalid(call_, std::string(name) + " has shape " + shape_string(t) + " (allowed: " + layout + ")");
   }
 
+  // A caller's scratch buffer (any dtype and shape, contiguous, on the call's device): its bytes.
+  template <typename T>
+  std::size_t scratch(const char* name, const T& t) {
+    if (count_ == tensors_.size())
+      throw std::logic_error(std::string(call_) + ": more tensor arguments than Checker has room for");
+    tensors_[count_++] = {name, t.device_type(), t.device_id()};
+    contiguous(name, t);
+    std::size_t elements = 1;
+    for (std::size_t k = 0; k < t.ndim(); ++k) elements *= t.shape(k);
+    return elements * ((t.dtype().bits + 7u) / 8u);
+  }
+
   // Checks dim `i` of `t` against `expected`, described as `what`.
   template <typename T>
   void dim(const char* name, const T& t, std::size_t i, std::int64_t expected, const char* what) {
@@ -439,7 +451,7 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
                                           const Opt<Input>& new_v, double scale, double logit_cap,
                                           const Opt<Input>& sinks, int window_left, const Opt<Input>& k_scale,
                                           const Opt<Input>& v_scale, Opt<std::uintptr_t> stream,
-                                          bool seq_lens_are_offsets) {
+                                          bool seq_lens_are_offsets, const Opt<Output>& workspace) {
   constexpr const char* kCall = "paged_decode";
   constexpr const char* kQueryLayout = "[batch, n_heads, head_dim] or [batch, q_len, n_heads, head_dim]";
   Checker c(kCall);
@@ -552,6 +564,10 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
     c.contiguous("lse", *lse);
     a.lse = static_cast<float*>(lse->data());
   }
+  if (workspace) {
+    a.workspace_bytes = c.scratch("workspace", *workspace);
+    a.workspace = workspace->data();
+  }
   a.scale = static_cast<float>(scale);
   set_features(c, a, logit_cap, sinks, window_left);
   astrai::validate_args(a);
@@ -564,10 +580,12 @@ void paged_decode(const Input& q, const Input& k_cache, const Input& v_cache, co
                   const Opt<Input>& seq_lens, const Output& out, const Opt<Output>& lse, const Opt<Input>& mask,
                   const Opt<Input>& req_indices, const Opt<Input>& new_k, const Opt<Input>& new_v, double scale,
                   double logit_cap, const Opt<Input>& sinks, int window_left, const Opt<Input>& k_scale,
-                  const Opt<Input>& v_scale, Opt<std::uintptr_t> stream, bool seq_lens_are_offsets) {
+                  const Opt<Input>& v_scale, Opt<std::uintptr_t> stream, bool seq_lens_are_offsets,
+                  const Opt<Output>& workspace) {
   const astrai::PagedDecodeArgs a = paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
                                                       req_indices, new_k, new_v, scale, logit_cap, sinks,
-                                                      window_left, k_scale, v_scale, stream, seq_lens_are_offsets);
+                                                      window_left, k_scale, v_scale, stream, seq_lens_are_offsets,
+                                                      workspace);
   launch(&astrai::Runtime::paged_decode, a);
 }
 
@@ -578,7 +596,7 @@ double time_paged_decode_calls(const Input& q, const Input& k_cache, const Input
                                Opt<std::uintptr_t> stream, int calls) {
   Opt<Output> lse;
   const astrai::PagedDecodeArgs a = paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, {},
-                                                      {}, {}, {}, scale, 0.0, {}, -1, {}, {}, stream, false);
+                                                      {}, {}, {}, scale, 0.0, {}, -1, {}, {}, stream, false, {});
   nb::gil_scoped_release release;
   astrai::Runtime& runtime = astrai::Runtime::get();
   const auto start = std::chrono::steady_clock::now();
@@ -956,7 +974,7 @@ NB_MODULE(_C, m) {
         nb::arg("mask").none(), nb::arg("req_indices").none(), nb::arg("new_k").none(),
         nb::arg("new_v").none(), nb::arg("scale"), nb::arg("logit_cap"), nb::arg("sinks").none(),
         nb::arg("window_left"), nb::arg("k_scale").none(), nb::arg("v_scale").none(), nb::arg("stream").none(),
-        nb::arg("seq_lens_are_offsets") = false,
+        nb::arg("seq_lens_are_offsets") = false, nb::arg("workspace").none() = nb::none(),
         "Paged decode attention over DLPack tensors; out (and lse) written in place.");
   m.def("decode", &decode, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(),
         nb::arg("mask").none(), nb::arg("causal_offset"), nb::arg("scale"), nb::arg("logit_cap"),

@@ -10,8 +10,8 @@ from astrai_jit import _library
 bf16 = torch.bfloat16
 
 MUTATED = {
-    "paged_decode": {"out", "lse"},
-    "paged_decode_append": {"k_cache", "v_cache", "out", "lse"},
+    "paged_decode": {"out", "lse", "workspace"},
+    "paged_decode_append": {"k_cache", "v_cache", "out", "lse", "workspace"},
     "decode": {"out", "lse"},
     "prefill": {"out", "lse"},
     "paged_prefill": {"out", "lse"},

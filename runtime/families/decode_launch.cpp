@@ -157,17 +157,17 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
                                  : narrow   ? *narrow
                                             : impl.variant(device, spec, {kDecodeThreads, smem});
   if (spec.wide) plan = wide_cta_plan(span, kDecodeSm90WideSplits);
+  // A caller's workspace bounds the split count (fewer, longer splits) rather than failing: it is
+  // what makes the call safe under CUDA graph capture, whatever stream captures it.
+  else if (launch.workspace)
+    plan = cap_decode_splits(plan, span, launch.workspace_bytes, params.batch, params.n_heads * q_len, launch.head_dim);
   params.tokens_per_split = plan.tokens_per_split;
   params.workspace.num_splits = spec.wide ? 1 : plan.num_splits;
   if (params.workspace.num_splits > 1) {
     const std::size_t bytes = decode_workspace_bytes(plan, params.batch, params.n_heads * q_len, launch.head_dim);
     CUdeviceptr base = 0;
     if (launch.workspace) {
-      if (launch.workspace_bytes < bytes)
-        throw InvalidArgument(fmt::format("{}: workspace_bytes {} is too small (this shape needs >= "
-                                          "{}; see paged_decode_workspace_bytes)",
-                                          launch.family.name, launch.workspace_bytes, bytes));
-      base = reinterpret_cast<CUdeviceptr>(launch.workspace);
+      base = reinterpret_cast<CUdeviceptr>(launch.workspace);  // big enough: cap_decode_splits
     } else {
       base = device.workspace(launch.stream, bytes, launch.family.name);
     }

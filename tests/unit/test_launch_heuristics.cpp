@@ -441,3 +441,24 @@ TEST_CASE("causal prefill grids take every tile once, heaviest bands first, a ba
 }
 
 }  // TEST_SUITE
+
+TEST_CASE("a caller's workspace caps the split count to what it holds, covering the whole span") {
+  using astrai::detail::cap_decode_splits;
+
+  for (const long long span : {64LL, 1000LL, 4096LL, 32768LL, 131072LL}) {
+    const auto plan = plan_decode_splits(1, 4, 1, span, 132 * 4);
+    const std::size_t need = decode_workspace_bytes(plan, 1, 24, 64);
+    for (const std::size_t bytes : {need, need / 2, need / 5, std::size_t{1000}, std::size_t{0}}) {
+      CAPTURE(span);
+      CAPTURE(bytes);
+      const auto capped = cap_decode_splits(plan, span, bytes, 1, 24, 64);
+      CHECK(capped.num_splits <= plan.num_splits);
+      CHECK(decode_workspace_bytes(capped, 1, 24, 64) <= bytes);
+      // Every token of the span is in some split, and no split is empty.
+      CHECK(1LL * capped.num_splits * capped.tokens_per_split >= span);
+      CHECK(1LL * (capped.num_splits - 1) * capped.tokens_per_split < std::max(span, 1LL));
+      CHECK(capped.tokens_per_split % astrai::kDecodeBlockTokens == 0);
+      if (bytes >= need) CHECK(capped.num_splits == plan.num_splits);
+    }
+  }
+}

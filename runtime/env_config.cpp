@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "astrai/error.hpp"
+#include "cache/cache_fs.hpp"
 
 extern char** environ;
 
@@ -174,8 +175,8 @@ std::vector<std::filesystem::path> parse_cache_layers(const std::string& value) 
     if (!part.empty()) {
       std::filesystem::path path(part);
       if (!path.is_absolute()) throw_invalid(kCachePathVar, value, kCachePathAllowed);
-      if (std::find(layers.begin(), layers.end(), path.lexically_normal()) == layers.end())
-        layers.push_back(path.lexically_normal());
+      path = normalize_for_open(path);
+      if (std::find(layers.begin(), layers.end(), path) == layers.end()) layers.push_back(path);
     }
     if (end == std::string::npos) break;
     begin = end + 1;
@@ -337,6 +338,9 @@ EnvConfig parse_env_config(const std::vector<std::string>& environment) {
     config.cache_dir = make_absolute(*value);
   else
     config.cache_dir = default_cache_dir(others);
+  // "LINK/." or "LINK/.." would let open() follow a symbolic link at the root: see
+  // normalize_for_open. Normalized here too, so that `info` shows the directory actually used.
+  if (!config.cache_dir.empty()) config.cache_dir = normalize_for_open(config.cache_dir);
 
   if (const std::string* value = get(kCacheVar))
     config.cache_mode = parse_cache_mode(kCacheVar, *value);

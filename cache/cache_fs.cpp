@@ -180,7 +180,9 @@ DirResult open_dir_at(int parent_fd, const char* name, bool create, mode_t mode)
 }
 
 void share_directory(DirResult* dir, const CacheTrust& trust) {
-  if (!trust.shared() || !dir->fd) return;
+  // Only directories we just made: turning an existing private directory into a shared one
+  // would hand its contents to the whole group behind its owner's back.
+  if (!trust.shared() || !dir->fd || !dir->created) return;
   struct stat& info = dir->status_info;
   // Never "repair" a directory others could write: it stays refused.
   if (info.st_uid != ::geteuid() || (info.st_mode & S_IWOTH)) return;

@@ -83,8 +83,8 @@ struct DirResult {
 // following a symbolic link at `name`.
 DirResult open_dir_at(int parent_fd, const char* name, bool create, mode_t mode);
 
-// A shared cache's directories are setgid and group-writable. Directories of ours get those
-// bits when we create them (the umask removes them) or find them missing.
+// A shared cache's directories are setgid and group-writable. Directories we have just created
+// get those bits (the umask removes them); existing directories are left as they are.
 void share_directory(DirResult* dir, const CacheTrust& trust);
 
 // The path to open for a directory or file that must not be reached through a symbolic link

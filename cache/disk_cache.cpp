@@ -50,6 +50,17 @@ DiskCache::Chain DiskCache::open_chain(const char* sub, bool create) const {
                 fmt::format("shared with group {}, which is not one of this process's groups",
                             chain.trust.group()));
   if (create) share_directory(&root, chain.trust);
+  const mode_t shared_bits = S_ISGID | S_IRWXG;
+  if (create && chain.trust.shared() && !root.created &&
+      ((root.status_info.st_mode & shared_bits) != shared_bits ||
+       root.status_info.st_gid != chain.trust.group()))
+    log_once(LogLevel::warn, "unshared-cache-root:" + root_.string(),
+             "ASTRAI_JIT_CACHE_SHARED is set but the existing cache directory {} is not shared "
+             "(mode {:04o}, group {}); it is left as it is. To share it with group {}, run: chgrp "
+             "-R {} {} && chmod -R g+rwX {} && find {} -type d -exec chmod g+s {{}} +",
+             root_.string(), root.status_info.st_mode & 07777, root.status_info.st_gid,
+             chain.trust.group(), chain.trust.group(), root_.string(), root_.string(),
+             root_.string());
   if (std::string why = chain.trust.check(root.status_info); !why.empty())
     return stop(root, root_, why);
   chain.root = std::move(root.fd);

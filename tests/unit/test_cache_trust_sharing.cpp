@@ -416,6 +416,35 @@ TEST_CASE("two users in one group share a cache; a user outside the group cannot
   CHECK(private_view.list().empty());
 }
 
+TEST_CASE("shared mode leaves an existing private cache private, with one warning") {
+  TempDir dir;
+  const fs::path root = dir.path() / "cache";
+  {
+    QuietLog quiet;
+    DiskCache mine(root, CacheMode::read_write, 0);
+    REQUIRE(mine.store(make_key(1), make_loadable_entry("a.sm_80")));
+  }
+  const mode_t root_mode = astrai::testing::mode_of(root);
+  REQUIRE(root_mode == 0700);
+  CacheSharing sharing;
+  sharing.kind = CacheSharing::Kind::directory_group;
+  sharing.name = "group";
+  LogCapture log(dir.path() / "log.txt");
+  {
+    DiskCache shared(root, CacheMode::read_write, 0, sharing);
+    CHECK(shared.load(make_key(1), "a.sm_80").has_value());  // still ours to use
+    CHECK(shared.store(make_key(2), make_loadable_entry("b.sm_80", 2)));
+  }
+  const std::string output = log.finish();
+  CHECK(astrai::testing::mode_of(root) == 0700);
+  CHECK(astrai::testing::mode_of(root / "v1") == 0700);
+  CHECK(count_occurrences(output, "the existing cache directory " + root.string() +
+                                      " is not shared (mode 0700") == 1);
+  // A directory it creates itself is shared.
+  DiskCache fresh(dir.path() / "fresh", CacheMode::read_write, 0, sharing);
+  CHECK(astrai::testing::mode_of(dir.path() / "fresh") == 02770);
+}
+
 TEST_CASE("threads waiting for another thread's compile do not block other memory hits") {
   QuietLog quiet;
   TempDir dir;

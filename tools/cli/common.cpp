@@ -95,10 +95,7 @@ EnvConfig load_config() {
           config.arch_override, astrai::detail::nvrtc_version().text(), join(names, ", ")));
     }
   }
-  for (const auto& name : config.unknown_variables)
-    astrai::detail::log_once(astrai::detail::LogLevel::warn, "unknown-env-" + name,
-                             "unknown environment variable {} ignored (known: {})", name,
-                             join(astrai::detail::known_env_variables(), ", "));
+  astrai::detail::warn_unknown_env_variables(config);
   return config;
 }
 

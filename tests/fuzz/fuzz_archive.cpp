@@ -2,10 +2,14 @@
 // or not at all: either it succeeds and every entry it stored passes the checks a load makes,
 // or it throws astrai::Error (any other exception escapes and is a bug) and the cache holds no
 // file at all, not even a temp file.
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -26,14 +30,25 @@ using astrai::fuzz::require;
 
 namespace {
 
+const std::string kPrefix = "astrai-fuzz-archive-";
+
 // This process's scratch directory (one per process: libFuzzer may run several jobs).
 const fs::path& work_dir() {
   static const fs::path dir = [] {
     fs::path path =
-        fs::temp_directory_path() / ("astrai-fuzz-archive-" + std::to_string(::getpid()));
+        fs::temp_directory_path() / (kPrefix + std::to_string(::getpid()));
     fs::remove_all(path);
     fs::create_directories(path);
     fs::permissions(path, fs::perms::owner_all);
+    // libFuzzer ends with _Exit (no atexit handlers): remove what finished runs left instead.
+    std::error_code ec;
+    for (const auto& item : fs::directory_iterator(fs::temp_directory_path(), ec)) {
+      const std::string name = item.path().filename().string();
+      if (name.rfind(kPrefix, 0) != 0) continue;
+      const long pid = std::strtol(name.c_str() + kPrefix.size(), nullptr, 10);
+      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+        fs::remove_all(item.path(), ec);
+    }
     return path;
   }();
   return dir;

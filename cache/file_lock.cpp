@@ -48,7 +48,7 @@ int open_lock_file(int dir_fd, const char* name, mode_t mode) {
 
 // Replaces the lock file `name`, which users we do not trust could open (and so hold its flock
 // for ever: older versions created lock files 0644), by a fresh one of the right mode, renamed
-// over it. Closing `*fd` is not enough: a descriptor opened earlier stays valid. Returns the
+// over it. A chmod would not do: a descriptor opened before it stays valid. Returns the
 // new file's descriptor, or -1 with `why` set. A process waiting on the old file may get its
 // lock too, once: the two compile the same key, which is harmless (the atomic rename decides).
 int replace_exposed_lock_file(int dir_fd, const std::string& name, const CacheTrust& trust,
@@ -68,14 +68,17 @@ int replace_exposed_lock_file(int dir_fd, const std::string& name, const CacheTr
   }
   struct stat status {};
   if (trust.shared()) ::fchmod(fd, trust.file_mode());  // the umask may remove group bits
-  if (::fstat(fd, &status) != 0 || trust.openable_by_others(status) ||
-      ::renameat(dir_fd, temp.c_str(), dir_fd, name.c_str()) != 0) {
+  if (::fstat(fd, &status) != 0)
+    *why = "cannot stat the replacement: " + errno_text(errno);
+  else if (trust.openable_by_others(status))
+    *why = fmt::format("the replacement has mode {:04o}", status.st_mode & 07777);
+  else if (::renameat(dir_fd, temp.c_str(), dir_fd, name.c_str()) != 0)
     *why = "cannot replace it: " + errno_text(errno);
-    ::close(fd);
-    ::unlinkat(dir_fd, temp.c_str(), 0);
-    return -1;
-  }
-  return fd;
+  else
+    return fd;
+  ::close(fd);
+  ::unlinkat(dir_fd, temp.c_str(), 0);
+  return -1;
 }
 
 }  // namespace

@@ -164,7 +164,8 @@ ArchiveReport export_cache(const DiskCache& cache, const std::vector<std::string
   int fd = -1;
   for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
     temp = dir / fmt::format(".{}.tmp-{:016x}", output.filename().string(), random());
-    fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    // 0600: an archive holds code that others would run; who else may read it is the user's call.
+    fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0 && errno != EEXIST) break;
   }
   if (fd < 0)
@@ -236,8 +237,19 @@ ArchiveReport import_archive(DiskCache& cache, const fs::path& input) {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
+  // Entries are staged (checked, written to temp files) while the archive is read; only a
+  // whole, sound archive is committed. Anything else leaves the cache as it was.
+  std::vector<DiskCache::StagedEntry> staged;
+  struct Discard {
+    DiskCache& cache;
+    std::vector<DiskCache::StagedEntry>& staged;
+    ~Discard() {
+      for (const auto& entry : staged) cache.discard_import(entry);
+    }
+  } discard{cache, staged};
   auto bad = [&shown](const std::string& why) {
-    return Error(fmt::format("cache import: {} is not a sound archive: {}", shown, why));
+    return Error(fmt::format("cache import: {} is not a sound archive: {}; nothing imported",
+                             shown, why));
   };
 
   char header[24];
@@ -250,29 +262,31 @@ ArchiveReport import_archive(DiskCache& cache, const fs::path& input) {
   if (count > kMaxArchiveEntries) throw bad(fmt::format("{} entries", count));
 
   ArchiveReport report;
+  std::vector<std::uint64_t> sizes;  // of each staged entry
   std::vector<char> bytes;
   for (std::uint64_t i = 0; i < count; ++i) {
+    const std::string which = fmt::format("entry {} of {}", i + 1, count);
     char length[4];
-    if (!read_exact(fd, length, sizeof length)) throw bad("truncated");
+    if (!read_exact(fd, length, sizeof length)) throw bad(which + ": truncated");
     const std::uint64_t name_length = get_le(length, 4);
-    if (name_length == 0 || name_length > kMaxEntryFileName) throw bad("bad entry name length");
+    if (name_length == 0 || name_length > kMaxEntryFileName)
+      throw bad(which + ": bad entry name length");
     std::string name(static_cast<std::size_t>(name_length), '\0');
     char size_field[8];
     if (!read_exact(fd, name.data(), name.size()) || !read_exact(fd, size_field, sizeof size_field))
-      throw bad("truncated");
+      throw bad(which + ": truncated");
     const std::uint64_t size = get_le(size_field, 8);
     // Refused before any allocation: no entry is larger than the cache accepts.
     if (size > kMaxEntryFileBytes)
-      throw bad(fmt::format("entry {} of {} bytes", echo_text(name), size));
+      throw bad(fmt::format("{} ({}): {} bytes", which, echo_text(name), size));
     bytes.resize(static_cast<std::size_t>(size));
-    if (!read_exact(fd, bytes.data(), bytes.size())) throw bad("truncated");
+    if (!read_exact(fd, bytes.data(), bytes.size())) throw bad(which + ": truncated");
     std::string why;
-    if (cache.import_entry(name, bytes, &why)) {
-      ++report.entries;
-      report.bytes += size;
-    } else {
-      report.problems.push_back(fmt::format("rejected {}: {}", echo_text(name), why));
-    }
+    DiskCache::StagedEntry entry;
+    if (!cache.stage_import(name, bytes, &entry, &why))
+      throw bad(fmt::format("{} ({}): {}", which, echo_text(name), why));
+    staged.push_back(std::move(entry));
+    sizes.push_back(size);
   }
   char trailer[16];
   if (!read_exact(fd, trailer, sizeof trailer) ||
@@ -281,6 +295,19 @@ ArchiveReport import_archive(DiskCache& cache, const fs::path& input) {
     throw bad("missing or wrong end marker");
   char extra = 0;
   if (::read(fd, &extra, 1) > 0) throw bad("trailing bytes");
+
+  // Every entry is sound: now they go in. One refused here (a foreign file in its place) is
+  // reported; the others stay imported.
+  for (std::size_t i = 0; i < staged.size(); ++i) {
+    std::string why;
+    if (cache.commit_import(staged[i], &why)) {
+      ++report.entries;
+      report.bytes += sizes[i];
+    } else {
+      report.problems.push_back(fmt::format("rejected {}: {}", echo_text(staged[i].name), why));
+    }
+  }
+  staged.clear();
   return report;
 }
 

@@ -5,9 +5,10 @@
 // count; per entry: u32 file-name length, the entry's file name ("<32 hex>.<variant>.cubin"),
 // u64 entry size, the entry file's bytes (header and checksum included, see cache_entry.hpp);
 // then the end magic "ASTRAIJZ" and the entry count again (a truncated archive is noticed).
-// Import checks every entry like a load does (its checksum, names and kind); whether to trust
-// the archive's origin is the importer's decision: import only archives you would run code
-// from.
+// Import checks the whole archive (end marker and count included) and every entry like a load
+// does (its checksum, names, kind, the payload's symbols and binary) before anything is stored:
+// a damaged archive imports nothing. Whether to trust the archive's origin is the importer's
+// decision: import only archives you would run code from.
 #pragma once
 
 #include <cstdint>
@@ -54,9 +55,11 @@ struct ArchiveReport {
 ArchiveReport export_cache(const DiskCache& cache, const std::vector<std::string>& variants,
                            const std::filesystem::path& output);
 
-// Checks and stores every entry of the archive into `cache`. Throws astrai::InvalidArgument
-// when `input` is not a readable regular file, astrai::Error when it is not a sound archive
-// (bad magic, version or sizes; entries before the damage, each checked, stay imported).
+// Checks every entry of the archive, then stores them all into `cache`. Throws
+// astrai::InvalidArgument when `input` is not a readable regular file, astrai::Error when it is
+// not a sound archive (bad magic, version, sizes or end marker, an entry that fails its checks);
+// then nothing is stored. An entry whose place holds a file the trust rule refuses is reported
+// in `problems` and not stored; the others are.
 ArchiveReport import_archive(DiskCache& cache, const std::filesystem::path& input);
 
 }  // namespace astrai::detail

@@ -54,9 +54,11 @@ std::optional<CacheEntryData> decode_entry_of_variant(std::string_view variant_n
 // another build of the library sharing the cache. Such a file is a miss, not damage.
 bool is_other_entry_format(const char* data, std::size_t size);
 
-// Checks a kernel binary before it reaches the driver: PTX must end in NUL; a cubin must be a
-// 64-bit little-endian ELF whose header, program and section tables and section contents lie
-// inside the payload. Returns false with a short reason.
+// Checks a kernel binary before it reaches the driver (cache/kernel_binary.cpp): PTX must end
+// in NUL; a cubin must be a 64-bit little-endian ELF in which every offset and index the driver
+// follows stays inside it: header, program and section tables, segments, sections, the section
+// name table, section links, symbol names and sections, relocation symbols and offsets.
+// Returns false with a short reason.
 bool check_kernel_binary(BinaryKind kind, const char* data, std::size_t size, std::string* why);
 
 }  // namespace astrai::detail

@@ -180,7 +180,9 @@ DirResult open_dir_at(int parent_fd, const char* name, bool create, mode_t mode)
 }
 
 void share_directory(DirResult* dir, const CacheTrust& trust) {
-  if (!trust.shared() || !dir->fd) return;
+  // Only directories we just made: turning an existing private directory into a shared one
+  // would hand its contents to the whole group behind its owner's back.
+  if (!trust.shared() || !dir->fd || !dir->created) return;
   struct stat& info = dir->status_info;
   // Never "repair" a directory others could write: it stays refused.
   if (info.st_uid != ::geteuid() || (info.st_mode & S_IWOTH)) return;
@@ -189,6 +191,53 @@ void share_directory(DirResult* dir, const CacheTrust& trust) {
   if ((info.st_mode & 07777) != trust.directory_mode())
     ::fchmod(dir->fd.get(), trust.directory_mode());
   ::fstat(dir->fd.get(), &info);
+}
+
+fs::path normalize_for_open(const fs::path& path) {
+  fs::path normal = path.lexically_normal();
+  while (!normal.empty() && !normal.has_filename() && normal != normal.root_path())
+    normal = normal.parent_path();
+  return normal;
+}
+
+int open_private_append(const fs::path& path, std::string* why) {
+  const fs::path normal = normalize_for_open(path);
+  const fs::path name = normal.filename();
+  if (name.empty() || name == "." || name == "..") {
+    *why = "not a file name";
+    return -1;
+  }
+  const fs::path parent = normal.has_parent_path() ? normal.parent_path() : fs::path(".");
+  DirResult dir = open_dir_at(AT_FDCWD, parent.c_str(), false, 0);
+  if (dir.status != OpenStatus::ok) {
+    *why = fmt::format("directory {}: {}", parent.string(), dir.why);
+    return -1;
+  }
+  const struct stat& info = dir.status_info;
+  std::string refused = CacheTrust::owner_only().check(info);
+  // A sticky directory of ours or root's (/tmp) is fine: nobody else can rename or remove our
+  // file in it, and a file they create there is not ours and is refused below.
+  const bool trusted_owner = info.st_uid == ::geteuid() || info.st_uid == 0;
+  if (!refused.empty() && trusted_owner && (info.st_mode & S_ISVTX)) refused.clear();
+  if (!refused.empty()) {
+    *why = fmt::format("directory {}: {}", parent.string(), refused);
+    return -1;
+  }
+  const int fd = openat_retry(dir.fd.get(), name.c_str(),
+                              O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
+                              0600);
+  if (fd < 0) {
+    *why = errno == ELOOP ? std::string("a symbolic link (never followed)") : errno_text(errno);
+    return -1;
+  }
+  struct stat file {};
+  if (::fstat(fd, &file) != 0 || !S_ISREG(file.st_mode) || file.st_nlink != 1 ||
+      file.st_uid != ::geteuid()) {
+    ::close(fd);
+    *why = "not a regular file of ours with a single link";
+    return -1;
+  }
+  return fd;
 }
 
 void make_parents(const fs::path& root) {

@@ -83,9 +83,24 @@ struct DirResult {
 // following a symbolic link at `name`.
 DirResult open_dir_at(int parent_fd, const char* name, bool create, mode_t mode);
 
-// A shared cache's directories are setgid and group-writable. Directories of ours get those
-// bits when we create them (the umask removes them) or find them missing.
+// A shared cache's directories are setgid and group-writable. Directories we have just created
+// get those bits (the umask removes them); existing directories are left as they are.
 void share_directory(DirResult* dir, const CacheTrust& trust);
+
+// The path to open for a directory or file that must not be reached through a symbolic link
+// at its last component: lexically normalized, without a trailing separator. O_NOFOLLOW only
+// guards the last component, and in "LINK/", "LINK/." or "LINK/x/.." that is not LINK, so
+// open() would follow the link; normalized, the last component is LINK itself.
+std::filesystem::path normalize_for_open(const std::filesystem::path& path);
+
+// Opens the file `path` to append to it (created 0600), safely in a directory others can reach
+// (ASTRAI_JIT_RECORD): the parent directory is opened without following a symbolic link at its
+// last component (a planted directory link would lead into someone else's files) and must be
+// ours or root's, writable by nobody else unless sticky (like /tmp); the file is opened from
+// it without following a link and must be a regular file of ours with a single name (a hard
+// link planted in a shared directory would point elsewhere). Returns the descriptor, or -1 with
+// the reason in `why`.
+int open_private_append(const std::filesystem::path& path, std::string* why);
 
 // mkdir -p for the directories above a cache root (private: 0700, as XDG asks for
 // ~/.cache). Errors are left for the open of the root to report.

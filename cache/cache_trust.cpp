@@ -39,6 +39,13 @@ std::string CacheTrust::check(const struct stat& status) const {
   return {};
 }
 
+bool CacheTrust::openable_by_others(const struct stat& status) const {
+  const mode_t mode = status.st_mode;
+  if (mode & (S_IROTH | S_IWOTH)) return true;
+  const bool trusted_group = shared_ && status.st_gid == group_;
+  return !trusted_group && (mode & (S_IRGRP | S_IWGRP)) != 0;
+}
+
 bool is_own_group(gid_t group) {
   if (::getegid() == group) return true;
   const int count = ::getgroups(0, nullptr);

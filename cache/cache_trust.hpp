@@ -38,6 +38,11 @@ class CacheTrust {
   // "owned by uid 1234 (trusted: uid 0 and root)".
   std::string check(const struct stat& status) const;
 
+  // Whether someone this rule does not trust may open a file with this status for reading or
+  // writing: the others' bits, and the group's unless it is the shared group. Such a user can
+  // hold an flock on it (a read descriptor is enough), which matters for lock files.
+  bool openable_by_others(const struct stat& status) const;
+
   bool shared() const { return shared_; }
   gid_t group() const { return group_; }
   // Modes for what the cache creates: private 0700/0600, shared 02770/0660 (setgid so that

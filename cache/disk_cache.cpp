@@ -11,6 +11,7 @@
 
 #include "base/logging.hpp"
 #include "cache/disk_cache_internal.hpp"
+#include "cache/variant_payload.hpp"
 
 namespace astrai::detail {
 
@@ -49,6 +50,17 @@ DiskCache::Chain DiskCache::open_chain(const char* sub, bool create) const {
                 fmt::format("shared with group {}, which is not one of this process's groups",
                             chain.trust.group()));
   if (create) share_directory(&root, chain.trust);
+  const mode_t shared_bits = S_ISGID | S_IRWXG;
+  if (create && chain.trust.shared() && !root.created &&
+      ((root.status_info.st_mode & shared_bits) != shared_bits ||
+       root.status_info.st_gid != chain.trust.group()))
+    log_once(LogLevel::warn, "unshared-cache-root:" + root_.string(),
+             "ASTRAI_JIT_CACHE_SHARED is set but the existing cache directory {} is not shared "
+             "(mode {:04o}, group {}); it is left as it is. To share it with group {}, run: chgrp "
+             "-R {} {} && chmod -R g+rwX {} && find {} -type d -exec chmod g+s {{}} +",
+             root_.string(), root.status_info.st_mode & 07777, root.status_info.st_gid,
+             chain.trust.group(), chain.trust.group(), root_.string(), root_.string(),
+             root_.string());
   if (std::string why = chain.trust.check(root.status_info); !why.empty())
     return stop(root, root_, why);
   chain.root = std::move(root.fd);
@@ -82,19 +94,8 @@ void warn_refused(const fs::path& path, const std::string& why) {
            "not using {}: {}; nothing there is loaded, written or removed", path.string(), why);
 }
 
-namespace {
-
-// "/a/cache/" would make open() follow a link at "cache" despite O_NOFOLLOW: drop the slash.
-fs::path without_trailing_separator(fs::path path) {
-  while (!path.empty() && !path.has_filename() && path != path.root_path())
-    path = path.parent_path();
-  return path;
-}
-
-}  // namespace
-
 DiskCache::DiskCache(fs::path root, CacheMode mode, std::uint64_t max_bytes, CacheSharing sharing)
-    : root_(without_trailing_separator(std::move(root))),
+    : root_(normalize_for_open(root)),
       entries_dir_(root_ / "v1"),
       mode_(mode),
       sharing_(std::move(sharing)),
@@ -248,15 +249,14 @@ std::optional<CacheEntryData> DiskCache::load(const CacheKey& key,
 
 namespace {
 
-// Writes `bytes` to a fresh temp file in `dir_fd` and renames it to `name`. Returns 0 or an
-// errno value; `failure` receives a readable description.
-int publish_file(int dir_fd, const fs::path& dir, const std::string& name,
-                 const std::vector<char>& bytes, const CacheTrust& trust, std::string* failure) {
-  std::string temp;
+// Writes `bytes` to a fresh temp file in `dir_fd` (fsynced, closed) and sets `temp` to its name.
+// Returns 0 or an errno value; `failure` receives a readable description.
+int write_temp_file(int dir_fd, const fs::path& dir, const std::vector<char>& bytes,
+                    const CacheTrust& trust, std::string* temp, std::string* failure) {
   int fd = -1;
   for (int attempt = 0; attempt < 16; ++attempt) {
-    temp = fmt::format("{}{}-{:016x}", kTempPrefix, static_cast<long>(::getpid()), random_u64());
-    fd = openat_retry(dir_fd, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+    *temp = fmt::format("{}{}-{:016x}", kTempPrefix, static_cast<long>(::getpid()), random_u64());
+    fd = openat_retry(dir_fd, temp->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                       trust.file_mode());
     if (fd >= 0 || errno != EEXIST) break;
   }
@@ -268,8 +268,8 @@ int publish_file(int dir_fd, const fs::path& dir, const std::string& name,
 
   auto abandon = [&](int error, const char* what) {
     if (fd >= 0) ::close(fd);
-    ::unlinkat(dir_fd, temp.c_str(), 0);
-    *failure = fmt::format("{} {}: {}", what, (dir / temp).string(), errno_text(error));
+    ::unlinkat(dir_fd, temp->c_str(), 0);
+    *failure = fmt::format("{} {}: {}", what, (dir / *temp).string(), errno_text(error));
     return error;
   };
   // The umask may have removed the group bits a shared cache needs.
@@ -282,13 +282,42 @@ int publish_file(int dir_fd, const fs::path& dir, const std::string& name,
   const int close_result = ::close(fd);
   fd = -1;
   if (close_result != 0 && errno != EINTR) return abandon(errno, "cannot close");
+  return 0;
+}
+
+// Renames the temp file `temp` to `name` in `dir_fd`; the temp file is removed on failure.
+int rename_into_place(int dir_fd, const fs::path& dir, const std::string& temp,
+                      const std::string& name, std::string* failure) {
   // renameat() replaces atomically: readers see the old entry or the new one, never a mix.
   // When two writers race, the last rename wins; both published the same key, so both
   // succeeded.
-  if (::renameat(dir_fd, temp.c_str(), dir_fd, name.c_str()) != 0)
-    return abandon(errno, "cannot rename");
+  if (::renameat(dir_fd, temp.c_str(), dir_fd, name.c_str()) != 0) {
+    const int error = errno;
+    ::unlinkat(dir_fd, temp.c_str(), 0);
+    *failure = fmt::format("cannot rename {}: {}", (dir / temp).string(), errno_text(error));
+    return error;
+  }
   ::fsync(dir_fd);  // best effort: some file systems refuse to fsync directories
   return 0;
+}
+
+// Writes `bytes` to a fresh temp file in `dir_fd` and renames it to `name`.
+int publish_file(int dir_fd, const fs::path& dir, const std::string& name,
+                 const std::vector<char>& bytes, const CacheTrust& trust, std::string* failure) {
+  std::string temp;
+  if (int error = write_temp_file(dir_fd, dir, bytes, trust, &temp, failure); error != 0)
+    return error;
+  return rename_into_place(dir_fd, dir, temp, name, failure);
+}
+
+// Empty when the name `name` in `dir_fd` is free or holds a file we may replace; otherwise why
+// not (never replace what we would refuse to read: it is not ours).
+std::string replace_refused(int dir_fd, const std::string& name, const CacheTrust& trust) {
+  struct stat existing {};
+  if (::fstatat(dir_fd, name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) != 0) return {};
+  return S_ISREG(existing.st_mode)   ? trust.check(existing)
+         : S_ISLNK(existing.st_mode) ? std::string("a symbolic link")
+                                     : std::string("not a regular file");
 }
 
 }  // namespace
@@ -327,16 +356,10 @@ bool DiskCache::store(const CacheKey& key, const CacheEntryData& entry) {
       error = chain.status == OpenStatus::missing ? ENOENT : EIO;
       failure = fmt::format("{}: {}", chain.where.string(), chain.why);
     } else {
-      // Never replace what we would refuse to read: it is not ours.
-      struct stat existing {};
-      if (::fstatat(chain.sub.get(), name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0) {
-        std::string refused = S_ISREG(existing.st_mode)   ? chain.trust.check(existing)
-                              : S_ISLNK(existing.st_mode) ? std::string("a symbolic link")
-                                                          : std::string("not a regular file");
-        if (!refused.empty()) {
-          warn_refused(path, refused);
-          return false;
-        }
+      if (std::string refused = replace_refused(chain.sub.get(), name, chain.trust);
+          !refused.empty()) {
+        warn_refused(path, refused);
+        return false;
       }
       error = publish_file(chain.sub.get(), chain.where, name, bytes, chain.trust, &failure);
     }
@@ -352,28 +375,52 @@ bool DiskCache::store(const CacheKey& key, const CacheEntryData& entry) {
   return true;
 }
 
-bool DiskCache::import_entry(const std::string& file_name, const std::vector<char>& bytes,
-                             std::string* why) {
+bool DiskCache::stage_import(const std::string& file_name, const std::vector<char>& bytes,
+                             StagedEntry* staged, std::string* why) {
   std::string key_hex;
   std::string variant;
   if (!parse_entry_file_name(file_name, &key_hex, &variant) || !is_valid_variant_for_path(variant)) {
     *why = "not an entry file name";
     return false;
   }
-  CacheKey key;
-  for (std::size_t i = 0; i < 32; ++i) {
-    const char c = key_hex[i];
-    const std::uint64_t digit = static_cast<std::uint64_t>(c <= '9' ? c - '0' : c - 'a' + 10);
-    std::uint64_t& half = i < 16 ? key.high : key.low;
-    half = (half << 4) | digit;
-  }
   const auto decoded = decode_entry_of_variant(variant, bytes.data(), bytes.size(), why);
-  if (!decoded) return false;
-  if (!store(key, *decoded)) {
+  if (!decoded || !check_variant_payload(decoded->kind, decoded->payload, why)) return false;
+  if (!usable_for_write()) {
     *why = fmt::format("cannot write the cache at {}", root_.string());
     return false;
   }
+  const std::string shard = key_hex.substr(0, 2);
+  const Chain chain = open_chain(shard.c_str(), true);
+  if (chain.status != OpenStatus::ok) {
+    if (chain.status == OpenStatus::refused) report_refused(chain);
+    *why = fmt::format("{}: {}", chain.where.string(), chain.why);
+    return false;
+  }
+  std::string temp;
+  if (write_temp_file(chain.sub.get(), chain.where, bytes, chain.trust, &temp, why) != 0)
+    return false;
+  *staged = StagedEntry{shard, std::move(temp), file_name};
   return true;
+}
+
+bool DiskCache::commit_import(const StagedEntry& staged, std::string* why) {
+  const Chain chain = open_chain(staged.shard.c_str(), false);
+  if (chain.status != OpenStatus::ok) {
+    *why = fmt::format("{}: {}", chain.where.string(), chain.why);
+    return false;
+  }
+  if (std::string refused = replace_refused(chain.sub.get(), staged.name, chain.trust);
+      !refused.empty()) {
+    ::unlinkat(chain.sub.get(), staged.temp.c_str(), 0);
+    *why = fmt::format("{}: {}", (chain.where / staged.name).string(), refused);
+    return false;
+  }
+  return rename_into_place(chain.sub.get(), chain.where, staged.temp, staged.name, why) == 0;
+}
+
+void DiskCache::discard_import(const StagedEntry& staged) const {
+  const Chain chain = open_chain(staged.shard.c_str(), false);
+  if (chain.status == OpenStatus::ok) ::unlinkat(chain.sub.get(), staged.temp.c_str(), 0);
 }
 
 std::unique_ptr<FileLock> DiskCache::lock_key(const CacheKey& key,
@@ -398,6 +445,9 @@ std::unique_ptr<FileLock> DiskCache::lock_key(const CacheKey& key,
     if (why == "a symbolic link" || why.rfind("owned by", 0) == 0 ||
         why.rfind("writable by", 0) == 0 || why == "not a regular file")
       warn_refused(path, why);
+    else if (why.rfind("openable by", 0) == 0)
+      log_once(LogLevel::warn, "exposed-lock:" + path.string(),
+               "not waiting on compile lock {}: {}; compiling without it", path.string(), why);
     else
       log(LogLevel::debug, "cannot use compile lock {}: {}; compiling without it", path.string(),
           why);

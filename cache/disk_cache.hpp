@@ -78,11 +78,21 @@ class DiskCache {
   // Prunes to max_bytes afterwards when a cap is set.
   bool store(const CacheKey& key, const CacheEntryData& entry);
 
-  // Stores an entry file taken from elsewhere (cache import) under its file name
-  // ("<32 hex>.<variant>.cubin") after checking it like a load does: header, checksum, the
-  // variant against the name, the binary kind against the target. False with a reason.
-  bool import_entry(const std::string& file_name, const std::vector<char>& bytes,
-                    std::string* why);
+  // Import in two steps, so that an archive goes in whole or not at all (cache_archive.hpp).
+  // stage_import checks an entry file taken from elsewhere, named "<32 hex>.<variant>.cubin",
+  // like a load does (header, checksum, the variant against the name, the binary kind against
+  // the target, the payload's symbol table and binary) and writes it to a temp file beside its
+  // place; commit_import renames it into place (never over a file the trust rule refuses);
+  // discard_import removes it. False with a reason.
+  struct StagedEntry {
+    std::string shard;  // "ab": the shard directory below v1
+    std::string temp;   // the temp file's name there
+    std::string name;   // the entry's file name
+  };
+  bool stage_import(const std::string& file_name, const std::vector<char>& bytes,
+                    StagedEntry* staged, std::string* why);
+  bool commit_import(const StagedEntry& staged, std::string* why);
+  void discard_import(const StagedEntry& staged) const;
 
   // Per-key cross-process lock; nullptr when locking is impossible or timed out (the caller
   // compiles anyway). Stale locks of dead processes never block (flock is released on exit).

@@ -208,7 +208,8 @@ std::uint64_t DiskCache::clear() {
   if (locks.status == OpenStatus::ok) {
     for_each_name(locks.sub.get(), [&](const std::string& name) {
       struct stat info {};
-      if (!ends_with(name, kLockSuffix) ||
+      // Lock files, and the replacements of exposed ones left by a process killed in between.
+      if (!(ends_with(name, kLockSuffix) || starts_with(name, ".tmp-lock-")) ||
           ::fstatat(locks.sub.get(), name.c_str(), &info, AT_SYMLINK_NOFOLLOW) != 0 ||
           !S_ISREG(info.st_mode) || !locks.trust.check(info).empty())
         return;

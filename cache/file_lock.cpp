@@ -23,6 +23,8 @@
 #include <system_error>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "base/logging.hpp"
 #include "cache/cache_fs.hpp"
 
@@ -42,6 +44,41 @@ int open_lock_file(int dir_fd, const char* name, mode_t mode) {
   // Read-only: flock needs no write access, and a lock file is never written.
   return openat_retry(dir_fd, name, O_RDONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
                       mode);
+}
+
+// Replaces the lock file `name`, which users we do not trust could open (and so hold its flock
+// for ever: older versions created lock files 0644), by a fresh one of the right mode, renamed
+// over it. A chmod would not do: a descriptor opened before it stays valid. Returns the
+// new file's descriptor, or -1 with `why` set. A process waiting on the old file may get its
+// lock too, once: the two compile the same key, which is harmless (the atomic rename decides).
+int replace_exposed_lock_file(int dir_fd, const std::string& name, const CacheTrust& trust,
+                              std::string* why) {
+  std::string temp;
+  int fd = -1;
+  for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
+    temp = fmt::format(".tmp-lock-{}-{:016x}", static_cast<long>(::getpid()), random_u64());
+    fd = openat_retry(dir_fd, temp.c_str(),
+                      O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+                      trust.file_mode());
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0) {
+    *why = "cannot create a replacement: " + errno_text(errno);
+    return -1;
+  }
+  struct stat status {};
+  if (trust.shared()) ::fchmod(fd, trust.file_mode());  // the umask may remove group bits
+  if (::fstat(fd, &status) != 0)
+    *why = "cannot stat the replacement: " + errno_text(errno);
+  else if (trust.openable_by_others(status))
+    *why = fmt::format("the replacement has mode {:04o}", status.st_mode & 07777);
+  else if (::renameat(dir_fd, temp.c_str(), dir_fd, name.c_str()) != 0)
+    *why = "cannot replace it: " + errno_text(errno);
+  else
+    return fd;
+  ::close(fd);
+  ::unlinkat(dir_fd, temp.c_str(), 0);
+  return -1;
 }
 
 }  // namespace
@@ -84,6 +121,23 @@ std::unique_ptr<FileLock> FileLock::acquire_at(int dir_fd, const std::string& na
     ::close(fd);
     if (why) *why = problem;
     return nullptr;
+  }
+  if (trust.openable_by_others(status)) {
+    const mode_t old_mode = status.st_mode & 07777;
+    ::close(fd);
+    std::string failure;
+    fd = replace_exposed_lock_file(dir_fd, name, trust, &failure);
+    if (fd < 0 || ::fstat(fd, &status) != 0) {
+      // Never wait on a lock others can hold: compile without it (the atomic rename decides).
+      if (fd >= 0) ::close(fd);
+      if (why) *why = fmt::format("openable by other users (mode {:04o}); {}", old_mode, failure);
+      return nullptr;
+    }
+    log_once(LogLevel::warn, "exposed-lock-file",
+             "compile lock {} could be opened by other users (mode {:04o}), who could hold it and "
+             "stall every compile of its kernel; replaced it with a private one (this warning is "
+             "given once)",
+             name, old_mode);
   }
 
   const auto start = std::chrono::steady_clock::now();

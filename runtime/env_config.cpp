@@ -17,6 +17,8 @@
 #include <fmt/format.h>
 
 #include "astrai/error.hpp"
+#include "cache/cache_archive.hpp"
+#include "cache/cache_fs.hpp"
 
 extern char** environ;
 
@@ -77,7 +79,9 @@ std::string_view trim(std::string_view text) {
 
 [[noreturn]] void throw_invalid(const std::string& name, const std::string& value,
                                 const char* allowed) {
-  throw ConfigError(fmt::format("{}={} is not valid (allowed: {})", name, value, allowed));
+  // Escaped: a value with control bytes must not rewrite the terminal that shows the message.
+  throw ConfigError(
+      fmt::format("{}={} is not valid (allowed: {})", name, echo_text(value), allowed));
 }
 
 bool parse_bool(const std::string& name, const std::string& value) {
@@ -174,8 +178,8 @@ std::vector<std::filesystem::path> parse_cache_layers(const std::string& value) 
     if (!part.empty()) {
       std::filesystem::path path(part);
       if (!path.is_absolute()) throw_invalid(kCachePathVar, value, kCachePathAllowed);
-      if (std::find(layers.begin(), layers.end(), path.lexically_normal()) == layers.end())
-        layers.push_back(path.lexically_normal());
+      path = normalize_for_open(path);
+      if (std::find(layers.begin(), layers.end(), path) == layers.end()) layers.push_back(path);
     }
     if (end == std::string::npos) break;
     begin = end + 1;
@@ -195,6 +199,14 @@ const std::vector<std::string>& known_env_variables() {
     return list;
   }();
   return names;
+}
+
+void warn_unknown_env_variables(const EnvConfig& config) {
+  std::string known;
+  for (const auto& name : known_env_variables()) known += (known.empty() ? "" : ", ") + name;
+  for (const auto& name : config.unknown_variables)
+    log_once(LogLevel::warn, "unknown-env-" + name,
+             "unknown environment variable {} ignored (known: {})", echo_text(name), known);
 }
 
 std::optional<std::uint64_t> parse_byte_size(const std::string& text) {
@@ -337,6 +349,9 @@ EnvConfig parse_env_config(const std::vector<std::string>& environment) {
     config.cache_dir = make_absolute(*value);
   else
     config.cache_dir = default_cache_dir(others);
+  // "LINK/." or "LINK/.." would let open() follow a symbolic link at the root: see
+  // normalize_for_open. Normalized here too, so that `info` shows the directory actually used.
+  if (!config.cache_dir.empty()) config.cache_dir = normalize_for_open(config.cache_dir);
 
   if (const std::string* value = get(kCacheVar))
     config.cache_mode = parse_cache_mode(kCacheVar, *value);
@@ -347,7 +362,7 @@ EnvConfig parse_env_config(const std::vector<std::string>& environment) {
                                                                  : std::string(trim(*value)),
                              &config.cache_sharing, &why))
       throw ConfigError(fmt::format("{}={} is not valid: {} (allowed: {})", kCacheSharedVar,
-                                    *value, why, kCacheSharedAllowed));
+                                    echo_text(*value), echo_text(why), kCacheSharedAllowed));
   }
   if (const std::string* value = get(kForceCompileVar))
     config.force_compile = parse_bool(kForceCompileVar, *value);
@@ -375,7 +390,8 @@ EnvConfig parse_env_config(const std::vector<std::string>& environment) {
       for (char c : *arch)
         if (is_digit(c)) number = number * 10 + (c - '0');
       if (number < kMinArchNumber)
-        throw ConfigError(fmt::format("{}={} is not supported (allowed: {})", kArchVar, *value,
+        throw ConfigError(fmt::format("{}={} is not supported (allowed: {})", kArchVar,
+                                      echo_text(*value),
                                       kArchSupported));
       config.arch_override = *arch;
     }

@@ -59,6 +59,9 @@ struct EnvConfig {
 // Names of all recognized variables, sorted.
 const std::vector<std::string>& known_env_variables();
 
+// Warns once about each of config.unknown_variables, listing the known names.
+void warn_unknown_env_variables(const EnvConfig& config);
+
 // Parses the given environment (entries "NAME=value", like `environ`). Throws
 // astrai::ConfigError for a bad value; the message names the variable, its value and what is
 // allowed, e.g. "ASTRAI_JIT_CACHE=rx is not valid (allowed: rw, ro, off)".

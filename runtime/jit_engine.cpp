@@ -13,6 +13,7 @@
 #include "astrai/error.hpp"
 #include "base/logging.hpp"
 #include "cache/cache_entry.hpp"
+#include "cache/cache_fs.hpp"
 #include "runtime/compile_plan.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
@@ -20,78 +21,23 @@ namespace astrai::detail {
 
 namespace {
 
-void append_u32(std::vector<char>* out, std::uint32_t value) {
-  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xffu));
-}
-
-bool read_u32(const std::vector<char>& in, std::size_t* offset, std::uint32_t* value) {
-  if (in.size() - *offset < 4 || *offset > in.size()) return false;
-  std::uint32_t result = 0;
-  for (int i = 0; i < 4; ++i)
-    result |= static_cast<std::uint32_t>(static_cast<unsigned char>(in[*offset + i])) << (8 * i);
-  *offset += 4;
-  *value = result;
-  return true;
-}
-
 double milliseconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace
 
-std::vector<char> encode_variant_payload(const std::vector<std::string>& symbols,
-                                         const std::vector<char>& binary) {
-  std::vector<char> out;
-  append_u32(&out, static_cast<std::uint32_t>(symbols.size()));
-  for (const auto& symbol : symbols) {
-    append_u32(&out, static_cast<std::uint32_t>(symbol.size()));
-    out.insert(out.end(), symbol.begin(), symbol.end());
-  }
-  out.insert(out.end(), binary.begin(), binary.end());
-  return out;
-}
-
-namespace {
-
-// The symbols of a variant payload and where its binary starts; false when malformed.
-bool decode_variant_symbols(const std::vector<char>& payload, std::vector<std::string>* symbols,
-                            std::size_t* binary_offset) {
-  std::size_t offset = 0;
-  std::uint32_t count = 0;
-  if (!read_u32(payload, &offset, &count) || count > 64) return false;
-  symbols->clear();
-  for (std::uint32_t i = 0; i < count; ++i) {
-    std::uint32_t length = 0;
-    if (!read_u32(payload, &offset, &length) || length > 4096 || payload.size() - offset < length)
-      return false;
-    symbols->emplace_back(payload.data() + offset, length);
-    offset += length;
-  }
-  if (offset >= payload.size()) return false;  // a variant always has a binary
-  *binary_offset = offset;
-  return true;
-}
-
-}  // namespace
-
-bool decode_variant_payload(const std::vector<char>& payload, std::vector<std::string>* symbols,
-                            std::vector<char>* binary) {
-  std::size_t offset = 0;
-  if (!decode_variant_symbols(payload, symbols, &offset)) return false;
-  binary->assign(payload.begin() + static_cast<std::ptrdiff_t>(offset), payload.end());
-  return true;
-}
-
 JitEngine::JitEngine(EnvConfig config)
     : config_(std::move(config)),
       cache_(config_.cache_dir, config_.cache_mode, config_.max_cache_bytes,
              config_.cache_sharing) {
   if (config_.cache_mode == CacheMode::off) return;
+  // A layer is someone's published cache (an image's, a colleague's): its files are trusted
+  // only when owned by us or root and writable by nobody else. The sharing mode of our own cache
+  // never extends to layers: a group shared with us says nothing about who wrote a layer.
   for (const auto& layer : config_.cache_layers)
     if (layer != config_.cache_dir)
-      layers_.push_back(
-          std::make_unique<DiskCache>(layer, CacheMode::read_only, 0, config_.cache_sharing));
+      layers_.push_back(std::make_unique<DiskCache>(layer, CacheMode::read_only, 0, CacheSharing{}));
 }
 
 bool JitEngine::cached(const KernelSpec& spec) const {
@@ -274,24 +220,12 @@ void JitEngine::record(const KernelSpec& spec) {
   const std::string name = spec.name();
   std::lock_guard<std::mutex> lock(record_mutex_);
   if (!recorded_.insert(name).second) return;
-  // One O_APPEND write per line: lines from concurrent processes never interleave. Never
-  // through a symbolic link, and only into a regular file of ours with no other name (a hard
-  // link planted in a shared directory would point elsewhere).
-  const int fd = ::open(config_.record_file.c_str(),
-                        O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+  // One O_APPEND write per line: lines from concurrent processes never interleave.
+  std::string why;
+  const int fd = open_private_append(config_.record_file, &why);
   if (fd < 0) {
-    log_once(LogLevel::warn, "record-open", "ASTRAI_JIT_RECORD: cannot open {}: {}",
-             config_.record_file.string(),
-             errno == ELOOP ? "a symbolic link (never followed)" : std::strerror(errno));
-    return;
-  }
-  struct stat info {};
-  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode) || info.st_nlink != 1 ||
-      info.st_uid != ::geteuid()) {
-    log_once(LogLevel::warn, "record-open",
-             "ASTRAI_JIT_RECORD: not writing {}: not a regular file of ours with a single link",
-             config_.record_file.string());
-    ::close(fd);
+    log_once(LogLevel::warn, "record-open", "ASTRAI_JIT_RECORD: not writing {}: {}",
+             config_.record_file.string(), why);
     return;
   }
   const std::string line = name + "\n";

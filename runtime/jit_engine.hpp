@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cache/disk_cache.hpp"
+#include "cache/variant_payload.hpp"
 #include "runtime/env_config.hpp"
 #include "runtime/kernel_spec.hpp"
 #include "runtime/nvrtc_compiler.hpp"
@@ -37,13 +38,6 @@ struct JitCounters {
   std::atomic<std::uint64_t> disk_hits{0};
   std::atomic<std::uint64_t> memory_hits{0};
 };
-
-// A cache entry's payload: the kernel symbols followed by the binary (so a cached cubin can be
-// loaded without asking NVRTC for the lowered names again).
-std::vector<char> encode_variant_payload(const std::vector<std::string>& symbols,
-                                         const std::vector<char>& binary);
-bool decode_variant_payload(const std::vector<char>& payload, std::vector<std::string>* symbols,
-                            std::vector<char>* binary);
 
 class JitEngine {
  public:

@@ -22,12 +22,7 @@ Runtime& Runtime::get() {
 Runtime::Runtime() {
   detail::EnvConfig config = detail::load_env_config_from_process();
   detail::Logger::instance().set_level(config.log_level);
-  for (const auto& name : config.unknown_variables)
-    detail::log_once(detail::LogLevel::warn, "unknown-env-" + name,
-                     "unknown environment variable {} ignored (known: ASTRAI_JIT_CACHE_DIR, "
-                     "ASTRAI_JIT_CACHE, ASTRAI_JIT_FORCE_COMPILE, ASTRAI_JIT_STRICT, "
-                     "ASTRAI_JIT_RECORD, ASTRAI_JIT_MAX_CACHE_SIZE, ASTRAI_JIT_LOG, ASTRAI_JIT_ARCH, "
-                     "ASTRAI_JIT_NO_MMA, ASTRAI_JIT_DUMP)", name);
+  detail::warn_unknown_env_variables(config);
   impl_ = std::make_unique<Impl>(std::move(config));
 }
 

@@ -32,7 +32,7 @@ built=$(date +%s)
 artifacts=$build/fuzz-artifacts
 mkdir -p "$artifacts"
 status=0
-for target in fuzz_entry fuzz_manifest fuzz_env; do
+for target in fuzz_entry fuzz_manifest fuzz_env fuzz_elf fuzz_archive; do
   corpus=$build/fuzz-corpus/$target
   mkdir -p "$corpus"
   log=$build/$target.log

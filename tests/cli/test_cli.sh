@@ -389,6 +389,38 @@ done
 [[ "$(find "$WORK/imported" -type f | sort | xargs sha1sum)" == "$before" ]] \
   || fail "maintenance followed the symbolic link"
 
+check "a trailing /. or /.. after a linked cache root does not get the link followed"
+ln -s "$WORK/imported" "$WORK/root-link"
+mkdir -p "$WORK/imported/sub"
+before=$(find "$WORK/imported" -type f | sort | xargs sha1sum)
+for dir in "$WORK/root-link/." "$WORK/root-link/sub/.."; do
+  for verb in clear verify "prune --max-size 0"; do
+    # shellcheck disable=SC2086
+    run cache $verb --cache-dir "$dir"
+    expect_rc 2
+    expect_err "symbolic link"
+  done
+  set +e
+  ASTRAI_JIT_CACHE_DIR="$dir" "$BIN" cache clear >"$OUT" 2>"$ERR"
+  RC=$?
+  set -e
+  expect_rc 2
+  expect_err "root-link: a symbolic link"
+done
+[[ "$(find "$WORK/imported" -type f | sort | xargs sha1sum)" == "$before" ]] \
+  || fail "a maintenance verb followed the linked root"
+rmdir "$WORK/imported/sub"
+rm "$WORK/root-link"
+
+check "cache export writes a private archive; an archive damaged after its entries imports nothing"
+[[ "$(stat -c %a "$WORK/kernels.astrai")" == 600 ]] || fail "the exported archive is not 0600"
+head -c -16 "$WORK/kernels.astrai" >"$WORK/damaged.astrai"
+echo "garbage instead of the end marker" >>"$WORK/damaged.astrai"
+run cache import "$WORK/damaged.astrai" --cache-dir "$WORK/import-damaged"
+expect_rc 1
+expect_err "missing or wrong end marker; nothing imported"
+[[ -z "$(find "$WORK/import-damaged" -type f)" ]] || fail "a damaged archive left files behind"
+
 check "every cache verb takes a missing directory as an empty cache: exit 0, a note, nothing created"
 for verb in list stats verify clear "prune --max-size 0" "export -o $WORK/empty.astrai"; do
   # shellcheck disable=SC2086

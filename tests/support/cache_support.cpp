@@ -1,7 +1,12 @@
 #include "tests/support/cache_support.hpp"
 
+#include <elf.h>
+
 #include <algorithm>
+#include <cstring>
 #include <system_error>
+
+#include "cache/variant_payload.hpp"
 
 namespace astrai::testing {
 
@@ -23,6 +28,25 @@ detail::CacheEntryData make_entry(const std::string& variant, std::size_t payloa
   entry.payload.resize(payload_size);
   for (std::size_t i = 0; i < payload_size; ++i)
     entry.payload[i] = static_cast<char>((i * 131 + seed * 17) & 0xff);
+  return entry;
+}
+
+detail::CacheEntryData make_loadable_entry(const std::string& variant, unsigned seed) {
+  Elf64_Ehdr header{};
+  std::memcpy(header.e_ident, ELFMAG, SELFMAG);
+  header.e_ident[EI_CLASS] = ELFCLASS64;
+  header.e_ident[EI_DATA] = ELFDATA2LSB;
+  header.e_ident[EI_VERSION] = EV_CURRENT;
+  header.e_version = EV_CURRENT;
+  header.e_flags = seed;  // entries of different seeds differ
+  header.e_ehsize = sizeof header;
+  std::vector<char> cubin(sizeof header);
+  std::memcpy(cubin.data(), &header, sizeof header);
+  detail::CacheEntryData entry;
+  entry.kind = detail::BinaryKind::cubin;
+  entry.variant_name = variant;
+  entry.nvrtc_version = "13.0";
+  entry.payload = detail::encode_variant_payload({"_Z6kernelv"}, cubin);
   return entry;
 }
 

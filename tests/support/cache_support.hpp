@@ -25,6 +25,10 @@ detail::CacheKey make_key(std::uint64_t n);
 detail::CacheEntryData make_entry(const std::string& variant, std::size_t payload_size = 64,
                                   unsigned seed = 1);
 
+// An entry a load would accept: a variant payload (one symbol) holding a minimal cubin (an ELF
+// header and nothing else), its text depending on `seed`.
+detail::CacheEntryData make_loadable_entry(const std::string& variant, unsigned seed = 1);
+
 bool same_entry(const detail::CacheEntryData& a, const detail::CacheEntryData& b);
 
 // An engine configuration whose cache is at `dir`, in `mode`; everything else default.

@@ -28,7 +28,8 @@ bool become(long uid, long gid) {
 }  // namespace
 
 // Child: another local user. "rewrite" replaces the entry at --path with a different binary
-// under a valid checksum; "hold-lock" holds the flock of --path until killed; "shared-get"
+// under a valid checksum; "hold-lock" holds the flock of --path until killed (opened as root,
+// then becoming the attacker), "hold-lock-as" likewise but opened as the attacker; "shared-get"
 // gets --variant from the group-shared cache at --path and prints "G <source> <normalized>
 // <signature>".
 int trust_attacker(const TrustAttackerOptions& options) {
@@ -45,6 +46,14 @@ int trust_attacker(const TrustAttackerOptions& options) {
   if (!become(options.uid, options.gid)) {
     std::printf("X cannot change uid: %s\n", std::strerror(errno));
     return 4;
+  }
+  if (options.action == "hold-lock-as") {
+    // Opened as the attacker: only a lock file its mode lets others read can be held.
+    const int fd = ::open(options.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::flock(fd, LOCK_EX) != 0) return 3;
+    std::printf("L\n");
+    std::fflush(stdout);
+    for (;;) ::pause();
   }
   if (options.action == "rewrite") {
     auto bytes = read_bytes(options.path);
@@ -193,7 +202,7 @@ int run_trust(TrustOptions options) {
     std::ofstream(decoy / "precious.txt") << "do not touch\n";
     const auto decoy_before = tree_snapshot(decoy);
     const std::vector<std::string> places = {"root", "v1", "shard", "entry", "locks", "lock",
-                                             "dump", "record"};
+                                             "dump", "record", "root/.", "record-dir"};
     for (int round = 0; round < options.rounds; ++round) {
       for (const auto& place : places) {
         const fs::path root = work.path() / fmt::format("links-{}-{}", place, round);
@@ -204,8 +213,18 @@ int run_trust(TrustOptions options) {
         const fs::path decoy_entry =
             DiskCache(decoy, CacheMode::read_only, 0).entry_path(probe.key_for(spec), spec.name());
         EnvConfig config = engine_config(root);
+        fs::path maintained = root;
         std::error_code ec;
-        if (place == "root") {
+        if (place == "root/.") {  // a trailing /. must not get the root's link followed
+          fs::remove_all(root, ec);
+          fs::create_directory_symlink(decoy, root);
+          config.cache_dir = root.string() + "/.";
+          maintained = config.cache_dir;
+        } else if (place == "record-dir") {  // a link to the record file's directory
+          fs::create_directories(root);
+          fs::create_directory_symlink(decoy, root / "records");
+          config.record_file = root / "records" / "precious.txt";
+        } else if (place == "root") {
           fs::remove_all(root, ec);
           fs::create_directory_symlink(decoy, root);
         } else if (place == "v1") {
@@ -234,14 +253,16 @@ int run_trust(TrustOptions options) {
         }
         config.force_compile = place == "dump";  // the dump is written by a compile
         const VariantSource source = victim_get("planted-link", config, spec, &tally);
-        if (source == VariantSource::disk && (place == "root" || place == "v1" || place == "shard" || place == "entry"))
+        if (source == VariantSource::disk && (place == "root" || place == "v1" ||
+                                              place == "shard" || place == "entry" ||
+                                              place == "root/."))
           verdict.fail("planted-link: the {} link was followed to a disk hit", place);
-        maintain(root);
+        maintain(maintained);
         if (tree_snapshot(decoy) != decoy_before)
           verdict.fail("planted-link: a link at the {} led to a change outside the cache", place);
       }
     }
-    report("planted-link", "links at root, v1, shard, entry, locks, lock, dump, record", tally,
+    report("planted-link", "links at every path (10 places, root/. and record dir too)", tally,
            before);
   }
 
@@ -282,6 +303,50 @@ int run_trust(TrustOptions options) {
     report("lock-stall", "uid 1234 holds a compile lock file it owns", tally, before);
   } else {
     skip("lock-stall", "uid 1234 holds a compile lock file it owns");
+  }
+
+  // 4b. A lock file of ours that others may read (an older cache, or one offered as a layer):
+  // another user opens it and holds it. It must be replaced, never waited for.
+  if (as_root) {
+    const std::uint64_t before = verdict.count();
+    Tally tally;
+    const KernelSpec& spec = specs[0];
+    for (int round = 0; round < options.rounds; ++round) {
+      const fs::path root = work.path() / fmt::format("exposed-lock-{}", round);
+      JitEngine probe(engine_config(root));
+      const fs::path lock = root / "v1" / "locks" / (probe.key_for(spec).hex() + ".lock");
+      { probe.cache().lock_key(probe.key_for(spec), std::chrono::milliseconds(10)); }
+      for (const fs::path& dir : {root, root / "v1", root / "v1" / "locks"})
+        fs::permissions(dir, fs::perms(0755));
+      fs::permissions(lock, fs::perms(0644));
+      int out_pipe[2];
+      if (::pipe2(out_pipe, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+      ChildIo io;
+      io.stdout_fd = out_pipe[1];
+      const pid_t holder = spawn_self({"__trust-attacker", "--action", "hold-lock-as", "--path",
+                                       lock.string(), "--uid", std::to_string(kAttacker), "--gid",
+                                       std::to_string(kAttacker)},
+                                      io);
+      ::close(out_pipe[1]);
+      char ready = 0;
+      if (::read(out_pipe[0], &ready, 1) != 1 || ready != 'L')
+        verdict.fail("exposed-lock: the attacker could not take the lock");
+      ::close(out_pipe[0]);
+      const auto start = std::chrono::steady_clock::now();
+      EnvConfig config = engine_config(root);
+      config.force_compile = true;
+      victim_get("exposed-lock", config, spec, &tally);
+      if (std::chrono::steady_clock::now() - start > std::chrono::seconds(5))
+        verdict.fail("exposed-lock: a get waited for the lock another user holds");
+      struct stat info {};
+      if (::stat(lock.c_str(), &info) != 0 || (info.st_mode & 07777) != 0600)
+        verdict.fail("exposed-lock: the lock file was not replaced by a private one");
+      ::kill(holder, SIGKILL);
+      wait_raw(holder);
+    }
+    report("exposed-lock", "uid 1234 holds our lock file, readable by others", tally, before);
+  } else {
+    skip("exposed-lock", "uid 1234 holds our lock file, readable by others");
   }
 
   // 5. A cache shared by a group: two members share entries, an outsider gets nothing.
@@ -352,6 +417,36 @@ int run_trust(TrustOptions options) {
     report("read-only-layer", "hits from a layer; one damaged entry there", tally, before);
   }
 
+  // 6b. In shared mode, another user's layer given a group we are in: never trusted.
+  if (as_root) {
+    const std::uint64_t before = verdict.count();
+    Tally tally;
+    for (int round = 0; round < options.rounds; ++round) {
+      const fs::path layer = work.path() / fmt::format("their-layer-{}", round);
+      const KernelSpec& spec = specs[static_cast<std::size_t>(round) % specs.size()];
+      {
+        JitEngine warm(engine_config(layer));
+        warm.get(spec);
+      }
+      if (::chown(layer.c_str(), kAttacker, ::getegid()) != 0)
+        verdict.fail("foreign-layer: chown failed: {}", std::strerror(errno));
+      for (fs::recursive_directory_iterator it(layer), end; it != end; ++it)
+        if (::lchown(it->path().c_str(), kAttacker, ::getegid()) != 0)
+          verdict.fail("foreign-layer: chown failed: {}", std::strerror(errno));
+      const auto layer_before = tree_snapshot(layer);
+      EnvConfig config = engine_config(work.path() / fmt::format("their-layer-user-{}", round));
+      config.cache_sharing.kind = astrai::detail::CacheSharing::Kind::directory_group;
+      config.cache_sharing.name = "group";
+      config.cache_layers = {layer};
+      if (victim_get("foreign-layer", config, spec, &tally) != VariantSource::compiled)
+        verdict.fail("foreign-layer: an entry of uid {}'s layer was served", kAttacker);
+      if (tree_snapshot(layer) != layer_before) verdict.fail("foreign-layer: the layer changed");
+    }
+    report("foreign-layer", "shared mode; layer of uid 1234 in a group of ours", tally, before);
+  } else {
+    skip("foreign-layer", "shared mode; layer of uid 1234 in a group of ours");
+  }
+
   // 7. Export from one machine's cache, import on an empty one: hits, no compile.
   {
     const std::uint64_t before = verdict.count();
@@ -375,7 +470,22 @@ int run_trust(TrustOptions options) {
         if (victim_get("export-import", engine_config(node), spec, &tally) != VariantSource::disk)
           verdict.fail("export-import: {} was not a hit after import", spec.name());
     }
-    report("export-import", "warm, export, import into empty caches", tally, before);
+    // An archive damaged after its sound entries imports nothing at all.
+    auto damaged = read_bytes(archive);
+    damaged.resize(damaged.size() - 16);
+    for (char c : std::string("garbage, garbage")) damaged.push_back(c);
+    write_bytes(work.path() / "damaged.astrai", damaged);
+    DiskCache target(work.path() / "node-damaged", CacheMode::read_write, 0);
+    try {
+      astrai::detail::import_archive(target, work.path() / "damaged.astrai");
+      verdict.fail("export-import: a damaged archive was imported");
+    } catch (const astrai::Error&) {
+    }
+    for (fs::recursive_directory_iterator it(work.path() / "node-damaged"), end; it != end; ++it)
+      if (it->is_regular_file())
+        verdict.fail("export-import: a damaged archive left {} in the cache", it->path().string());
+    report("export-import", "warm, export, import; a damaged archive imports nothing", tally,
+           before);
   }
 
   // 8. No HOME: never a predictable directory under /tmp.

@@ -3,11 +3,14 @@
 // dump directory of ASTRAI_JIT_RECORD / ASTRAI_JIT_DUMP. None is ever followed or written through.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <filesystem>
 #include <functional>
 #include <string>
 
+#include "cache/cache_fs.hpp"
 #include "cache/disk_cache.hpp"
 #include "runtime/env_config.hpp"
 #include "runtime/jit_engine.hpp"
@@ -162,6 +165,87 @@ TEST_CASE("a trailing slash does not make the root's symbolic link followed") {
   CHECK_FALSE(cache.store(make_key(2), make_entry("w.sm_80")));
   CHECK(cache.clear() == 0);
   CHECK(snapshot(dir.path() / "victim") == before);
+}
+
+TEST_CASE("a trailing /. or /.. does not make the root's symbolic link followed") {
+  QuietLog quiet;
+  TempDir dir;
+  {
+    DiskCache victim(dir.path() / "victim", CacheMode::read_write, 0);
+    REQUIRE(victim.store(make_key(1), make_entry("v.sm_80")));
+  }
+  fs::create_directories(dir.path() / "victim" / "sub");
+  fs::create_directory_symlink(dir.path() / "victim", dir.path() / "link");
+  const auto before = snapshot(dir.path() / "victim");
+  for (const std::string tail : {"/link/.", "/link/./", "/link/sub/..", "/link/sub/../.", "/./link"}) {
+    CAPTURE(tail);
+    DiskCache cache(dir.path().string() + tail, CacheMode::read_write, 0);
+    CHECK(cache.root() == dir.path() / "link");
+    CHECK_FALSE(cache.load(make_key(1), "v.sm_80").has_value());
+    CHECK_FALSE(cache.store(make_key(2), make_entry("w.sm_80")));
+    CHECK(cache.list().empty());
+    CHECK(cache.clear() == 0);
+    std::string why;
+    CHECK_FALSE(DiskCache(dir.path().string() + tail, CacheMode::read_only, 0).check_usable(&why));
+    CHECK(why.find("a symbolic link (never followed)") != std::string::npos);
+  }
+  CHECK(snapshot(dir.path() / "victim") == before);
+
+  // ASTRAI_JIT_CACHE_DIR is normalized the same way, so `info` names the directory in use.
+  const EnvConfig config =
+      astrai::detail::parse_env_config({"ASTRAI_JIT_CACHE_DIR=" + dir.path().string() + "/link/."});
+  CHECK(config.cache_dir == dir.path() / "link");
+}
+
+TEST_CASE("ASTRAI_JIT_RECORD never appends through a symbolic link to its directory") {
+  QuietLog quiet;
+  TempDir dir;
+  // Someone plants a link to a directory of ours where the victim records: the file it leads
+  // to is ours, single-linked and regular, so only the directory's check can refuse it.
+  fs::create_directories(dir.path() / "private");
+  const fs::path precious = dir.path() / "private" / "notes.txt";
+  write_file(precious, "precious\n");
+  fs::permissions(precious, fs::perms(0600));
+  fs::create_directory_symlink(dir.path() / "private", dir.path() / "planted");
+  for (const std::string record : {"planted/notes.txt", "planted/./notes.txt", "private/../planted/notes.txt"}) {
+    CAPTURE(record);
+    EnvConfig config = config_for(dir.path() / "cache", CacheMode::off);
+    config.record_file = dir.path() / record;
+    JitEngine(config).get(rotary_spec());
+  }
+  CHECK(read_file(precious) == "precious\n");
+
+  // Writable by others: refused unless sticky (like /tmp), where the file is still ours alone.
+  fs::create_directories(dir.path() / "open");
+  fs::permissions(dir.path() / "open", fs::perms(0777));
+  fs::create_directories(dir.path() / "sticky");
+  fs::permissions(dir.path() / "sticky", fs::perms(01777));
+  std::string why;
+  CHECK(astrai::detail::open_private_append(dir.path() / "open" / "r.txt", &why) < 0);
+  CHECK(why.find("writable by others") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir.path() / "open" / "r.txt"));
+  const int fd = astrai::detail::open_private_append(dir.path() / "sticky" / "r.txt", &why);
+  CHECK(fd >= 0);
+  if (fd >= 0) ::close(fd);
+  CHECK(mode_of(dir.path() / "sticky" / "r.txt") == 0600);
+  CHECK(astrai::detail::open_private_append(dir.path() / "planted" / "notes.txt", &why) < 0);
+  CHECK(why == "directory " + (dir.path() / "planted").string() +
+                   ": a symbolic link (never followed)");
+}
+
+TEST_CASE("ASTRAI_JIT_RECORD never appends in a directory of another user") {
+  if (!astrai::testing::is_root()) {
+    MESSAGE("not root: cannot chown a directory to another user, skipping");
+    return;
+  }
+  QuietLog quiet;
+  TempDir dir;
+  fs::create_directories(dir.path() / "theirs");
+  astrai::testing::chown_to(dir.path() / "theirs", astrai::testing::kStranger);
+  std::string why;
+  CHECK(astrai::detail::open_private_append(dir.path() / "theirs" / "r.txt", &why) < 0);
+  CHECK(why.find("owned by uid 1234") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir.path() / "theirs" / "r.txt"));
 }
 
 }  // TEST_SUITE

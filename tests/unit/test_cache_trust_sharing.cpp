@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -47,6 +48,8 @@ using astrai::testing::kStranger;
 using astrai::testing::LogCapture;
 using astrai::testing::make_entry;
 using astrai::testing::make_key;
+using astrai::testing::make_loadable_entry;
+using astrai::testing::mode_of;
 using astrai::testing::QuietLog;
 using astrai::testing::read_file;
 using astrai::testing::rotary_spec;
@@ -83,6 +86,30 @@ const bool kHoldLockRegistered = astrai::testing::register_child_action(
       for (;;) ::pause();
     });
 
+// Child: as the user args[0] (group too, no supplementary groups), holds the flock of the file
+// args[1] until killed. Exit 3: it could not open or lock the file.
+const bool kHoldLockAsRegistered = astrai::testing::register_child_action(
+    "trust-hold-lock-as", [](const std::vector<std::string>& args) -> int {
+      if (args.size() != 2) return 2;
+      const auto uid = static_cast<uid_t>(std::stoul(args[0]));
+      if (::setgroups(0, nullptr) != 0 || ::setresgid(uid, uid, uid) != 0 ||
+          ::setresuid(uid, uid, uid) != 0)
+        return 4;
+      const int fd = ::open(args[1].c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0 || ::flock(fd, LOCK_EX) != 0) return 3;
+      for (;;) ::pause();
+    });
+
+// Whether someone holds the flock of `path` (probed from a descriptor of our own).
+bool lock_is_held(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  if (!held) ::flock(fd, LOCK_UN);
+  ::close(fd);
+  return held;
+}
+
 std::string setpriv(uid_t uid, gid_t gid) {
   return fmt::format("setpriv --reuid={} --regid={} --clear-groups ", uid, gid);
 }
@@ -109,6 +136,43 @@ TEST_CASE("a lock file owned by another user is refused at once instead of stall
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
   ::kill(holder, SIGKILL);
   astrai::testing::wait_child(holder);
+}
+
+TEST_CASE("a lock file other users could open is replaced, so that nobody else can hold our locks") {
+  if (!is_root()) {
+    MESSAGE("not root: cannot run a step as another user, skipping");
+    return;
+  }
+  TempDir dir;
+  // An older cache, or one offered to colleagues as a layer: directories others may enter and a
+  // lock file others may read, which is all flock needs.
+  const fs::path root = dir.path() / "cache";
+  const fs::path lock = root / "v1" / "locks" / (make_key(1).hex() + ".lock");
+  {
+    DiskCache cache(root, CacheMode::read_write, 0);
+    REQUIRE(cache.lock_key(make_key(1), std::chrono::milliseconds(10)));
+  }
+  for (const fs::path& path : {dir.path(), root, root / "v1", root / "v1" / "locks"})
+    fs::permissions(path, fs::perms(0755));
+  fs::permissions(lock, fs::perms(0644));
+  const int holder =
+      astrai::testing::spawn_child("trust-hold-lock-as", {std::to_string(kStranger), lock.string()});
+  for (int i = 0; i < 200 && !lock_is_held(lock); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(lock_is_held(lock));  // the other user holds it
+
+  LogCapture log(dir.path() / "log.txt");
+  DiskCache cache(root, CacheMode::read_write, 0);
+  const auto start = std::chrono::steady_clock::now();
+  const auto ours = cache.lock_key(make_key(1), std::chrono::seconds(3));
+  const auto waited = std::chrono::steady_clock::now() - start;
+  const std::string output = log.finish();
+  ::kill(holder, SIGKILL);
+  astrai::testing::wait_child(holder);
+  CHECK(ours);
+  CHECK(waited < std::chrono::seconds(1));
+  CHECK(mode_of(lock) == 0600);
+  CHECK(count_occurrences(output, "could be opened by other users (mode 0644)") == 1);
 }
 
 TEST_CASE("a wait of more than a few seconds for a compile lock is logged at warn") {
@@ -150,6 +214,45 @@ TEST_CASE("a read-only layer serves hits and is never written") {
   CHECK(snapshot(layer) == before);
   CHECK(engine.cache().list().size() == 1);  // the compile went to the user cache
   CHECK_FALSE(fs::exists(dir.path() / "missing-layer"));
+}
+
+TEST_CASE("a layer owned by another user is refused in shared mode too, whatever its group") {
+  if (!is_root()) {
+    MESSAGE("not root: cannot chown a file to another user, skipping");
+    return;
+  }
+  TempDir dir;
+  const KernelSpec spec = rotary_spec();
+  int round = 0;
+  for (const auto kind : {CacheSharing::Kind::directory_group, CacheSharing::Kind::named_group}) {
+    CAPTURE(static_cast<int>(kind));
+    const fs::path layer = dir.path() / fmt::format("their-cache-{}", ++round);
+    {
+      QuietLog quiet;
+      JitEngine(config_for(layer)).get(spec);
+    }
+    // Another user's cache, given a group we are in: under the group rule of our own shared
+    // cache its entries (sound, checksums valid) would be served.
+    chown_to(layer, kStranger, ::getegid());
+    for (fs::recursive_directory_iterator it(layer), end; it != end; ++it)
+      chown_to(it->path(), kStranger, ::getegid());
+    const auto before = snapshot(layer);
+    EnvConfig config = config_for(dir.path() / fmt::format("mine-{}", round));
+    config.cache_sharing.kind = kind;
+    config.cache_sharing.gid = ::getegid();
+    config.cache_sharing.name = "team";
+    config.cache_layers = {layer};
+    LogCapture log(dir.path() / "log.txt");
+    VariantSource source = VariantSource::memory;
+    {
+      JitEngine engine(config);
+      engine.get(spec, &source);
+    }
+    const std::string output = log.finish();
+    CHECK(source == VariantSource::compiled);
+    CHECK(count_occurrences(output, fmt::format("owned by uid {}", kStranger)) == 1);
+    CHECK(snapshot(layer) == before);
+  }
 }
 
 TEST_CASE("a damaged entry in a read-only layer is skipped, kept and compiled into the user cache") {
@@ -223,21 +326,25 @@ TEST_CASE("import checks every entry and refuses archives that are not sound") {
   TempDir dir;
   {
     DiskCache source(dir.path() / "src", CacheMode::read_write, 0);
-    REQUIRE(source.store(make_key(1), make_entry("a.sm_80")));
-    REQUIRE(source.store(make_key(2), make_entry("b.sm_80")));
+    REQUIRE(source.store(make_key(1), make_loadable_entry("a.sm_80", 1)));
+    REQUIRE(source.store(make_key(2), make_loadable_entry("b.sm_80", 2)));
     astrai::detail::export_cache(source, {}, dir.path() / "good.astrai");
   }
   const std::string good = read_file(dir.path() / "good.astrai");
-  // A flipped payload byte: that entry is rejected, the other imported.
+  // A flipped payload byte: the archive is damaged, and nothing of it is imported.
   std::string tampered = good;
   tampered[tampered.size() - 16 - 10] ^= 0x01;
   write_file(dir.path() / "tampered.astrai", tampered);
   DiskCache target(dir.path() / "dst", CacheMode::read_write, 0);
-  const auto report = astrai::detail::import_archive(target, dir.path() / "tampered.astrai");
-  CHECK(report.entries == 1);
-  REQUIRE(report.problems.size() == 1);
-  CHECK(report.problems[0].find("checksum mismatch") != std::string::npos);
-  CHECK(target.list().size() == 1);
+  try {
+    astrai::detail::import_archive(target, dir.path() / "tampered.astrai");
+    FAIL("a tampered archive was imported");
+  } catch (const astrai::Error& error) {
+    CHECK(std::string(error.what()).find("checksum mismatch; nothing imported") !=
+          std::string::npos);
+  }
+  CHECK(target.list().empty());
+  CHECK(astrai::detail::import_archive(target, dir.path() / "good.astrai").entries == 2);
 
   write_file(dir.path() / "truncated.astrai", good.substr(0, good.size() - 3));
   CHECK_THROWS_AS(astrai::detail::import_archive(target, dir.path() / "truncated.astrai"),
@@ -246,7 +353,7 @@ TEST_CASE("import checks every entry and refuses archives that are not sound") {
   CHECK_THROWS_WITH_AS(
       astrai::detail::import_archive(target, dir.path() / "garbage.astrai"),
       ("cache import: " + (dir.path() / "garbage.astrai").string() +
-       " is not a sound archive: bad magic").c_str(),
+       " is not a sound archive: bad magic; nothing imported").c_str(),
       astrai::Error);
   std::string huge = good.substr(0, 24);
   huge += std::string("\x28\0\0\0", 4) + make_key(1).hex() + ".a.sm_80.cubin";
@@ -307,6 +414,35 @@ TEST_CASE("two users in one group share a cache; a user outside the group cannot
   QuietLog quiet;
   DiskCache private_view(root, CacheMode::read_only, 0);
   CHECK(private_view.list().empty());
+}
+
+TEST_CASE("shared mode leaves an existing private cache private, with one warning") {
+  TempDir dir;
+  const fs::path root = dir.path() / "cache";
+  {
+    QuietLog quiet;
+    DiskCache mine(root, CacheMode::read_write, 0);
+    REQUIRE(mine.store(make_key(1), make_loadable_entry("a.sm_80")));
+  }
+  const mode_t root_mode = astrai::testing::mode_of(root);
+  REQUIRE(root_mode == 0700);
+  CacheSharing sharing;
+  sharing.kind = CacheSharing::Kind::directory_group;
+  sharing.name = "group";
+  LogCapture log(dir.path() / "log.txt");
+  {
+    DiskCache shared(root, CacheMode::read_write, 0, sharing);
+    CHECK(shared.load(make_key(1), "a.sm_80").has_value());  // still ours to use
+    CHECK(shared.store(make_key(2), make_loadable_entry("b.sm_80", 2)));
+  }
+  const std::string output = log.finish();
+  CHECK(astrai::testing::mode_of(root) == 0700);
+  CHECK(astrai::testing::mode_of(root / "v1") == 0700);
+  CHECK(count_occurrences(output, "the existing cache directory " + root.string() +
+                                      " is not shared (mode 0700") == 1);
+  // A directory it creates itself is shared.
+  DiskCache fresh(dir.path() / "fresh", CacheMode::read_write, 0, sharing);
+  CHECK(astrai::testing::mode_of(dir.path() / "fresh") == 02770);
 }
 
 TEST_CASE("threads waiting for another thread's compile do not block other memory hits") {

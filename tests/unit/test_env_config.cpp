@@ -13,6 +13,7 @@
 
 #include "astrai/error.hpp"
 #include "runtime/env_config.hpp"
+#include "tests/support/cache_support.hpp"
 #include "tests/support/support.hpp"
 
 namespace {
@@ -514,7 +515,7 @@ TEST_CASE("read-only cache layers are a list of absolute directories, empty part
   EnvConfig config = parse_one("ASTRAI_JIT_CACHE_PATH", "/opt/astrai-jit/cache::/mnt/k/ :/opt/astrai-jit/cache");
   REQUIRE(config.cache_layers.size() == 2);
   CHECK(config.cache_layers[0] == "/opt/astrai-jit/cache");
-  CHECK(config.cache_layers[1] == "/mnt/k/");
+  CHECK(config.cache_layers[1] == "/mnt/k");  // normalized: no trailing separator
   CHECK(parse_one("ASTRAI_JIT_CACHE_PATH", "").cache_layers.empty());
   CHECK_THROWS_WITH_AS(parse_one("ASTRAI_JIT_CACHE_PATH", "/opt/c:relative"),
                        "ASTRAI_JIT_CACHE_PATH=/opt/c:relative is not valid (allowed: a "
@@ -612,6 +613,33 @@ TEST_CASE("the process cache dir follows XDG_CACHE_HOME when no override is set"
   astrai::testing::ScopedEnv xdg("XDG_CACHE_HOME", "/xdg-from-process");
   CHECK(astrai::detail::load_env_config_from_process().cache_dir ==
         std::filesystem::path("/xdg-from-process/astrai-jit"));
+}
+
+TEST_CASE("control bytes of a bad value are escaped in the error message") {
+  CHECK_THROWS_WITH_AS(parse_one("ASTRAI_JIT_CACHE", "r\x1b[2Jw"),
+                       "ASTRAI_JIT_CACHE=r\\x1b[2Jw is not valid (allowed: rw, ro, off)",
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(parse_one("ASTRAI_JIT_ARCH", "sm_70\r\x07"),
+                       "ASTRAI_JIT_ARCH=sm_70\\x0d\\x07 is not valid (allowed: sm_XY, XY or X.Y for "
+                       "a cubin of that arch, or compute_XY for PTX that the driver finishes for "
+                       "the device, each with an optional a or f suffix; e.g. sm_80, 8.9, sm_90a, "
+                       "compute_80)",
+                       ConfigError);
+}
+
+TEST_CASE("the unknown-variable warning lists every known variable") {
+  const EnvConfig config = parse_one("ASTRAI_JIT_CACHE_SHARD", "group");
+  REQUIRE(config.unknown_variables.size() == 1);
+  astrai::testing::TempDir dir;
+  astrai::testing::LogCapture log(dir.path() / "log.txt");
+  astrai::detail::warn_unknown_env_variables(config);
+  const std::string output = log.finish();
+  CHECK(output.find("unknown environment variable ASTRAI_JIT_CACHE_SHARD ignored") !=
+        std::string::npos);
+  for (const auto& name : astrai::detail::known_env_variables()) {
+    CAPTURE(name);
+    CHECK(output.find(name) != std::string::npos);
+  }
 }
 
 }  // TEST_SUITE("env")

@@ -1,6 +1,8 @@
 // Helpers every verb shares: formatting, configuration, errors.
 #include "tools/cli/cli.hpp"
 
+#include "cache/cache_fs.hpp"
+
 namespace astrai::cli {
 
 std::string format_bytes(std::uint64_t bytes) {
@@ -102,10 +104,7 @@ EnvConfig load_config() {
           config.arch_override, astrai::detail::nvrtc_version().text(), join(names, ", ")));
     }
   }
-  for (const auto& name : config.unknown_variables)
-    astrai::detail::log_once(astrai::detail::LogLevel::warn, "unknown-env-" + name,
-                             "unknown environment variable {} ignored (known: {})", name,
-                             join(astrai::detail::known_env_variables(), ", "));
+  astrai::detail::warn_unknown_env_variables(config);
   return config;
 }
 
@@ -113,7 +112,8 @@ void apply_cache_dir_override(const std::string& cache_dir, EnvConfig* config) {
   if (cache_dir.empty()) return;
   std::error_code ec;
   fs::path path = fs::absolute(cache_dir, ec);
-  config->cache_dir = ec ? fs::path(cache_dir) : path;
+  // Normalized like ASTRAI_JIT_CACHE_DIR: a trailing "/." must not get a linked root followed.
+  config->cache_dir = astrai::detail::normalize_for_open(ec ? fs::path(cache_dir) : path);
 }
 
 

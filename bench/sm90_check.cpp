@@ -456,6 +456,7 @@ void run_sm90_prefill(const PrefillKernels& kernels, const PrefillCase& c, Prefi
     p.seq_lens = static_cast<const int*>(d.dseq_lens->ptr());
     p.page_table = static_cast<const int*>(d.dtable->ptr());
     p.page_table_stride = d.max_pages;
+    p.page_table_rows = c.batch;  // request b reads row b (no req_indices)
     p.total_q = d.total_q;
     p.num_pages = d.num_pages;
     p.max_pages_per_seq = d.max_pages;

@@ -50,9 +50,10 @@ __device__ __forceinline__ const int* prefill_table_row(const PrefillParams& p, 
              : index_at(p.page_table, row * p.page_table_stride, (p.layout_bits & kWidePageTable) != 0);
 }
 
-// Entry `logical` of a page-table row, either width.
+// Entry `logical` of a page-table row: int32, or the low half of an int64 entry (as table_page
+// in paged_decode.cuh, a shift rather than a choice per lookup).
 __device__ __forceinline__ int prefill_page(const PrefillParams& p, const int* table_row, int logical) {
-  return load_index(table_row, logical, (p.layout_bits & kWidePageTable) != 0);
+  return __ldg(table_row + (static_cast<long long>(logical) << (p.layout_bits & kWidePageTable)));
 }
 
 template <int kPageSize>

@@ -33,7 +33,8 @@ ASTRAI_API const char* kv_dtype_name(KvDType kv_dtype);  // "same", "e4m3", "e5m
 // A device index table (page table, request rows, lengths, offsets) of int32 or int64
 // elements, read in place by the kernels: callers keep the width their tensors have. Converts
 // from either pointer type, so `args.page_table = table` takes an int32 or an int64 table. An
-// int64 entry outside the int range reads as out of range (an empty request, a zero page).
+// int64 row index, length or offset outside the int range reads as out of range (an empty
+// request); page ids are read from the low 32 bits of an int64 entry (valid ids are below 2^31).
 struct IndexTable {
   const void* data = nullptr;
   bool wide = false;  // int64 elements

@@ -196,29 +196,65 @@ def attn_paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token
         mask = _fit_mask(mask, req_to_token.shape[1])
         # A mask with one row per query sizes the grid (AstrAI's kernel reads its rows the same way).
         max_q_len = mask.shape[1] if mask.shape[1] > 1 else None
-    if max_q_len is None:
-        max_q_len = _longest_request(qo_indptr)
+    lengths = _longest_request(qo_indptr, kv_indptr)
+    if max_q_len is None and lengths is not None:
+        max_q_len = lengths[0]
+    if mask is None and lengths is not None and _GATHER_PAGES and _hopper_prefill(q):
+        return _paged_prefill_gathered(q, k_cache, v_cache, req_to_token, req_pool_indices, kv_indptr, qo_indptr,
+                                       int(causal_offset) >= 0, max_q_len, lengths[1], _scale(scale), out)
     _ops.paged_prefill(q, k_cache.unsqueeze(1), v_cache.unsqueeze(1), req_to_token, None, qo_indptr, out=out,
                        mask=mask, causal=int(causal_offset) >= 0, max_q_len=max_q_len, scale=_scale(scale),
                        req_indices=req_pool_indices, kv_indptr=kv_indptr)
     return out
 
 
-_longest = [None, -1, 0]  # the last qo_indptr seen (a weak reference), its content version, its longest request
+_longest = [None, -1, None]  # the last qo_indptr seen (a weak reference), its content version, its lengths
+_GATHER_PAGES = True  # the side-by-side bench turns it off to time the one-token-page kernel
+_GATHER_PAGE = 16  # the smallest page the Hopper prefill takes
+_hopper_devices: dict = {}
 
 
-def _longest_request(qo_indptr: Tensor) -> Optional[int]:
-    """The longest request's query count, which sizes the prefill grid (None: every row of q,
-    always enough). Reading it costs a device-to-host copy, so it is remembered for the same
-    tensor object at the same content version: an engine's layers share one per step (a new
-    tensor, even at a reused address, is read again). None while a graph is being captured."""
+def _hopper_prefill(q: Tensor) -> bool:
+    # Where the wgmma prefill runs: sm_90 devices, its head dims (runtime/families/prefill_launch).
+    index = q.device.index
+    if index not in _hopper_devices:
+        _hopper_devices[index] = torch.cuda.get_device_capability(q.device) == (9, 0)
+    return _hopper_devices[index] and q.shape[-1] in (64, 128, 192, 256)
+
+
+def _longest_request(qo_indptr: Tensor, kv_indptr: Tensor):
+    """(longest query count, longest KV length) of a ragged batch, or None while a graph is being
+    captured. The first sizes the prefill grid (else every row of q, always enough). Reading them
+    costs a device-to-host copy, so they are remembered for the same qo_indptr object at the same
+    content version: an engine's layers share one per step (a new tensor, even at a reused
+    address, is read again)."""
     if not qo_indptr.is_cuda or qo_indptr.numel() < 2 or torch.cuda.is_current_stream_capturing():
         return None
     seen = _longest[0]() if _longest[0] is not None else None
     if seen is not qo_indptr or _longest[1] != qo_indptr._version:
-        _longest[0], _longest[1] = weakref.ref(qo_indptr), qo_indptr._version
-        _longest[2] = int((qo_indptr[1:] - qo_indptr[:-1]).max())
-    return max(_longest[2], 0)
+        both = torch.stack([(qo_indptr[1:] - qo_indptr[:-1]).max(), (kv_indptr[1:] - kv_indptr[:-1]).max()])
+        _longest[0], _longest[1], _longest[2] = weakref.ref(qo_indptr), qo_indptr._version, both.tolist()
+    return max(_longest[2][0], 0), max(_longest[2][1], 0)
+
+
+def _paged_prefill_gathered(q, k_cache, v_cache, req_to_token, rows, kv_indptr, qo_indptr, causal, max_q_len,
+                            max_kv, scale, out):
+    # A flat pool is a cache of one-token pages, which the Hopper prefill does not take (its copies
+    # move boxes of 8+ rows): each request's first max_kv tokens are gathered into 16-token pages,
+    # a copy linear in the KV against the quadratic attention it speeds up.
+    batch, page = rows.shape[0], _GATHER_PAGE
+    width = max(-(-max_kv // page), 1) * page
+    slots = req_to_token.index_select(0, rows.long())
+    slots = slots[:, :width] if slots.shape[1] >= width else torch.nn.functional.pad(slots, (0, width - slots.shape[1]))
+    # Entries past a request's length may hold anything; they are never read, but must index the pool.
+    slots = slots.clamp(0, k_cache.shape[0] - 1).reshape(-1)
+    shape = (batch * width // page, page, k_cache.shape[1], k_cache.shape[2])
+    k = k_cache.index_select(0, slots).view(shape)
+    v = v_cache.index_select(0, slots).view(shape)
+    table = torch.arange(shape[0], dtype=torch.int32, device=q.device).view(batch, width // page)
+    _ops.paged_prefill(q, k, v, table, None, qo_indptr, out=out, causal=causal, max_q_len=max_q_len, scale=scale,
+                       kv_indptr=kv_indptr)
+    return out
 
 
 def rotary_emb(x: Tensor, freqs_cis: Tensor) -> Tensor:

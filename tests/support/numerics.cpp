@@ -85,6 +85,7 @@ Tolerance attention_tolerance(DType dtype) {
   t.row = dtype == DType::bf16 ? 1e-2 : 2e-3;
   t.elem_rel = 4 * u;
   t.elem_row = 4 * u;
+  t.floor = dtype == DType::bf16 ? 0x1p-133 : 0x1p-24;
   return t;
 }
 
@@ -96,6 +97,7 @@ Tolerance rotary_tolerance(DType dtype) {
   t.row = u;
   t.elem_rel = u * (1 + 0x1p-10);
   t.elem_row = 0x1p-16;
+  t.floor = dtype == DType::bf16 ? 0x1p-133 : 0x1p-24;
   return t;
 }
 
@@ -136,7 +138,7 @@ void RowCheck::row(const float* got, const double* want, int d, bool non_empty,
     const double err = std::fabs(got[c] - want[c]);
     sum_sq_err += err * err;
     max_abs_ = std::max(max_abs_, err);
-    const double bound = tolerance_.elem_rel * std::fabs(want[c]) + tolerance_.elem_row * rms;
+    const double bound = tolerance_.elem_rel * std::fabs(want[c]) + tolerance_.elem_row * rms + tolerance_.floor;
     const double ratio = bound > 0 ? err / bound : (err > 0 ? INFINITY : 0.0);
     worst_elem_ = std::max(worst_elem_, ratio);
     if (ratio > 1 && first_bad < 0) first_bad = c;
@@ -148,9 +150,12 @@ void RowCheck::row(const float* got, const double* want, int d, bool non_empty,
     fail([&] {
       return fmt::format("{} d={}: got {} want {:.6g} (bound {:.3g}; row rms {:.3g})", where(), first_bad,
                          got[first_bad], want[first_bad],
-                         tolerance_.elem_rel * std::fabs(want[first_bad]) + tolerance_.elem_row * rms, rms);
+                         tolerance_.elem_rel * std::fabs(want[first_bad]) + tolerance_.elem_row * rms +
+                             tolerance_.floor,
+                         rms);
     });
-  } else if (!(rel <= tolerance_.row)) {
+  } else if (!(rel <= tolerance_.row) &&
+             !(std::sqrt(sum_sq_err) <= tolerance_.row * std::sqrt(sum_sq_want) + tolerance_.floor * std::sqrt(d))) {
     fail([&] { return fmt::format("{}: row relative error {:.3g} > {:.3g}", where(), rel, tolerance_.row); });
   }
 }

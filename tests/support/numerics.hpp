@@ -39,6 +39,11 @@ struct Tolerance {
   double row = 0;
   double elem_rel = 0;
   double elem_row = 0;
+  // The output format's spacing near zero: below its smallest normal value (fp16: 2^-14) the
+  // rounding error stops shrinking with the value, so no relative bound holds there (rows a
+  // heavy sink leaves near 1e-7). One spacing of the subnormals, per element (and sqrt(d) of it
+  // in a row's norm).
+  double floor = 0;
 };
 
 // The unit roundoff of the output dtype: 2^-8 for bf16 (8 significant bits), 2^-11 for fp16.

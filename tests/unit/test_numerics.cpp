@@ -357,6 +357,25 @@ TEST_CASE("rotary bounds pass one rounding and fail a rotation off by 1e-2 radia
   }
 }
 
+TEST_CASE("fp16 rows below the format's normal range pass their rounding and fail two spacings off") {
+  // A heavy sink leaves outputs near 1e-7, where fp16's spacing is 2^-24 whatever the value.
+  std::vector<double> want(64);
+  std::vector<float> rounded(64), off(64);
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<double> dist(-4e-7, 4e-7);
+  for (int c = 0; c < 64; ++c) {
+    want[c] = dist(gen);
+    rounded[c] = element_to_float(float_to_element(static_cast<float>(want[c]), DType::fp16), DType::fp16);
+    off[c] = rounded[c] + 2 * 0x1p-24f;
+  }
+  RowCheck good(attention_tolerance(DType::fp16));
+  good.row(rounded.data(), want.data(), 64, true, [] { return std::string("rounded"); });
+  CHECK_MESSAGE(good.passed(), good.first_failure());
+  RowCheck bad(attention_tolerance(DType::fp16));
+  bad.row(off.data(), want.data(), 64, true, [] { return std::string("two spacings off"); });
+  CHECK_FALSE(bad.passed());
+}
+
 TEST_CASE("test seeds: the fixed seed by default, mixed with ASTRAI_TEST_SEED when set") {
   {
     ScopedEnv unset("ASTRAI_TEST_SEED", nullptr);

@@ -181,3 +181,14 @@ def test_populate_refuses_an_unknown_name():
     import types
     with pytest.raises(ImportError, match="serves no AstrAI kernel named 'fp8_mm'"):
         C.populate(types.ModuleType("astrai.extension.lib.fp8_mm"))
+
+
+def test_the_gpu_comparison_bounds_fp16_rows_below_its_normal_range_by_the_spacing():
+    # The comparison the GPU tests use (reference.py), fed here on the CPU.
+    from reference import assert_rows_close
+    want = torch.rand(4, 64, dtype=torch.float64) * 8e-7 - 4e-7  # fp16 subnormals: spacing 2^-24
+    assert_rows_close(want.to(torch.float16), want)
+    with pytest.raises(AssertionError):
+        assert_rows_close((want + 2 * 2.0 ** -24).to(torch.float16), want)
+    with pytest.raises(AssertionError):  # rows in the normal range keep their relative bound
+        assert_rows_close((want * 1e4 * 0.97).to(torch.float16), want * 1e4)

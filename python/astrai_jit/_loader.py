@@ -10,7 +10,9 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
-import sys
+import site
+import stat
+import sysconfig
 from typing import List, Optional
 
 from ._build_config import NVRTC_SONAME
@@ -18,12 +20,39 @@ from ._build_config import NVRTC_SONAME
 _loaded: Optional[str] = None
 
 
+def _package_dirs() -> List[str]:
+    """Where installed packages live: site-packages (the interpreter's, the user's, a virtual
+    environment's) and PYTHONPATH. Not the rest of sys.path: sys.path[0] is the script's
+    directory or the working directory, where anyone who can write there could plant a library."""
+    dirs = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    dirs.extend(sysconfig.get_paths()[key] for key in ("purelib", "platlib"))
+    dirs.extend(entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry)
+    unique = []
+    for entry in dirs:
+        if entry and os.path.isabs(entry) and entry not in unique:
+            unique.append(entry)
+    return unique
+
+
 def _site_dirs() -> List[str]:
-    dirs = []
-    for entry in sys.path:
-        if entry and os.path.isdir(os.path.join(entry, "nvidia")):
-            dirs.append(os.path.join(entry, "nvidia"))
-    return dirs
+    nvidia = [os.path.join(entry, "nvidia") for entry in _package_dirs()]
+    return [entry for entry in nvidia if os.path.isdir(entry)]
+
+
+def trusted(path: str) -> bool:
+    """A library this process may load: the file and its directory owned by this user or root and
+    writable by no one else (as the kernel cache's trust rules ask of its files)."""
+    uid = os.getuid()
+    for target in (path, os.path.dirname(path)):
+        try:
+            info = os.stat(target)
+        except OSError:
+            return False
+        if info.st_uid not in (uid, 0) or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return False
+    return True
 
 
 def candidate_dirs() -> List[str]:
@@ -50,7 +79,7 @@ def find_nvrtc() -> Optional[str]:
     """The path of the libnvrtc this build needs, or None (then the system loader decides)."""
     for directory in candidate_dirs():
         path = os.path.join(directory, NVRTC_SONAME)
-        if os.path.isfile(path):
+        if os.path.isfile(path) and trusted(path):
             return path
     return None
 

@@ -96,6 +96,17 @@ expect_err '^astrai-jit: note: --arch sm_90 with --hopper: warming sm_90a'
 expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.tma\.sm_90a$'
 expect_count '^paged_decode\.' 1
 
+check "warm --manifest with only --hopper, --no-hopper, --no-mma or --prefill-tiles is an error naming the flag"
+printf 'paged_decode.bf16.hd128.ps16.g4.sm_90a\n' >"$WORK/one.manifest"
+for flag in --hopper --no-hopper --no-mma "--prefill-tiles wide"; do
+  # shellcheck disable=SC2086
+  run warm --manifest "$WORK/one.manifest" $flag --dry-run
+  expect_rc 2
+  expect_err "^astrai-jit: error: ${flag%% *} would not change what --manifest warms"
+done
+run warm --manifest "$WORK/one.manifest" --dry-run
+expect_rc 0
+
 check "warm --hopper on a target without Hopper variants is an error naming it"
 for arch in sm_89 sm_89,sm_90a compute_90a; do
   run warm --arch "$arch" --hopper --dry-run

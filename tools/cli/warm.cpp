@@ -185,6 +185,14 @@ std::vector<KernelSpec> build_selection(const WarmOptions& options, const JitEng
   if (options.hopper_only && engine.config().no_wgmma)
     throw astrai::InvalidArgument("--hopper: ASTRAI_JIT_NO_WGMMA is set, so the runtime never loads "
                                   "the Hopper variants (unset it, or drop --hopper)");
+  // These choose among the flag selection's variants; a manifest alone names each variant.
+  if (!options.manifest.empty() && !has_flag_selection(options) &&
+      (options.hopper_only || options.no_hopper || options.no_mma || !options.prefill_tiles.empty()))
+    throw astrai::InvalidArgument(fmt::format(
+        "{} would not change what --manifest warms (it names each variant); add a selection (--kernels, "
+        "--arch, ...) for it to apply to, or drop it",
+        options.hopper_only ? "--hopper" : options.no_hopper ? "--no-hopper" : options.no_mma ? "--no-mma"
+                                                                                                : "--prefill-tiles"));
   if (options.manifest.empty() || has_flag_selection(options)) {
     const std::vector<std::string> archs = resolve_archs(
         options.archs.empty() ? std::vector<std::string>{"auto"} : options.archs, engine, options.hopper_only);

@@ -51,10 +51,9 @@ def _blhd(t: Tensor, layout: int) -> Tensor:
 
 
 def _like_q(q: Tensor) -> Tensor:
-    # AstrAI's kernels return their output with q's shape and strides.
-    if q.is_contiguous():
-        return torch.empty_like(q)
-    return torch.empty_strided(q.size(), q.stride(), dtype=q.dtype, device=q.device)
+    # AstrAI's kernels return their output with q's shape (and strides, which empty_like keeps
+    # for any dense q; the kernels write any strides).
+    return torch.empty_like(q)
 
 
 def _mask_rows(call: str, mask: Optional[Tensor]) -> Optional[Tensor]:
@@ -144,11 +143,11 @@ def _paged_decode_pool(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token
         raise ValueError(f"{call}: k_cache has shape {list(k_cache.shape)} (allowed: [pool_size, n_kv_heads, "
                          f"head_dim])")
     if out_buf is not None:
-        if out_buf.shape[0] < q.shape[0] or tuple(out_buf.shape[1:]) != tuple(q.shape[1:]):
+        if out_buf.shape[0] < q.shape[0] or out_buf.shape[1:] != q.shape[1:]:
             raise ValueError(f"{call}: out_buf has shape {list(out_buf.shape)} for q {list(q.shape)} (allowed: "
                              f"[>= batch, n_heads, head_dim])")
         out = out_buf[: q.shape[0]]
-    else:
+    else:  # contiguous whatever q's strides, as AstrAI's kernel allocates it
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if mask is not None:
         if mask.dim() != 2:
@@ -156,7 +155,8 @@ def _paged_decode_pool(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token
         mask = _fit_mask(mask, req_to_token.shape[1])
     # AstrAI's split buffers hold the partials when given: preallocated by its engine, they keep the
     # call free of allocations under CUDA graph capture on any stream.
-    workspace = o_part_buf if o_part_buf is not None and o_part_buf.is_cuda and o_part_buf.is_contiguous() else None
+    # (The extension checks that it is contiguous and on q's device.)
+    workspace = o_part_buf
     _ops.paged_decode(q, k_cache.unsqueeze(1), v_cache.unsqueeze(1), req_to_token, None, out=out, mask=mask,
                       req_indices=req_pool_indices, kv_indptr=kv_indptr, new_k=new_k, new_v=new_v,
                       scale=_scale(scale), workspace=workspace)

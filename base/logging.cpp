@@ -44,7 +44,9 @@ std::mutex& write_mutex() {
 
 void Logger::write(LogLevel level, std::string_view message) {
   // One fwrite per line under a lock so lines from several threads never interleave.
-  std::string line = fmt::format("[astrai-jit] {}: {}\n", log_level_name(level), message);
+  // The CLI's own messages' form ("astrai-jit: warning: ..."), so a user sees one style.
+  std::string line = fmt::format("astrai-jit: {}: {}\n", level == LogLevel::warn ? "warning" : log_level_name(level),
+                                 message);
   std::lock_guard<std::mutex> lock(write_mutex());
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);

@@ -260,7 +260,7 @@ int run_hostile(HostileOptions options) {
 
     int warnings = 0;
     for (const auto& line : split_lines(child.err)) {
-      if (line.rfind("[astrai-jit] warn: kernel cache at ", 0) == 0 &&
+      if (line.rfind("astrai-jit: warning: kernel cache at ", 0) == 0 &&
           line.find("is not usable") != std::string::npos)
         ++warnings;
       else

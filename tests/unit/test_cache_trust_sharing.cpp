@@ -187,9 +187,9 @@ TEST_CASE("a wait of more than a few seconds for a compile lock is logged at war
   const std::string output = log.finish();
   ::kill(holder, SIGKILL);
   astrai::testing::wait_child(holder);
-  CHECK(count_occurrences(output, "warn: waiting for compile lock " + make_key(1).hex() + ".lock held by "
+  CHECK(count_occurrences(output, "warning: waiting for compile lock " + make_key(1).hex() + ".lock held by "
                          "another process") == 1);
-  CHECK(count_occurrences(output, "warn: waited 5500 ms for compile lock") == 1);
+  CHECK(count_occurrences(output, "warning: waited 5500 ms for compile lock") == 1);
 }
 
 TEST_CASE("a read-only layer serves hits and is never written") {

@@ -16,8 +16,9 @@ The JIT and its cache (no GPU and no PyTorch needed):
     cli_path()         the packaged ``astrai-jit`` executable (also ``python -m astrai_jit``)
     __version__        the package's version (``astrai-jit --version`` prints the same)
 Errors: Error and its subclasses InvalidArgument, CompileError, CudaError, ConfigError,
-CacheMissError. ``astrai_jit._C`` takes any DLPack tensor with the outputs given, and
-``astrai_jit.astrai`` is an attention interface on top of the kernels.
+CacheMissError. ``astrai_jit._C`` takes any DLPack tensor with the outputs given.
+AstrAI runs on these kernels through its own loader (``python -m astrai_jit.astrai_install``,
+``astrai_jit.astrai_csrc``); ``astrai_jit.astrai`` is an older attention interface.
 
 Importing the package needs no GPU and no PyTorch; the kernels need PyTorch
 (``pip install 'astrai-jit[torch]'``). Each function's help() has its arguments.

@@ -1,4 +1,10 @@
-"""AstrAI's attention interface over astrai-jit, as a drop-in module.
+"""An attention interface in AstrAI's conventions over astrai-jit.
+
+Superseded for AstrAI itself: AstrAI runs unchanged on astrai-jit through its own loader of
+compiled kernel modules (``python -m astrai_jit.astrai_install``; ``astrai_jit.astrai_csrc``
+holds the functions with AstrAI's signatures). This module was written from a description of
+AstrAI, not from its code, and does not match its interface; the GPU tests still use its SDPA
+references.
 
 Conventions (AstrAI's): q, k, v are ``[batch, seq, heads, head_dim]``; ``is_causal`` places the
 queries at the end of the keys (query i of q_len attends to keys ``j <= kv_len - q_len + i``);

@@ -97,29 +97,34 @@ def _paged_decode_pages(q: Tensor, page_table: Tensor, k_cache: Tensor, v_cache:
                         kv_len: int, mask: Optional[Tensor] = None, causal_offset: int = -1,
                         scale: float = 0.0, layout: int = 0) -> Tensor:
     # The 2026-07 form: every request has kv_len tokens in its table row (shorter ones are masked).
+    # A hot path (a call a layer a token): each tensor attribute is read once.
     call = "attn_paged_decode"
     page_size, kv_len = int(page_size), int(kv_len)
-    if k_cache.dim() != 4 or k_cache.shape[1] != page_size:
-        raise ValueError(f"{call}: k_cache has shape {list(k_cache.shape)} for page_size {page_size} (allowed: "
+    cache_shape, width = k_cache.shape, page_table.shape[1]
+    if len(cache_shape) != 4 or cache_shape[1] != page_size:
+        raise ValueError(f"{call}: k_cache has shape {list(cache_shape)} for page_size {page_size} (allowed: "
                          f"[num_pages, page_size, n_kv_heads, head_dim])")
     if causal_offset >= 0:  # the query sits at causal_offset and sees keys up to it
         kv_len = min(kv_len, int(causal_offset) + 1)
     pages = -(-kv_len // page_size)
-    if kv_len < 0 or pages > page_table.shape[1]:
-        raise ValueError(f"{call}: kv_len {kv_len} does not fit the page table's {page_table.shape[1]} pages of "
-                         f"{page_size} (allowed: 0..{page_table.shape[1] * page_size})")
-    out = _like_q(q)
+    if kv_len < 0 or pages > width:
+        raise ValueError(f"{call}: kv_len {kv_len} does not fit the page table's {width} pages of "
+                         f"{page_size} (allowed: 0..{width * page_size})")
+    out = torch.empty_like(q)
     # q and out [batch, 1, n_heads, D] are the one-token case of the kernels' multi-token form.
-    table = page_table if pages == page_table.shape[1] else page_table[:, :pages]
+    table = page_table if pages == width else page_table[:, :pages]
     seq_lens = None
     if pages * page_size != kv_len:
         seq_lens = torch.full((q.shape[0],), kv_len, dtype=torch.int32, device=q.device)
-    mask = _mask_rows(call, mask)
     if mask is not None:
+        mask = _mask_rows(call, mask)
         mask = mask.reshape(mask.shape[0], mask.shape[-1]) if mask.dim() == 3 else mask
         mask = _fit_mask(mask, pages * page_size)
-    _ops.paged_decode(_blhd(q, layout), k_cache, v_cache, table, seq_lens, out=_blhd(out, layout), mask=mask,
-                      scale=_scale(scale))
+    if layout == 1:
+        _ops.paged_decode(q, k_cache, v_cache, table, seq_lens, out=out, mask=mask, scale=_scale(scale))
+    else:
+        _ops.paged_decode(_blhd(q, layout), k_cache, v_cache, table, seq_lens, out=_blhd(out, layout), mask=mask,
+                          scale=_scale(scale))
     return out
 
 
@@ -168,9 +173,12 @@ def attn_paged_decode(q: Tensor, *args, **kwargs) -> Tensor:
     page_size, kv_len, ...)`` (2026-07) or ``(q, k_cache, v_cache, req_to_token,
     req_pool_indices, kv_indptr, ...)`` (2026-08)."""
     second = args[0] if args else kwargs.get("page_table", kwargs.get("k_cache"))
-    if "page_table" in kwargs or (isinstance(second, Tensor) and not second.is_floating_point()):
+    if "page_table" in kwargs or (isinstance(second, Tensor) and second.dtype in _INDEX_DTYPES):
         return _paged_decode_pages(q, *args, **kwargs)
     return _paged_decode_pool(q, *args, **kwargs)
+
+
+_INDEX_DTYPES = (torch.int32, torch.int64)
 
 
 def attn_paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor,

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -38,6 +39,26 @@ namespace {
 
 // True when chmod can really make `dir` unwritable (it cannot for root).
 bool write_protection_works(const fs::path& dir) { return ::access(dir.c_str(), W_OK) != 0; }
+
+constexpr uid_t kOtherUser = 65534;  // nobody
+
+// Child: as another user when started as root (root ignores permission bits), a store into a
+// cache whose directories are all 0555 fails, leaves no temporary file, and loads still work.
+const bool kReadOnlyChildRegistered = astrai::testing::register_child_action(
+    "cache-store-read-only", [](const std::vector<std::string>& args) -> int {
+      if (args.size() != 2) return 10;
+      if (::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setresgid(kOtherUser, kOtherUser, kOtherUser) != 0 ||
+                               ::setresuid(kOtherUser, kOtherUser, kOtherUser) != 0))
+        return 11;
+      if (!write_protection_works(fs::path(args[0]) / "v1")) return 12;
+      astrai::detail::Logger::instance().set_level(LogLevel::off);
+      DiskCache cache(args[0], CacheMode::read_write, 0);
+      if (cache.store(make_key(2), make_entry("other.sm_90", 10))) return 13;
+      if (cache.usable_for_write()) return 14;
+      if (count_temp_files(args[0]) != 0) return 15;
+      const auto loaded = cache.load(make_key(1), args[1]);
+      return loaded.has_value() ? 0 : 16;
+    });
 
 // Child: store with a tiny RLIMIT_FSIZE, which fails writes with EFBIG like a full disk does.
 const bool kFsizeChildRegistered = astrai::testing::register_child_action(
@@ -198,18 +219,19 @@ TEST_CASE("a write-protected directory makes store fail while loads keep working
                                         root / "v1" / make_key(1).hex().substr(0, 2),
                                         root / "v1" / make_key(2).hex().substr(0, 2)};
     for (const auto& sub : dirs) fs::create_directories(sub);
-    for (const auto& sub : dirs) fs::permissions(sub, fs::perms(0555));
-    DiskCache cache(root, CacheMode::read_write, 0);
-    if (!write_protection_works(root / "v1")) {
-      MESSAGE("running as root: chmod 0555 does not stop writes, skipping the assertions");
-      return;
+    // Root ignores permission bits: as root the cache is handed to another user, who then runs
+    // the checks in a child, so they run (and can fail) whoever runs the suite.
+    if (::geteuid() == 0) {
+      fs::permissions(dir.path(), fs::perms(0755));
+      for (const auto& path : fs::recursive_directory_iterator(root))
+        REQUIRE(::lchown(path.path().c_str(), kOtherUser, kOtherUser) == 0);
+      REQUIRE(::lchown(root.c_str(), kOtherUser, kOtherUser) == 0);
     }
-    CHECK_FALSE(cache.store(make_key(2), make_entry("other.sm_90", 10)));
-    CHECK_FALSE(cache.usable_for_write());
+    for (const auto& sub : dirs) fs::permissions(sub, fs::perms(0555));
+    const int pid = astrai::testing::spawn_child("cache-store-read-only", {root.string(), entry.variant_name});
+    CHECK(astrai::testing::wait_child(pid) == 0);
     CHECK(count_temp_files(root) == 0);
-    auto loaded = cache.load(make_key(1), entry.variant_name);
-    REQUIRE(loaded.has_value());
-    CHECK(same_entry(*loaded, entry));
+    for (const auto& sub : dirs) fs::permissions(sub, fs::perms(0755));
   }
 
   SUBCASE("a regular file where the shard directory should be (fails even for root)") {

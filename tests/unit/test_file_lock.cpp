@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -173,17 +174,29 @@ TEST_CASE("a lock in a directory that cannot be written is unavailable") {
     CHECK(elapsed_ms(start) < 500);  // no polling when the file cannot even be opened
   }
 
+  // A directory the caller cannot write: checked in a child, which gives up root first (root
+  // ignores permission bits), so the check runs whoever runs the suite.
   const fs::path protected_dir = dir.path() / "readonly";
   fs::create_directories(protected_dir);
   fs::permissions(protected_dir, fs::perms(0555));
-  if (::access(protected_dir.c_str(), W_OK) == 0) {
-    MESSAGE("running as root: chmod 0555 does not stop writes, skipping that assertion");
-  } else {
-    FileLock::Outcome outcome = FileLock::Outcome::acquired;
-    CHECK(FileLock::acquire(protected_dir / "key.lock", milliseconds(100), &outcome) == nullptr);
-    CHECK(outcome == FileLock::Outcome::unavailable);
-  }
+  fs::permissions(dir.path(), fs::perms(0755));
+  const int pid = astrai::testing::spawn_child("lock-in-read-only-dir", {(protected_dir / "key.lock").string()});
+  CHECK(astrai::testing::wait_child(pid) == 0);
 }
+
+constexpr uid_t kOtherUser = 65534;  // nobody
+
+const bool kReadOnlyLockChildRegistered = astrai::testing::register_child_action(
+    "lock-in-read-only-dir", [](const std::vector<std::string>& args) -> int {
+      if (args.size() != 1) return 10;
+      if (::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setresgid(kOtherUser, kOtherUser, kOtherUser) != 0 ||
+                               ::setresuid(kOtherUser, kOtherUser, kOtherUser) != 0))
+        return 11;
+      if (::access(fs::path(args[0]).parent_path().c_str(), W_OK) == 0) return 12;  // still writable
+      FileLock::Outcome outcome = FileLock::Outcome::acquired;
+      if (FileLock::acquire(args[0], milliseconds(100), &outcome) != nullptr) return 13;
+      return outcome == FileLock::Outcome::unavailable ? 0 : 14;
+    });
 
 TEST_CASE("the disk cache hands out one compile lock per key at a time") {
   TempDir dir;

@@ -115,7 +115,8 @@ PagedPrefillArgs resolve_paged_prefill_args(const PagedPrefillArgs& input) {
   if (a.req_indices == nullptr && a.page_table_rows < a.batch)
     fail_argument(kCall, fmt::format("page_table_rows {} is smaller than batch {} without req_indices",
                                      a.page_table_rows, a.batch));
-  if (a.mask != nullptr && a.mask_rows_per_request) require_mask_stride(kCall, "mask_stride_batch", a.mask_stride_batch);
+  if (a.mask != nullptr && a.mask_rows_per_request)
+    require_mask_stride(kCall, "mask_stride_batch", a.mask_stride_batch);
   require_optional_alignment(kCall, "lse", a.lse, 4);
   return a;
 }

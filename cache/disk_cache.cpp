@@ -45,6 +45,8 @@ DiskCache::Chain DiskCache::open_chain(const char* sub, bool create) const {
       break;
     case CacheSharing::Kind::named_group: chain.trust = CacheTrust::shared_with(sharing_.gid); break;
   }
+  if (chain.trust.shared() && sharing_.owners_listed)
+    chain.trust = CacheTrust::shared_with(chain.trust.group(), sharing_.owners);
   if (chain.trust.shared() && !is_own_group(chain.trust.group()))
     return stop(root, root_,
                 fmt::format("shared with group {}, which is not one of this process's groups",

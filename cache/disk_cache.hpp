@@ -4,6 +4,7 @@
 // Layout under the cache root:
 //   v1/<first two hex digits>/<32-hex key>.<variant name>.cubin   entry (header + payload)
 //   v1/locks/<32-hex key>.lock                                   per-key compile lock
+//   v1/size                                                      running size (cache_size.hpp)
 // An entry is published atomically: written to a temp file in the same directory, fsynced,
 // then renamed into place. Readers verify the header and the payload checksum; a damaged entry
 // is removed (one warning) and treated as a miss.

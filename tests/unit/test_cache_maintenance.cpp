@@ -242,6 +242,25 @@ TEST_CASE("entries removed or added behind the running size's back cost a scan, 
   CHECK(cache.stats().total_bytes <= 10 * entry_size);
 }
 
+TEST_CASE("a running size file that the trust rule refuses is left alone and the cap still holds") {
+  TempDir dir;
+  const std::uint64_t entry_size = encode_entry(make_entry("run.sm_90", 1000)).size();
+  const fs::path size_file = dir.path() / "v1" / "size";
+  DiskCache cache(dir.path(), CacheMode::read_write, 5 * entry_size);
+  REQUIRE(cache.store(make_key(0), make_entry("run.sm_90", 1000, 0)));
+  // Readable by others: they could hold its lock and stall every store.
+  fs::permissions(size_file, fs::perms::others_read, fs::perm_options::add);
+  const std::string before = read_file(size_file);
+  astrai::testing::LogCapture log(dir.path() / "log.txt");
+  for (int i = 1; i < 12; ++i) REQUIRE(cache.store(make_key(i), make_entry("run.sm_90", 1000, i)));
+  const std::string output = log.finish();
+  CHECK(astrai::testing::count_occurrences(
+            output, "not using " + size_file.string() + ": openable by other users (mode 0604)") ==
+        1);
+  CHECK(read_file(size_file) == before);
+  CHECK(cache.stats().total_bytes <= 5 * entry_size);
+}
+
 TEST_CASE("two processes storing with a cap keep the cache under it without scanning each store") {
   TempDir dir;
   const std::uint64_t entry_size = encode_entry(make_entry("capped.sm_90", 1000)).size();

@@ -61,6 +61,8 @@ class Fd {
     fd_ = -1;
   }
   int get() const { return fd_; }
+  // Gives up ownership: the caller closes the descriptor.
+  int release() { return std::exchange(fd_, -1); }
   explicit operator bool() const { return fd_ >= 0; }
 
  private:

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 namespace astrai::detail {
 
@@ -21,6 +22,10 @@ struct CacheSharing {
   Kind kind = Kind::off;
   gid_t gid = 0;          // named_group only
   std::string name;       // as given, for messages
+  // ASTRAI_JIT_CACHE_OWNERS: when listed, group membership alone no longer makes a file
+  // trusted (a former member keeps files in the group): only the user, root and these uids.
+  bool owners_listed = false;
+  std::vector<uid_t> owners;
   bool enabled() const { return kind != Kind::off; }
 };
 
@@ -28,11 +33,14 @@ struct CacheSharing {
 // the group of its root directory).
 //   owner only: owned by the effective uid or root, not writable by group or others.
 //   shared:     as above, or belonging to the shared group; never writable by others.
+//   shared, with an owner list: owned by the effective uid, root or a listed uid, and either
+//               in the shared group or not writable by group; never writable by others.
 class CacheTrust {
  public:
   CacheTrust() = default;
   static CacheTrust owner_only();
   static CacheTrust shared_with(gid_t group);
+  static CacheTrust shared_with(gid_t group, const std::vector<uid_t>& owners);
 
   // Empty when a file or directory with this status may be used; otherwise the reason, e.g.
   // "owned by uid 1234 (trusted: uid 0 and root)".
@@ -51,9 +59,13 @@ class CacheTrust {
   mode_t file_mode() const { return shared_ ? 0660 : 0600; }
 
  private:
+  bool trusted_owner(uid_t owner) const;
+  std::string trusted_text() const;
   bool shared_ = false;
+  bool owners_listed_ = false;
   gid_t group_ = 0;
   uid_t uid_ = 0;
+  std::vector<uid_t> owners_;
 };
 
 // Whether the process is a member of `group` (effective or supplementary). A shared cache's
@@ -64,5 +76,10 @@ bool is_own_group(gid_t group);
 // root's group), a group name or a numeric gid. nullopt-like failure: returns false and sets
 // `why` (an unknown group name).
 bool parse_cache_sharing(const std::string& text, CacheSharing* sharing, std::string* why);
+
+// Parses ASTRAI_JIT_CACHE_OWNERS: comma-separated user names or numeric uids, blanks around each
+// ignored; an empty text is an empty list (only the user and root). False with `why` set for an
+// empty item, an unknown user or a uid out of range.
+bool parse_cache_owners(const std::string& text, std::vector<uid_t>* owners, std::string* why);
 
 }  // namespace astrai::detail

@@ -45,6 +45,8 @@ DiskCache::Chain DiskCache::open_chain(const char* sub, bool create) const {
       break;
     case CacheSharing::Kind::named_group: chain.trust = CacheTrust::shared_with(sharing_.gid); break;
   }
+  if (chain.trust.shared() && sharing_.owners_listed)
+    chain.trust = CacheTrust::shared_with(chain.trust.group(), sharing_.owners);
   if (chain.trust.shared() && !is_own_group(chain.trust.group()))
     return stop(root, root_,
                 fmt::format("shared with group {}, which is not one of this process's groups",
@@ -345,6 +347,7 @@ bool DiskCache::store(const CacheKey& key, const CacheEntryData& entry) {
   const std::string name = hex + "." + entry.variant_name + std::string(kEntrySuffix);
   const fs::path path = entry_path(key, entry.variant_name);
   std::string failure;
+  std::uint64_t replaced = 0;  // the bytes of an entry of the same name that this one replaces
   for (int attempt = 0;; ++attempt) {
     Chain chain = open_chain(hex.substr(0, 2).c_str(), true);
     int error = 0;
@@ -361,6 +364,10 @@ bool DiskCache::store(const CacheKey& key, const CacheEntryData& entry) {
         warn_refused(path, refused);
         return false;
       }
+      struct stat existing {};
+      replaced = ::fstatat(chain.sub.get(), name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0
+                     ? static_cast<std::uint64_t>(existing.st_size)
+                     : 0;
       error = publish_file(chain.sub.get(), chain.where, name, bytes, chain.trust, &failure);
     }
     if (error == 0) break;
@@ -371,7 +378,7 @@ bool DiskCache::store(const CacheKey& key, const CacheEntryData& entry) {
     return false;
   }
 
-  if (max_bytes_ > 0) prune_to(max_bytes_, &path);
+  count_store(bytes.size(), replaced, path);
   return true;
 }
 
@@ -415,7 +422,20 @@ bool DiskCache::commit_import(const StagedEntry& staged, std::string* why) {
     *why = fmt::format("{}: {}", (chain.where / staged.name).string(), refused);
     return false;
   }
-  return rename_into_place(chain.sub.get(), chain.where, staged.temp, staged.name, why) == 0;
+  struct stat temp {};
+  struct stat existing {};
+  const std::uint64_t added =
+      ::fstatat(chain.sub.get(), staged.temp.c_str(), &temp, AT_SYMLINK_NOFOLLOW) == 0
+          ? static_cast<std::uint64_t>(temp.st_size)
+          : 0;
+  const std::uint64_t replaced =
+      ::fstatat(chain.sub.get(), staged.name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0
+          ? static_cast<std::uint64_t>(existing.st_size)
+          : 0;
+  if (rename_into_place(chain.sub.get(), chain.where, staged.temp, staged.name, why) != 0)
+    return false;
+  count_store(added, replaced, chain.where / staged.name);  // imports count like stores
+  return true;
 }
 
 void DiskCache::discard_import(const StagedEntry& staged) const {

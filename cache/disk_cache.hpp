@@ -4,6 +4,7 @@
 // Layout under the cache root:
 //   v1/<first two hex digits>/<32-hex key>.<variant name>.cubin   entry (header + payload)
 //   v1/locks/<32-hex key>.lock                                   per-key compile lock
+//   v1/size                                                      running size (cache_size.hpp)
 // An entry is published atomically: written to a temp file in the same directory, fsynced,
 // then renamed into place. Readers verify the header and the payload checksum; a damaged entry
 // is removed (one warning) and treated as a miss.
@@ -75,7 +76,9 @@ class DiskCache {
 
   // Atomic publish (temp + fsync + rename). Never throws for I/O problems: returns false and
   // degrades to memory-only with one warning (read-only dir, disk full, vanished dir).
-  // Prunes to max_bytes afterwards when a cap is set.
+  // With a cap set, the store is added to the running size (cache/cache_size.hpp); when that
+  // goes over the cap, least-recently-used entries are removed until the cache is at most 90%
+  // of it (so that a full cache is not scanned again on the next store).
   bool store(const CacheKey& key, const CacheEntryData& entry);
 
   // Import in two steps, so that an archive goes in whole or not at all (cache_archive.hpp).
@@ -114,6 +117,9 @@ class DiskCache {
   std::vector<CacheEntryInfo> verify(bool repair);
   // Removes least-recently-used entries until the total is <= max_bytes. Returns bytes freed.
   std::uint64_t prune(std::uint64_t max_bytes);
+  // For tests: how many directory scans (list, verify, prune, clear, capped stores that had to
+  // count) this process has started.
+  static std::uint64_t scans_started();
   // Removes every entry, lock and temp file under the versioned root. Returns entries removed.
   std::uint64_t clear();
 
@@ -123,7 +129,13 @@ class DiskCache {
   Chain open_chain(const char* sub, bool create) const;
   bool remove_listed(const std::filesystem::path& path, std::uint64_t device,
                      std::uint64_t inode) const;
-  std::uint64_t prune_to(std::uint64_t max_bytes, const std::filesystem::path* keep);
+  // Scans; when the entries' total is over `evict_above`, removes least-recently-used ones
+  // (never `keep`) until it is at most `down_to`. `remaining`: the total left. Returns bytes freed.
+  std::uint64_t prune_to(std::uint64_t evict_above, std::uint64_t down_to,
+                         const std::filesystem::path* keep, std::uint64_t* remaining = nullptr);
+  // Adds a published entry (`added` bytes, replacing `replaced` bytes) to the running size, and
+  // evicts when that goes over the cap (see store).
+  void count_store(std::uint64_t added, std::uint64_t replaced, const std::filesystem::path& keep);
   struct Scan;
   Scan scan(bool with_foreign) const;
   // Marks the cache unusable for writes, with one warning (const: a scan may find out).

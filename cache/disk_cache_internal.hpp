@@ -23,6 +23,9 @@ inline constexpr std::string_view kEntrySuffix = ".cubin";
 inline constexpr std::string_view kTempPrefix = ".tmp-";
 inline constexpr std::string_view kLockSuffix = ".lock";
 inline constexpr std::chrono::hours kStaleTempAge{1};
+// How long a store waits for the running size's lock (held for a store's update, or for one
+// scan of the cache) before it counts by scanning instead.
+inline constexpr std::chrono::milliseconds kSizeLedgerWait{2000};
 
 inline bool is_lower_hex(std::string_view text) {
   return std::all_of(text.begin(), text.end(),

@@ -7,18 +7,27 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <string_view>
 #include <utility>
 
 #include "base/logging.hpp"
+#include "cache/cache_size.hpp"
 #include "cache/disk_cache_internal.hpp"
 
 namespace astrai::detail {
 
 namespace fs = std::filesystem;
 
+namespace {
+std::atomic<std::uint64_t> scan_count{0};
+}  // namespace
+
+std::uint64_t DiskCache::scans_started() { return scan_count.load(); }
+
 DiskCache::Scan DiskCache::scan(bool with_foreign) const {
+  ++scan_count;
   Scan result;
   const Chain chain = open_chain(nullptr, false);
   if (chain.status != OpenStatus::ok) {
@@ -163,7 +172,8 @@ std::vector<CacheEntryInfo> DiskCache::verify(bool repair) {
   return checked;
 }
 
-std::uint64_t DiskCache::prune_to(std::uint64_t max_bytes, const fs::path* keep) {
+std::uint64_t DiskCache::prune_to(std::uint64_t evict_above, std::uint64_t down_to,
+                                  const fs::path* keep, std::uint64_t* remaining) {
   Scan found = scan(false);
 
   // Temp files this old belong to writers that were killed mid-store.
@@ -178,20 +188,75 @@ std::uint64_t DiskCache::prune_to(std::uint64_t max_bytes, const fs::path* keep)
   std::uint64_t total = 0;
   for (const auto& info : found.entries) total += info.size_bytes;
   std::uint64_t freed = 0;
+  const std::uint64_t goal = total > evict_above ? std::min(down_to, evict_above) : total;
   for (const auto& info : found.entries) {
-    if (total <= max_bytes) break;
+    if (total <= goal) break;
     if (keep && info.path == *keep) continue;
     const bool removed = remove_listed(info.path, info.device, info.inode);
     if (removed) freed += info.size_bytes;
     // An entry that vanished (or was replaced) meanwhile no longer counts as this size.
     total -= info.size_bytes;
   }
+  if (remaining) *remaining = total;
   return freed;
 }
 
 std::uint64_t DiskCache::prune(std::uint64_t max_bytes) {
   if (mode_ != CacheMode::read_write) return 0;
-  return prune_to(max_bytes, nullptr);
+  // Holding the running size while scanning: the total found replaces it (a count that was too
+  // high, after entries were removed, is corrected here).
+  const Chain chain = open_chain(nullptr, false);
+  std::unique_ptr<SizeLedger> ledger;
+  if (chain.status == OpenStatus::ok) {
+    SizeLedger::Opened opened = SizeLedger::Opened::failed;
+    std::string why;
+    ledger = SizeLedger::open(chain.v1.get(), chain.trust, false, kSizeLedgerWait, &opened, &why);
+  }
+  std::uint64_t remaining = 0;
+  const std::uint64_t freed = prune_to(max_bytes, max_bytes, nullptr, &remaining);
+  if (ledger) ledger->write({remaining, 0});
+  return freed;
+}
+
+void DiskCache::count_store(std::uint64_t added, std::uint64_t replaced, const fs::path& keep) {
+  const bool capped = max_bytes_ > 0;
+  // Eviction goes down to 90% of the cap: a full cache then takes a scan every tenth of its cap
+  // written, not one a store.
+  const std::uint64_t low_water = max_bytes_ - max_bytes_ / 10;
+  const Chain chain = open_chain(nullptr, false);
+  if (chain.status != OpenStatus::ok) {
+    if (capped) prune_to(max_bytes_, low_water, &keep);
+    return;
+  }
+  SizeLedger::Opened opened = SizeLedger::Opened::failed;
+  std::string why;
+  std::unique_ptr<SizeLedger> ledger =
+      SizeLedger::open(chain.v1.get(), chain.trust, capped, kSizeLedgerWait, &opened, &why);
+  if (!ledger) {
+    if (opened == SizeLedger::Opened::refused)
+      warn_refused(entries_dir_ / kSizeFileName, why);
+    else if (opened != SizeLedger::Opened::missing)
+      drop_size_ledger(chain.v1.get(), chain.trust);  // it lacks our bytes: never too low
+    if (capped) prune_to(max_bytes_, low_water, &keep);  // the scan every capped store used to take
+    return;
+  }
+  SizeLedger::Count count;
+  const bool counted = ledger->read(&count);
+  if (counted) {
+    count.total_bytes =
+        count.total_bytes + added > replaced ? count.total_bytes + added - replaced : 0;
+    ++count.updates;
+  }
+  // Without a cap the count is only kept up to date; one missing waits for a capped store.
+  if (!capped || (counted && count.updates <= kRecountEvery && count.total_bytes <= max_bytes_)) {
+    if (counted) ledger->write(count);
+    return;
+  }
+  // Over the cap, not counted yet, or a recount is due: scan while holding the ledger, so that
+  // no other store's addition falls between the scan and the write.
+  std::uint64_t remaining = 0;
+  prune_to(max_bytes_, low_water, &keep, &remaining);
+  ledger->write({remaining, 0});
 }
 
 std::uint64_t DiskCache::clear() {

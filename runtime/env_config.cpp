@@ -43,6 +43,7 @@ constexpr const char* kDecodeTilesVar = "ASTRAI_JIT_DECODE_TILES";
 constexpr const char* kDumpVar = "ASTRAI_JIT_DUMP";
 constexpr const char* kCachePathVar = "ASTRAI_JIT_CACHE_PATH";
 constexpr const char* kCacheSharedVar = "ASTRAI_JIT_CACHE_SHARED";
+constexpr const char* kCacheOwnersVar = "ASTRAI_JIT_CACHE_OWNERS";
 
 constexpr const char* kBoolAllowed = "1, 0, true, false, yes, no, on, off";
 constexpr const char* kCacheAllowed = "rw, ro, off";
@@ -52,6 +53,8 @@ constexpr const char* kCachePathAllowed =
     "a colon-separated list of absolute directories, e.g. /opt/astrai-jit/cache:/mnt/kernels";
 constexpr const char* kCacheSharedAllowed =
     "off, group (the cache directory's group), a group name or a numeric gid";
+constexpr const char* kCacheOwnersAllowed =
+    "comma-separated user names or numeric uids, e.g. alice,bob,1500";
 constexpr const char* kSizeAllowed =
     "a whole number of bytes, optionally followed by B, K, M, G, T, KiB, MiB, GiB, TiB, KB, "
     "MB, GB or TB (all powers of 1024), e.g. 1048576, 512M, 10GiB; 0 = unlimited";
@@ -194,7 +197,8 @@ const std::vector<std::string>& known_env_variables() {
     std::vector<std::string> list = {kCacheDirVar, kCacheVar,        kForceCompileVar, kStrictVar,
                                      kRecordVar,   kMaxCacheSizeVar, kLogVar,          kArchVar,
                                      kNoMmaVar,    kNoWgmmaVar,      kDumpVar,         kCachePathVar,
-                                     kCacheSharedVar, kPrefillTilesVar, kDecodeTilesVar};
+                                     kCacheSharedVar, kPrefillTilesVar, kDecodeTilesVar,
+                                     kCacheOwnersVar};
     std::sort(list.begin(), list.end());
     return list;
   }();
@@ -363,6 +367,14 @@ EnvConfig parse_env_config(const std::vector<std::string>& environment) {
                              &config.cache_sharing, &why))
       throw ConfigError(fmt::format("{}={} is not valid: {} (allowed: {})", kCacheSharedVar,
                                     echo_text(*value), echo_text(why), kCacheSharedAllowed));
+  }
+  // Read after the sharing mode, which resets it; it only narrows whom a shared cache trusts.
+  if (const std::string* value = get(kCacheOwnersVar)) {
+    std::string why;
+    if (!parse_cache_owners(*value, &config.cache_sharing.owners, &why))
+      throw ConfigError(fmt::format("{}={} is not valid: {} (allowed: {})", kCacheOwnersVar,
+                                    echo_text(*value), echo_text(why), kCacheOwnersAllowed));
+    config.cache_sharing.owners_listed = true;
   }
   if (const std::string* value = get(kForceCompileVar))
     config.force_compile = parse_bool(kForceCompileVar, *value);

@@ -31,6 +31,7 @@ struct EnvConfig {
   // (colon-separated absolute paths; never written).
   std::vector<std::filesystem::path> cache_layers;
   CacheSharing cache_sharing;          // ASTRAI_JIT_CACHE_SHARED = group | <group name> | <gid>
+                                       // its owners: ASTRAI_JIT_CACHE_OWNERS = <user|uid>[,...]
   bool force_compile = false;          // ASTRAI_JIT_FORCE_COMPILE = 0|1|true|false|yes|no|on|off
   bool strict = false;                 // ASTRAI_JIT_STRICT (bool)
   std::filesystem::path record_file;   // ASTRAI_JIT_RECORD=<file>; empty = off

@@ -445,6 +445,66 @@ TEST_CASE("shared mode leaves an existing private cache private, with one warnin
   CHECK(astrai::testing::mode_of(dir.path() / "fresh") == 02770);
 }
 
+TEST_CASE("with an owner list, a shared cache refuses a group member's files unless listed") {
+  if (!is_root()) {
+    MESSAGE("skipped: files of another uid need root");
+    return;
+  }
+  TempDir dir;
+  const fs::path root = dir.path() / "cache";
+  CacheSharing sharing;
+  sharing.kind = CacheSharing::Kind::directory_group;
+  sharing.name = "group";
+  fs::path entry;
+  {
+    QuietLog quiet;
+    DiskCache writer(root, CacheMode::read_write, 0, sharing);
+    REQUIRE(writer.store(make_key(1), make_loadable_entry("a.sm_80")));
+    entry = writer.entry_path(make_key(1), "a.sm_80");
+  }
+  // Another user of the cache's group (or a former member: the file keeps the group).
+  chown_to(entry, kStranger, ::getegid());
+  REQUIRE(mode_of(entry) == 0660);
+  {
+    QuietLog quiet;
+    DiskCache group_only(root, CacheMode::read_only, 0, sharing);
+    CHECK(group_only.load(make_key(1), "a.sm_80").has_value());
+  }
+  sharing.owners_listed = true;
+  sharing.owners = {1500};
+  {
+    LogCapture log(dir.path() / "refused.txt");
+    DiskCache listed(root, CacheMode::read_write, 0, sharing);
+    CHECK_FALSE(listed.load(make_key(1), "a.sm_80").has_value());
+    CHECK_FALSE(listed.load(make_key(1), "a.sm_80").has_value());
+    CHECK_FALSE(listed.store(make_key(1), make_loadable_entry("a.sm_80")));  // not replaced
+    CHECK(listed.list().empty());
+    const std::string output = log.finish();
+    CHECK(count_occurrences(output, "not using " + entry.string() +
+                                        ": owned by uid 1234, who is not in "
+                                        "ASTRAI_JIT_CACHE_OWNERS (trusted: uid 0, root, uid "
+                                        "1500)") == 1);
+  }
+  struct stat info {};
+  REQUIRE(::stat(entry.c_str(), &info) == 0);
+  CHECK(info.st_uid == kStranger);  // neither removed nor replaced
+  sharing.owners = {1500, kStranger};
+  {
+    QuietLog quiet;
+    DiskCache listed(root, CacheMode::read_only, 0, sharing);
+    CHECK(listed.load(make_key(1), "a.sm_80").has_value());
+  }
+  // A directory of an unlisted member is refused too, with what is below it.
+  chown_to(entry, 0, ::getegid());
+  chown_to(entry.parent_path(), kStranger, ::getegid());
+  sharing.owners = {1500};
+  LogCapture log(dir.path() / "directory.txt");
+  DiskCache listed(root, CacheMode::read_only, 0, sharing);
+  CHECK_FALSE(listed.load(make_key(1), "a.sm_80").has_value());
+  CHECK(count_occurrences(log.finish(), "not using " + entry.parent_path().string() +
+                                            ": owned by uid 1234, who is not in") == 1);
+}
+
 TEST_CASE("threads waiting for another thread's compile do not block other memory hits") {
   QuietLog quiet;
   TempDir dir;

@@ -85,7 +85,7 @@ TEST_CASE("the known variables are listed once each, sorted") {
   const auto& known = astrai::detail::known_env_variables();
   const std::vector<std::string> expected = {
       "ASTRAI_JIT_ARCH",          "ASTRAI_JIT_CACHE",        "ASTRAI_JIT_CACHE_DIR",
-      "ASTRAI_JIT_CACHE_PATH",    "ASTRAI_JIT_CACHE_SHARED", "ASTRAI_JIT_DECODE_TILES", "ASTRAI_JIT_DUMP",
+      "ASTRAI_JIT_CACHE_OWNERS",  "ASTRAI_JIT_CACHE_PATH",    "ASTRAI_JIT_CACHE_SHARED", "ASTRAI_JIT_DECODE_TILES", "ASTRAI_JIT_DUMP",
       "ASTRAI_JIT_FORCE_COMPILE", "ASTRAI_JIT_LOG",          "ASTRAI_JIT_MAX_CACHE_SIZE",
       "ASTRAI_JIT_NO_MMA",        "ASTRAI_JIT_NO_WGMMA",     "ASTRAI_JIT_PREFILL_TILES",
       "ASTRAI_JIT_RECORD",        "ASTRAI_JIT_STRICT"};
@@ -540,6 +540,42 @@ TEST_CASE("the shared cache takes off, group, a group name or a gid") {
                        "ASTRAI_JIT_CACHE_SHARED=no-such-group-x is not valid: no group named "
                        "'no-such-group-x' (allowed: off, group (the cache directory's group), a "
                        "group name or a numeric gid)",
+                       ConfigError);
+}
+
+TEST_CASE("the shared cache's owners are user names or uids, and a bad one names the value") {
+  CHECK_FALSE(parse({}).cache_sharing.owners_listed);
+  const auto listed = parse_exact({"ASTRAI_JIT_CACHE_SHARED=group",
+                                   "ASTRAI_JIT_CACHE_OWNERS= root , 1500,1501,1500"})
+                          .cache_sharing;
+  CHECK(listed.kind == astrai::detail::CacheSharing::Kind::directory_group);
+  CHECK(listed.owners_listed);
+  CHECK(listed.owners == std::vector<uid_t>{0, 1500, 1501});
+  // Empty: a list of nobody, so only the user and root are trusted (never the whole group).
+  const auto empty = parse_one("ASTRAI_JIT_CACHE_OWNERS", " ").cache_sharing;
+  CHECK(empty.owners_listed);
+  CHECK(empty.owners.empty());
+  const std::string allowed =
+      " (allowed: comma-separated user names or numeric uids, e.g. alice,bob,1500)";
+  CHECK_THROWS_WITH_AS(parse_one("ASTRAI_JIT_CACHE_OWNERS", "root,no-such-user-x"),
+                       ("ASTRAI_JIT_CACHE_OWNERS=root,no-such-user-x is not valid: no user named "
+                        "'no-such-user-x'" + allowed).c_str(),
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(parse_one("ASTRAI_JIT_CACHE_OWNERS", "1500,,1501"),
+                       ("ASTRAI_JIT_CACHE_OWNERS=1500,,1501 is not valid: an empty name" + allowed)
+                           .c_str(),
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(parse_one("ASTRAI_JIT_CACHE_OWNERS", "4294967295"),
+                       ("ASTRAI_JIT_CACHE_OWNERS=4294967295 is not valid: uid 4294967295 is out "
+                        "of range (at most 4294967294)" + allowed).c_str(),
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(parse_one("ASTRAI_JIT_CACHE_OWNERS", "-1"),
+                       ("ASTRAI_JIT_CACHE_OWNERS=-1 is not valid: no user named '-1'" + allowed)
+                           .c_str(),
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(parse_one("ASTRAI_JIT_CACHE_OWNERS", "bob\x1b[2J"),
+                       ("ASTRAI_JIT_CACHE_OWNERS=bob\\x1b[2J is not valid: no user named "
+                        "'bob\\x1b[2J'" + allowed).c_str(),
                        ConfigError);
 }
 

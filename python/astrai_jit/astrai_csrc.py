@@ -216,7 +216,9 @@ def attn_paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token
     return out
 
 
-_longest = [None, -1, None]  # the last qo_indptr seen (a weak reference), its content version, its lengths
+# The last (qo_indptr, kv_indptr) pair seen, as weak references with their content versions, and
+# their longest request's query count and KV length.
+_longest = [None, None, None]
 _GATHER_PAGES = True  # the side-by-side bench turns it off to time the one-token-page kernel
 _GATHER_PAGE = 16  # the smallest page the Hopper prefill takes
 _hopper_devices: dict = {}
@@ -233,15 +235,21 @@ def _hopper_prefill(q: Tensor) -> bool:
 def _longest_request(qo_indptr: Tensor, kv_indptr: Tensor):
     """(longest query count, longest KV length) of a ragged batch, or None while a graph is being
     captured. The first sizes the prefill grid (else every row of q, always enough). Reading them
-    costs a device-to-host copy, so they are remembered for the same qo_indptr object at the same
-    content version: an engine's layers share one per step (a new tensor, even at a reused
+    costs a device-to-host copy, so they are remembered for the same two tensor objects at the same
+    content versions: an engine's layers share one per step (a new tensor, even at a reused
     address, is read again)."""
     if not qo_indptr.is_cuda or qo_indptr.numel() < 2 or torch.cuda.is_current_stream_capturing():
         return None
-    seen = _longest[0]() if _longest[0] is not None else None
-    if seen is not qo_indptr or _longest[1] != qo_indptr._version:
+    return _remembered_lengths(qo_indptr, kv_indptr)
+
+
+def _remembered_lengths(qo_indptr: Tensor, kv_indptr: Tensor):
+    seen = _longest[0]
+    if (seen is None or seen[0]() is not qo_indptr or seen[1]() is not kv_indptr or
+            _longest[1] != (qo_indptr._version, kv_indptr._version)):
         both = torch.stack([(qo_indptr[1:] - qo_indptr[:-1]).max(), (kv_indptr[1:] - kv_indptr[:-1]).max()])
-        _longest[0], _longest[1], _longest[2] = weakref.ref(qo_indptr), qo_indptr._version, both.tolist()
+        _longest[0] = (weakref.ref(qo_indptr), weakref.ref(kv_indptr))
+        _longest[1], _longest[2] = (qo_indptr._version, kv_indptr._version), both.tolist()
     return max(_longest[2][0], 0), max(_longest[2][1], 0)
 
 

@@ -192,3 +192,15 @@ def test_the_gpu_comparison_bounds_fp16_rows_below_its_normal_range_by_the_spaci
         assert_rows_close((want + 2 * 2.0 ** -24).to(torch.float16), want)
     with pytest.raises(AssertionError):  # rows in the normal range keep their relative bound
         assert_rows_close((want * 1e4 * 0.97).to(torch.float16), want * 1e4)
+
+
+def test_the_longest_request_is_read_again_when_either_offsets_tensor_changes():
+    qo = torch.tensor([0, 2, 5], dtype=torch.int32)
+    kv = torch.tensor([0, 10, 30], dtype=torch.int32)
+    assert C._remembered_lengths(qo, kv) == (3, 20)
+    kv[2] = 50  # the next chunk of the same prompts: same query counts, longer KV
+    assert C._remembered_lengths(qo, kv) == (3, 40)
+    qo[2] = 9
+    assert C._remembered_lengths(qo, kv) == (7, 40)
+    other = torch.tensor([0, 1, 2], dtype=torch.int32)  # a new tensor is read, whatever its address
+    assert C._remembered_lengths(other, kv) == (1, 40)

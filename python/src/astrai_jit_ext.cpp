@@ -11,6 +11,25 @@
 namespace {
 
 
+// The page-table row of each request: req_indices ([batch], int32 or int64) when given, else
+// row b, which needs a table of at least batch rows. `batch_what` says where batch came from.
+template <typename Args>
+void set_request_rows(Checker& c, const char* call, Args& a, const Input& page_table, const Opt<Input>& req_indices,
+                      const char* batch_what) {
+  a.page_table_rows = as_int(call, "page_table rows", page_table.shape(0));
+  if (req_indices) {
+    c.rank("req_indices", *req_indices, 1, "[batch]");
+    c.dtype("req_indices", *req_indices, Kind::index);
+    c.dim("req_indices", *req_indices, 0, a.batch, batch_what);
+    c.contiguous("req_indices", *req_indices);
+    a.req_indices = index_table(*req_indices);
+  } else if (a.page_table_rows < a.batch) {
+    invalid(call, "page_table has shape " + shape_string(page_table) + ": " + std::to_string(a.page_table_rows) +
+                      " rows for batch " + std::to_string(a.batch) +
+                      " (allowed: at least batch rows, or req_indices naming the row of each request)");
+  }
+}
+
 astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, const Input& v_cache,
                                           const Input& page_table, const Opt<Input>& seq_lens, const Output& out,
                                           const Opt<Output>& lse, const Opt<Input>& mask,
@@ -73,24 +92,13 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
   a.v_stride_head = c.stride("v_cache", v_cache, 2);
   a.page_table = index_table(page_table);
   a.page_table_stride = c.stride("page_table", page_table, 0);
-  a.page_table_rows = as_int(kCall, "page_table rows", page_table.shape(0));
   if (seq_lens) a.seq_lens = index_table(*seq_lens);
   a.seq_lens_are_offsets = seq_lens_are_offsets;
   a.out = out.data();
   a.out_stride_batch = c.stride("out", out, 0);
   if (tokens) a.out_stride_seq = c.stride("out", out, 1);
   a.out_stride_head = c.stride("out", out, h);
-  if (req_indices) {
-    c.rank("req_indices", *req_indices, 1, "[batch]");
-    c.dtype("req_indices", *req_indices, Kind::index);
-    c.dim("req_indices", *req_indices, 0, a.batch, "batch of q");
-    c.contiguous("req_indices", *req_indices);
-    a.req_indices = index_table(*req_indices);
-  } else if (a.page_table_rows < a.batch) {
-    invalid(kCall, "page_table has shape " + shape_string(page_table) + ": " + std::to_string(a.page_table_rows) +
-                       " rows for batch " + std::to_string(a.batch) +
-                       " (allowed: at least batch rows, or req_indices naming the row of each request)");
-  }
+  set_request_rows(c, kCall, a, page_table, req_indices, "batch of q");
   if (mask) {
     c.rank("mask", *mask, 2, "[batch, max_pages_per_seq * page_size]");
     c.dtype("mask", *mask, Kind::boolean);
@@ -364,18 +372,7 @@ void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, c
   a.max_pages_per_seq = as_int(kCall, "max_pages_per_seq", page_table.shape(1));
   c.dim("k_cache", k_cache, 3, a.head_dim, "head_dim of q");
   c.same_shape("v_cache", v_cache, "k_cache", k_cache);
-  a.page_table_rows = as_int(kCall, "page_table rows", page_table.shape(0));
-  if (req_indices) {
-    c.rank("req_indices", *req_indices, 1, "[batch]");
-    c.dtype("req_indices", *req_indices, Kind::index);
-    c.dim("req_indices", *req_indices, 0, a.batch, "batch, from qo_indptr");
-    c.contiguous("req_indices", *req_indices);
-    a.req_indices = index_table(*req_indices);
-  } else if (page_table.shape(0) < static_cast<std::size_t>(a.batch)) {
-    invalid(kCall, "page_table has shape " + shape_string(page_table) + ": " + std::to_string(page_table.shape(0)) +
-                       " rows for batch " + std::to_string(a.batch) +
-                       " (allowed: at least batch rows, or req_indices naming the row of each request)");
-  }
+  set_request_rows(c, kCall, a, page_table, req_indices, "batch, from qo_indptr");
   c.same_shape("out", out, "q", q);
   for (auto [name, t] : {std::pair{"q", &q}, {"k_cache", &k_cache}, {"v_cache", &v_cache}, {"page_table", &page_table}})
     c.unit_last(name, *t);

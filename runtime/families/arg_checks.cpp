@@ -45,6 +45,17 @@ void require_optional_index_table(const char* call, const char* name, const Inde
   require_optional_alignment(call, name, table.data, static_cast<std::size_t>(table.element_bytes()));
 }
 
+void resolve_table_rows(const char* call, int* page_table_rows, int batch, const IndexTable& req_indices) {
+  require_optional_index_table(call, "req_indices", req_indices);
+  if (*page_table_rows == 0) *page_table_rows = batch;
+  if (*page_table_rows < 0)
+    fail_argument(call, fmt::format("page_table_rows {} is not valid (allowed: >= 0; 0 means batch)",
+                                    *page_table_rows));
+  if (req_indices == nullptr && *page_table_rows < batch)
+    fail_argument(call, fmt::format("page_table_rows {} is smaller than batch {} without req_indices",
+                                    *page_table_rows, batch));
+}
+
 unsigned index_layout_bits(const IndexTable& page_table, const IndexTable& req_indices, const IndexTable& seq_lens,
                            bool seq_lens_are_offsets, const IndexTable& qo_indptr) {
   return (page_table.wide ? kWidePageTable : 0u) | (req_indices.wide ? kWideReqIndices : 0u) |

@@ -47,6 +47,8 @@ void resolve_query_strides(const char* call, StrideField batch, StrideField seq,
 void require_index_table(const char* call, const char* name, const IndexTable& table);
 // An optional one: aligned when given.
 void require_optional_index_table(const char* call, const char* name, const IndexTable& table);
+// The page-table rows a call may read (0 resolves to batch): without req_indices, one per request.
+void resolve_table_rows(const char* call, int* page_table_rows, int batch, const IndexTable& req_indices);
 // The LayoutBit flags (kernel_params.h) of a call's index tables.
 unsigned index_layout_bits(const IndexTable& page_table, const IndexTable& req_indices, const IndexTable& seq_lens,
                            bool seq_lens_are_offsets, const IndexTable& qo_indptr = {});

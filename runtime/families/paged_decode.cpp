@@ -99,14 +99,7 @@ PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& input) {
   require_optional_index_table(kCall, "seq_lens", a.seq_lens);
   if (a.seq_lens_are_offsets && a.seq_lens == nullptr)
     fail_argument(kCall, "seq_lens_are_offsets is set but seq_lens is null (allowed: [batch + 1] offsets)");
-  if (a.page_table_rows == 0) a.page_table_rows = a.batch;
-  if (a.page_table_rows < 0)
-    fail_argument(kCall, fmt::format("page_table_rows {} is not valid (allowed: >= 0; 0 means batch)",
-                                     a.page_table_rows));
-  if (a.req_indices == nullptr && a.page_table_rows < a.batch)
-    fail_argument(kCall, fmt::format("page_table_rows {} is smaller than batch {} without req_indices",
-                                     a.page_table_rows, a.batch));
-  require_optional_index_table(kCall, "req_indices", a.req_indices);
+  resolve_table_rows(kCall, &a.page_table_rows, a.batch, a.req_indices);
   const std::int64_t capacity = static_cast<std::int64_t>(a.max_pages_per_seq) * a.page_size;
   if (a.mask_stride_batch == 0) a.mask_stride_batch = capacity;
   if (a.mask != nullptr && a.batch > 1 && a.mask_stride_batch < capacity)

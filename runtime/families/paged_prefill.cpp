@@ -107,14 +107,7 @@ PagedPrefillArgs resolve_paged_prefill_args(const PagedPrefillArgs& input) {
     require_index_table(kCall, "seq_lens", a.seq_lens);
     require_index_table(kCall, "page_table", a.page_table);
   }
-  require_optional_index_table(kCall, "req_indices", a.req_indices);
-  if (a.page_table_rows == 0) a.page_table_rows = a.batch;
-  if (a.page_table_rows < 0)
-    fail_argument(kCall, fmt::format("page_table_rows {} is not valid (allowed: >= 0; 0 means batch)",
-                                     a.page_table_rows));
-  if (a.req_indices == nullptr && a.page_table_rows < a.batch)
-    fail_argument(kCall, fmt::format("page_table_rows {} is smaller than batch {} without req_indices",
-                                     a.page_table_rows, a.batch));
+  resolve_table_rows(kCall, &a.page_table_rows, a.batch, a.req_indices);
   if (a.mask != nullptr && a.mask_rows_per_request)
     require_mask_stride(kCall, "mask_stride_batch", a.mask_stride_batch);
   require_optional_alignment(kCall, "lse", a.lse, 4);

@@ -54,6 +54,7 @@
 #include "runtime/jit_engine.hpp"
 #include "runtime/kernel_spec.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "runtime/plan/attention_plan.hpp"
 #include "tests/support/support.hpp"
 
 extern char** environ;
@@ -652,11 +653,13 @@ class Bench {
   std::vector<double> time_runs(CUstream stream, int warmup, int reps, const std::function<void()>& step);
   Timing time_calls(int sets, const Call& call);
   GraphExec capture(int calls, int sets, const Call& call);
-  // The name of the variant the runtime takes for such a call; `wide_grid`: a prefill grid that
-  // takes the wide Hopper tiling (prefill_grid_takes_wide_tiles).
-  std::string variant_name(KernelKind kind, int head_dim, int page_size, int group, std::uint32_t flags = 0,
-                           bool wide_grid = false) const;
-  bool prefill_grid_takes_wide_tiles(const CaseDef& def) const;
+  // The name of the narrow variant the runtime takes for such a call (a decode case's is the
+  // variant its launch reports, which follows its split plan).
+  std::string variant_name(KernelKind kind, int head_dim, int page_size, int group, std::uint32_t flags = 0) const;
+  // What the runtime's plans see of the device, from the runtime's own settings.
+  astrai::detail::DeviceTraits runtime_traits() const;
+  // The variant the runtime's plan takes for a prefill case.
+  std::string planned_prefill_variant(KernelKind kind, const CaseDef& def, std::uint32_t flags) const;
   void finish(CaseResult* result, const Timing& timing, double amount, bool compute);
 
   void case_paged_decode(const CaseDef& def, CaseResult* result);

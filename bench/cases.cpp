@@ -462,9 +462,7 @@ double attention_flops(const CaseDef& def) {
 }
 
 void Bench::case_prefill(const CaseDef& def, CaseResult* result) {
-  const int group = def.n_heads / def.n_kv_heads;
-  result->variant =
-      variant_name(KernelKind::prefill, def.head_dim, 0, group, def.flags(), prefill_grid_takes_wide_tiles(def));
+  result->variant = planned_prefill_variant(KernelKind::prefill, def, def.flags());
   if (!def.features().empty()) result->notes.push_back(def.features());
   if (def.window_left >= 0) {
     CaseDef causal = def;
@@ -524,9 +522,7 @@ void Bench::case_paged_prefill(const CaseDef& def, CaseResult* result) {
   std::mt19937 rng(static_cast<std::uint32_t>(seed_of(def.name())));
   const PagedLayout layout =
       make_paged_layout(std::vector<std::int32_t>(static_cast<std::size_t>(def.batch), def.len), def.page_size, rng);
-  const int group = def.n_heads / def.n_kv_heads;
-  result->variant = variant_name(KernelKind::paged_prefill, def.head_dim, def.page_size, group, 0,
-                                 prefill_grid_takes_wide_tiles(def));
+  result->variant = planned_prefill_variant(KernelKind::paged_prefill, def, 0);
   const int total_q = def.batch * def.len;
   std::vector<std::int32_t> qo_indptr(static_cast<std::size_t>(def.batch) + 1);
   for (int b = 0; b <= def.batch; ++b) qo_indptr[static_cast<std::size_t>(b)] = b * def.len;

@@ -389,8 +389,7 @@ Timing Bench::time_calls(int sets, const Call& call) {
   return timing;
 }
 
-std::string Bench::variant_name(KernelKind kind, int head_dim, int page_size, int group, std::uint32_t flags,
-                                bool wide_grid) const {
+std::string Bench::variant_name(KernelKind kind, int head_dim, int page_size, int group, std::uint32_t flags) const {
   KernelSpec spec;
   spec.flags = flags;
   spec.kind = kind;
@@ -402,15 +401,33 @@ std::string Bench::variant_name(KernelKind kind, int head_dim, int page_size, in
   spec.arch = info_.runtime_target;
   // The runtime takes the Hopper kernel for every call it serves (the bench's calls have no mask).
   spec.hopper = astrai::detail::hopper_serves(spec) && !info_.runtime_no_wgmma;
-  spec.wide = spec.hopper && wide_grid;
   return spec.name();
 }
 
-// Whether the runtime takes the wide Hopper prefill tiling for this case's grid (equal lengths).
-bool Bench::prefill_grid_takes_wide_tiles(const CaseDef& def) const {
-  return astrai::detail::prefill_sm90_takes_wide_tiles(info_.runtime_prefill_tiles, def.head_dim, def.len,
-                                                       1LL * def.len * def.batch, def.n_heads, def.n_kv_heads,
-                                                       def.batch, info_.sms);
+astrai::detail::DeviceTraits Bench::runtime_traits() const {
+  astrai::detail::DeviceTraits traits;
+  traits.arch = info_.runtime_target;
+  traits.num_sms = info_.sms;
+  traits.force_no_mma = info_.runtime_no_mma;
+  traits.no_hopper = info_.runtime_no_wgmma;
+  traits.decode_tiles = info_.runtime_decode_tiles;
+  traits.prefill_tiles = info_.runtime_prefill_tiles;
+  return traits;
+}
+
+// The runtime's plan for a prefill case (equal lengths, no mask): its variant is the case's.
+std::string Bench::planned_prefill_variant(KernelKind kind, const CaseDef& def, std::uint32_t flags) const {
+  astrai::detail::AttentionProblem problem;
+  problem.kind = kind;
+  problem.head_dim = def.head_dim;
+  problem.page_size = kind == KernelKind::paged_prefill ? def.page_size : 0;
+  problem.batch = def.batch;
+  problem.n_heads = def.n_heads;
+  problem.n_kv_heads = def.n_kv_heads;
+  problem.flags = flags;
+  problem.max_q_len = def.len;
+  problem.total_q = 1LL * def.len * def.batch;
+  return astrai::detail::plan_prefill(problem, runtime_traits()).spec.name();
 }
 
 void Bench::finish(CaseResult* result, const Timing& timing, double amount, bool compute) {

@@ -114,6 +114,12 @@ Device::Device(int ordinal, const JitEngine& engine)
   arch_ = engine.target_for_device(major, minor);
   force_no_mma_ = engine.config().no_mma && arch_number(arch_) >= 80;
   no_wgmma_ = engine.config().no_wgmma;
+  traits_.arch = arch_;
+  traits_.num_sms = num_sms_;
+  traits_.force_no_mma = force_no_mma_;
+  traits_.no_hopper = no_wgmma_;
+  traits_.decode_tiles = engine.config().decode_tiles;
+  traits_.prefill_tiles = engine.config().prefill_tiles;
   // The kernels wait for their predecessor (griddepcontrol) only when compiled for sm_90 or newer;
   // PTX of an older virtual arch (ASTRAI_JIT_ARCH=compute_80 on Hopper) has no wait, so it must
   // not be launched early.

@@ -15,6 +15,7 @@
 
 #include "runtime/driver_api.hpp"
 #include "runtime/kernel_spec.hpp"
+#include "runtime/plan/attention_plan.hpp"
 
 namespace astrai::detail {
 
@@ -71,10 +72,6 @@ class DeviceAllocation {
   CUcontext context_;
   CUdeviceptr pointer_ = 0;
   std::size_t bytes_;
-};
-
-struct GridSize {
-  unsigned x, y, z;
 };
 
 struct LaunchConfig {
@@ -137,6 +134,8 @@ class Device {
   bool uses_mma() const { return target_uses_mma(arch_, force_no_mma_); }
   // Hopper implementations allowed: an sm_90a target, tensor cores on, no ASTRAI_JIT_NO_WGMMA.
   bool uses_wgmma() const { return arch_ == "sm_90a" && uses_mma() && !no_wgmma_; }
+  // What a plan needs of this device (runtime/plan/attention_plan.hpp).
+  const DeviceTraits& traits() const { return traits_; }
   CUcontext context() const { return primary_.get(); }
 
   // The variant `spec` names on this device (its arch and no-MMA fields are filled from the
@@ -158,6 +157,7 @@ class Device {
   std::string arch_;
   bool force_no_mma_ = false;
   bool no_wgmma_ = false;
+  DeviceTraits traits_;
   // Hopper and newer with a driver that captures it in graphs (12.3+).
   bool programmatic_launch_ = false;
   PrimaryContext primary_;

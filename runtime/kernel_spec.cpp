@@ -172,13 +172,6 @@ std::vector<std::string> KernelSpec::instantiations() const {
   return hopper ? family().hopper.instantiations(*this) : family().instantiations(*this);
 }
 
-bool hopper_serves(const KernelSpec& spec) {
-  const HopperImplementation& hopper = spec.family().hopper;
-  return hopper.main_file != nullptr && spec.arch == "sm_90a" && !spec.force_no_mma &&
-         (spec.flags & ~hopper.supported_flags) == 0 &&
-         hopper.serves(spec.head_dim, spec.page_size);
-}
-
 bool target_uses_mma(const std::string& arch, bool force_no_mma) {
   return !force_no_mma && arch_number(arch) >= 80;
 }

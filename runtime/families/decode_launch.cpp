@@ -59,10 +59,10 @@ TensorMapShape decode_map_shape(const DecodeMapKey& key, const void* base, const
           {64, 1, box, 1}};
 }
 
-// Whether the Hopper decode serves this call, and its maps: false leaves it to the portable one.
+// The TMA views of K and V for a call the plan gave the Hopper decode; false when the driver
+// refuses one (the call is then planned again without it).
 bool decode_sm90_maps(const Device& device, const KernelSpec& spec, const PagedDecodeParams& p, CUtensorMap* map_k,
                       CUtensorMap* map_v) {
-  if (!device.uses_wgmma() || p.mask != nullptr || !hopper_serves(spec)) return false;
   const DecodeMapKey key{spec.head_dim,
                          spec.page_size,
                          p.n_kv_heads,
@@ -95,98 +95,81 @@ thread_local std::string last_launched_name;
 
 const std::string& last_decode_variant() { return last_launched_name; }
 
-void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeParams params) {
-  Device& device = impl.current_device();
-  const int group = params.n_heads / params.n_kv_heads;
-  KernelSpec spec;
-  spec.kind = launch.family.kind;
-  spec.dtype = launch.dtype;
-  spec.head_dim = launch.head_dim;
-  spec.page_size = launch.page_size;
-  spec.group_size = group;
-  spec.flags = launch.flags;
-  spec.arch = device.arch();
-  CUtensorMap map_k;
-  CUtensorMap map_v;
-  spec.hopper = decode_sm90_maps(device, spec, params, &map_k, &map_v);
-  const int smem = spec.hopper ? decode_sm90_smem_bytes(launch.head_dim)
-                               : paged_decode_smem_bytes(launch.head_dim,
-                                                         (launch.flags & (kFeatureKvE4m3 | kFeatureKvE5m2)) != 0);
-  // The split plan needs how many CTAs the GPU runs at once. The Hopper decode's count follows
-  // from its shared memory (its __launch_bounds__ keeps registers within it), so a call that takes
-  // wide CTAs compiles only the wide variant; the portable kernels' count is read off the loaded
-  // variant.
-  const LoadedVariant* narrow = spec.hopper ? nullptr : &impl.variant(device, spec, {kDecodeThreads, smem});
-  const int resident_ctas =
-      spec.hopper ? decode_sm90_ctas_per_sm(launch.head_dim) * device.num_sms() : narrow->resident_ctas;
-  // Multi-token decode: q_len rows per query head, in the head tiles and the split workspace.
-  const int q_len = decode_q_len(launch.flags);
-  const int head_tiles = (group * q_len + kDecodeHeadsPerTile - 1) / kDecodeHeadsPerTile;
-  // The plan is a pure function of the shape; remember the last one per thread (hot path).
-  struct PlanMemo {
-    int resident_ctas = -1, head_tiles = -1, batch = -1, n_kv_heads = -1, capacity = -1;
-    DecodeSplitPlan plan;
-  };
-  thread_local PlanMemo memo;
+AttentionProblem decode_problem(const DecodeLaunch& launch, const PagedDecodeParams& params) {
+  AttentionProblem problem;
+  problem.kind = launch.family.kind;
+  problem.dtype = launch.dtype;
+  problem.head_dim = launch.head_dim;
+  problem.page_size = launch.page_size;
+  problem.batch = params.batch;
+  problem.n_heads = params.n_heads;
+  problem.n_kv_heads = params.n_kv_heads;
+  problem.flags = launch.flags;
+  problem.masked = params.mask != nullptr;
   // A window's splits cover only the blocks it can touch (a function of the shape and the
   // window, so graphs stay valid as lengths grow). The flag says whether there is a window:
   // without one the value is unset (0), and contiguous decode folds a causal offset past kv_len
   // into it, down to -1 (nothing to attend to), which still plans one block.
   const int window_left = (launch.flags & kFeatureWindow) != 0 ? std::max(params.features.window_left, 0) : -1;
-  const int span = static_cast<int>(decode_span_tokens(params.kv_capacity, window_left, q_len));
-  if (memo.resident_ctas != resident_ctas || memo.head_tiles != head_tiles || memo.batch != params.batch ||
-      memo.n_kv_heads != params.n_kv_heads || memo.capacity != span) {
-    memo.plan = plan_decode_splits(params.batch, params.n_kv_heads, head_tiles, span, resident_ctas);
-    memo.resident_ctas = resident_ctas;
-    memo.head_tiles = head_tiles;
-    memo.batch = params.batch;
-    memo.n_kv_heads = params.n_kv_heads;
-    memo.capacity = span;
+  problem.span = decode_span_tokens(params.kv_capacity, window_left, decode_q_len(launch.flags));
+  problem.caller_workspace = launch.workspace != nullptr;
+  problem.workspace_bytes = launch.workspace != nullptr ? launch.workspace_bytes : 0;
+  return problem;
+}
+
+void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeParams params) {
+  Device& device = impl.current_device();
+  // The plan is a pure function of the problem and the device: remember the last one per thread
+  // (the hot path compares a few fields instead of planning).
+  struct PlanMemo {
+    const Device* device = nullptr;
+    AttentionProblem problem;
+    Plan plan;
+  };
+  thread_local PlanMemo memo;
+  AttentionProblem problem = decode_problem(launch, params);
+  CUtensorMap map_k;
+  CUtensorMap map_v;
+  for (;;) {
+    if (memo.device != &device || memo.problem != problem) {
+      // The portable kernels' occupancy is read off the loaded variant.
+      const OccupancyQuery occupancy = [&](const KernelSpec& spec, int block, int smem) {
+        return impl.variant(device, spec, {block, smem}).resident_ctas;
+      };
+      memo.plan = plan_decode(problem, device.traits(), occupancy);
+      memo.problem = problem;
+      memo.device = &device;
+      log_plan(memo.plan);
+    }
+    if (!memo.plan.spec.hopper || decode_sm90_maps(device, memo.plan.spec, params, &map_k, &map_v)) break;
+    problem.hopper_refused = true;
   }
-  DecodeSplitPlan plan = memo.plan;
-  // A wide CTA runs a (request, KV head, head tile)'s splits side by side and merges them itself:
-  // no workspace, no combine launch.
-  const long long tiles = 1LL * params.batch * params.n_kv_heads * head_tiles;
-  spec.wide = spec.hopper && decode_sm90_has_wide(launch.head_dim) &&
-              decode_takes_wide_ctas(impl.engine.config().decode_tiles, plan, tiles, device.num_sms(),
-                                     kDecodeSm90WideSplits);
-  // A wide CTA holds its splits' warps and shared-memory regions side by side.
-  const int block = spec.wide ? kDecodeThreads * kDecodeSm90WideSplits : kDecodeThreads;
-  const int cta_smem = spec.wide ? kDecodeSm90WideSplits * decode_sm90_wide_region_bytes(launch.head_dim) : smem;
-  const LoadedVariant& launched = spec.wide ? impl.variant(device, spec, {block, cta_smem})
-                                 : narrow   ? *narrow
-                                            : impl.variant(device, spec, {kDecodeThreads, smem});
-  if (spec.wide) plan = wide_cta_plan(span, kDecodeSm90WideSplits);
-  // A caller's workspace bounds the split count (fewer, longer splits) rather than failing: it is
-  // what makes the call safe under CUDA graph capture, whatever stream captures it.
-  else if (launch.workspace)
-    plan = cap_decode_splits(plan, span, launch.workspace_bytes, params.batch, params.n_heads * q_len, launch.head_dim);
-  params.tokens_per_split = plan.tokens_per_split;
-  params.workspace.num_splits = spec.wide ? 1 : plan.num_splits;
-  if (params.workspace.num_splits > 1) {
-    const std::size_t bytes = decode_workspace_bytes(plan, params.batch, params.n_heads * q_len, launch.head_dim);
+  const Plan& plan = memo.plan;
+  const LoadedVariant& launched = impl.variant(device, plan.spec, {plan.block, plan.smem});
+  const int q_len = decode_q_len(launch.flags);
+  params.tokens_per_split = plan.split.tokens_per_split;
+  params.workspace.num_splits = plan.split.num_splits;
+  if (plan.split_kv()) {
     CUdeviceptr base = 0;
     if (launch.workspace) {
       base = reinterpret_cast<CUdeviceptr>(launch.workspace);  // big enough: cap_decode_splits
     } else {
-      base = device.workspace(launch.stream, bytes, launch.family.name);
+      base = device.workspace(launch.stream, plan.workspace_bytes, launch.family.name);
     }
-    const std::size_t rows = static_cast<std::size_t>(plan.num_splits) * params.batch * params.n_heads * q_len;
+    const std::size_t rows = static_cast<std::size_t>(plan.split.num_splits) * params.batch * params.n_heads * q_len;
     const std::size_t out_bytes = ((rows * launch.head_dim * sizeof(float) + 255) / 256) * 256;
     params.workspace.partial_out = reinterpret_cast<float*>(base);
     params.workspace.partial_lse = reinterpret_cast<float*>(base + out_bytes);
   }
   LaunchConfig attention{};
   attention.name = launch.family.name;
-  // x: a CTA per workspace split (1 for wide CTAs, which merge their splits themselves).
-  attention.grid = {static_cast<unsigned>(params.workspace.num_splits),
-                    static_cast<unsigned>(params.n_kv_heads * head_tiles), static_cast<unsigned>(params.batch)};
-  attention.block = static_cast<unsigned>(block);
-  attention.smem = static_cast<unsigned>(cta_smem);
+  attention.grid = plan.grid;
+  attention.block = static_cast<unsigned>(plan.block);
+  attention.smem = static_cast<unsigned>(plan.smem);
   attention.stream = launch.stream;
   // Its CTAs may be placed while the kernel before it drains; they wait for it before any load.
   attention.programmatic_dependent = true;
-  if (spec.hopper) {
+  if (plan.spec.hopper) {
     void* arguments[] = {&params, &map_k, &map_v};
     device.launch(launched.functions[0], attention, arguments);
   } else {
@@ -197,7 +180,7 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   // instead (the last split CTA of each column, with per-stream counters) measured slower, batch
   // 1 x 1024 7.17 -> 8.16 us a call (runs 57, 94): the dependent launch overlaps the next call's
   // start.
-  if (params.workspace.num_splits > 1) {
+  if (plan.split_kv()) {
     CombineParams combine{};
     combine.workspace = params.workspace;
     combine.lse = params.lse;

@@ -8,6 +8,7 @@
 
 #include "kernel_src/hopper_params.h"
 #include "runtime/launch_heuristics.hpp"
+#include "runtime/plan/implementations.hpp"
 #include "runtime/tensor_map.hpp"
 
 namespace astrai::detail {
@@ -72,28 +73,17 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
 }
 
 GridSize prefill_sm90_grid(const PrefillParams& p, int max_q_len, int consumers) {
-  const int pack = prefill_sm90_pack_heads(p.n_heads / p.n_kv_heads);
-  const long long rows = static_cast<long long>(max_q_len) * pack;
-  const int block_m = prefill_sm90_block_m(consumers);
-  return {static_cast<unsigned>((rows + block_m - 1) / block_m), static_cast<unsigned>(p.n_heads / pack),
-          static_cast<unsigned>(p.batch)};
+  return prefill_sm90_tile_grid(max_q_len, p.n_heads, p.n_heads / p.n_kv_heads, p.batch, consumers);
 }
 
 namespace {
 
-// Launches the Hopper kernel when it serves the call; false leaves it to the portable one.
-bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, const char* launch_name,
-                         int max_q_len, const PrefillParams& params, void* stream) {
-  if (!device.uses_wgmma() || params.mask != nullptr || !hopper_serves(spec)) return false;
-  // Packed GQA tiles hold a pack of heads: a tile row per head and position, whose count must
-  // stay within the kernel's int, else the portable kernel takes the call.
-  if (1LL * max_q_len * prefill_sm90_pack_heads(spec.group_size) > (1LL << 30)) return false;
-  const long long total_q = spec.page_size == 0 ? 1LL * params.q_len * params.batch : params.total_q;
-  spec.wide = prefill_sm90_takes_wide_tiles(impl.engine.config().prefill_tiles, spec.head_dim, max_q_len, total_q,
-                                            params.n_heads, params.n_kv_heads, params.batch, device.num_sms());
-  const int consumers = prefill_sm90_consumers(spec.head_dim, spec.wide);
-  const int block_n = prefill_sm90_block_n(spec.head_dim, consumers);
-  const PrefillMaps shapes = prefill_map_shapes(params, spec.head_dim, spec.page_size, consumers, block_n);
+// The Hopper kernel's TMA views of q, K and V for a call its plan gave it; false when the driver
+// refuses one (the call is then planned again without it).
+bool prefill_sm90_maps(const Device& device, const Plan& plan, const char* launch_name, const PrefillParams& params,
+                       CUtensorMap* map_q, CUtensorMap* map_k, CUtensorMap* map_v) {
+  const KernelSpec& spec = plan.spec;
+  const PrefillMaps shapes = prefill_map_shapes(params, spec.head_dim, spec.page_size, plan.consumers, plan.block_n);
   if (!tma_can_read(launch_name, {{"q", shapes.q}})) return false;
   const bool fp16 = spec.dtype == DType::fp16;
   constexpr CUtensorMapL2promotion kPromotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
@@ -109,30 +99,9 @@ bool launch_prefill_sm90(Runtime::Impl& impl, Device& device, KernelSpec spec, c
     return std::vector<NamedTensorMapShape>{{"k", shapes.k}, {"v", shapes.v}};
   });
   if (!kv.usable) return false;
-  CUtensorMap map_q = encode_tensor_map(shapes.q, fp16, device.ordinal(), kPromotion);
-  CUtensorMap map_k = kv.maps[0];
-  CUtensorMap map_v = kv.maps[1];
-  spec.hopper = true;
-  const int threads = prefill_sm90_threads(consumers);
-  const bool persistent = prefill_sm90_persistent(spec.page_size, consumers, spec.flags);
-  const int smem = prefill_sm90_smem_bytes(spec.head_dim, consumers, block_n, persistent);
-  const GridSize tiles = prefill_sm90_grid(params, max_q_len, consumers);
-  // Persistent: a CTA an SM (or a tile), each walking tiles of that grid. Their tile ids are 31-bit
-  // (fast_divide's range): a grid past that (a Q of terabytes) goes to the portable kernel.
-  const long long tile_count = 1LL * tiles.x * tiles.y * tiles.z;
-  if (persistent && tile_count >= (1LL << 31)) return false;
-  const LoadedVariant& variant = impl.variant(device, spec, {threads, smem});
-  PrefillParams launch_params = params;
-  launch_params.tile_order = prefill_tile_order(tiles.x, tiles.y, tiles.z);
-  void* arguments[] = {&launch_params, &map_q, &map_k, &map_v};
-  LaunchConfig config{};
-  config.name = launch_name;
-  config.grid = persistent ? GridSize{static_cast<unsigned>(std::min<long long>(tile_count, device.num_sms())), 1, 1}
-                           : tiles;
-  config.block = static_cast<unsigned>(threads);
-  config.smem = static_cast<unsigned>(smem);
-  config.stream = static_cast<CUstream>(stream);
-  device.launch(variant.functions[0], config, arguments);
+  *map_q = encode_tensor_map(shapes.q, fp16, device.ordinal(), kPromotion);
+  *map_k = kv.maps[0];
+  *map_v = kv.maps[1];
   return true;
 }
 
@@ -142,32 +111,40 @@ void launch_prefill(Runtime::Impl& impl, const KernelFamily& family, const char*
                     int head_dim, int page_size, std::uint32_t flags, int max_q_len, const PrefillParams& params,
                     void* stream) {
   Device& device = impl.current_device();
-  KernelSpec spec;
-  spec.kind = family.kind;
-  spec.dtype = dtype;
-  spec.head_dim = head_dim;
-  spec.page_size = page_size;
-  spec.group_size = params.n_heads / params.n_kv_heads;
-  spec.flags = flags;
-  spec.arch = device.arch();
-  if (launch_prefill_sm90(impl, device, spec, launch_name, max_q_len, params, stream)) return;
-  // The tensor-core and CUDA-core paths tile differently: which one runs on this device.
-  const bool mma = device.uses_mma();
-  const int smem = mma ? prefill_smem_bytes(head_dim, (flags & (kFeatureKvE4m3 | kFeatureKvE5m2)) != 0)
-                       : prefill_core_smem_bytes(head_dim);
-  const LoadedVariant& variant = impl.variant(device, spec, {kPrefillThreads, smem});
-  const int block_q = mma ? prefill_block_q(head_dim) : kPrefillCoreBlockQ;
-  const long long q_tiles = (static_cast<long long>(max_q_len) + block_q - 1) / block_q;
+  AttentionProblem problem;
+  problem.kind = family.kind;
+  problem.dtype = dtype;
+  problem.head_dim = head_dim;
+  problem.page_size = page_size;
+  problem.batch = params.batch;
+  problem.n_heads = params.n_heads;
+  problem.n_kv_heads = params.n_kv_heads;
+  problem.flags = flags;
+  problem.masked = params.mask != nullptr;
+  problem.max_q_len = max_q_len;
+  problem.total_q = page_size == 0 ? 1LL * params.q_len * params.batch : params.total_q;
+  CUtensorMap maps[3];
+  Plan plan = plan_prefill(problem, device.traits());
+  if (plan.spec.hopper && !prefill_sm90_maps(device, plan, launch_name, params, &maps[0], &maps[1], &maps[2])) {
+    problem.hopper_refused = true;
+    plan = plan_prefill(problem, device.traits());
+  }
+  log_plan(plan);
+  const LoadedVariant& variant = impl.variant(device, plan.spec, {plan.block, plan.smem});
   PrefillParams launch_params = params;
+  launch_params.tile_order = prefill_tile_order(plan.tiles.x, plan.tiles.y, plan.tiles.z);
   LaunchConfig config{};
   config.name = launch_name;
-  config.grid = {static_cast<unsigned>(q_tiles), static_cast<unsigned>(params.n_heads),
-                 static_cast<unsigned>(params.batch)};
-  launch_params.tile_order = prefill_tile_order(config.grid.x, config.grid.y, config.grid.z);
-  config.block = kPrefillThreads;
-  config.smem = static_cast<unsigned>(smem);
+  config.grid = plan.grid;
+  config.block = static_cast<unsigned>(plan.block);
+  config.smem = static_cast<unsigned>(plan.smem);
   config.stream = static_cast<CUstream>(stream);
-  device.launch(variant.functions[0], config, &launch_params);
+  if (plan.spec.hopper) {
+    void* arguments[] = {&launch_params, &maps[0], &maps[1], &maps[2]};
+    device.launch(variant.functions[0], config, arguments);
+  } else {
+    device.launch(variant.functions[0], config, &launch_params);
+  }
 }
 
 }  // namespace astrai::detail

@@ -1,0 +1,242 @@
+// The Plan on the CPU: which implementation each problem gets on which device, why the others
+// were passed over, and that the configuration follows the kernels' own tiling constants.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "kernel_src/hopper_params.h"
+#include "kernel_src/kernel_params.h"
+#include "runtime/plan/attention_plan.hpp"
+#include "runtime/plan/implementations.hpp"
+
+using namespace astrai;
+using namespace astrai::detail;
+
+
+namespace {
+
+DeviceTraits h200() {
+  DeviceTraits device;
+  device.arch = "sm_90a";
+  device.num_sms = 132;
+  return device;
+}
+
+DeviceTraits ada() {
+  DeviceTraits device;
+  device.arch = "sm_89";
+  device.num_sms = 128;
+  return device;
+}
+
+AttentionProblem decode_problem(int batch, long long span, int head_dim = 128, int page_size = 16) {
+  AttentionProblem problem;
+  problem.kind = KernelKind::paged_decode;
+  problem.head_dim = head_dim;
+  problem.page_size = page_size;
+  problem.batch = batch;
+  problem.n_heads = 32;
+  problem.n_kv_heads = 8;
+  problem.span = span;
+  return problem;
+}
+
+AttentionProblem prefill_problem(int batch, int q_len, int head_dim = 128) {
+  AttentionProblem problem;
+  problem.kind = KernelKind::prefill;
+  problem.head_dim = head_dim;
+  problem.batch = batch;
+  problem.n_heads = 32;
+  problem.n_kv_heads = 8;
+  problem.max_q_len = q_len;
+  problem.total_q = 1LL * q_len * batch;
+  return problem;
+}
+
+// An occupancy the test controls, counting the questions.
+struct FixedOccupancy {
+  int per_sm = 4;
+  int asked = 0;
+  OccupancyQuery query(int num_sms) {
+    return [this, num_sms](const KernelSpec&, int, int) {
+      ++asked;
+      return per_sm * num_sms;
+    };
+  }
+};
+
+std::string reason_of(const Plan& plan, ImplementationId id) {
+  for (int i = 0; i < plan.passed_over_count; ++i)
+    if (plan.passed_over[i].implementation->id == id) return plan.passed_over[i].reason;
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("plan: sm_90a decode takes the TMA decode, and says why not where it cannot") {
+  FixedOccupancy occupancy;
+  const Plan plan = plan_decode(decode_problem(64, 8192), h200(), occupancy.query(132));
+  REQUIRE(plan.implementation != nullptr);
+  CHECK(plan.implementation->id == ImplementationId::sm90_tma_decode);
+  CHECK(plan.spec.hopper);
+  CHECK(plan.spec.name().find(".tma.") != std::string::npos);
+  CHECK(plan.passed_over_count == 0);
+  CHECK(occupancy.asked == 0);  // its occupancy follows from its shared memory
+
+  AttentionProblem masked = decode_problem(64, 8192);
+  masked.masked = true;
+  const Plan portable = plan_decode(masked, h200(), occupancy.query(132));
+  CHECK(portable.implementation->id == ImplementationId::portable_decode);
+  CHECK_FALSE(portable.spec.hopper);
+  CHECK(reason_of(portable, ImplementationId::sm90_tma_decode) == "a mask is not served");
+  CHECK(occupancy.asked == 1);
+  CHECK(portable.describe().find("passed over sm90_tma_decode: a mask is not served") != std::string::npos);
+
+  AttentionProblem fp8 = decode_problem(64, 8192);
+  fp8.flags = kFeatureKvE4m3;
+  CHECK(reason_of(plan_decode(fp8, h200(), occupancy.query(132)), ImplementationId::sm90_tma_decode) ==
+        "an FP8 KV cache is not served");
+
+  DeviceTraits no_hopper = h200();
+  no_hopper.no_hopper = true;
+  CHECK(reason_of(plan_decode(decode_problem(64, 8192), no_hopper, occupancy.query(132)),
+                  ImplementationId::sm90_tma_decode) == "ASTRAI_JIT_NO_WGMMA is set");
+  CHECK(reason_of(plan_decode(decode_problem(64, 8192, 128, 8), h200(), occupancy.query(132)),
+                  ImplementationId::sm90_tma_decode)
+            .find("pages are under 16 tokens") != std::string::npos);
+
+  const Plan on_ada = plan_decode(decode_problem(64, 8192), ada(), occupancy.query(128));
+  CHECK(on_ada.implementation->id == ImplementationId::portable_decode);
+  CHECK(on_ada.spec.arch == "sm_89");
+  CHECK(reason_of(on_ada, ImplementationId::sm90_tma_decode) == "the target is not sm_90a");
+
+  AttentionProblem refused = decode_problem(64, 8192);
+  refused.hopper_refused = true;
+  CHECK(plan_decode(refused, h200(), occupancy.query(132)).implementation->id == ImplementationId::portable_decode);
+}
+
+TEST_CASE("plan: the decode split plan, grid and workspace follow the split heuristics") {
+  FixedOccupancy occupancy;
+  const AttentionProblem problem = decode_problem(1, 32768);
+  const Plan plan = plan_decode(problem, ada(), occupancy.query(128));
+  const int head_tiles = (4 + kDecodeHeadsPerTile - 1) / kDecodeHeadsPerTile;
+  const DecodeSplitPlan expected = plan_decode_splits(1, 8, head_tiles, 32768, 4 * 128);
+  CHECK(plan.split.num_splits == expected.num_splits);
+  CHECK(plan.split.tokens_per_split == expected.tokens_per_split);
+  REQUIRE(plan.split_kv());
+  CHECK(plan.grid.x == static_cast<unsigned>(expected.num_splits));
+  CHECK(plan.grid.y == 8u * head_tiles);
+  CHECK(plan.grid.z == 1u);
+  CHECK(plan.block == kDecodeThreads);
+  CHECK(plan.smem == paged_decode_smem_bytes(128));
+  CHECK(plan.workspace_bytes == decode_workspace_bytes(expected, 1, 32, 128));
+
+  // A caller's workspace too small for two splits: one split, no workspace.
+  AttentionProblem capped = problem;
+  capped.caller_workspace = true;
+  capped.workspace_bytes = 16;
+  const Plan one = plan_decode(capped, ada(), occupancy.query(128));
+  CHECK(one.split.num_splits == 1);
+  CHECK(one.workspace_bytes == 0);
+  CHECK(one.grid.x == 1u);
+}
+
+TEST_CASE("plan: wide Hopper decode CTAs where the heuristic takes them, and never by ASTRAI_JIT_DECODE_TILES=narrow") {
+  FixedOccupancy occupancy;
+  // hd64 24/4 B32 x 4096: the shape wide CTAs were built for.
+  AttentionProblem problem = decode_problem(32, 4096, 64, 16);
+  problem.n_heads = 24;
+  problem.n_kv_heads = 4;
+  const Plan plan = plan_decode(problem, h200(), occupancy.query(132));
+  REQUIRE(plan.implementation->id == ImplementationId::sm90_tma_decode);
+  const DecodeSplitPlan narrow = plan_decode_splits(32, 4, 1, 4096, decode_sm90_ctas_per_sm(64) * 132);
+  const bool wide = decode_takes_wide_ctas(TileChoice::automatic, narrow, 32LL * 4, 132, kDecodeSm90WideSplits);
+  CHECK(plan.spec.wide == wide);
+  if (plan.spec.wide) {
+    CHECK(plan.block == kDecodeThreads * kDecodeSm90WideSplits);
+    CHECK(plan.smem == kDecodeSm90WideSplits * decode_sm90_wide_region_bytes(64));
+    CHECK(plan.grid.x == 1u);
+    CHECK(plan.workspace_bytes == 0);
+    CHECK(plan.spec.name().find(".tma.wide.") != std::string::npos);
+  }
+  DeviceTraits narrow_only = h200();
+  narrow_only.decode_tiles = TileChoice::narrow;
+  CHECK_FALSE(plan_decode(problem, narrow_only, occupancy.query(132)).spec.wide);
+  DeviceTraits wide_only = h200();
+  wide_only.decode_tiles = TileChoice::wide;
+  CHECK(plan_decode(problem, wide_only, occupancy.query(132)).spec.wide);
+}
+
+TEST_CASE("plan: prefill takes the wgmma kernel on sm_90a with its tiling, persistence and grid") {
+  const AttentionProblem problem = prefill_problem(2, 8192);
+  const Plan plan = plan_prefill(problem, h200());
+  REQUIRE(plan.implementation->id == ImplementationId::sm90_wgmma_prefill);
+  const bool wide = prefill_sm90_takes_wide_tiles(TileChoice::automatic, 128, 8192, 2LL * 8192, 32, 8, 2, 132);
+  CHECK(plan.spec.wide == wide);
+  CHECK(plan.consumers == prefill_sm90_consumers(128, wide));
+  CHECK(plan.block == prefill_sm90_threads(plan.consumers));
+  CHECK(plan.block_n == prefill_sm90_block_n(128, plan.consumers));
+  CHECK(plan.persistent == prefill_sm90_persistent(0, plan.consumers, 0));
+  CHECK(plan.smem == prefill_sm90_smem_bytes(128, plan.consumers, plan.block_n, plan.persistent));
+  const GridSize tiles = prefill_sm90_tile_grid(8192, 32, 4, 2, plan.consumers);
+  CHECK(plan.tiles.x == tiles.x);
+  CHECK(plan.tiles.y == tiles.y);
+  CHECK(plan.tiles.z == tiles.z);
+  if (plan.persistent) {
+    CHECK(plan.grid.x == 132u);
+    CHECK(plan.grid.y == 1u);
+  }
+
+  AttentionProblem masked = problem;
+  masked.masked = true;
+  const Plan portable = plan_prefill(masked, h200());
+  CHECK(portable.implementation->id == ImplementationId::portable_prefill);
+  CHECK(portable.block == kPrefillThreads);
+  CHECK(portable.grid.x == static_cast<unsigned>((8192 + prefill_block_q(128) - 1) / prefill_block_q(128)));
+  CHECK(portable.grid.y == 32u);
+  CHECK(reason_of(portable, ImplementationId::sm90_wgmma_prefill) == "a mask is not served");
+
+  AttentionProblem hd96 = prefill_problem(2, 512, 96);
+  CHECK(reason_of(plan_prefill(hd96, h200()), ImplementationId::sm90_wgmma_prefill).find("head_dim") !=
+        std::string::npos);
+
+  DeviceTraits turing;
+  turing.arch = "sm_75";
+  turing.num_sms = 40;
+  const Plan cores = plan_prefill(problem, turing);
+  CHECK(cores.smem == prefill_core_smem_bytes(128));
+  CHECK(cores.grid.x == static_cast<unsigned>((8192 + kPrefillCoreBlockQ - 1) / kPrefillCoreBlockQ));
+}
+
+TEST_CASE("plan: equal problems plan alike, and every field of a problem is part of its identity") {
+  FixedOccupancy occupancy;
+  const AttentionProblem a = decode_problem(8, 4096);
+  AttentionProblem b = a;
+  CHECK(a == b);
+  CHECK(plan_decode(a, h200(), occupancy.query(132)).describe() ==
+        plan_decode(b, h200(), occupancy.query(132)).describe());
+  b.workspace_bytes = 1;
+  CHECK(a != b);
+  b = a;
+  b.hopper_refused = true;
+  CHECK(a != b);
+  b = a;
+  b.total_q = 7;
+  CHECK(a != b);
+}
+
+TEST_CASE("plan: the registry's variant check agrees with the plans") {
+  KernelSpec spec;
+  spec.kind = KernelKind::prefill;
+  spec.head_dim = 128;
+  spec.group_size = 4;
+  spec.arch = "sm_90a";
+  CHECK(hopper_serves(spec));
+  spec.flags = kFeatureKvE4m3;
+  CHECK_FALSE(hopper_serves(spec));
+  CHECK(std::string(hopper_variant_refusal(spec)) == "an FP8 KV cache is not served");
+  spec.flags = 0;
+  spec.kind = KernelKind::rotary_emb;
+  CHECK_FALSE(hopper_serves(spec));
+  for (const Implementation* candidate : implementations()) CHECK(&implementation(candidate->id) == candidate);
+}

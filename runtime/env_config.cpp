@@ -1,4 +1,5 @@
 #include "runtime/env_config.hpp"
+#include "runtime/env_variables.hpp"
 
 #include <pwd.h>
 #include <sys/types.h>
@@ -9,6 +10,7 @@
 #include <cerrno>
 #include <initializer_list>
 #include <limits>
+#include <stdexcept>
 #include <map>
 #include <string_view>
 #include <system_error>
@@ -194,11 +196,8 @@ std::vector<std::filesystem::path> parse_cache_layers(const std::string& value) 
 
 const std::vector<std::string>& known_env_variables() {
   static const std::vector<std::string> names = [] {
-    std::vector<std::string> list = {kCacheDirVar, kCacheVar,        kForceCompileVar, kStrictVar,
-                                     kRecordVar,   kMaxCacheSizeVar, kLogVar,          kArchVar,
-                                     kNoMmaVar,    kNoWgmmaVar,      kDumpVar,         kCachePathVar,
-                                     kCacheSharedVar, kPrefillTilesVar, kDecodeTilesVar,
-                                     kCacheOwnersVar};
+    std::vector<std::string> list;
+    for (const EnvVariable& variable : env_variables()) list.emplace_back(variable.name);
     std::sort(list.begin(), list.end());
     return list;
   }();
@@ -347,7 +346,13 @@ EnvConfig parse_env_config(const std::vector<std::string>& environment) {
       config.unknown_variables.push_back(name);
   }
 
-  auto get = [&ours](const char* name) -> const std::string* { return lookup(ours, name); };
+  auto get = [&ours, &known](const char* name) -> const std::string* {
+    // Every variable read here is listed in runtime/env_variables.cpp, which the warning, the CLI
+    // and the README take their list from: reading an unlisted one is a bug of ours.
+    if (!std::binary_search(known.begin(), known.end(), std::string(name)))
+      throw std::logic_error(fmt::format("{} is read but not listed in env_variables()", name));
+    return lookup(ours, name);
+  };
 
   if (const std::string* value = get(kCacheDirVar); value && !value->empty())
     config.cache_dir = make_absolute(*value);

@@ -549,4 +549,27 @@ expect_out '^  ASTRAI_JIT_MAX_CACHE_SIZE=1G$'
 expect_out '^  ASTRAI_JIT_TYPO=1 +\(unknown'
 expect_err 'unknown environment variable ASTRAI_JIT_TYPO'
 
+check "info --variables lists every variable with its value; --markdown is the README's table"
+ASTRAI_JIT_LOG=info run info --variables
+expect_rc 0
+expect_out '^ASTRAI_JIT_LOG=info$'
+expect_out '^ASTRAI_JIT_FORCE_COMPILE \(not set\)$'
+expect_out '^ASTRAI_JIT_NVRTC_DIR'
+run info --variables --markdown
+expect_rc 0
+readme="$(dirname "$0")/../../README.md"
+sed -n '/^<!-- env-table:/,/^<!-- env-table end -->/p' "$readme" | sed '1d;$d' >"$WORK/readme-table.md"
+if ! diff -u "$WORK/readme-table.md" "$OUT" >"$WORK/table.diff"; then
+  cat "$WORK/table.diff" >&2
+  fail "the README's variable table differs from 'astrai-jit info --variables --markdown' (regenerate it)"
+fi
+[ "$(grep -c '^| `ASTRAI_JIT_' "$OUT")" -ge 17 ] || fail "the variable table lists fewer than 17 variables"
+run info --markdown
+expect_rc 2
+expect_err 'goes with --variables'
+# The Python loader's variable is known, so it draws no unknown-variable warning.
+ASTRAI_JIT_NVRTC_DIR=/nonexistent run info
+expect_rc 0
+if grep -q 'unknown environment variable ASTRAI_JIT_NVRTC_DIR' "$ERR"; then fail "ASTRAI_JIT_NVRTC_DIR warned as unknown"; fi
+
 echo "PASS: all astrai-jit CLI checks ($((SECONDS - START)) s)"

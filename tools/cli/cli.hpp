@@ -208,8 +208,13 @@ int run_cache_import(const EnvConfig& config, const CacheOptions& options);
 // ---------------------------------------------------------------------------------------------
 // info
 
+struct InfoOptions {
+  bool variables = false;  // list every ASTRAI_JIT_* variable instead
+  bool markdown = false;   // ... as the README's table
+};
+
 void print_devices(const EnvConfig& config);
 
-int run_info(const EnvConfig& config);
+int run_info(const EnvConfig& config, const InfoOptions& options);
 
 }  // namespace astrai::cli

@@ -1,6 +1,8 @@
 // `astrai-jit info`: version, NVRTC, driver, devices, cache and the ASTRAI_JIT_* settings in effect.
 #include "tools/cli/cli.hpp"
 
+#include "runtime/env_variables.hpp"
+
 namespace astrai::cli {
 
 void print_devices(const EnvConfig& config) {
@@ -47,7 +49,30 @@ void print_devices(const EnvConfig& config) {
   }
 }
 
-int run_info(const EnvConfig& config) {
+namespace {
+
+// The variables from the one list (runtime/env_variables.hpp), with the value each has here.
+int print_variables(const EnvConfig& config, bool markdown) {
+  if (markdown) {
+    fmt::print("{}", astrai::detail::env_variables_markdown());
+    return kExitOk;
+  }
+  for (const auto& variable : astrai::detail::env_variables()) {
+    const auto set = std::find_if(config.variables_set.begin(), config.variables_set.end(),
+                                  [&](const auto& entry) { return entry.first == variable.name; });
+    fmt::print("{}{}\n  values: {}\n  effect: {}\n", variable.name,
+               set != config.variables_set.end() ? "=" + set->second : std::string(" (not set)"), variable.values,
+               variable.effect);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int run_info(const EnvConfig& config, const InfoOptions& options) {
+  if (options.markdown && !options.variables)
+    throw astrai::InvalidArgument("--markdown: goes with --variables (the table of ASTRAI_JIT_* variables)");
+  if (options.variables) return print_variables(config, options.markdown);
   const auto version = astrai::detail::nvrtc_version();
   std::vector<std::string> archs;
   for (int arch : astrai::detail::nvrtc_supported_archs()) archs.push_back(fmt::format("sm_{}", arch));

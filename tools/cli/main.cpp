@@ -27,6 +27,7 @@ struct Commands {
   CLI::App* cache_export = nullptr;
   CLI::App* cache_import = nullptr;
   CLI::App* info = nullptr;
+  InfoOptions info_options;
   WarmOptions warm_options;
   CacheOptions cache_options;
 };
@@ -171,6 +172,10 @@ void add_info_command(CLI::App& app, Commands* commands) {
   commands->info = app.add_subcommand(
       "info", "Version, NVRTC, driver, devices, cache and ASTRAI_JIT_* settings");
   add_cache_dir_option(commands->info, &commands->cache_options);
+  commands->info->add_flag("--variables", commands->info_options.variables,
+                           "Every ASTRAI_JIT_* variable: its values, its effect and its value here");
+  commands->info->add_flag("--markdown", commands->info_options.markdown,
+                           "With --variables: the README's table of them");
   commands->info->footer("Exit codes: 0 success (also without a driver or GPU), 2 a bad ASTRAI_JIT_* value.");
 }
 
@@ -211,7 +216,7 @@ int dispatch(const Commands& commands) {
   EnvConfig config = load_config();
   if (*commands.warm) return run_warm(commands.warm_options, std::move(config));
   apply_cache_dir_override(commands.cache_options.cache_dir, &config);
-  if (*commands.info) return run_info(config);
+  if (*commands.info) return run_info(config, commands.info_options);
   if (*commands.cache_list) return run_cache_list(config);
   if (*commands.cache_stats) return run_cache_stats(config);
   if (*commands.cache_verify) return run_cache_verify(config, !commands.cache_options.no_repair);

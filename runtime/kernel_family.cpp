@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "kernel_src/kernel_params.h"
+#include "runtime/families/attention_features.hpp"
 
 namespace astrai::detail {
 
@@ -28,13 +29,8 @@ WarmDefaults attention_warm_defaults(bool paged) {
 
 const std::vector<KernelFeature>& kernel_features() {
   static const std::vector<KernelFeature> features = [] {
-    std::vector<KernelFeature> list = {
-        {kFeatureKvE4m3, "kv_e4m3"},
-        {kFeatureKvE5m2, "kv_e5m2"},
-        {kFeatureWindow, "swa"},
-        {kFeatureSoftCap, "cap"},
-        {kFeatureSink, "sink"},
-    };
+    std::vector<KernelFeature> list;
+    for (const AttentionOption& option : attention_options()) list.push_back({option.bit, option.name});
     // Multi-token decode: ".q2" .. ".q8" (q_len 1 is the plain variant and has no field).
     static const char* const kQLenNames[] = {"q2", "q3", "q4", "q5", "q6", "q7", "q8"};
     for (int q_len = 2; q_len <= kMaxDecodeQLen; ++q_len)

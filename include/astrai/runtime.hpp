@@ -51,8 +51,39 @@ struct IndexTable {
   friend constexpr bool operator!=(const IndexTable& a, const IndexTable& b) { return !(a == b); }
 };
 
+// The serving options every attention call shares: each one set selects a variant compiled
+// with that feature (a field of its name), and a call without any runs the plain variant. The
+// *Args structs of the attention calls derive from this block, so `args.logit_cap = 30.f` reads
+// the same on each; a call whose family does not serve an option refuses it by name.
+struct AttentionOptions {
+  // Logit soft-cap (Gemma 2): > 0 turns each scaled score s into logit_cap * tanh(s / logit_cap)
+  // before the softmax (the LSE uses the capped scores); 0: none. Runs the ".cap" variant.
+  float logit_cap = 0.f;
+  // Optional attention sinks (gpt-oss): f32 [n_heads] device logits, one per query head, in the
+  // units of the scaled scores (not soft-capped). Each joins its row's softmax denominator only:
+  // out = sum_j e^(s_j - m) v_j / (e^(sink - m) + sum_j e^(s_j - m)); the LSE includes it, and a
+  // row with nothing to attend to outputs zeros with LSE = sink. Runs the ".sink" variant.
+  const float* sinks = nullptr;
+  // Sliding window: >= 0 makes a query at position p attend to keys [p - window_left, p] only
+  // (with a mask, by AND); -1: none. Needs query positions (decode: the last token; prefill: a
+  // causal offset; paged prefill: causal). Runs the ".swa" variant, whose reads cover the
+  // window, not the whole KV: its time follows the window.
+  int window_left = -1;
+  // FP8 KV cache (decode, paged_decode, paged_prefill): e4m3 or e5m2 makes the K and V caches one
+  // byte an element (strides still in elements, now multiples of 16), read as
+  // fp8_to_f32(x) * scale. k_scale and v_scale are f32 device pointers, required then (and
+  // refused otherwise): one value, or with kv_scale_per_head one per KV head ([n_kv_heads]).
+  // Runs the ".kv_e4m3" / ".kv_e5m2" variant. paged_decode's fused append quantizes new_k /
+  // new_v with these scales (round to nearest even, saturating at the format's largest finite
+  // value) and attends to the quantized token.
+  KvDType kv_dtype = KvDType::same;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  bool kv_scale_per_head = false;
+};
+
 // Paged decode attention: one new query token per sequence against a paged KV cache.
-struct PagedDecodeArgs {
+struct PagedDecodeArgs : AttentionOptions {
   DType dtype = DType::bf16;
   int batch = 0;
   int n_heads = 0;       // query heads; a multiple of n_kv_heads
@@ -62,28 +93,8 @@ struct PagedDecodeArgs {
   int num_pages = 0;     // pages in the pool; page ids outside [0, num_pages) read as zeros
   int max_pages_per_seq = 0;  // width of the page table
   float scale = 0.f;     // <= 0 means 1/sqrt(head_dim)
-  // Logit soft-cap (Gemma 2): > 0 turns each scaled score s into logit_cap * tanh(s / logit_cap)
-  // before the softmax (the LSE uses the capped scores); 0: none. Runs the ".cap" variant.
-  float logit_cap = 0.f;
-  // Optional attention sinks (gpt-oss): f32 [n_heads] device logits, one per query head, in the
-  // units of the scaled scores (not soft-capped). Each joins its row's softmax denominator only:
-  // out = sum_j e^(s_j - m) v_j / (e^(sink - m) + sum_j e^(s_j - m)); the LSE includes it, and a
-  // row with nothing to attend to outputs zeros with LSE = sink. Runs the ".sink" variant.
-  const float* sinks = nullptr;
-  // Sliding window: >= 0 makes the query at position p = seq_len - 1 attend to keys
-  // [p - window_left, p] only (with the mask, by AND); -1: none. Runs the ".swa" variant, whose
-  // split plan and reads cover the window, not the table: its time follows the window.
-  int window_left = -1;
-  // FP8 KV cache: e4m3 or e5m2 makes k_cache and v_cache one byte an element (strides still in
-  // elements, now multiples of 16), read as fp8_to_f32(x) * scale. k_scale and v_scale are f32
-  // device pointers, required then (and refused otherwise): one value, or with
-  // kv_scale_per_head one per KV head ([n_kv_heads]). Runs the ".kv_e4m3" / ".kv_e5m2" variant.
-  // The fused append quantizes new_k / new_v with these scales (round to nearest even,
-  // saturating at the format's largest finite value) and attends to the quantized token.
-  KvDType kv_dtype = KvDType::same;
-  const float* k_scale = nullptr;
-  const float* v_scale = nullptr;
-  bool kv_scale_per_head = false;
+  // The serving options (AttentionOptions): logit_cap, sinks, window_left (the query at
+  // position p = seq_len - 1), kv_dtype, k_scale, v_scale, kv_scale_per_head.
   // Multi-token decode (speculative verification): q_len new query tokens per request, 1..8,
   // the same for every request. q, out and the LSE gain a token dimension ([batch, q_len,
   // n_heads, ...]); seq_len counts the new tokens, and query token i sits at position
@@ -140,7 +151,7 @@ struct PagedDecodeArgs {
 };
 
 // Decode attention over a contiguous KV cache: one query token per sequence.
-struct DecodeArgs {
+struct DecodeArgs : AttentionOptions {
   DType dtype = DType::bf16;
   int batch = 0;
   int kv_len = 0;
@@ -148,16 +159,8 @@ struct DecodeArgs {
   int n_kv_heads = 0;
   int head_dim = 0;  // multiple of 16 in [32, 256]
   float scale = 0.f;  // <= 0 means 1/sqrt(head_dim)
-  float logit_cap = 0.f;  // > 0: soft-cap, as for paged_decode
-  const float* sinks = nullptr;  // optional [n_heads] f32 sink logits, as for paged_decode
-  // >= 0: the query at position p (causal_offset, or kv_len - 1 without one) attends to keys
-  // [p - window_left, p] only, as for paged_decode; -1: none.
-  int window_left = -1;
-  // FP8 KV cache (k and v one byte an element), as for paged_decode; ".kv_e4m3" / ".kv_e5m2".
-  KvDType kv_dtype = KvDType::same;
-  const float* k_scale = nullptr;
-  const float* v_scale = nullptr;
-  bool kv_scale_per_head = false;
+  // The serving options (AttentionOptions), as for paged_decode; the window's query sits at
+  // causal_offset, or kv_len - 1 without one.
   // -1: attend to all kv_len; >= 0: the query sits at that absolute position and attends to
   // [0, min(kv_len, causal_offset + 1)).
   int causal_offset = -1;
@@ -178,7 +181,7 @@ struct DecodeArgs {
 };
 
 // Prefill attention over a contiguous KV cache.
-struct PrefillArgs {
+struct PrefillArgs : AttentionOptions {
   DType dtype = DType::bf16;
   int batch = 0;
   int q_len = 0;
@@ -187,11 +190,8 @@ struct PrefillArgs {
   int n_kv_heads = 0;
   int head_dim = 0;  // multiple of 16 in [32, 256]
   float scale = 0.f;
-  float logit_cap = 0.f;  // > 0: soft-cap, as for paged_decode (the sm_90a kernel has none)
-  const float* sinks = nullptr;  // optional [n_heads] f32 sink logits, as for paged_decode
-  // >= 0: query row i (at position causal_offset + i) attends to keys [pos - window_left, pos]
-  // only; needs causal_offset >= 0. -1: none.
-  int window_left = -1;
+  // The serving options (AttentionOptions) but an FP8 cache: query row i sits at position
+  // causal_offset + i, so a window needs causal_offset >= 0.
   // -1: non-causal. >= 0: absolute position of the first query token; query row i attends to
   // kv positions j <= causal_offset + i (a fresh prompt uses kv_len - q_len). Values below -1
   // are refused: they would leave the first rows with nothing to attend to.
@@ -215,7 +215,7 @@ struct PrefillArgs {
 };
 
 // Prefill over a paged KV cache with a ragged batch of queries (chunked prefill).
-struct PagedPrefillArgs {
+struct PagedPrefillArgs : AttentionOptions {
   DType dtype = DType::bf16;
   int batch = 0;
   int total_q = 0;    // rows of q; must equal qo_indptr[batch]
@@ -227,16 +227,7 @@ struct PagedPrefillArgs {
   int num_pages = 0;
   int max_pages_per_seq = 0;
   float scale = 0.f;
-  float logit_cap = 0.f;  // > 0: soft-cap, as for paged_decode (the sm_90a kernel has none)
-  const float* sinks = nullptr;  // optional [n_heads] f32 sink logits, as for paged_decode
-  // >= 0: each query (at its causal position pos) attends to keys [pos - window_left, pos]
-  // only; needs causal. -1: none.
-  int window_left = -1;
-  // FP8 KV cache, as for paged_decode; ".kv_e4m3" / ".kv_e5m2" (the sm_90a kernel has none).
-  KvDType kv_dtype = KvDType::same;
-  const float* k_scale = nullptr;
-  const float* v_scale = nullptr;
-  bool kv_scale_per_head = false;
+  // The serving options (AttentionOptions): a window needs causal (each query's position).
   // Causal per request: query i of request b sits at position seq_lens[b] - q_len_b + i and
   // attends to kv positions j <= that. false: every query attends to all seq_lens[b] tokens.
   bool causal = true;

@@ -10,40 +10,119 @@
 
 namespace astrai::detail {
 
-void require_logit_cap(const char* call, float logit_cap) {
-  if (!std::isfinite(logit_cap) || logit_cap < 0.f)
+namespace {
+
+constexpr std::uint32_t kind_bit(KernelKind kind) { return 1u << static_cast<unsigned>(kind); }
+constexpr std::uint32_t kAttention = kind_bit(KernelKind::paged_decode) | kind_bit(KernelKind::decode) |
+                                     kind_bit(KernelKind::prefill) | kind_bit(KernelKind::paged_prefill);
+// An FP8 cache is read by the decode kernels and the paged prefill (chunked prefill against the
+// cache); contiguous prefill takes the model's own K and V.
+constexpr std::uint32_t kFp8Kinds = kAttention & ~kind_bit(KernelKind::prefill);
+
+bool fp8(const AttentionOptions& o) { return o.kv_dtype != KvDType::same; }
+
+void check_cap(const char* call, const AttentionOptions& o, const OptionContext&) {
+  if (!std::isfinite(o.logit_cap) || o.logit_cap < 0.f)
     fail_argument(call, fmt::format("logit_cap {} is not valid (allowed: 0 for no soft-cap, or a finite "
-                                    "value > 0)", logit_cap));
+                                    "value > 0)", o.logit_cap));
 }
 
-void require_window(const char* call, int window_left, bool causal, const char* limit) {
-  if (window_left < -1)
+void check_sinks(const char* call, const AttentionOptions& o, const OptionContext&) {
+  require_optional_alignment(call, "sinks", o.sinks, 4);
+}
+
+void check_window(const char* call, const AttentionOptions& o, const OptionContext& context) {
+  if (o.window_left < -1)
     fail_argument(call, fmt::format("window_left {} is not valid (allowed: -1 for no window, or >= 0)",
-                                    window_left));
-  if (window_left >= 0 && !causal)
-    fail_argument(call, fmt::format("window_left {} needs query positions: set {}", window_left, limit));
+                                    o.window_left));
+  if (o.window_left >= 0 && !context.has_positions)
+    fail_argument(call, fmt::format("window_left {} needs query positions: set {}", o.window_left,
+                                    context.positions_argument));
 }
 
-void require_kv_cache(const char* call, const KvCacheRequest& kv) {
-  if (kv.kv_dtype != KvDType::same && kv.kv_dtype != KvDType::e4m3 && kv.kv_dtype != KvDType::e5m2)
+// The FP8 fields of both formats: a known kv_dtype; with FP8 both scales, 4-byte aligned;
+// without, neither (nor per-head scales).
+void check_kv_cache(const char* call, const AttentionOptions& o, const OptionContext&) {
+  if (o.kv_dtype != KvDType::same && o.kv_dtype != KvDType::e4m3 && o.kv_dtype != KvDType::e5m2)
     fail_argument(call, fmt::format("kv_dtype {} is not valid (allowed: same, e4m3, e5m2)",
-                                    static_cast<int>(kv.kv_dtype)));
-  if (!kv.fp8()) {
-    for (const auto& [name, scale] : {std::pair{"k_scale", kv.k_scale}, std::pair{"v_scale", kv.v_scale}})
+                                    static_cast<int>(o.kv_dtype)));
+  if (!fp8(o)) {
+    for (const auto& [name, scale] : {std::pair{"k_scale", o.k_scale}, std::pair{"v_scale", o.v_scale}})
       if (scale != nullptr)
         fail_argument(call, fmt::format("{} = {} is set but kv_dtype is same (scales belong to an FP8 cache: "
                                         "kv_dtype e4m3 or e5m2)", name, static_cast<const void*>(scale)));
-    if (kv.per_head)
+    if (o.kv_scale_per_head)
       fail_argument(call, "kv_scale_per_head is set but kv_dtype is same (scales belong to an FP8 cache)");
     return;
   }
-  require_pointer(call, "k_scale", kv.k_scale, 4);
-  require_pointer(call, "v_scale", kv.v_scale, 4);
+  require_pointer(call, "k_scale", o.k_scale, 4);
+  require_pointer(call, "v_scale", o.v_scale, 4);
 }
 
-void require_fp8_strides(const char* call, const KvCacheRequest& kv,
+void fill_kv_cache(const AttentionOptions& o, float, AttentionFeatures* values) {
+  values->k_scale = o.k_scale;
+  values->v_scale = o.v_scale;
+  values->kv_scale_stride = o.kv_scale_per_head ? 1 : 0;
+}
+
+// The option's value as the call spelled it, for a refusal.
+std::string option_value(const AttentionOption& option, const AttentionOptions& o) {
+  if (option.bit == kFeatureSoftCap) return fmt::format("logit_cap {}", o.logit_cap);
+  if (option.bit == kFeatureSink) return fmt::format("sinks = {}", static_cast<const void*>(o.sinks));
+  if (option.bit == kFeatureWindow) return fmt::format("window_left {}", o.window_left);
+  return fmt::format("kv_dtype {}", kv_dtype_name(o.kv_dtype));
+}
+
+}  // namespace
+
+const std::vector<AttentionOption>& attention_options() {
+  static const std::vector<AttentionOption> options = {
+      {"kv_e4m3", kFeatureKvE4m3, kFp8Kinds, [](const AttentionOptions& o) { return o.kv_dtype == KvDType::e4m3; },
+       check_kv_cache, fill_kv_cache},
+      {"kv_e5m2", kFeatureKvE5m2, kFp8Kinds, [](const AttentionOptions& o) { return o.kv_dtype == KvDType::e5m2; },
+       nullptr, fill_kv_cache},
+      {"swa", kFeatureWindow, kAttention, [](const AttentionOptions& o) { return o.window_left >= 0; }, check_window,
+       [](const AttentionOptions& o, float, AttentionFeatures* v) { v->window_left = o.window_left; }},
+      {"cap", kFeatureSoftCap, kAttention, [](const AttentionOptions& o) { return o.logit_cap > 0.f; }, check_cap,
+       [](const AttentionOptions& o, float scale, AttentionFeatures* v) {
+         v->cap_scale = scale / o.logit_cap;
+         v->cap_log2 = o.logit_cap * kLog2e;
+       }},
+      {"sink", kFeatureSink, kAttention, [](const AttentionOptions& o) { return o.sinks != nullptr; }, check_sinks,
+       [](const AttentionOptions& o, float, AttentionFeatures* v) { v->sinks = o.sinks; }},
+  };
+  return options;
+}
+
+std::uint32_t attention_option_flags(KernelKind kind) {
+  std::uint32_t flags = 0;
+  for (const AttentionOption& option : attention_options())
+    if ((option.families & kind_bit(kind)) != 0) flags |= option.bit;
+  return flags;
+}
+
+void check_attention_options(const char* call, const AttentionOptions& options, const OptionContext& context) {
+  for (const AttentionOption& option : attention_options()) {
+    if (option.check != nullptr) option.check(call, options, context);
+    if (option.requested(options) && (option.families & kind_bit(context.kind)) == 0)
+      fail_argument(call, fmt::format("{} is not served by {} (its options: {})", option_value(option, options),
+                                      call, supported_feature_names(attention_option_flags(context.kind))));
+  }
+}
+
+FeatureRequest attention_features(const AttentionOptions& options, float scale) {
+  FeatureRequest request;
+  for (const AttentionOption& option : attention_options()) {
+    if (!option.requested(options)) continue;
+    request.flags |= option.bit;
+    option.fill(options, scale, &request.values);
+  }
+  return request;
+}
+
+void require_fp8_strides(const char* call, const AttentionOptions& options,
                          std::initializer_list<std::pair<const char*, std::int64_t>> strides) {
-  if (!kv.fp8()) return;
+  if (!fp8(options)) return;
   for (const auto& [name, stride] : strides)
     if (stride % 16 != 0)
       fail_argument(call, fmt::format("{} {} is not a multiple of 16 elements (an FP8 cache's rows must stay "
@@ -54,31 +133,6 @@ long long decode_span_tokens(long long capacity, int window_left, int q_len) {
   if (window_left < 0) return capacity;
   // From the first query token's window on: q_len - 1 more keys for the later tokens.
   return std::min<long long>(capacity, window_left + 1LL * q_len + (kDecodeBlockTokens - 1));
-}
-
-FeatureRequest attention_features(float scale, float logit_cap, const float* sinks, int window_left,
-                                  const KvCacheRequest& kv) {
-  FeatureRequest request;
-  if (kv.fp8()) {
-    request.flags |= kv.kv_dtype == KvDType::e4m3 ? kFeatureKvE4m3 : kFeatureKvE5m2;
-    request.values.k_scale = kv.k_scale;
-    request.values.v_scale = kv.v_scale;
-    request.values.kv_scale_stride = kv.per_head ? 1 : 0;
-  }
-  if (window_left >= 0) {
-    request.flags |= kFeatureWindow;
-    request.values.window_left = window_left;
-  }
-  if (sinks != nullptr) {
-    request.flags |= kFeatureSink;
-    request.values.sinks = sinks;
-  }
-  if (logit_cap > 0.f) {
-    request.flags |= kFeatureSoftCap;
-    request.values.cap_scale = scale / logit_cap;
-    request.values.cap_log2 = logit_cap * kLog2e;
-  }
-  return request;
 }
 
 }  // namespace astrai::detail

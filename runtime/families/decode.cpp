@@ -24,7 +24,7 @@ const KernelFamily& decode_family() {
       "paged_decode.cuh",
       [](const KernelSpec& spec) { return decode_instantiations(spec, 0); },
       attention_limits(/*paged=*/false),
-      /*supported_flags=*/kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2,
+      /*supported_flags=*/attention_option_flags(KernelKind::decode),
       attention_warm_defaults(/*paged=*/false),
       /*hopper=*/{"paged_decode_sm90.cuh", [](const KernelSpec& spec) { return decode_sm90_instantiations(spec, 0); },
                   [](int head_dim, int) { return decode_sm90_serves(head_dim, 0); }, "tma", decode_sm90_features(),
@@ -45,9 +45,7 @@ DecodeArgs resolve_decode_args(const DecodeArgs& input) {
     fail_argument(kCall, fmt::format("causal_offset {} is not valid (allowed: -1 for no limit, or >= 0)",
                                      a.causal_offset));
   a.scale = resolve_scale(kCall, a.scale, a.head_dim);
-  require_logit_cap(kCall, a.logit_cap);
-  require_optional_alignment(kCall, "sinks", a.sinks, 4);
-  require_window(kCall, a.window_left, true, "");
+  check_attention_options(kCall, a, {family.kind});
   const std::int64_t d = a.head_dim;
   if (a.mask_stride_batch == 0) a.mask_stride_batch = a.kv_len;
   resolve_token_strides(kCall, {"q_stride_batch", &a.q_stride_batch}, {"q_stride_head", &a.q_stride_head},
@@ -59,8 +57,7 @@ DecodeArgs resolve_decode_args(const DecodeArgs& input) {
   // Outputs must not overlap, or blocks would race on them.
   resolve_token_strides(kCall, {"out_stride_batch", &a.out_stride_batch}, {"out_stride_head", &a.out_stride_head},
                         a.n_heads, d, a.batch);
-  require_kv_cache(kCall, kv_cache_request(a));
-  require_fp8_strides(kCall, kv_cache_request(a),
+  require_fp8_strides(kCall, a,
                       {{"k_stride_batch", a.k_stride_batch}, {"k_stride_seq", a.k_stride_seq},
                        {"k_stride_head", a.k_stride_head}, {"v_stride_batch", a.v_stride_batch},
                        {"v_stride_seq", a.v_stride_seq}, {"v_stride_head", a.v_stride_head}});
@@ -87,8 +84,7 @@ DecodeArgs resolve_decode_args(const DecodeArgs& input) {
 void Runtime::decode(const DecodeArgs& input) {
   const DecodeArgs args = detail::resolve_decode_args(input);
   if (args.batch == 0) return;
-  const detail::FeatureRequest features = detail::attention_features(
-      args.scale, args.logit_cap, args.sinks, args.window_left, detail::kv_cache_request(args));
+  const detail::FeatureRequest features = detail::attention_features(args, args.scale);
   PagedDecodeParams params = detail::common_decode_params(args, features);
   params.k_cache = args.k;
   params.v_cache = args.v;

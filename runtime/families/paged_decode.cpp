@@ -26,8 +26,7 @@ const KernelFamily& paged_decode_family() {
       "paged_decode.cuh",
       [](const KernelSpec& spec) { return decode_instantiations(spec, spec.page_size); },
       attention_limits(/*paged=*/true),
-      /*supported_flags=*/kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2 |
-          kFeatureQLenField,
+      /*supported_flags=*/attention_option_flags(KernelKind::paged_decode) | kFeatureQLenField,
       attention_warm_defaults(/*paged=*/true),
       /*hopper=*/{"paged_decode_sm90.cuh",
                   [](const KernelSpec& spec) { return decode_sm90_instantiations(spec, spec.page_size); },
@@ -62,9 +61,7 @@ PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& input) {
                                      "tokens", a.max_pages_per_seq, a.page_size,
                                      1LL * a.max_pages_per_seq * a.page_size, kMaxTableTokens));
   a.scale = resolve_scale(kCall, a.scale, a.head_dim);
-  require_logit_cap(kCall, a.logit_cap);
-  require_optional_alignment(kCall, "sinks", a.sinks, 4);
-  require_window(kCall, a.window_left, true, "");
+  check_attention_options(kCall, a, {family.kind});
   if (a.q_len < 1 || a.q_len > kMaxDecodeQLen)
     fail_argument(kCall, fmt::format("q_len {} is not valid (allowed: 1..{})", a.q_len, int{kMaxDecodeQLen}));
 
@@ -83,8 +80,7 @@ PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& input) {
   if (a.page_table_stride < a.max_pages_per_seq)
     fail_argument(kCall, fmt::format("page_table_stride {} is smaller than max_pages_per_seq {}",
                                      a.page_table_stride, a.max_pages_per_seq));
-  require_kv_cache(kCall, kv_cache_request(a));
-  require_fp8_strides(kCall, kv_cache_request(a),
+  require_fp8_strides(kCall, a,
                       {{"k_stride_page", a.k_stride_page}, {"k_stride_token", a.k_stride_token},
                        {"k_stride_head", a.k_stride_head}, {"v_stride_page", a.v_stride_page},
                        {"v_stride_token", a.v_stride_token}, {"v_stride_head", a.v_stride_head}});
@@ -152,8 +148,7 @@ std::size_t paged_decode_workspace_bytes(const PagedDecodeArgs& input, int num_s
 void Runtime::paged_decode(const PagedDecodeArgs& input) {
   const PagedDecodeArgs args = detail::resolve_paged_decode_args(input);
   if (args.batch == 0) return;
-  detail::FeatureRequest features = detail::attention_features(
-      args.scale, args.logit_cap, args.sinks, args.window_left, detail::kv_cache_request(args));
+  detail::FeatureRequest features = detail::attention_features(args, args.scale);
   features.flags |= decode_q_len_flags(args.q_len);
   PagedDecodeParams params = detail::common_decode_params(args, features);
   params.q_stride_seq = args.q_stride_seq;

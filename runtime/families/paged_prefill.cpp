@@ -26,7 +26,7 @@ const KernelFamily& paged_prefill_family() {
       "prefill.cuh",
       [](const KernelSpec& spec) { return prefill_instantiations(spec, spec.page_size); },
       attention_limits(/*paged=*/true),
-      /*supported_flags=*/kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2,
+      /*supported_flags=*/attention_option_flags(KernelKind::paged_prefill),
       attention_warm_defaults(/*paged=*/true),
       /*hopper=*/{"prefill_sm90.cuh",
                   [](const KernelSpec& spec) { return prefill_sm90_instantiations(spec, spec.page_size); },
@@ -61,9 +61,7 @@ PagedPrefillArgs resolve_paged_prefill_args(const PagedPrefillArgs& input) {
                             "tokens", a.max_pages_per_seq, a.page_size, capacity,
                             std::numeric_limits<int>::max()));
   a.scale = resolve_scale(kCall, a.scale, a.head_dim);
-  require_logit_cap(kCall, a.logit_cap);
-  require_optional_alignment(kCall, "sinks", a.sinks, 4);
-  require_window(kCall, a.window_left, a.causal, "causal = true");
+  check_attention_options(kCall, a, {family.kind, a.causal, "causal = true"});
 
   const std::int64_t d = a.head_dim;
   if (a.q_stride_head == 0) a.q_stride_head = d;
@@ -92,8 +90,7 @@ PagedPrefillArgs resolve_paged_prefill_args(const PagedPrefillArgs& input) {
   if (a.mask != nullptr && a.mask_rows_per_request && a.mask_stride_q < 0)
     fail_argument(kCall, fmt::format("mask_stride_q {} is not valid (allowed: >= 0; 0 shares one row)",
                                      a.mask_stride_q));
-  require_kv_cache(kCall, kv_cache_request(a));
-  require_fp8_strides(kCall, kv_cache_request(a),
+  require_fp8_strides(kCall, a,
                       {{"k_stride_page", a.k_stride_page}, {"k_stride_token", a.k_stride_token},
                        {"k_stride_head", a.k_stride_head}, {"v_stride_page", a.v_stride_page},
                        {"v_stride_token", a.v_stride_token}, {"v_stride_head", a.v_stride_head}});
@@ -157,8 +154,7 @@ void Runtime::paged_prefill(const PagedPrefillArgs& input) {
   params.max_pages_per_seq = args.max_pages_per_seq;
   params.causal_offset = args.causal ? 0 : -1;
   params.scale_log2 = args.scale * detail::kLog2e;
-  const detail::FeatureRequest features = detail::attention_features(
-      args.scale, args.logit_cap, args.sinks, args.window_left, detail::kv_cache_request(args));
+  const detail::FeatureRequest features = detail::attention_features(args, args.scale);
   params.features = features.values;
   detail::launch_prefill(*impl_, detail::paged_prefill_family(), "cuLaunchKernel(paged_prefill)", args.dtype,
                  args.head_dim, args.page_size, features.flags, args.max_q_len, params, args.stream);

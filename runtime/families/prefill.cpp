@@ -26,7 +26,7 @@ const KernelFamily& prefill_family() {
       "prefill.cuh",
       [](const KernelSpec& spec) { return prefill_instantiations(spec, 0); },
       attention_limits(/*paged=*/false),
-      /*supported_flags=*/kFeatureSoftCap | kFeatureSink | kFeatureWindow,
+      /*supported_flags=*/attention_option_flags(KernelKind::prefill),
       attention_warm_defaults(/*paged=*/false),
       /*hopper=*/{"prefill_sm90.cuh", [](const KernelSpec& spec) { return prefill_sm90_instantiations(spec, 0); },
                   [](int head_dim, int) { return prefill_sm90_serves(head_dim, 0); }, "wgmma",
@@ -48,9 +48,7 @@ PrefillArgs resolve_prefill_args(const PrefillArgs& input) {
     fail_argument(kCall, fmt::format("causal_offset {} is not valid (allowed: -1 for non-causal, or >= 0)",
                             a.causal_offset));
   a.scale = resolve_scale(kCall, a.scale, a.head_dim);
-  require_logit_cap(kCall, a.logit_cap);
-  require_optional_alignment(kCall, "sinks", a.sinks, 4);
-  require_window(kCall, a.window_left, a.causal_offset >= 0, "causal_offset >= 0");
+  check_attention_options(kCall, a, {family.kind, a.causal_offset >= 0, "causal_offset >= 0"});
 
   const std::int64_t d = a.head_dim;
   const std::int64_t q_rows = std::max(1, a.q_len);    // q_len 0: nothing is read or written
@@ -142,8 +140,7 @@ void Runtime::prefill(const PrefillArgs& input) {
   params.n_kv_heads = args.n_kv_heads;
   params.causal_offset = args.causal_offset;
   params.scale_log2 = args.scale * detail::kLog2e;
-  const detail::FeatureRequest features =
-      detail::attention_features(args.scale, args.logit_cap, args.sinks, args.window_left);
+  const detail::FeatureRequest features = detail::attention_features(args, args.scale);
   params.features = features.values;
   detail::launch_prefill(*impl_, detail::prefill_family(), "cuLaunchKernel(prefill)", args.dtype, args.head_dim,
                  0, features.flags, args.q_len, params, args.stream);

@@ -352,17 +352,64 @@ TEST_CASE("an FP8 call asks for its variant bit and carries its scales") {
   using astrai::KvDType;
   const float* k = astrai::testing::fake_pointer<const float>(0x71000);
   const float* v = astrai::testing::fake_pointer<const float>(0x72000);
-  const auto plain = astrai::detail::attention_features(0.125f, 0.f, nullptr, -1);
+  astrai::AttentionOptions options;
+  const auto plain = astrai::detail::attention_features(options, 0.125f);
   CHECK(plain.flags == 0);
-  const auto e4m3 = astrai::detail::attention_features(0.125f, 0.f, nullptr, 64, {KvDType::e4m3, k, v, true});
+  options.kv_dtype = KvDType::e4m3;
+  options.k_scale = k;
+  options.v_scale = v;
+  options.kv_scale_per_head = true;
+  options.window_left = 64;
+  const auto e4m3 = astrai::detail::attention_features(options, 0.125f);
   CHECK(e4m3.flags == (astrai::kFeatureKvE4m3 | astrai::kFeatureWindow));
   CHECK(e4m3.values.k_scale == k);
   CHECK(e4m3.values.v_scale == v);
   CHECK(e4m3.values.kv_scale_stride == 1);
-  const auto e5m2 = astrai::detail::attention_features(0.125f, 0.f, nullptr, -1, {KvDType::e5m2, k, v, false});
+  CHECK(e4m3.values.window_left == 64);
+  options.kv_dtype = KvDType::e5m2;
+  options.kv_scale_per_head = false;
+  options.window_left = -1;
+  const auto e5m2 = astrai::detail::attention_features(options, 0.125f);
   CHECK(e5m2.flags == astrai::kFeatureKvE5m2);
   CHECK(e5m2.values.kv_scale_stride == 0);
   CHECK(std::string(astrai::kv_dtype_name(KvDType::e5m2)) == "e5m2");
+}
+
+TEST_CASE("the options table: names the variant fields, sets the families' bits, refuses unserved options by name") {
+  using astrai::detail::attention_option_flags;
+  using astrai::detail::KernelKind;
+  // Each option's bit is a distinct single bit, and its name is the variant field of that bit.
+  std::uint32_t seen = 0;
+  for (const auto& option : astrai::detail::attention_options()) {
+    CAPTURE(option.name);
+    CHECK((option.bit & (option.bit - 1)) == 0u);
+    CHECK((seen & option.bit) == 0u);
+    seen |= option.bit;
+    const auto* feature = astrai::detail::find_kernel_feature(option.name);
+    REQUIRE(feature != nullptr);
+    CHECK(feature->bit == option.bit);
+  }
+  // The families' supported bits are the table's (paged_decode adds its q_len field).
+  CHECK(astrai::detail::kernel_family(KernelKind::prefill).supported_flags == attention_option_flags(KernelKind::prefill));
+  CHECK(astrai::detail::kernel_family(KernelKind::paged_decode).supported_flags ==
+        (attention_option_flags(KernelKind::paged_decode) | astrai::kFeatureQLenField));
+  CHECK((attention_option_flags(KernelKind::prefill) & astrai::kFeatureKvE4m3) == 0u);
+  CHECK((attention_option_flags(KernelKind::paged_prefill) & astrai::kFeatureKvE4m3) != 0u);
+  CHECK(attention_option_flags(KernelKind::rotary_emb) == 0u);
+
+  // Contiguous prefill reads the model's own K and V: an FP8 cache is refused by name.
+  astrai::AttentionOptions fp8;
+  fp8.kv_dtype = astrai::KvDType::e4m3;
+  fp8.k_scale = astrai::testing::fake_pointer<const float>(0x71000);
+  fp8.v_scale = astrai::testing::fake_pointer<const float>(0x72000);
+  CHECK_THROWS_WITH_AS(astrai::detail::check_attention_options("prefill", fp8, {KernelKind::prefill}),
+                       doctest::Contains("kv_dtype e4m3 is not served by prefill"), InvalidArgument);
+  CHECK_NOTHROW(astrai::detail::check_attention_options("paged_prefill", fp8, {KernelKind::paged_prefill}));
+  astrai::AttentionOptions window;
+  window.window_left = 8;
+  CHECK_THROWS_WITH_AS(
+      astrai::detail::check_attention_options("prefill", window, {KernelKind::prefill, false, "causal_offset >= 0"}),
+      doctest::Contains("window_left 8 needs query positions: set causal_offset >= 0"), InvalidArgument);
 }
 
 }  // TEST_SUITE

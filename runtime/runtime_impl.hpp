@@ -19,6 +19,15 @@ struct Runtime::Impl {
                                        detail::KernelShape shape) {
     return device.variant(engine, spec, shape);
   }
+  // The variant a plan runs. Under ASTRAI_JIT_STRICT a miss names the plan too (the
+  // implementation and why the ones before it were passed over).
+  const detail::LoadedVariant& planned_variant(detail::Device& device, const detail::Plan& plan) {
+    try {
+      return device.variant(engine, plan.spec, {plan.block, plan.smem});
+    } catch (const CacheMissError& miss) {
+      throw CacheMissError(std::string(miss.what()) + " (plan: " + plan.describe() + ")");
+    }
+  }
 };
 
 namespace detail {

@@ -46,8 +46,6 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
   const bool tokens = q.ndim() == 4;
   const std::size_t h = tokens ? 2 : 1;  // the n_heads dim of q, out and lse; head_dim follows
   c.rank("q", q, tokens ? 4 : 3, kQueryLayout);
-  c.rank("k_cache", k_cache, 4, "[num_pages, page_size, n_kv_heads, head_dim]");
-  c.rank("v_cache", v_cache, 4, "[num_pages, page_size, n_kv_heads, head_dim]");
   c.rank("page_table", page_table, 2, "[batch, max_pages_per_seq]");
   // Offsets come as the functional API's kv_indptr: messages name that.
   const char* lens_name = seq_lens_are_offsets ? "kv_indptr" : "seq_lens";
@@ -61,35 +59,21 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
   a.q_len = tokens ? as_int(kCall, "q_len", q.shape(1)) : 1;
   a.n_heads = as_int(kCall, "n_heads", q.shape(h));
   a.head_dim = as_int(kCall, "head_dim", q.shape(h + 1));
-  a.num_pages = as_int(kCall, "num_pages", k_cache.shape(0));
-  a.page_size = as_int(kCall, "page_size", k_cache.shape(1));
-  a.n_kv_heads = as_int(kCall, "n_kv_heads", k_cache.shape(2));
-  set_kv_format(c, a, "k_cache", k_cache, "v_cache", v_cache, k_scale, v_scale);
+  set_paged_cache(c, a, k_cache, v_cache, k_scale, v_scale);
   a.max_pages_per_seq = as_int(kCall, "max_pages_per_seq", page_table.shape(1));
-  c.dim("k_cache", k_cache, 3, a.head_dim, "head_dim of q");
-  c.same_shape("v_cache", v_cache, "k_cache", k_cache);
   if (seq_lens)
     c.dim(lens_name, *seq_lens, 0, a.batch + (seq_lens_are_offsets ? 1 : 0),
           seq_lens_are_offsets ? "batch of q + 1" : "batch of q");
   else if (seq_lens_are_offsets)
     invalid(kCall, "kv_indptr is None with offsets requested (allowed: [batch + 1] offsets)");
   c.same_shape("out", out, "q", q);
-  for (auto [name, t] : {std::pair{"q", &q}, {"k_cache", &k_cache}, {"v_cache", &v_cache}, {"page_table", &page_table}})
-    c.unit_last(name, *t);
+  for (auto [name, t] : {std::pair{"q", &q}, {"page_table", &page_table}}) c.unit_last(name, *t);
   c.unit_last("out", out);
   if (seq_lens) c.contiguous(lens_name, *seq_lens);
   a.q = q.data();
   a.q_stride_batch = c.stride("q", q, 0);
   if (tokens) a.q_stride_seq = c.stride("q", q, 1);
   a.q_stride_head = c.stride("q", q, h);
-  a.k_cache = k_cache.data();
-  a.k_stride_page = c.stride("k_cache", k_cache, 0);
-  a.k_stride_token = c.stride("k_cache", k_cache, 1);
-  a.k_stride_head = c.stride("k_cache", k_cache, 2);
-  a.v_cache = v_cache.data();
-  a.v_stride_page = c.stride("v_cache", v_cache, 0);
-  a.v_stride_token = c.stride("v_cache", v_cache, 1);
-  a.v_stride_head = c.stride("v_cache", v_cache, 2);
   a.page_table = index_table(page_table);
   a.page_table_stride = c.stride("page_table", page_table, 0);
   if (seq_lens) a.seq_lens = index_table(*seq_lens);
@@ -130,24 +114,14 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
     a.new_v_stride_batch = c.stride("new_v", *new_v, 0);
     a.new_v_stride_head = c.stride("new_v", *new_v, 1);
   }
-  if (lse) {
-    c.rank("lse", *lse, tokens ? 3 : 2, tokens ? "[batch, q_len, n_heads]" : "[batch, n_heads]");
-    c.dtype("lse", *lse, Kind::float32);
-    c.dim("lse", *lse, 0, a.batch, "batch of q");
-    if (tokens) c.dim("lse", *lse, 1, a.q_len, "q_len of q");
-    c.dim("lse", *lse, h, a.n_heads, "n_heads of q");
-    c.contiguous("lse", *lse);
-    a.lse = static_cast<float*>(lse->data());
-  }
+  a.lse = tokens ? lse_pointer(c, lse, "[batch, q_len, n_heads]",
+                               {{a.batch, "batch of q"}, {a.q_len, "q_len of q"}, {a.n_heads, "n_heads of q"}})
+                 : lse_pointer(c, lse, "[batch, n_heads]", {{a.batch, "batch of q"}, {a.n_heads, "n_heads of q"}});
   if (workspace) {
     a.workspace_bytes = c.scratch("workspace", *workspace);
     a.workspace = workspace->data();
   }
-  a.scale = static_cast<float>(scale);
-  set_features(c, a, logit_cap, sinks, window_left);
-  astrai::validate_args(a);
-  c.devices();
-  a.stream = launch_stream(kCall, stream, q);
+  finish_attention_args(c, a, q, scale, logit_cap, sinks, window_left, stream);
   return a;
 }
 
@@ -199,34 +173,20 @@ void decode(const Input& q, const Input& k, const Input& v, const Output& out, c
   Checker c(kCall);
   astrai::DecodeArgs a;
   const std::size_t h = decode_heads_dim(c, "q", q);
-  c.rank("k", k, 4, "[batch, kv_len, n_kv_heads, head_dim]");
-  c.rank("v", v, 4, "[batch, kv_len, n_kv_heads, head_dim]");
   c.rank("out", out, q.ndim(), "the shape of q");
   a.dtype = c.attention_dtype("q", q);
   c.same_dtype("out", out, a.dtype);
   a.batch = as_int(kCall, "batch", q.shape(0));
   a.n_heads = as_int(kCall, "n_heads", q.shape(h));
   a.head_dim = as_int(kCall, "head_dim", q.shape(h + 1));
-  a.kv_len = as_int(kCall, "kv_len", k.shape(1));
-  a.n_kv_heads = as_int(kCall, "n_kv_heads", k.shape(2));
-  set_kv_format(c, a, "k", k, "v", v, k_scale, v_scale);
-  c.dim("k", k, 0, a.batch, "batch of q");
-  c.dim("k", k, 3, a.head_dim, "head_dim of q");
-  c.same_shape("v", v, "k", k);
+  const Opt<Input> scales[2] = {k_scale, v_scale};
+  set_contiguous_kv(c, a, k, v, scales);
   c.same_shape("out", out, "q", q);
-  for (auto [name, t] : {std::pair{"q", &q}, {"k", &k}, {"v", &v}}) c.unit_last(name, *t);
+  c.unit_last("q", q);
   c.unit_last("out", out);
   a.q = q.data();
   a.q_stride_batch = c.stride("q", q, 0);
   a.q_stride_head = c.stride("q", q, h);
-  a.k = k.data();
-  a.k_stride_batch = c.stride("k", k, 0);
-  a.k_stride_seq = c.stride("k", k, 1);
-  a.k_stride_head = c.stride("k", k, 2);
-  a.v = v.data();
-  a.v_stride_batch = c.stride("v", v, 0);
-  a.v_stride_seq = c.stride("v", v, 1);
-  a.v_stride_head = c.stride("v", v, 2);
   a.out = out.data();
   a.out_stride_batch = c.stride("out", out, 0);
   a.out_stride_head = c.stride("out", out, h);
@@ -244,20 +204,9 @@ void decode(const Input& q, const Input& k, const Input& v, const Output& out, c
     a.mask = static_cast<const bool*>(mask->data());
     a.mask_stride_batch = c.stride("mask", *mask, 0);
   }
-  if (lse) {
-    c.rank("lse", *lse, 2, "[batch, n_heads]");
-    c.dtype("lse", *lse, Kind::float32);
-    c.dim("lse", *lse, 0, a.batch, "batch of q");
-    c.dim("lse", *lse, 1, a.n_heads, "n_heads of q");
-    c.contiguous("lse", *lse);
-    a.lse = static_cast<float*>(lse->data());
-  }
+  a.lse = lse_pointer(c, lse, "[batch, n_heads]", {{a.batch, "batch of q"}, {a.n_heads, "n_heads of q"}});
   a.causal_offset = causal_offset;
-  a.scale = static_cast<float>(scale);
-  set_features(c, a, logit_cap, sinks, window_left);
-  astrai::validate_args(a);
-  c.devices();
-  a.stream = launch_stream(kCall, stream, q);
+  finish_attention_args(c, a, q, scale, logit_cap, sinks, window_left, stream);
   launch(&astrai::Runtime::decode, a);
 }
 
@@ -268,37 +217,21 @@ void prefill(const Input& q, const Input& k, const Input& v, const Output& out, 
   Checker c(kCall);
   astrai::PrefillArgs a;
   c.rank("q", q, 4, "[batch, q_len, n_heads, head_dim]");
-  c.rank("k", k, 4, "[batch, kv_len, n_kv_heads, head_dim]");
-  c.rank("v", v, 4, "[batch, kv_len, n_kv_heads, head_dim]");
   c.rank("out", out, 4, "[batch, q_len, n_heads, head_dim]");
   a.dtype = c.attention_dtype("q", q);
-  c.same_dtype("k", k, a.dtype);
-  c.same_dtype("v", v, a.dtype);
   c.same_dtype("out", out, a.dtype);
   a.batch = as_int(kCall, "batch", q.shape(0));
   a.q_len = as_int(kCall, "q_len", q.shape(1));
   a.n_heads = as_int(kCall, "n_heads", q.shape(2));
   a.head_dim = as_int(kCall, "head_dim", q.shape(3));
-  a.kv_len = as_int(kCall, "kv_len", k.shape(1));
-  a.n_kv_heads = as_int(kCall, "n_kv_heads", k.shape(2));
-  c.dim("k", k, 0, a.batch, "batch of q");
-  c.dim("k", k, 3, a.head_dim, "head_dim of q");
-  c.same_shape("v", v, "k", k);
+  set_contiguous_kv(c, a, k, v, nullptr);
   c.same_shape("out", out, "q", q);
-  for (auto [name, t] : {std::pair{"q", &q}, {"k", &k}, {"v", &v}}) c.unit_last(name, *t);
+  c.unit_last("q", q);
   c.unit_last("out", out);
   a.q = q.data();
   a.q_stride_batch = c.stride("q", q, 0);
   a.q_stride_seq = c.stride("q", q, 1);
   a.q_stride_head = c.stride("q", q, 2);
-  a.k = k.data();
-  a.k_stride_batch = c.stride("k", k, 0);
-  a.k_stride_seq = c.stride("k", k, 1);
-  a.k_stride_head = c.stride("k", k, 2);
-  a.v = v.data();
-  a.v_stride_batch = c.stride("v", v, 0);
-  a.v_stride_seq = c.stride("v", v, 1);
-  a.v_stride_head = c.stride("v", v, 2);
   a.out = out.data();
   a.out_stride_batch = c.stride("out", out, 0);
   a.out_stride_seq = c.stride("out", out, 1);
@@ -317,21 +250,10 @@ void prefill(const Input& q, const Input& k, const Input& v, const Output& out, 
     a.mask_stride_batch = c.stride("mask", *mask, 0);
     a.mask_stride_q = per_query ? c.stride("mask", *mask, 1) : a.kv_len;
   }
-  if (lse) {
-    c.rank("lse", *lse, 3, "[batch, q_len, n_heads]");
-    c.dtype("lse", *lse, Kind::float32);
-    c.dim("lse", *lse, 0, a.batch, "batch of q");
-    c.dim("lse", *lse, 1, a.q_len, "q_len of q");
-    c.dim("lse", *lse, 2, a.n_heads, "n_heads of q");
-    c.contiguous("lse", *lse);
-    a.lse = static_cast<float*>(lse->data());
-  }
+  a.lse = lse_pointer(c, lse, "[batch, q_len, n_heads]",
+                      {{a.batch, "batch of q"}, {a.q_len, "q_len of q"}, {a.n_heads, "n_heads of q"}});
   a.causal_offset = causal_offset;
-  a.scale = static_cast<float>(scale);
-  set_features(c, a, logit_cap, sinks, window_left);
-  astrai::validate_args(a);
-  c.devices();
-  a.stream = launch_stream(kCall, stream, q);
+  finish_attention_args(c, a, q, scale, logit_cap, sinks, window_left, stream);
   launch(&astrai::Runtime::prefill, a);
 }
 
@@ -344,8 +266,6 @@ void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, c
   Checker c(kCall);
   astrai::PagedPrefillArgs a;
   c.rank("q", q, 3, "[total_q, n_heads, head_dim]");
-  c.rank("k_cache", k_cache, 4, "[num_pages, page_size, n_kv_heads, head_dim]");
-  c.rank("v_cache", v_cache, 4, "[num_pages, page_size, n_kv_heads, head_dim]");
   c.rank("page_table", page_table, 2, "[batch, max_pages_per_seq]");
   const char* lens_name = seq_lens_are_offsets ? "kv_indptr" : "seq_lens";  // as the functional API names it
   c.rank(lens_name, seq_lens, 1, seq_lens_are_offsets ? "[batch + 1]" : "[batch]");
@@ -365,31 +285,17 @@ void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, c
   a.max_q_len = max_q_len < 0 ? a.total_q : max_q_len;
   a.n_heads = as_int(kCall, "n_heads", q.shape(1));
   a.head_dim = as_int(kCall, "head_dim", q.shape(2));
-  a.num_pages = as_int(kCall, "num_pages", k_cache.shape(0));
-  a.page_size = as_int(kCall, "page_size", k_cache.shape(1));
-  a.n_kv_heads = as_int(kCall, "n_kv_heads", k_cache.shape(2));
-  set_kv_format(c, a, "k_cache", k_cache, "v_cache", v_cache, k_scale, v_scale);
+  set_paged_cache(c, a, k_cache, v_cache, k_scale, v_scale);
   a.max_pages_per_seq = as_int(kCall, "max_pages_per_seq", page_table.shape(1));
-  c.dim("k_cache", k_cache, 3, a.head_dim, "head_dim of q");
-  c.same_shape("v_cache", v_cache, "k_cache", k_cache);
   set_request_rows(c, kCall, a, page_table, req_indices, "batch, from qo_indptr");
   c.same_shape("out", out, "q", q);
-  for (auto [name, t] : {std::pair{"q", &q}, {"k_cache", &k_cache}, {"v_cache", &v_cache}, {"page_table", &page_table}})
-    c.unit_last(name, *t);
+  for (auto [name, t] : {std::pair{"q", &q}, {"page_table", &page_table}}) c.unit_last(name, *t);
   c.unit_last("out", out);
   c.contiguous(lens_name, seq_lens);
   c.contiguous("qo_indptr", qo_indptr);
   a.q = q.data();
   a.q_stride_token = c.stride("q", q, 0);
   a.q_stride_head = c.stride("q", q, 1);
-  a.k_cache = k_cache.data();
-  a.k_stride_page = c.stride("k_cache", k_cache, 0);
-  a.k_stride_token = c.stride("k_cache", k_cache, 1);
-  a.k_stride_head = c.stride("k_cache", k_cache, 2);
-  a.v_cache = v_cache.data();
-  a.v_stride_page = c.stride("v_cache", v_cache, 0);
-  a.v_stride_token = c.stride("v_cache", v_cache, 1);
-  a.v_stride_head = c.stride("v_cache", v_cache, 2);
   a.page_table = index_table(page_table);
   a.page_table_stride = c.stride("page_table", page_table, 0);
   a.seq_lens = index_table(seq_lens);
@@ -422,20 +328,9 @@ void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, c
     if (per_request) a.mask_stride_batch = c.stride("mask", *mask, 0);
     a.mask_stride_q = shared_row ? 0 : c.stride("mask", *mask, per_request ? 1 : 0);
   }
-  if (lse) {
-    c.rank("lse", *lse, 2, "[total_q, n_heads]");
-    c.dtype("lse", *lse, Kind::float32);
-    c.dim("lse", *lse, 0, a.total_q, "total_q of q");
-    c.dim("lse", *lse, 1, a.n_heads, "n_heads of q");
-    c.contiguous("lse", *lse);
-    a.lse = static_cast<float*>(lse->data());
-  }
+  a.lse = lse_pointer(c, lse, "[total_q, n_heads]", {{a.total_q, "total_q of q"}, {a.n_heads, "n_heads of q"}});
   a.causal = causal;
-  a.scale = static_cast<float>(scale);
-  set_features(c, a, logit_cap, sinks, window_left);
-  astrai::validate_args(a);
-  c.devices();
-  a.stream = launch_stream(kCall, stream, q);
+  finish_attention_args(c, a, q, scale, logit_cap, sinks, window_left, stream);
   launch(&astrai::Runtime::paged_prefill, a);
 }
 

@@ -443,4 +443,92 @@ void set_kv_format(Checker& c, Args& a, const char* k_name, const Input& k, cons
   a.kv_scale_per_head = counts[0] > 1 || counts[1] > 1;
 }
 
+// A paged K/V cache pair, [num_pages, page_size, n_kv_heads, head_dim] each (q's head_dim, read
+// into `a` first): its shape into num_pages, page_size and n_kv_heads, its format and scales,
+// its pointers and strides.
+template <typename Args>
+void set_paged_cache(Checker& c, Args& a, const Input& k_cache, const Input& v_cache, const Opt<Input>& k_scale,
+                     const Opt<Input>& v_scale) {
+  const char* kLayout = "[num_pages, page_size, n_kv_heads, head_dim]";
+  c.rank("k_cache", k_cache, 4, kLayout);
+  c.rank("v_cache", v_cache, 4, kLayout);
+  a.num_pages = as_int(c.call(), "num_pages", k_cache.shape(0));
+  a.page_size = as_int(c.call(), "page_size", k_cache.shape(1));
+  a.n_kv_heads = as_int(c.call(), "n_kv_heads", k_cache.shape(2));
+  set_kv_format(c, a, "k_cache", k_cache, "v_cache", v_cache, k_scale, v_scale);
+  c.dim("k_cache", k_cache, 3, a.head_dim, "head_dim of q");
+  c.same_shape("v_cache", v_cache, "k_cache", k_cache);
+  c.unit_last("k_cache", k_cache);
+  c.unit_last("v_cache", v_cache);
+  a.k_cache = k_cache.data();
+  a.k_stride_page = c.stride("k_cache", k_cache, 0);
+  a.k_stride_token = c.stride("k_cache", k_cache, 1);
+  a.k_stride_head = c.stride("k_cache", k_cache, 2);
+  a.v_cache = v_cache.data();
+  a.v_stride_page = c.stride("v_cache", v_cache, 0);
+  a.v_stride_token = c.stride("v_cache", v_cache, 1);
+  a.v_stride_head = c.stride("v_cache", v_cache, 2);
+}
+
+// Contiguous K and V, [batch, kv_len, n_kv_heads, head_dim] each (q's batch and head_dim read
+// into `a` first): kv_len and n_kv_heads, pointers and strides. With `fp8_scales`, K and V may be
+// an FP8 cache with its scales (decode); without, they have q's dtype (prefill).
+template <typename Args>
+void set_contiguous_kv(Checker& c, Args& a, const Input& k, const Input& v, const Opt<Input>* fp8_scales) {
+  const char* kLayout = "[batch, kv_len, n_kv_heads, head_dim]";
+  c.rank("k", k, 4, kLayout);
+  c.rank("v", v, 4, kLayout);
+  a.kv_len = as_int(c.call(), "kv_len", k.shape(1));
+  a.n_kv_heads = as_int(c.call(), "n_kv_heads", k.shape(2));
+  if (fp8_scales != nullptr) {
+    set_kv_format(c, a, "k", k, "v", v, fp8_scales[0], fp8_scales[1]);
+  } else {
+    c.same_dtype("k", k, a.dtype);
+    c.same_dtype("v", v, a.dtype);
+  }
+  c.dim("k", k, 0, a.batch, "batch of q");
+  c.dim("k", k, 3, a.head_dim, "head_dim of q");
+  c.same_shape("v", v, "k", k);
+  c.unit_last("k", k);
+  c.unit_last("v", v);
+  a.k = k.data();
+  a.k_stride_batch = c.stride("k", k, 0);
+  a.k_stride_seq = c.stride("k", k, 1);
+  a.k_stride_head = c.stride("k", k, 2);
+  a.v = v.data();
+  a.v_stride_batch = c.stride("v", v, 0);
+  a.v_stride_seq = c.stride("v", v, 1);
+  a.v_stride_head = c.stride("v", v, 2);
+}
+
+// One dimension an output must have: its size and where that size comes from ("n_heads of q").
+struct ExpectedDim {
+  std::int64_t size;
+  const char* what;
+};
+
+// The optional f32 LSE output: `dims` in order, contiguous.
+inline float* lse_pointer(Checker& c, const Opt<Output>& lse, const char* layout,
+                          std::initializer_list<ExpectedDim> dims) {
+  if (!lse) return nullptr;
+  c.rank("lse", *lse, dims.size(), layout);
+  c.dtype("lse", *lse, Kind::float32);
+  std::size_t i = 0;
+  for (const ExpectedDim& dim : dims) c.dim("lse", *lse, i++, dim.size, dim.what);
+  c.contiguous("lse", *lse);
+  return static_cast<float*>(lse->data());
+}
+
+// What every attention call does last: the scale and serving options, the runtime's own checks,
+// the devices, the stream.
+template <typename Args>
+void finish_attention_args(Checker& c, Args& a, const Input& q, double scale, double logit_cap,
+                           const Opt<Input>& sinks, int window_left, Opt<std::uintptr_t> stream) {
+  a.scale = static_cast<float>(scale);
+  set_features(c, a, logit_cap, sinks, window_left);
+  astrai::validate_args(a);
+  c.devices();
+  a.stream = launch_stream(c.call(), stream, q);
+}
+
 }  // namespace

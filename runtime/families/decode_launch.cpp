@@ -145,7 +145,7 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
     problem.hopper_refused = true;
   }
   const Plan& plan = memo.plan;
-  const LoadedVariant& launched = impl.variant(device, plan.spec, {plan.block, plan.smem});
+  const LoadedVariant& launched = impl.planned_variant(device, plan);
   const int q_len = decode_q_len(launch.flags);
   params.tokens_per_split = plan.split.tokens_per_split;
   params.workspace.num_splits = plan.split.num_splits;

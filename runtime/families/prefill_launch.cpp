@@ -130,7 +130,7 @@ void launch_prefill(Runtime::Impl& impl, const KernelFamily& family, const char*
     plan = plan_prefill(problem, device.traits());
   }
   log_plan(plan);
-  const LoadedVariant& variant = impl.variant(device, plan.spec, {plan.block, plan.smem});
+  const LoadedVariant& variant = impl.planned_variant(device, plan);
   PrefillParams launch_params = params;
   launch_params.tile_order = prefill_tile_order(plan.tiles.x, plan.tiles.y, plan.tiles.z);
   LaunchConfig config{};

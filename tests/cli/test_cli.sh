@@ -572,4 +572,24 @@ ASTRAI_JIT_NVRTC_DIR=/nonexistent run info
 expect_rc 0
 if grep -q 'unknown environment variable ASTRAI_JIT_NVRTC_DIR' "$ERR"; then fail "ASTRAI_JIT_NVRTC_DIR warned as unknown"; fi
 
+check "plan shows the implementation, the variant and why a faster one was passed over"
+run plan paged_decode --arch sm_90a --sms 132 --batch 64 --heads 32 --kv-heads 8 --kv-len 8192
+expect_rc 0
+expect_out '^implementation: sm90_tma_decode$'
+expect_out '^variant: paged_decode\.bf16\.hd128\.ps16\.g4\.tma\.sm_90a$'
+run plan prefill --arch sm_90a --sms 132 --q-len 4096 --batch 2 --mask
+expect_rc 0
+expect_out '^implementation: portable_prefill$'
+expect_out '^passed over: sm90_wgmma_prefill: a mask is not served$'
+run plan paged_decode --arch sm_89 --sms 128 --features kv_e4m3 --batch 1 --kv-len 32768
+expect_rc 0
+expect_out '^variant: paged_decode\.bf16\.hd128\.ps16\.g1\.kv_e4m3\.sm_89$'
+expect_out '^split-KV: [0-9]+ splits'
+expect_out '^warm it with: astrai-jit warm --arch sm_89 --kernels paged_decode'
+run plan prefill --features kv_e4m3 --arch sm_90a
+expect_rc 2
+run plan rotary_emb --arch sm_90a
+expect_rc 2
+expect_err 'is not an attention call'
+
 echo "PASS: all astrai-jit CLI checks ($((SECONDS - START)) s)"

@@ -206,6 +206,29 @@ int run_cache_export(const EnvConfig& config, const CacheOptions& options);
 int run_cache_import(const EnvConfig& config, const CacheOptions& options);
 
 // ---------------------------------------------------------------------------------------------
+// plan
+
+struct PlanOptions {
+  std::string kind;           // paged_decode | decode | prefill | paged_prefill
+  std::string arch = "auto";
+  int sms = 0;                // 0: the local GPU's, else a typical count for the target
+  std::string dtype = "bf16";
+  int head_dim = 128;
+  int heads = 32;
+  int kv_heads = 0;           // 0: heads
+  int batch = 1;
+  long long kv_len = 4096;    // decode: the table's tokens; prefill: the KV (and by default query) length
+  int q_len = 0;              // decode: new tokens a request (1..8); prefill: query rows a request
+  int page_size = 16;
+  int window = -1;            // >= 0: a sliding window of that many keys before the query
+  std::vector<std::string> features;
+  bool mask = false;
+  long long workspace = -1;   // decode: a caller's workspace of that many bytes
+};
+
+int run_plan(const EnvConfig& config, const PlanOptions& options);
+
+// ---------------------------------------------------------------------------------------------
 // info
 
 struct InfoOptions {

@@ -27,7 +27,9 @@ struct Commands {
   CLI::App* cache_export = nullptr;
   CLI::App* cache_import = nullptr;
   CLI::App* info = nullptr;
+  CLI::App* plan = nullptr;
   InfoOptions info_options;
+  PlanOptions plan_options;
   WarmOptions warm_options;
   CacheOptions cache_options;
 };
@@ -179,6 +181,32 @@ void add_info_command(CLI::App& app, Commands* commands) {
   commands->info->footer("Exit codes: 0 success (also without a driver or GPU), 2 a bad ASTRAI_JIT_* value.");
 }
 
+void add_plan_command(CLI::App& app, Commands* commands) {
+  PlanOptions& o = commands->plan_options;
+  CLI::App* plan = commands->plan = app.add_subcommand(
+      "plan", "How the runtime runs an attention call, and why (no GPU needed)");
+  placeholder(plan->add_option("kind", o.kind, "paged_decode, decode, prefill or paged_prefill"), "KIND")->required();
+  placeholder(plan->add_option("--arch", o.arch, "Target [default: auto, the local GPU's, else sm_90a]"), "TARGET");
+  placeholder(plan->add_option("--sms", o.sms, "SM count [default: the local GPU's, else typical]"), "N");
+  plan->add_option("--dtype", o.dtype, "bf16 or fp16 [default: bf16]")->check(CLI::IsMember({"bf16", "fp16"}));
+  placeholder(plan->add_option("--head-dim", o.head_dim, "Head dim [default: 128]"), "D");
+  placeholder(plan->add_option("--heads", o.heads, "Query heads [default: 32]"), "N");
+  placeholder(plan->add_option("--kv-heads", o.kv_heads, "KV heads [default: --heads]"), "N");
+  placeholder(plan->add_option("--batch", o.batch, "Requests [default: 1]"), "N");
+  placeholder(plan->add_option("--kv-len", o.kv_len, "KV tokens a request (decode: the table's) [default: 4096]"),
+              "N");
+  placeholder(plan->add_option("--q-len", o.q_len, "Decode: new tokens 1..8; prefill: query rows [default: kv-len]"),
+              "N");
+  placeholder(plan->add_option("--page-size", o.page_size, "Paged calls' page size [default: 16]"), "N");
+  placeholder(plan->add_option("--window", o.window, "Sliding window: keys before the query (swa)"), "N");
+  placeholder(plan->add_option("--features", o.features, "Serving options: cap, sink, kv_e4m3, kv_e5m2")
+                  ->delimiter(','),
+              "LIST");
+  plan->add_flag("--mask", o.mask, "The call passes a mask");
+  placeholder(plan->add_option("--workspace", o.workspace, "Decode: a caller's workspace of N bytes"), "BYTES");
+  plan->footer("No GPU needed. Exit codes: 0 success, 2 a bad flag or value.");
+}
+
 // The verbs named in argv, e.g. "astrai-jit cache verify", and in `unknown` a message when one
 // of them is not a verb (CLI11 would report "a subcommand is required"). Only the top level and
 // `cache` take verbs, and neither has options that take a value, so the first word that is not
@@ -217,6 +245,7 @@ int dispatch(const Commands& commands) {
   if (*commands.warm) return run_warm(commands.warm_options, std::move(config));
   apply_cache_dir_override(commands.cache_options.cache_dir, &config);
   if (*commands.info) return run_info(config, commands.info_options);
+  if (*commands.plan) return run_plan(config, commands.plan_options);
   if (*commands.cache_list) return run_cache_list(config);
   if (*commands.cache_stats) return run_cache_stats(config);
   if (*commands.cache_verify) return run_cache_verify(config, !commands.cache_options.no_repair);
@@ -248,6 +277,7 @@ int main(int argc, char** argv) {
   add_warm_command(app, &commands);
   add_cache_command(app, &commands);
   add_info_command(app, &commands);
+  add_plan_command(app, &commands);
 
   std::string unknown;
   const std::string path = verb_path(app, argc, argv, &unknown);

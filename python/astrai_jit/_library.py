@@ -44,119 +44,100 @@ def _run(fn, device: torch.device, *args) -> None:
         fn(*args)
 
 
-@torch.library.custom_op("astrai_jit::paged_decode", mutates_args=("out", "lse", "workspace"))
-def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor, seq_lens: Optional[Tensor],
-                 out: Tensor, lse: Optional[Tensor], mask: Optional[Tensor], req_indices: Optional[Tensor],
-                 scale: float, logit_cap: float, sinks: Optional[Tensor], window_left: int,
-                 k_scale: Optional[Tensor], v_scale: Optional[Tensor], stream: int,
-                 seq_lens_are_offsets: bool = False, workspace: Optional[Tensor] = None) -> None:
-    _run(_C.paged_decode, q.device, q, k_cache, v_cache, page_table, seq_lens, out, lse, mask, req_indices,
-         None, None, scale, logit_cap, sinks, window_left, k_scale, v_scale, _stream(q.device, stream),
-         seq_lens_are_offsets, workspace)
+# The ops as one table: each argument's name and schema type in the op's order, what the op
+# writes, and the extension call it makes (its arguments by name; None for an argument the op
+# does not take; "stream" resolved when the op runs). The schemas, the implementations and the
+# fake implementations are made from it, so an argument is written down once here.
+_OPTIONS = [("scale", "float"), ("logit_cap", "float"), ("sinks", "Tensor?"), ("window_left", "int")]
+_KV_SCALES = [("k_scale", "Tensor?"), ("v_scale", "Tensor?")]
+_PAGED_DECODE_HEAD = [("q", "Tensor"), ("k_cache", "Tensor"), ("v_cache", "Tensor"), ("page_table", "Tensor"),
+                      ("seq_lens", "Tensor?"), ("out", "Tensor"), ("lse", "Tensor?"), ("mask", "Tensor?"),
+                      ("req_indices", "Tensor?")]
+_PAGED_DECODE_TAIL = [*_OPTIONS, *_KV_SCALES, ("stream", "int"), ("seq_lens_are_offsets", "bool", False),
+                      ("workspace", "Tensor?", None)]
+_PAGED_DECODE_EXT = ["q", "k_cache", "v_cache", "page_table", "seq_lens", "out", "lse", "mask", "req_indices",
+                     "new_k", "new_v", "scale", "logit_cap", "sinks", "window_left", "k_scale", "v_scale", "stream",
+                     "seq_lens_are_offsets", "workspace"]
+_CONTIGUOUS_HEAD = [("q", "Tensor"), ("k", "Tensor"), ("v", "Tensor"), ("out", "Tensor"), ("lse", "Tensor?"),
+                    ("mask", "Tensor?"), ("causal_offset", "int")]
 
 
-@paged_decode.register_fake
-def _(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask, req_indices, scale, logit_cap, sinks,
-      window_left, k_scale, v_scale, stream, seq_lens_are_offsets=False, workspace=None) -> None:
-    _same_device("paged_decode", q=q, k_cache=k_cache, v_cache=v_cache, page_table=page_table,
-                 seq_lens=seq_lens, out=out, lse=lse, mask=mask, req_indices=req_indices, sinks=sinks,
-                 k_scale=k_scale, v_scale=v_scale)
+class _Op:
+    def __init__(self, ext: str, args: list, mutates: tuple, ext_args: list, call: str = None):
+        self.ext = ext
+        self.call = call or ext  # the call its errors name
+        self.args = args
+        self.names = [a[0] for a in args]
+        self.mutates = mutates
+        self.ext_args = ext_args
+
+    def schema(self) -> str:
+        fields = []
+        aliases = iter("abcdefgh")
+        for name, kind, *default in self.args:
+            if name in self.mutates:
+                optional = kind.endswith("?")
+                kind = f"Tensor({next(aliases)}!){'?' if optional else ''}"
+            text = f"{kind} {name}"
+            if default:
+                text += "=" + ("None" if default[0] is None else str(default[0]))
+            fields.append(text)
+        return "(" + ", ".join(fields) + ") -> ()"
 
 
-@torch.library.custom_op("astrai_jit::paged_decode_append",
-                         mutates_args=("k_cache", "v_cache", "out", "lse", "workspace"))
-def paged_decode_append(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor,
-                        seq_lens: Optional[Tensor], out: Tensor, lse: Optional[Tensor], mask: Optional[Tensor],
-                        req_indices: Optional[Tensor], new_k: Tensor, new_v: Tensor, scale: float,
-                        logit_cap: float, sinks: Optional[Tensor], window_left: int, k_scale: Optional[Tensor],
-                        v_scale: Optional[Tensor], stream: int, seq_lens_are_offsets: bool = False,
-                        workspace: Optional[Tensor] = None) -> None:
-    _run(_C.paged_decode, q.device, q, k_cache, v_cache, page_table, seq_lens, out, lse, mask, req_indices,
-         new_k, new_v, scale, logit_cap, sinks, window_left, k_scale, v_scale, _stream(q.device, stream),
-         seq_lens_are_offsets, workspace)
-
-
-@paged_decode_append.register_fake
-def _(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask, req_indices, new_k, new_v, scale, logit_cap,
-      sinks, window_left, k_scale, v_scale, stream, seq_lens_are_offsets=False, workspace=None) -> None:
-    _same_device("paged_decode", q=q, k_cache=k_cache, v_cache=v_cache, page_table=page_table,
-                 seq_lens=seq_lens, out=out, lse=lse, mask=mask, req_indices=req_indices, new_k=new_k,
-                 new_v=new_v, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
-
-
-@torch.library.custom_op("astrai_jit::decode", mutates_args=("out", "lse"))
-def decode(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor], mask: Optional[Tensor],
-           causal_offset: int, scale: float, logit_cap: float, sinks: Optional[Tensor], window_left: int,
-           k_scale: Optional[Tensor], v_scale: Optional[Tensor], stream: int) -> None:
-    _run(_C.decode, q.device, q, k, v, out, lse, mask, causal_offset, scale, logit_cap, sinks, window_left,
-         k_scale, v_scale, _stream(q.device, stream))
-
-
-@decode.register_fake
-def _(q, k, v, out, lse, mask, causal_offset, scale, logit_cap, sinks, window_left, k_scale, v_scale,
-      stream) -> None:
-    _same_device("decode", q=q, k=k, v=v, out=out, lse=lse, mask=mask, sinks=sinks, k_scale=k_scale,
-                 v_scale=v_scale)
-
-
-@torch.library.custom_op("astrai_jit::prefill", mutates_args=("out", "lse"))
-def prefill(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor], mask: Optional[Tensor],
-            causal_offset: int, scale: float, logit_cap: float, sinks: Optional[Tensor], window_left: int,
-            stream: int) -> None:
-    _run(_C.prefill, q.device, q, k, v, out, lse, mask, causal_offset, scale, logit_cap, sinks, window_left,
-         _stream(q.device, stream))
-
-
-@prefill.register_fake
-def _(q, k, v, out, lse, mask, causal_offset, scale, logit_cap, sinks, window_left, stream) -> None:
-    _same_device("prefill", q=q, k=k, v=v, out=out, lse=lse, mask=mask, sinks=sinks)
-
-
-@torch.library.custom_op("astrai_jit::paged_prefill", mutates_args=("out", "lse"))
-def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor, seq_lens: Tensor,
-                  qo_indptr: Tensor, out: Tensor, lse: Optional[Tensor], mask: Optional[Tensor], max_q_len: int,
-                  causal: bool, scale: float, logit_cap: float, sinks: Optional[Tensor], window_left: int,
-                  k_scale: Optional[Tensor], v_scale: Optional[Tensor], stream: int,
-                  req_indices: Optional[Tensor] = None, seq_lens_are_offsets: bool = False) -> None:
-    _run(_C.paged_prefill, q.device, q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse, mask,
-         max_q_len, causal, scale, logit_cap, sinks, window_left, k_scale, v_scale, _stream(q.device, stream),
-         req_indices, seq_lens_are_offsets)
-
-
-@paged_prefill.register_fake
-def _(q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse, mask, max_q_len, causal, scale,
-      logit_cap, sinks, window_left, k_scale, v_scale, stream, req_indices=None, seq_lens_are_offsets=False) -> None:
-    _same_device("paged_prefill", q=q, k_cache=k_cache, v_cache=v_cache, page_table=page_table,
-                 seq_lens=seq_lens, qo_indptr=qo_indptr, out=out, lse=lse, mask=mask, sinks=sinks,
-                 k_scale=k_scale, v_scale=v_scale, req_indices=req_indices)
-
-
-@torch.library.custom_op("astrai_jit::rotary_emb", mutates_args=("out",))
-def rotary_emb(x: Tensor, freqs_cis: Tensor, out: Tensor, stream: int) -> None:
-    _run(_C.rotary_emb, x.device, x, freqs_cis, out, _stream(x.device, stream))
-
-
-@rotary_emb.register_fake
-def _(x, freqs_cis, out, stream) -> None:
-    _same_device("rotary_emb", x=x, freqs_cis=freqs_cis, out=out)
-
-
-@torch.library.custom_op("astrai_jit::rotary_emb_", mutates_args=("x",))
-def rotary_emb_(x: Tensor, freqs_cis: Tensor, stream: int) -> None:
-    _run(_C.rotary_emb, x.device, x, freqs_cis, x, _stream(x.device, stream))
-
-
-@rotary_emb_.register_fake
-def _(x, freqs_cis, stream) -> None:
-    _same_device("rotary_emb", x=x, freqs_cis=freqs_cis)
-
-
-OPS = {
-    "paged_decode": paged_decode,
-    "paged_decode_append": paged_decode_append,
-    "decode": decode,
-    "prefill": prefill,
-    "paged_prefill": paged_prefill,
-    "rotary_emb": rotary_emb,
-    "rotary_emb_": rotary_emb_,
+_TABLE = {
+    "paged_decode": _Op("paged_decode", _PAGED_DECODE_HEAD + _PAGED_DECODE_TAIL, ("out", "lse", "workspace"),
+                        _PAGED_DECODE_EXT),
+    "paged_decode_append": _Op("paged_decode",
+                               _PAGED_DECODE_HEAD + [("new_k", "Tensor"), ("new_v", "Tensor")] + _PAGED_DECODE_TAIL,
+                               ("k_cache", "v_cache", "out", "lse", "workspace"), _PAGED_DECODE_EXT),
+    "decode": _Op("decode", _CONTIGUOUS_HEAD + _OPTIONS + _KV_SCALES + [("stream", "int")], ("out", "lse"),
+                  [*[a[0] for a in _CONTIGUOUS_HEAD + _OPTIONS + _KV_SCALES], "stream"]),
+    "prefill": _Op("prefill", _CONTIGUOUS_HEAD + _OPTIONS + [("stream", "int")], ("out", "lse"),
+                   [*[a[0] for a in _CONTIGUOUS_HEAD + _OPTIONS], "stream"]),
+    "paged_prefill": _Op(
+        "paged_prefill",
+        [("q", "Tensor"), ("k_cache", "Tensor"), ("v_cache", "Tensor"), ("page_table", "Tensor"),
+         ("seq_lens", "Tensor"), ("qo_indptr", "Tensor"), ("out", "Tensor"), ("lse", "Tensor?"), ("mask", "Tensor?"),
+         ("max_q_len", "int"), ("causal", "bool"), *_OPTIONS, *_KV_SCALES, ("stream", "int"),
+         ("req_indices", "Tensor?", None), ("seq_lens_are_offsets", "bool", False)],
+        ("out", "lse"),
+        ["q", "k_cache", "v_cache", "page_table", "seq_lens", "qo_indptr", "out", "lse", "mask", "max_q_len", "causal",
+         "scale", "logit_cap", "sinks", "window_left", "k_scale", "v_scale", "stream", "req_indices",
+         "seq_lens_are_offsets"]),
+    "rotary_emb": _Op("rotary_emb", [("x", "Tensor"), ("freqs_cis", "Tensor"), ("out", "Tensor"), ("stream", "int")],
+                      ("out",), ["x", "freqs_cis", "out", "stream"]),
+    "rotary_emb_": _Op("rotary_emb", [("x", "Tensor"), ("freqs_cis", "Tensor"), ("stream", "int")], ("x",),
+                       ["x", "freqs_cis", "x", "stream"]),
 }
+
+
+def _bound(op: _Op, args: tuple, kwargs: dict) -> dict:
+    named = dict(zip(op.names, args))
+    named.update(kwargs)
+    for name, _, *default in op.args:
+        if name not in named and default:
+            named[name] = default[0]
+    return named
+
+
+def _register(name: str, op: _Op):
+    ext = getattr(_C, op.ext)
+
+    def run(*args, **kwargs) -> None:
+        named = _bound(op, args, kwargs)
+        device = named[op.names[0]].device
+        named["stream"] = _stream(device, named["stream"])
+        _run(ext, device, *[named.get(arg) for arg in op.ext_args])
+
+    def fake(*args, **kwargs) -> None:
+        named = _bound(op, args, kwargs)
+        tensors = {n: named.get(n) for n, kind, *_ in op.args if kind.startswith("Tensor")}
+        _same_device(op.call, **tensors)
+
+    custom = torch.library.custom_op(f"astrai_jit::{name}", run, mutates_args=op.mutates, schema=op.schema())
+    custom.register_fake(fake)
+    return custom
+
+
+OPS = {name: _register(name, op) for name, op in _TABLE.items()}

@@ -219,6 +219,14 @@ std::optional<CacheEntryData> DiskCache::load(const CacheKey& key,
         why = "entry holds variant '" + entry->variant_name + "'";
         entry.reset();
       }
+      if (entry && requires_signatures()) {
+        // Sound but not signed by a trusted key: not ours to load, nor damage to remove.
+        if (std::string refused = signature_refusal(hex, *entry); !refused.empty()) {
+          log_once(LogLevel::warn, "unsigned-cache-entry:" + path.string(),
+                   "not using kernel cache entry {}: {}; recompiling", path.string(), refused);
+          return std::nullopt;
+        }
+      }
     }
   }
 
@@ -392,6 +400,12 @@ bool DiskCache::stage_import(const std::string& file_name, const std::vector<cha
   }
   const auto decoded = decode_entry_of_variant(variant, bytes.data(), bytes.size(), why);
   if (!decoded || !check_variant_payload(decoded->kind, decoded->payload, why)) return false;
+  if (requires_signatures()) {
+    if (std::string refused = signature_refusal(key_hex, *decoded); !refused.empty()) {
+      *why = refused;
+      return false;
+    }
+  }
   if (!usable_for_write()) {
     *why = fmt::format("cannot write the cache at {}", root_.string());
     return false;

@@ -319,8 +319,7 @@ bool load_signing_key(const fs::path& path, SigningKey* key, std::string* why) {
     if (info.st_uid != ::geteuid())
       return fmt::format("owned by uid {}, not by this user", info.st_uid);
     if ((info.st_mode & 077) != 0)
-      return fmt::format("mode {:04o} lets group or others in (allowed: 0600 or 0400; run "
-                         "chmod 600 on it)",
+      return fmt::format("mode {:04o} lets group or others in (chmod 600 it)",
                          info.st_mode & 07777);
     return {};
   };

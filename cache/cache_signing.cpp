@@ -1,5 +1,7 @@
 // The disk cache's side of signed entries: the check load() and stage_import() apply with
 // trusted keys set, verify()'s report, and `cache sign`.
+#include <sys/stat.h>
+
 #include <fmt/format.h>
 
 #include "cache/cache_metrics.hpp"
@@ -9,11 +11,20 @@
 
 namespace astrai::detail {
 
-std::string DiskCache::signature_refusal(const std::string& key_hex,
-                                         const CacheEntryData& entry) const {
+std::string DiskCache::signature_refusal(const std::string& key_hex, const CacheEntryData& entry,
+                                         const struct stat* file) const {
   const SignatureState state = verify_entry_signature(key_hex, entry, *trusted_keys_);
   if (state == SignatureState::valid) return {};
-  cache_metrics_registry().count(cache_metrics_registry().signature_refusals);
+  bool again = false;
+  if (file != nullptr) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto device = static_cast<std::uint64_t>(file->st_dev);
+    const auto inode = static_cast<std::uint64_t>(file->st_ino);
+    again = device == last_refused_device_ && inode == last_refused_inode_;
+    last_refused_device_ = device;
+    last_refused_inode_ = inode;
+  }
+  if (!again) cache_metrics_registry().count(cache_metrics_registry().signature_refusals);
   return signature_state_text(state, entry.signature) +
          " (ASTRAI_JIT_TRUSTED_KEYS asks for a valid signature by a trusted key)";
 }

@@ -221,7 +221,7 @@ std::optional<CacheEntryData> DiskCache::load(const CacheKey& key,
       }
       if (entry && requires_signatures()) {
         // Sound but not signed by a trusted key: not ours to load, nor damage to remove.
-        if (std::string refused = signature_refusal(hex, *entry); !refused.empty()) {
+        if (std::string refused = signature_refusal(hex, *entry, &opened); !refused.empty()) {
           log_once(LogLevel::warn, "unsigned-cache-entry:" + path.string(),
                    "not using kernel cache entry {}: {}; recompiling", path.string(), refused);
           return std::nullopt;

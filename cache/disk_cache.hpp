@@ -16,6 +16,8 @@
 // removed. Directories are created 0700 and files 0600 (shared caches: 02770 and 0660).
 #pragma once
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -155,9 +157,11 @@ class DiskCache {
   void degrade(const std::string& why) const;
   // One warning for a path refused by the trust rule; a refused root or v1 degrades.
   void report_refused(const Chain& chain) const;
-  // With trusted keys set: empty when `entry` (file `path`, key `key_hex`) is validly signed by
-  // one of them, else why not (the refusal is counted).
-  std::string signature_refusal(const std::string& key_hex, const CacheEntryData& entry) const;
+  // With trusted keys set: empty when `entry` (key `key_hex`) is validly signed by one of them,
+  // else why not. The refusal is counted (cache metrics) unless `file` (device, inode) is the
+  // file refused last: the engine looks twice (before and after the compile lock) in one lookup.
+  std::string signature_refusal(const std::string& key_hex, const CacheEntryData& entry,
+                                const struct stat* file = nullptr) const;
   // verify(): fills info->signature and info->signature_refused from the entry file's bytes.
   void assess_signature(CacheEntryInfo* info, const std::vector<char>& bytes) const;
   std::filesystem::path root_;
@@ -168,6 +172,8 @@ class DiskCache {
   mutable std::mutex mutex_;
   mutable bool degraded_ = false;
   std::shared_ptr<const TrustedKeys> trusted_keys_;
+  mutable std::uint64_t last_refused_device_ = 0;  // guarded by mutex_
+  mutable std::uint64_t last_refused_inode_ = 0;
 };
 
 }  // namespace astrai::detail

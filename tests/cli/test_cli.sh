@@ -594,6 +594,14 @@ ASTRAI_JIT_TRUSTED_KEYS="ed25519:nothex:AAAA" run cache stats
 expect_rc 2
 expect_err 'ASTRAI_JIT_TRUSTED_KEYS=ed25519:nothex:AAAA is not valid'
 
+check "info names the trusted keys and the signing key"
+ASTRAI_JIT_TRUSTED_KEYS="$WORK/release.pub" ASTRAI_JIT_SIGNING_KEY="$WORK/release.secret" run info
+expect_rc 0
+expect_out '^  signatures: required, trusted keys [0-9a-f]{16}$'
+expect_out '^  signing key: [0-9a-f]{16} '
+run info
+expect_out '^  signatures: not required'
+
 check "cache stats --json is one JSON object with the directory's figures and the process counters"
 run cache stats --json --cache-dir "$WORK/signed"
 expect_rc 0

@@ -44,6 +44,19 @@ void DiskCache::assess_signature(CacheEntryInfo* info, const std::vector<char>& 
   info->signature_refused = state != SignatureState::valid;
 }
 
+bool DiskCache::contains_signed(const CacheKey& key, const std::string& variant_name) const {
+  CacheEntryInfo info;
+  info.path = entry_path(key, variant_name);
+  info.key_hex = key.hex();
+  info.variant_name = variant_name;
+  std::vector<char> bytes;
+  std::string why;
+  if (!read_entry_file(info, &bytes, &why)) return false;
+  const auto entry = decode_entry(bytes.data(), bytes.size());
+  return entry && verify_entry_signature(info.key_hex, *entry, *trusted_keys_) ==
+                      SignatureState::valid;
+}
+
 std::uint64_t DiskCache::sign_entries(const SigningKey& key, std::vector<std::string>* problems) {
   std::uint64_t signed_count = 0;
   if (!usable_for_write()) {

@@ -159,6 +159,7 @@ fs::path DiskCache::entry_path(const CacheKey& key, const std::string& variant_n
 
 bool DiskCache::contains(const CacheKey& key, const std::string& variant_name) const {
   if (mode_ == CacheMode::off || !is_valid_variant_for_path(variant_name)) return false;
+  if (requires_signatures()) return contains_signed(key, variant_name);
   const std::string hex = key.hex();
   const Chain chain = open_chain(hex.substr(0, 2).c_str(), false);
   if (chain.status != OpenStatus::ok) return false;

@@ -116,6 +116,8 @@ class DiskCache {
   // compiles anyway). Stale locks of dead processes never block (flock is released on exit).
   std::unique_ptr<FileLock> lock_key(const CacheKey& key, std::chrono::milliseconds max_wait);
 
+  // With trusted keys set, only an entry that is sound and validly signed counts (the file is
+  // read and checked, with no side effect: nothing touched, removed, counted or logged).
   bool contains(const CacheKey& key, const std::string& variant_name) const;
   std::filesystem::path entry_path(const CacheKey& key, const std::string& variant_name) const;
 
@@ -164,6 +166,8 @@ class DiskCache {
                                 const struct stat* file = nullptr) const;
   // verify(): fills info->signature and info->signature_refused from the entry file's bytes.
   void assess_signature(CacheEntryInfo* info, const std::vector<char>& bytes) const;
+  // contains() with trusted keys set.
+  bool contains_signed(const CacheKey& key, const std::string& variant_name) const;
   std::filesystem::path root_;
   std::filesystem::path entries_dir_;  // root_/v1
   CacheMode mode_;

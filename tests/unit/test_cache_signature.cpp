@@ -253,6 +253,9 @@ TEST_CASE("with trusted keys an unsigned entry is a miss with one warning, then 
   const KernelSpec spec = cheap_spec();
   REQUIRE(get_source(config_for(dir.path()), spec) == VariantSource::compiled);  // unsigned
 
+  // warm --dry-run's question: an unsigned entry does not count as cached.
+  CHECK(JitEngine(config_for(dir.path())).cached(spec));
+  CHECK_FALSE(JitEngine(engine_config(dir.path(), &publisher, nullptr)).cached(spec));
   const std::uint64_t before = refusals();
   {
     LogCapture log(dir.path() / "log.txt");
@@ -275,6 +278,9 @@ TEST_CASE("with trusted keys an unsigned entry is a miss with one warning, then 
   REQUIRE(signed_entry);
   REQUIRE(signed_entry->signature);
   CHECK(get_source(engine_config(dir.path(), &publisher, nullptr), spec) == VariantSource::disk);
+  CHECK(JitEngine(engine_config(dir.path(), &publisher, nullptr)).cached(spec));
+  const SigningKey other = SigningKey::generate();
+  CHECK_FALSE(JitEngine(engine_config(dir.path(), &other, nullptr)).cached(spec));
   // Without keys it loads too.
   CHECK(get_source(config_for(dir.path()), spec) == VariantSource::disk);
 }

@@ -153,7 +153,7 @@ std::vector<ManifestLine> read_manifest_lines(const fs::path& path) {
 }
 
 ArchiveReport export_cache(const DiskCache& cache, const std::vector<std::string>& variants,
-                           const fs::path& output) {
+                           const fs::path& output, const SigningKey* sign) {
   ArchiveReport report;
   const std::set<std::string> wanted(variants.begin(), variants.end());
   std::set<std::string> found;
@@ -191,6 +191,15 @@ ArchiveReport export_cache(const DiskCache& cache, const std::vector<std::string
       report.problems.push_back(
           fmt::format("skipped {} ({}): {}", info.variant_name, info.path.string(), why));
       continue;
+    }
+    if (sign != nullptr) {
+      auto entry = decode_entry(bytes.data(), bytes.size(), &why);
+      if (!entry) {  // read_entry_file decoded it just before: not reached
+        report.problems.push_back(fmt::format("skipped {}: {}", info.variant_name, why));
+        continue;
+      }
+      sign_entry_data(*sign, info.key_hex, &*entry);
+      bytes = encode_entry(*entry);
     }
     const std::string name = info.path.filename().string();
     std::string record;

@@ -8,7 +8,8 @@
 // Import checks the whole archive (end marker and count included) and every entry like a load
 // does (its checksum, names, kind, the payload's symbols and binary) before anything is stored:
 // a damaged archive imports nothing. Whether to trust the archive's origin is the importer's
-// decision: import only archives you would run code from.
+// decision: import only archives you would run code from, or set ASTRAI_JIT_TRUSTED_KEYS so
+// that the cache takes only entries signed by a key you trust (`export --sign`).
 #pragma once
 
 #include <cstdint>
@@ -52,8 +53,9 @@ struct ArchiveReport {
 // Writes the cache's sound entries (all of them, or those of `variants` when not empty) to
 // `output` atomically (temp file beside it, then rename; a symbolic link at `output` is
 // replaced, never written through). Throws astrai::Error when the archive cannot be written.
+// With `sign`, each entry is signed with it in the archive (the cache itself is not changed).
 ArchiveReport export_cache(const DiskCache& cache, const std::vector<std::string>& variants,
-                           const std::filesystem::path& output);
+                           const std::filesystem::path& output, const SigningKey* sign = nullptr);
 
 // Checks every entry of the archive, then stores them all into `cache`. Throws
 // astrai::InvalidArgument when `input` is not a readable regular file, astrai::Error when it is

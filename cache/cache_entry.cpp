@@ -50,10 +50,11 @@ std::uint64_t get_u64(const unsigned char* p) {
 
 std::vector<char> encode_entry(const CacheEntryData& entry) {
   std::vector<char> out;
+  const bool signed_entry = entry.signature.has_value();
   out.reserve(kHeaderSize + entry.variant_name.size() + entry.nvrtc_version.size() +
-              entry.payload.size());
+              entry.payload.size() + (signed_entry ? kEntrySignatureTrailerSize : 0));
   put_bytes(out, kMagic, sizeof kMagic);
-  put_u32(out, kEntryFormatVersion);
+  put_u32(out, signed_entry ? kSignedEntryFormatVersion : kEntryFormatVersion);
   out.push_back(static_cast<char>(entry.kind));
   out.push_back(0);
   out.push_back(0);
@@ -66,6 +67,11 @@ std::vector<char> encode_entry(const CacheEntryData& entry) {
   put_bytes(out, entry.variant_name.data(), entry.variant_name.size());
   put_bytes(out, entry.nvrtc_version.data(), entry.nvrtc_version.size());
   put_bytes(out, entry.payload.data(), entry.payload.size());
+  if (signed_entry) {
+    const EntrySignature& signature = *entry.signature;
+    put_bytes(out, reinterpret_cast<const char*>(signature.key_id.data()), signature.key_id.size());
+    put_bytes(out, reinterpret_cast<const char*>(signature.bytes.data()), signature.bytes.size());
+  }
   // The checksum covers the names and the payload, seeded with the version and kind bytes, so
   // no flipped bit outside the checksum field itself goes unnoticed.
   const std::uint64_t checksum =
@@ -85,6 +91,7 @@ struct EntryLayout {
   std::size_t version_length = 0;
   std::size_t payload_offset = 0;
   std::size_t payload_size = 0;
+  bool signed_entry = false;  // a signature trailer follows the payload
 };
 
 // Checks an entry file (header, sizes, checksum); the reason goes to *error on failure.
@@ -102,7 +109,10 @@ bool parse_entry(const char* data, std::size_t size, EntryLayout* layout, std::s
   if (size < kHeaderSize) return fail("truncated header");
   const auto* bytes = reinterpret_cast<const unsigned char*>(data);
   if (std::memcmp(bytes, kMagic, sizeof kMagic) != 0) return fail("bad magic");
-  if (get_u32(bytes + 8) != kEntryFormatVersion) return fail("unsupported format version");
+  const std::uint32_t version = get_u32(bytes + 8);
+  if (version != kEntryFormatVersion && version != kSignedEntryFormatVersion)
+    return fail("unsupported format version");
+  const std::uint64_t trailer = version == kSignedEntryFormatVersion ? kEntrySignatureTrailerSize : 0;
   const unsigned kind = bytes[12];
   if (kind != static_cast<unsigned>(BinaryKind::cubin) &&
       kind != static_cast<unsigned>(BinaryKind::ptx))
@@ -121,7 +131,8 @@ bool parse_entry(const char* data, std::size_t size, EntryLayout* layout, std::s
   if (strings > body) return fail("truncated names");
   const std::uint64_t available = body - strings;
   if (payload_size > available) return fail("truncated payload");
-  if (payload_size < available) return fail("trailing bytes after payload");
+  if (available - payload_size < trailer) return fail("truncated signature");
+  if (available - payload_size > trailer) return fail("trailing bytes after payload");
 
   const char* name = data + kHeaderSize;
   if (payload_checksum(name, static_cast<std::size_t>(body), get_u64(bytes + 8)) != checksum)
@@ -132,7 +143,17 @@ bool parse_entry(const char* data, std::size_t size, EntryLayout* layout, std::s
   layout->version_length = version_length;
   layout->payload_offset = kHeaderSize + static_cast<std::size_t>(strings);
   layout->payload_size = static_cast<std::size_t>(payload_size);
+  layout->signed_entry = trailer != 0;
   return true;
+}
+
+std::optional<EntrySignature> read_signature(const char* data, const EntryLayout& layout) {
+  if (!layout.signed_entry) return std::nullopt;
+  const char* at = data + layout.payload_offset + layout.payload_size;
+  EntrySignature signature;
+  std::memcpy(signature.key_id.data(), at, signature.key_id.size());
+  std::memcpy(signature.bytes.data(), at + signature.key_id.size(), signature.bytes.size());
+  return signature;
 }
 
 }  // namespace
@@ -145,7 +166,9 @@ std::optional<CacheEntryData> decode_entry_taking(std::vector<char>&& bytes, std
   const char* name = bytes.data() + layout.name_offset;
   entry.variant_name.assign(name, layout.name_length);
   entry.nvrtc_version.assign(name + layout.name_length, layout.version_length);
+  entry.signature = read_signature(bytes.data(), layout);
   entry.payload = std::move(bytes);
+  entry.payload.resize(layout.payload_offset + layout.payload_size);  // drops the trailer
   entry.payload.erase(entry.payload.begin(),
                       entry.payload.begin() + static_cast<std::ptrdiff_t>(layout.payload_offset));
   return entry;
@@ -163,6 +186,7 @@ std::optional<CacheEntryData> decode_entry(const char* data, std::size_t size,
     entry.nvrtc_version.assign(name + layout.name_length, layout.version_length);
     const char* payload = data + layout.payload_offset;
     entry.payload.assign(payload, payload + layout.payload_size);
+    entry.signature = read_signature(data, layout);
     return entry;
   } catch (const std::exception&) {
     if (error) *error = "out of memory";
@@ -191,7 +215,8 @@ std::optional<CacheEntryData> decode_entry_of_variant(std::string_view variant_n
 
 bool is_other_entry_format(const char* data, std::size_t size) {
   if (data == nullptr || size < 12 || std::memcmp(data, kMagic, sizeof kMagic) != 0) return false;
-  return get_u32(reinterpret_cast<const unsigned char*>(data) + 8) != kEntryFormatVersion;
+  const std::uint32_t version = get_u32(reinterpret_cast<const unsigned char*>(data) + 8);
+  return version != kEntryFormatVersion && version != kSignedEntryFormatVersion;
 }
 
 }  // namespace astrai::detail

@@ -2,6 +2,7 @@
 // binary before it reaches the driver. Pure functions over bytes: no file, no driver.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -18,11 +19,21 @@ inline BinaryKind binary_kind_for_target(std::string_view target) {
   return target.rfind("compute_", 0) == 0 ? BinaryKind::ptx : BinaryKind::cubin;
 }
 
+// An Ed25519 signature of an entry (cache/cache_signature.hpp says what it covers) and the id
+// of the key that made it.
+inline constexpr std::size_t kSignatureKeyIdBytes = 8;
+inline constexpr std::size_t kSignatureBytes = 64;
+struct EntrySignature {
+  std::array<unsigned char, kSignatureKeyIdBytes> key_id{};
+  std::array<unsigned char, kSignatureBytes> bytes{};
+};
+
 struct CacheEntryData {
   BinaryKind kind = BinaryKind::cubin;
   std::string variant_name;
   std::string nvrtc_version;  // "13.0"
   std::vector<char> payload;  // the cubin (or PTX text when the arch is newer than NVRTC)
+  std::optional<EntrySignature> signature;  // a signed entry (format 3) carries one
 };
 
 // Entry file format (little endian), pinned by a golden test:
@@ -31,7 +42,13 @@ struct CacheEntryData {
 //   with header bytes 8..15 (version, kind, reserved) read as a little-endian u64,
 //   u32 variant-name length, u32 nvrtc-version length, variant name bytes, nvrtc version bytes,
 //   payload bytes.
+// A signed entry is format 3: the same, followed by a trailer of the signing key's id (8 bytes)
+// and the Ed25519 signature (64 bytes), which the checksum covers too. An unsigned entry is
+// still written as format 2, so that older builds sharing the cache keep reading it; they see a
+// signed one as another format (a miss, never damage).
 inline constexpr std::uint32_t kEntryFormatVersion = 2;
+inline constexpr std::uint32_t kSignedEntryFormatVersion = 3;
+inline constexpr std::size_t kEntrySignatureTrailerSize = kSignatureKeyIdBytes + kSignatureBytes;
 inline constexpr std::size_t kEntryHeaderSize = 40;
 // Longest variant name or NVRTC version an entry may carry.
 inline constexpr std::uint32_t kMaxEntryNameLength = 4096;
@@ -50,8 +67,8 @@ std::optional<CacheEntryData> decode_entry_taking(std::vector<char>&& bytes, std
 std::optional<CacheEntryData> decode_entry_of_variant(std::string_view variant_name,
                                                       const char* data, std::size_t size,
                                                       std::string* why);
-// True for a file that starts like an entry but carries another format version: written by
-// another build of the library sharing the cache. Such a file is a miss, not damage.
+// True for a file that starts like an entry but carries a format version other than 2 and 3:
+// written by another build of the library sharing the cache. Such a file is a miss, not damage.
 bool is_other_entry_format(const char* data, std::size_t size);
 
 // Checks a kernel binary before it reaches the driver (cache/kernel_binary.cpp): PTX must end

@@ -159,6 +159,7 @@ fs::path DiskCache::entry_path(const CacheKey& key, const std::string& variant_n
 
 bool DiskCache::contains(const CacheKey& key, const std::string& variant_name) const {
   if (mode_ == CacheMode::off || !is_valid_variant_for_path(variant_name)) return false;
+  if (requires_signatures()) return contains_signed(key, variant_name);
   const std::string hex = key.hex();
   const Chain chain = open_chain(hex.substr(0, 2).c_str(), false);
   if (chain.status != OpenStatus::ok) return false;
@@ -218,6 +219,14 @@ std::optional<CacheEntryData> DiskCache::load(const CacheKey& key,
       if (entry && entry->variant_name != variant_name) {
         why = "entry holds variant '" + entry->variant_name + "'";
         entry.reset();
+      }
+      if (entry && requires_signatures()) {
+        // Sound but not signed by a trusted key: not ours to load, nor damage to remove.
+        if (std::string refused = signature_refusal(hex, *entry, &opened); !refused.empty()) {
+          log_once(LogLevel::warn, "unsigned-cache-entry:" + path.string(),
+                   "not using kernel cache entry {}: {}; recompiling", path.string(), refused);
+          return std::nullopt;
+        }
       }
     }
   }
@@ -392,6 +401,12 @@ bool DiskCache::stage_import(const std::string& file_name, const std::vector<cha
   }
   const auto decoded = decode_entry_of_variant(variant, bytes.data(), bytes.size(), why);
   if (!decoded || !check_variant_payload(decoded->kind, decoded->payload, why)) return false;
+  if (requires_signatures()) {
+    if (std::string refused = signature_refusal(key_hex, *decoded); !refused.empty()) {
+      *why = refused;
+      return false;
+    }
+  }
   if (!usable_for_write()) {
     *why = fmt::format("cannot write the cache at {}", root_.string());
     return false;

@@ -16,6 +16,8 @@
 // removed. Directories are created 0700 and files 0600 (shared caches: 02770 and 0660).
 #pragma once
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -27,6 +29,7 @@
 
 #include "cache/cache_entry.hpp"
 #include "cache/cache_key.hpp"
+#include "cache/cache_signature.hpp"
 #include "cache/cache_trust.hpp"
 #include "cache/file_lock.hpp"
 
@@ -46,6 +49,8 @@ struct CacheEntryInfo {
   bool foreign = false;       // refused by the trust rule (verify): never read or removed
   std::uint64_t device = 0;   // identity of the file seen by the scan: only that file is removed
   std::uint64_t inode = 0;
+  std::string signature;           // verify, sound entries: "unsigned", "signed by <key id>", ...
+  bool signature_refused = false;  // verify: trusted keys are set and the entry fails them
 };
 
 struct CacheStats {
@@ -69,6 +74,16 @@ class DiskCache {
   // used (not a directory, a symbolic link, refused by the trust rule). `missing` is set when
   // the root or v1 does not exist.
   bool check_usable(std::string* why, bool* missing = nullptr) const;
+
+  // Signatures (cache/cache_signature.hpp). With trusted keys set (ASTRAI_JIT_TRUSTED_KEYS),
+  // load() and stage_import() take only entries validly signed by one of them: anything else is
+  // a miss with one warning (counted as a signature refusal), neither loaded nor removed, and
+  // verify() reports it. Without, entries load whether signed or not. Code: cache_signing.cpp.
+  void set_trusted_keys(std::shared_ptr<const TrustedKeys> keys) { trusted_keys_ = std::move(keys); }
+  bool requires_signatures() const { return trusted_keys_ && !trusted_keys_->empty(); }
+  // Re-signs every sound entry with `key` (an atomic replace, as import does). Returns how many
+  // were signed; entries that fail their checks are left as they are and named in `problems`.
+  std::uint64_t sign_entries(const SigningKey& key, std::vector<std::string>* problems);
 
   // Hit: entry verified, access time refreshed (for LRU). Damaged entry: removed, warning,
   // nullopt. Entry whose variant name differs from `variant_name`: treated as damaged.
@@ -101,6 +116,8 @@ class DiskCache {
   // compiles anyway). Stale locks of dead processes never block (flock is released on exit).
   std::unique_ptr<FileLock> lock_key(const CacheKey& key, std::chrono::milliseconds max_wait);
 
+  // With trusted keys set, only an entry that is sound and validly signed counts (the file is
+  // read and checked, with no side effect: nothing touched, removed, counted or logged).
   bool contains(const CacheKey& key, const std::string& variant_name) const;
   std::filesystem::path entry_path(const CacheKey& key, const std::string& variant_name) const;
 
@@ -142,6 +159,15 @@ class DiskCache {
   void degrade(const std::string& why) const;
   // One warning for a path refused by the trust rule; a refused root or v1 degrades.
   void report_refused(const Chain& chain) const;
+  // With trusted keys set: empty when `entry` (key `key_hex`) is validly signed by one of them,
+  // else why not. The refusal is counted (cache metrics) unless `file` (device, inode) is the
+  // file refused last: the engine looks twice (before and after the compile lock) in one lookup.
+  std::string signature_refusal(const std::string& key_hex, const CacheEntryData& entry,
+                                const struct stat* file = nullptr) const;
+  // verify(): fills info->signature and info->signature_refused from the entry file's bytes.
+  void assess_signature(CacheEntryInfo* info, const std::vector<char>& bytes) const;
+  // contains() with trusted keys set.
+  bool contains_signed(const CacheKey& key, const std::string& variant_name) const;
   std::filesystem::path root_;
   std::filesystem::path entries_dir_;  // root_/v1
   CacheMode mode_;
@@ -149,6 +175,9 @@ class DiskCache {
   std::uint64_t max_bytes_;
   mutable std::mutex mutex_;
   mutable bool degraded_ = false;
+  std::shared_ptr<const TrustedKeys> trusted_keys_;
+  mutable std::uint64_t last_refused_device_ = 0;  // guarded by mutex_
+  mutable std::uint64_t last_refused_inode_ = 0;
 };
 
 }  // namespace astrai::detail

@@ -161,7 +161,9 @@ std::vector<CacheEntryInfo> DiskCache::verify(bool repair) {
     if (!info.valid && why == "another entry format") {
       info.valid = true;
       info.other_format = true;
-    } else if (!info.valid) {
+    } else if (info.valid) {
+      assess_signature(&info, bytes);
+    } else {
       info.problem = why;
       if (repair && mode_ == CacheMode::read_write &&
           remove_listed(info.path, info.device, info.inode))

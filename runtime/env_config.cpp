@@ -46,7 +46,14 @@ constexpr const char* kDumpVar = "ASTRAI_JIT_DUMP";
 constexpr const char* kCachePathVar = "ASTRAI_JIT_CACHE_PATH";
 constexpr const char* kCacheSharedVar = "ASTRAI_JIT_CACHE_SHARED";
 constexpr const char* kCacheOwnersVar = "ASTRAI_JIT_CACHE_OWNERS";
+constexpr const char* kTrustedKeysVar = "ASTRAI_JIT_TRUSTED_KEYS";
+constexpr const char* kSigningKeyVar = "ASTRAI_JIT_SIGNING_KEY";
 
+constexpr const char* kTrustedKeysAllowed =
+    "public keys as `astrai-jit keygen` writes them (ed25519:<key id>:<base64>) or absolute "
+    "paths of files of them, separated by commas or blanks";
+constexpr const char* kSigningKeyAllowed =
+    "the path of a secret key file from `astrai-jit keygen`, owned by you with mode 0600 or 0400";
 constexpr const char* kBoolAllowed = "1, 0, true, false, yes, no, on, off";
 constexpr const char* kCacheAllowed = "rw, ro, off";
 constexpr const char* kLogAllowed = "off, error, warn, info, debug";
@@ -421,6 +428,22 @@ EnvConfig parse_env_config(const std::vector<std::string>& environment) {
   if (const std::string* value = get(kDecodeTilesVar))
     config.decode_tiles = parse_tile_choice(kDecodeTilesVar, *value);
   if (const std::string* value = get(kDumpVar)) config.dump_dir = *value;
+  if (const std::string* value = get(kTrustedKeysVar)) {
+    auto keys = std::make_shared<TrustedKeys>();
+    std::string why;
+    if (!parse_trusted_keys(*value, keys.get(), &why))
+      throw ConfigError(fmt::format("{}={} is not valid: {} (allowed: {})", kTrustedKeysVar,
+                                    echo_text(*value), echo_text(why), kTrustedKeysAllowed));
+    if (!keys->empty()) config.trusted_keys = std::move(keys);
+  }
+  if (const std::string* value = get(kSigningKeyVar); value && !trim(*value).empty()) {
+    auto key = std::make_shared<SigningKey>();
+    std::string why;
+    if (!load_signing_key(std::string(trim(*value)), key.get(), &why))
+      throw ConfigError(fmt::format("{}={} is not usable: {} (allowed: {})", kSigningKeyVar,
+                                    echo_text(*value), echo_text(why), kSigningKeyAllowed));
+    config.signing_key = std::move(key);
+  }
   return config;
 }
 

@@ -3,12 +3,14 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "base/logging.hpp"
+#include "cache/cache_signature.hpp"
 #include "cache/disk_cache.hpp"
 
 namespace astrai::detail {
@@ -51,6 +53,13 @@ struct EnvConfig {
   // grid's (request, KV head) pairs fit one wave and split 2 to 4 ways).
   TileChoice decode_tiles = TileChoice::automatic;
   std::filesystem::path dump_dir;      // ASTRAI_JIT_DUMP=<dir>; empty = off
+  // ASTRAI_JIT_TRUSTED_KEYS: public keys (tokens, or absolute paths of files of them; see
+  // cache/cache_signature.hpp). Set and not empty: only entries validly signed by one of them
+  // load from any cache tier. Null: signatures are not required.
+  std::shared_ptr<const TrustedKeys> trusted_keys;
+  // ASTRAI_JIT_SIGNING_KEY: a secret key file (owner-only); entries this process compiles are
+  // signed with it before they are stored. Null: stored unsigned.
+  std::shared_ptr<const SigningKey> signing_key;
   // Every ASTRAI_JIT_* variable that was set, as (name, value), sorted by name (for `info`).
   std::vector<std::pair<std::string, std::string>> variables_set;
   // ASTRAI_JIT_* names that are not known (typos); the runtime warns once about each.

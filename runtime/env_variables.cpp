@@ -39,7 +39,8 @@ const std::vector<EnvVariable>& env_variables() {
       {"ASTRAI_JIT_NO_MMA", "bool",
        "force the CUDA-core path (`ASTRAI_NO_MMA`) on any GPU"},
       {"ASTRAI_JIT_NO_WGMMA", "bool",
-       "on sm_90a, use the portable mma.sync kernels instead of the Hopper ones (wgmma prefill, TMA decode)"},
+       "on sm_90a, use the portable mma.sync kernels instead of the Hopper ones (wgmma prefill, TMA "
+       "decode)"},
       {"ASTRAI_JIT_PREFILL_TILES", "`auto`, `narrow`, `wide`",
        "the Hopper prefill's tiling where the head dim has two (hd128: 128 or 192 query rows a CTA); "
        "`auto` (default) takes the wide one on grids of at least 10 waves of it"},
@@ -47,6 +48,13 @@ const std::vector<EnvVariable>& env_variables() {
        "the Hopper decode's wide CTAs where the head dim has them (hd64: a request's splits side by "
        "side in one CTA of 512 threads, merged there, with no split combine); `auto` (default) takes "
        "them when the grid's (request, KV head) columns fit one wave and split 2 to 4 ways"},
+      {"ASTRAI_JIT_TRUSTED_KEYS",
+       "public keys `ed25519:<key id>:<base64>` or absolute paths of files of them, separated by commas"
+       " or blanks",
+       "load (from the cache, a layer or an import) only entries validly signed by one of these keys; "
+       "anything else is a miss with one warning (see \"Signed kernels and metrics\")"},
+      {"ASTRAI_JIT_SIGNING_KEY", "path of a secret key file (yours, mode 0600 or 0400)",
+       "sign every entry this process compiles before it is stored"},
       {"ASTRAI_JIT_DUMP", "directory",
        "write the source, PTX, cubin (`cuobjdump -sass` reads it) and log of each compile (created "
        "0700; an existing one must be yours and writable by nobody else)"},

@@ -14,6 +14,7 @@
 #include "base/logging.hpp"
 #include "cache/cache_entry.hpp"
 #include "cache/cache_fs.hpp"
+#include "cache/cache_metrics.hpp"
 #include "runtime/compile_plan.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
@@ -32,12 +33,14 @@ JitEngine::JitEngine(EnvConfig config)
       cache_(config_.cache_dir, config_.cache_mode, config_.max_cache_bytes,
              config_.cache_sharing) {
   if (config_.cache_mode == CacheMode::off) return;
+  cache_.set_trusted_keys(config_.trusted_keys);
   // A layer is someone's published cache (an image's, a colleague's): its files are trusted
   // only when owned by us or root and writable by nobody else. The sharing mode of our own cache
   // never extends to layers: a group shared with us says nothing about who wrote a layer.
   for (const auto& layer : config_.cache_layers)
     if (layer != config_.cache_dir)
       layers_.push_back(std::make_unique<DiskCache>(layer, CacheMode::read_only, 0, CacheSharing{}));
+  for (auto& layer : layers_) layer->set_trusted_keys(config_.trusted_keys);
 }
 
 bool JitEngine::cached(const KernelSpec& spec) const {
@@ -85,9 +88,11 @@ std::shared_ptr<const CompiledVariant> JitEngine::get(const KernelSpec& spec, Va
     // Wait for an in-flight compile of the same variant without the engine's lock, so that
     // other variants' memory hits and compiles go on meanwhile.
     counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
+    cache_metrics_registry().hit(CacheTier::memory);
     if (source) *source = VariantSource::memory;
     return in_flight.get();
   }
+  cache_metrics_registry().miss(CacheTier::memory);
   record(spec);
   try {
     auto result = produce(spec, source);
@@ -137,7 +142,11 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
 
   // The read-only layers first, then the user cache. A bad entry in a layer is skipped with a
   // warning (never repaired there) and the variant comes from the next one or a compile.
-  auto try_cache = [&](DiskCache& cache) -> std::shared_ptr<const CompiledVariant> {
+  CacheMetricsRegistry& metrics = cache_metrics_registry();
+  // A tier's miss is counted once the lookup has gone past it for good (a compile, or a hit
+  // further down), so that the look again after the compile lock counts once.
+  auto try_cache = [&](DiskCache& cache, CacheTier tier) -> std::shared_ptr<const CompiledVariant> {
+    const auto load_start = std::chrono::steady_clock::now();
     auto entry = cache.load(key, name);
     if (!entry) return nullptr;
     auto variant = from_entry(spec, key, std::move(*entry));
@@ -149,6 +158,7 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
       return nullptr;
     }
     counters_.disk_hits.fetch_add(1, std::memory_order_relaxed);
+    metrics.hit(tier, std::chrono::steady_clock::now() - load_start);
     if (source) *source = VariantSource::disk;
     log(LogLevel::debug, "loaded {} from the cache at {} ({})", name, cache.root().string(),
         key.hex());
@@ -157,12 +167,20 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
   auto try_disk = [&]() -> std::shared_ptr<const CompiledVariant> {
     if (config_.force_compile) return nullptr;
     for (const auto& layer : layers_)
-      if (auto hit = try_cache(*layer)) return hit;
-    return try_cache(cache_);
+      if (auto hit = try_cache(*layer, CacheTier::layer)) return hit;
+    auto hit = try_cache(cache_, CacheTier::disk);
+    if (hit && !layers_.empty()) metrics.miss(CacheTier::layer);
+    return hit;
+  };
+  auto count_misses = [&] {
+    if (config_.force_compile || config_.cache_mode == CacheMode::off) return;
+    if (!layers_.empty()) metrics.miss(CacheTier::layer);
+    metrics.miss(CacheTier::disk);
   };
 
   if (auto hit = try_disk()) return hit;
   if (config_.strict) {
+    count_misses();
     throw CacheMissError(fmt::format(
         "{} is not in the cache at {} and ASTRAI_JIT_STRICT forbids compiling at run time; "
         "provide it with: {}",
@@ -178,15 +196,22 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
     }
   }
 
+  count_misses();
   log(LogLevel::debug, "compiling {} ({})", name, key.hex());
   const auto start = std::chrono::steady_clock::now();
   CompileResult compiled;
   try {
     compiled = nvrtc_compile(request, !config_.dump_dir.empty());
   } catch (const CompileError& error) {
+    metrics.count(metrics.compile_failures);
     if (!config_.dump_dir.empty()) dump(request, "", "", "", error.log());
     throw;
+  } catch (...) {
+    metrics.count(metrics.compile_failures);
+    throw;
   }
+  metrics.compile_time.observe(std::chrono::steady_clock::now() - start);
+  metrics.count(metrics.compiles);
   const double elapsed = milliseconds_since(start);
   counters_.compiles.fetch_add(1, std::memory_order_relaxed);
   log(LogLevel::info, "compiled {} in {:.0f} ms", name, elapsed);
@@ -209,7 +234,9 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
     entry.variant_name = name;
     entry.nvrtc_version = nvrtc_version().text();
     entry.payload = encode_variant_payload(variant->symbols, variant->binary);
-    cache_.store(key, entry);
+    // A publishing process (ASTRAI_JIT_SIGNING_KEY) signs what it compiles.
+    if (config_.signing_key) sign_entry_data(*config_.signing_key, key.hex(), &entry);
+    if (cache_.store(key, entry)) metrics.count(metrics.stores);
   }
   if (source) *source = VariantSource::compiled;
   return variant;

@@ -31,13 +31,14 @@ if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check)
-if "$venv/bin/python" -c "import torch, pytest, numpy, nanobind, scikit_build_core" 2>/dev/null; then
+if "$venv/bin/python" -c "import torch, pytest, numpy, nanobind, scikit_build_core, prometheus_client" 2>/dev/null; then
   say "the test dependencies are installed in $venv"
 else
   # Not quiet: pip's "Collecting" and "Downloading" lines are the progress of the longest step.
-  say "installing PyTorch, pytest, numpy, nanobind and scikit-build-core into $venv" \
+  say "installing PyTorch, pytest, numpy, nanobind, scikit-build-core and prometheus_client into $venv" \
     "(PyTorch with its CUDA wheels is about 5 GB)"
-  "${pip[@]}" install --progress-bar off "torch>=2.4" pytest numpy "nanobind>=2.0" "scikit-build-core>=0.10"
+  "${pip[@]}" install --progress-bar off "torch>=2.4" pytest numpy "nanobind>=2.0" "scikit-build-core>=0.10" \
+    prometheus_client
 fi
 [ "$deps_only" = 1 ] && exit 0
 wheel_options=()

@@ -13,6 +13,8 @@ The JIT and its cache (no GPU and no PyTorch needed):
     warm(...)          compile variants ahead of time, with the choices of ``astrai-jit warm``
     cache_info()       the disk cache: directory, mode, entries, total bytes, cap
     loaded_variants()  the variants this process has loaded
+    cache_metrics()    this process's cache counters (hits and misses per tier, compiles, times)
+    cache_metrics_prometheus()  the same as Prometheus text, for a server's /metrics
     cli_path()         the packaged ``astrai-jit`` executable (also ``python -m astrai_jit``)
     __version__        the package's version (``astrai-jit --version`` prints the same)
 Errors: Error and its subclasses InvalidArgument, CompileError, CudaError, ConfigError,
@@ -38,6 +40,7 @@ ConfigError = _C.ConfigError
 CacheMissError = _C.CacheMissError
 
 from ._jit import cache_info, cli_path, loaded_variants, warm  # noqa: E402
+from ._metrics import cache_metrics, cache_metrics_prometheus  # noqa: E402
 
 import sys as _sys
 
@@ -80,4 +83,5 @@ __all__ = [
     "Error", "InvalidArgument", "CompileError", "CudaError", "ConfigError", "CacheMissError",
     "paged_decode", "decode", "prefill", "paged_prefill", "rotary_emb",
     "warm", "cache_info", "loaded_variants", "cli_path",
+    "cache_metrics", "cache_metrics_prometheus",
 ]

@@ -5,6 +5,7 @@
 // argument, its value and what is allowed. The stream is a CUstream handle, or None for the
 // current stream of the tensors' framework (one that publishes DLPack's C exchange API).
 #include "tensor_args.hpp"
+#include "cache_metrics_binding.hpp"
 
 #include <chrono>
 
@@ -466,4 +467,5 @@ NB_MODULE(_C, m) {
   m.def("_set_host_only", [](bool on) { host_only = on; }, nb::arg("on"),
         "Benchmark mode: calls accept CPU tensors and launch nothing.");
   m.def("loaded_variants", &loaded_variants, "Variant names this process has loaded.");
+  astrai_jit_binding::bind_cache_metrics(m);
 }

@@ -520,6 +520,106 @@ check "an unknown flag exits 2"
 run warm --no-such-flag
 expect_rc 2
 
+check "keygen writes an owner-only secret and a public key, and never overwrites them"
+run keygen --out "$WORK/release"
+expect_rc 0
+expect_out '^keygen: key [0-9a-f]{16} written'
+expect_out '^public key: ed25519:[0-9a-f]{16}:'
+[[ "$(stat -c %a "$WORK/release.secret")" == 600 ]] || fail "the secret key is not 0600"
+grep -qE '^ed25519:[0-9a-f]{16}:[A-Za-z0-9+/=]+$' "$WORK/release.pub" || fail "bad public key file"
+run keygen --out "$WORK/release"
+expect_rc 1
+expect_err 'release\.secret'
+run keygen --out "$WORK/stranger"
+expect_rc 0
+
+check "verify reports signature state; with trusted keys an unsigned entry fails it and warm recompiles it"
+run cache import "$WORK/kernels.astrai" --cache-dir "$WORK/signed"
+expect_rc 0
+run cache verify --cache-dir "$WORK/signed"
+expect_rc 0
+expect_out '^signatures: 0 signed, 1 unsigned \(ASTRAI_JIT_TRUSTED_KEYS not set'
+ASTRAI_JIT_TRUSTED_KEYS="$WORK/release.pub" run cache verify --cache-dir "$WORK/signed"
+expect_rc 1
+expect_out "^signature refused: .*$ROTARY.*: unsigned"
+expect_out '^signatures: 0 signed, 1 unsigned, 1 refused by ASTRAI_JIT_TRUSTED_KEYS \(1 key\)'
+ASTRAI_JIT_TRUSTED_KEYS="$WORK/release.pub" run warm --manifest "$WORK/rotary_manifest.txt" \
+  --cache-dir "$WORK/signed"
+expect_rc 0
+expect_out '^warm: 1 variant, 1 compiled \([0-9]+ bytes\), 0 already cached'
+expect_err 'not using kernel cache entry .*: unsigned'
+
+check "cache sign signs every entry; then a process trusting the key loads it"
+run cache sign --key "$WORK/release.secret" --cache-dir "$WORK/signed"
+expect_rc 0
+expect_out '^sign: 1 entry signed by [0-9a-f]{16} in '
+ASTRAI_JIT_TRUSTED_KEYS="$WORK/release.pub" run cache verify --cache-dir "$WORK/signed"
+expect_rc 0
+expect_out '^signatures: 1 signed, 0 unsigned, 0 refused'
+ASTRAI_JIT_TRUSTED_KEYS="$WORK/release.pub" run warm --manifest "$WORK/rotary_manifest.txt" \
+  --cache-dir "$WORK/signed"
+expect_rc 0
+expect_out '^warm: 1 variant, 0 compiled, 1 already cached'
+ASTRAI_JIT_TRUSTED_KEYS="$WORK/stranger.pub" run cache verify --cache-dir "$WORK/signed"
+expect_rc 1
+expect_out 'a key not in ASTRAI_JIT_TRUSTED_KEYS'
+
+check "export --sign signs the archive's entries; an import with trusted keys refuses unsigned ones"
+run cache export --sign "$WORK/release.secret" -o "$WORK/signed.astrai" --cache-dir "$WORK/imported"
+expect_rc 0
+expect_out '^export: 1 entry, .*, signed by [0-9a-f]{16}$'
+ASTRAI_JIT_TRUSTED_KEYS="$WORK/release.pub" run cache verify --cache-dir "$WORK/imported"
+expect_out '^signatures: 0 signed, 1 unsigned'   # the cache itself is not changed
+ASTRAI_JIT_TRUSTED_KEYS="$(cat "$WORK/release.pub")" run cache import "$WORK/signed.astrai" \
+  --cache-dir "$WORK/signed-import"
+expect_rc 0
+expect_out '^import: 1 entry'
+ASTRAI_JIT_TRUSTED_KEYS="$(cat "$WORK/release.pub")" run cache import "$WORK/kernels.astrai" \
+  --cache-dir "$WORK/unsigned-import"
+expect_rc 1
+expect_err 'unsigned'
+run cache list --cache-dir "$WORK/unsigned-import"
+expect_out '^total: 0 entries'
+
+check "bad keys are refused by name: a loose secret key file, a malformed ASTRAI_JIT_TRUSTED_KEYS"
+chmod 644 "$WORK/release.secret"
+run cache sign --key "$WORK/release.secret" --cache-dir "$WORK/signed"
+expect_rc 2
+expect_err '--key .*release\.secret: not a usable secret key: mode 0644'
+ASTRAI_JIT_SIGNING_KEY="$WORK/release.secret" run cache stats
+expect_rc 2
+expect_err 'ASTRAI_JIT_SIGNING_KEY=.* is not usable'
+chmod 600 "$WORK/release.secret"
+ASTRAI_JIT_TRUSTED_KEYS="ed25519:nothex:AAAA" run cache stats
+expect_rc 2
+expect_err 'ASTRAI_JIT_TRUSTED_KEYS=ed25519:nothex:AAAA is not valid'
+
+check "info names the trusted keys and the signing key"
+ASTRAI_JIT_TRUSTED_KEYS="$WORK/release.pub" ASTRAI_JIT_SIGNING_KEY="$WORK/release.secret" run info
+expect_rc 0
+expect_out '^  signatures: required, trusted keys [0-9a-f]{16}$'
+expect_out '^  signing key: [0-9a-f]{16} '
+run info
+expect_out '^  signatures: not required'
+
+check "cache stats --json is one JSON object with the directory's figures and the process counters"
+run cache stats --json --cache-dir "$WORK/signed"
+expect_rc 0
+python3 - "$OUT" <<'PY' || fail "cache stats --json is not the expected JSON"
+import json, sys
+stats = json.load(open(sys.argv[1]))
+assert stats["entries"] == 1 and stats["total_bytes"] > 0, stats
+assert set(stats["process"]["tiers"]) == {"memory", "layer", "disk", "remote"}, stats
+assert stats["process"]["compiles"] == 0
+PY
+run cache stats --help
+expect_out '--json'
+run cache sign --help
+expect_out '--key'
+run cache export --help
+expect_out '--sign'
+
+# --------------------------------------------------------------------------------------------
 check "ASTRAI_JIT_CACHE=bogus info exits 2 naming the value"
 set +e
 ASTRAI_JIT_CACHE=bogus "$BIN" info >"$OUT" 2>"$ERR"

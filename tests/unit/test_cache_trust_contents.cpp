@@ -88,7 +88,7 @@ TEST_CASE("an entry of another format version is a miss, never removed or called
   REQUIRE(cache.store(make_key(1), make_entry("future.sm_80")));
   const fs::path path = cache.entry_path(make_key(1), "future.sm_80");
   std::string bytes = read_file(path);
-  bytes[8] = static_cast<char>(astrai::detail::kEntryFormatVersion + 1);
+  bytes[8] = static_cast<char>(astrai::detail::kSignedEntryFormatVersion + 1);
   write_file(path, bytes);
   CHECK(astrai::detail::is_other_entry_format(bytes.data(), bytes.size()));
   CHECK_FALSE(cache.load(make_key(1), "future.sm_80").has_value());

@@ -53,10 +53,14 @@ std::string cap_text(std::uint64_t max_bytes) {
   return fmt::format("{} ({} bytes)", format_bytes(max_bytes), max_bytes);
 }
 
-int run_cache_stats(const EnvConfig& config) {
+int run_cache_stats(const EnvConfig& config, bool json) {
   require_usable(config, "stats");
   DiskCache cache = open_cache(config, false);
   const auto stats = cache.stats();
+  if (json) {
+    fmt::print("{}\n", cache_stats_json(config, stats.entries, stats.total_bytes));
+    return kExitOk;
+  }
   fmt::print("directory: {}\n", config.cache_dir.string());
   fmt::print("mode: {}\n", cache_mode_name(config.cache_mode));
   fmt::print("entries: {}\n", stats.entries);
@@ -72,11 +76,24 @@ int run_cache_verify(const EnvConfig& config, bool repair) {
   const bool exists = require_usable(config, "verify");
   // A missing directory has nothing to check; a writable cache would create it.
   DiskCache cache = open_cache(config, can_repair && exists);
+  // ASTRAI_JIT_TRUSTED_KEYS: verify reports what the runtime would refuse.
+  cache.set_trusted_keys(config.trusted_keys);
   const auto entries = cache.verify(can_repair);
   std::size_t damaged = 0;
   std::size_t refused = 0;
   std::size_t other_format = 0;
+  std::size_t signed_entries = 0;
+  std::size_t unsigned_entries = 0;
+  std::size_t signature_refused = 0;
   for (const auto& entry : entries) {
+    if (entry.valid && !entry.other_format) {
+      (entry.signature == "unsigned" ? unsigned_entries : signed_entries) += 1;
+      if (entry.signature_refused) {
+        ++signature_refused;
+        fmt::print("signature refused: {} {} ({}): {} - kept, never loaded\n", entry.key_hex,
+                   entry.variant_name, entry.path.string(), entry.signature);
+      }
+    }
     if (entry.other_format) {
       ++other_format;
       fmt::print("other format: {} {} ({}): written by another library version, kept\n",
@@ -101,7 +118,14 @@ int run_cache_verify(const EnvConfig& config, bool repair) {
              refused > 0 ? fmt::format(", {} refused (not trusted)", refused) : std::string(),
              other_format > 0 ? fmt::format(", {} of another format", other_format)
                               : std::string());
-  return damaged + refused > 0 ? kExitFailed : kExitOk;
+  // Signature state: with ASTRAI_JIT_TRUSTED_KEYS, an entry not validly signed by one of them is
+  // refused by the runtime, so it fails the check too (it is kept: it is not damaged).
+  fmt::print("signatures: {} signed, {} unsigned{}\n", signed_entries, unsigned_entries,
+             config.trusted_keys
+                 ? fmt::format(", {} refused by ASTRAI_JIT_TRUSTED_KEYS ({})", signature_refused,
+                               counted(config.trusted_keys->keys.size(), "key"))
+                 : std::string(" (ASTRAI_JIT_TRUSTED_KEYS not set: not checked)"));
+  return damaged + refused + signature_refused > 0 ? kExitFailed : kExitOk;
 }
 
 int run_cache_prune(const EnvConfig& config, const std::string& max_size) {
@@ -144,18 +168,27 @@ int run_cache_export(const EnvConfig& config, const CacheOptions& options) {
       throw astrai::InvalidArgument(fmt::format("--manifest: '{}' names no variant",
                                                 astrai::detail::echo_text(options.manifest)));
   }
+  std::optional<astrai::detail::SigningKey> sign;
+  if (!options.export_sign_key.empty())
+    sign = read_signing_key_option("--sign", options.export_sign_key);
   require_usable(config, "export");
   DiskCache cache = open_cache(config, false);
-  const auto report = astrai::detail::export_cache(cache, variants, options.output);
+  const auto report = astrai::detail::export_cache(cache, variants, options.output,
+                                                   sign ? &*sign : nullptr);
   for (const auto& problem : report.problems) print_error(problem);
-  fmt::print("export: {}, {} ({} bytes) from {} to {}\n", counted(report.entries, "entry", "entries"),
-             format_bytes(report.bytes), report.bytes, config.cache_dir.string(), options.output);
+  fmt::print("export: {}, {} ({} bytes) from {} to {}{}\n",
+             counted(report.entries, "entry", "entries"), format_bytes(report.bytes), report.bytes,
+             config.cache_dir.string(), options.output,
+             sign ? fmt::format(", signed by {}", astrai::detail::key_id_hex(sign->id()))
+                  : std::string());
   return report.problems.empty() ? kExitOk : kExitFailed;
 }
 
 int run_cache_import(const EnvConfig& config, const CacheOptions& options) {
   require_writable(config, "import");
   DiskCache cache = open_cache(config, true);
+  // ASTRAI_JIT_TRUSTED_KEYS: import takes only entries signed by a trusted key.
+  cache.set_trusted_keys(config.trusted_keys);
   if (!cache.usable_for_write())
     throw astrai::ConfigError(fmt::format("cache import: {} is not a usable cache",
                                           config.cache_dir.string()));

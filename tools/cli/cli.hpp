@@ -175,6 +175,10 @@ struct CacheOptions {
   std::string manifest;  // export: only these variants
   std::string output;    // export: the archive written
   std::string archive;   // import: the archive read
+  std::string export_sign_key;  // export --sign: a secret key file; entries are signed in the archive
+  std::string sign_key;         // cache sign --key
+  bool json = false;            // stats --json
+  std::string keygen_out;       // keygen --out PREFIX
 };
 
 // Cache verbs manage the directory whatever ASTRAI_JIT_CACHE says, except that a read-only
@@ -193,7 +197,7 @@ int run_cache_list(const EnvConfig& config);
 
 std::string cap_text(std::uint64_t max_bytes);
 
-int run_cache_stats(const EnvConfig& config);
+int run_cache_stats(const EnvConfig& config, bool json = false);
 
 int run_cache_verify(const EnvConfig& config, bool repair);
 
@@ -227,6 +231,19 @@ struct PlanOptions {
 };
 
 int run_plan(const EnvConfig& config, const PlanOptions& options);
+
+// ---------------------------------------------------------------------------------------------
+// signatures and metrics (keys.cpp)
+
+// Reads a secret key file named by a flag; throws ConfigError naming the flag.
+astrai::detail::SigningKey read_signing_key_option(const char* flag, const std::string& path);
+
+int run_keygen(const CacheOptions& options);
+
+int run_cache_sign(const EnvConfig& config, const CacheOptions& options);
+
+// `cache stats --json`: the directory's figures and this process's own counters.
+std::string cache_stats_json(const EnvConfig& config, std::uint64_t entries, std::uint64_t bytes);
 
 // ---------------------------------------------------------------------------------------------
 // info

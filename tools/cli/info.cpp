@@ -105,6 +105,16 @@ int run_info(const EnvConfig& config, const InfoOptions& options) {
   fmt::print("  entries: {}\n", stats.entries);
   fmt::print("  total size: {} ({} bytes)\n", format_bytes(stats.total_bytes), stats.total_bytes);
   fmt::print("  cap: {}\n", cap_text(config.max_cache_bytes));
+  std::vector<std::string> key_ids;
+  if (config.trusted_keys)
+    for (const auto& key : config.trusted_keys->keys)
+      key_ids.push_back(astrai::detail::key_id_hex(key.id));
+  fmt::print("  signatures: {}\n",
+             key_ids.empty() ? std::string("not required (ASTRAI_JIT_TRUSTED_KEYS not set)")
+                             : fmt::format("required, trusted keys {}", join(key_ids, ", ")));
+  if (config.signing_key)
+    fmt::print("  signing key: {} (what this process compiles is signed)\n",
+               astrai::detail::key_id_hex(config.signing_key->id()));
 
   fmt::print("environment:\n");
   if (config.variables_set.empty()) fmt::print("  (no ASTRAI_JIT_* variables set)\n");

@@ -1,7 +1,8 @@
 // astrai-jit: command-line front end of the JIT runtime.
 //
 //   astrai-jit warm   compile kernel variants ahead of time into the disk cache
-//   astrai-jit cache  list | stats | verify | prune | clear | export | import
+//   astrai-jit cache  list | stats | verify | prune | clear | export | import | sign
+//   astrai-jit keygen a key pair for signing cache entries
 //   astrai-jit info   version, NVRTC, driver, devices, cache and ASTRAI_JIT_* settings
 //
 // Nothing here needs a GPU: `warm` compiles through JitEngine (NVRTC only) and `info` reports
@@ -26,6 +27,8 @@ struct Commands {
   CLI::App* cache_clear = nullptr;
   CLI::App* cache_export = nullptr;
   CLI::App* cache_import = nullptr;
+  CLI::App* cache_sign = nullptr;
+  CLI::App* keygen = nullptr;
   CLI::App* info = nullptr;
   CLI::App* plan = nullptr;
   InfoOptions info_options;
@@ -142,6 +145,11 @@ void add_cache_command(CLI::App& app, Commands* commands) {
       "list", "One line per entry: size, last used (UTC), key, variant; then a total");
   commands->cache_stats =
       cache->add_subcommand("stats", "Directory, mode, entry count, total bytes and size cap");
+  commands->cache_stats->add_flag(
+      "--json", options.json,
+      "One JSON object: the directory's figures, and under \"process\" this command's own\n"
+      "counters (hits, misses, compiles...), which in a fresh process are zero; a server's\n"
+      "live counters come from astrai::cache_metrics() or astrai_jit.cache_metrics()");
   commands->cache_verify = cache->add_subcommand(
       "verify", "Check every entry; remove damaged ones (exit 1 if any)");
   commands->cache_verify->add_flag("--no-repair", options.no_repair,
@@ -160,14 +168,34 @@ void add_cache_command(CLI::App& app, Commands* commands) {
               "FILE");
   placeholder(commands->cache_export->add_option("-o,--output", options.output, "Archive to write (required)"),
               "FILE")->required();
+  placeholder(commands->cache_export->add_option(
+                  "--sign", options.export_sign_key,
+                  "Sign every entry in the archive with this secret key (from keygen)"),
+              "KEY");
   commands->cache_import = cache->add_subcommand(
       "import", "Check every entry of an archive written by `cache export` and store it");
   placeholder(commands->cache_import->add_option("archive", options.archive, "Archive to read (required)"),
               "FILE")->required();
+  commands->cache_sign = cache->add_subcommand(
+      "sign", "Sign every sound entry with a secret key (replacing it atomically)");
+  placeholder(commands->cache_sign->add_option("--key", options.sign_key,
+                                               "Secret key file from keygen (mode 0600, required)"),
+              "FILE")->required();
   for (CLI::App* verb : {commands->cache_list, commands->cache_stats, commands->cache_verify,
                          commands->cache_prune, commands->cache_clear, commands->cache_export,
-                         commands->cache_import})
+                         commands->cache_import, commands->cache_sign})
     add_cache_dir_option(verb, &options);
+}
+
+void add_keygen_command(CLI::App& app, Commands* commands) {
+  commands->keygen = app.add_subcommand(
+      "keygen", "Make an Ed25519 key pair for signing cache entries (ASTRAI_JIT_SIGNING_KEY)");
+  placeholder(commands->keygen->add_option(
+                  "--out", commands->cache_options.keygen_out,
+                  "Writes PREFIX.secret (mode 0600) and PREFIX.pub (its public key, the form\n"
+                  "ASTRAI_JIT_TRUSTED_KEYS takes); never overwrites (required)"),
+              "PREFIX")->required();
+  commands->keygen->footer("Exit codes: 0 success, 1 a file could not be written (or exists).");
 }
 
 void add_info_command(CLI::App& app, Commands* commands) {
@@ -243,16 +271,18 @@ std::string verb_path(const CLI::App& app, int argc, char** argv, std::string* u
 int dispatch(const Commands& commands) {
   EnvConfig config = load_config();
   if (*commands.warm) return run_warm(commands.warm_options, std::move(config));
+  if (*commands.keygen) return run_keygen(commands.cache_options);
   apply_cache_dir_override(commands.cache_options.cache_dir, &config);
   if (*commands.info) return run_info(config, commands.info_options);
   if (*commands.plan) return run_plan(config, commands.plan_options);
   if (*commands.cache_list) return run_cache_list(config);
-  if (*commands.cache_stats) return run_cache_stats(config);
+  if (*commands.cache_stats) return run_cache_stats(config, commands.cache_options.json);
   if (*commands.cache_verify) return run_cache_verify(config, !commands.cache_options.no_repair);
   if (*commands.cache_prune) return run_cache_prune(config, commands.cache_options.max_size);
   if (*commands.cache_clear) return run_cache_clear(config);
   if (*commands.cache_export) return run_cache_export(config, commands.cache_options);
   if (*commands.cache_import) return run_cache_import(config, commands.cache_options);
+  if (*commands.cache_sign) return run_cache_sign(config, commands.cache_options);
   print_error("no command given (run with --help)");
   return kExitUsage;
 }
@@ -276,6 +306,7 @@ int main(int argc, char** argv) {
   Commands commands;
   add_warm_command(app, &commands);
   add_cache_command(app, &commands);
+  add_keygen_command(app, &commands);
   add_info_command(app, &commands);
   add_plan_command(app, &commands);
 

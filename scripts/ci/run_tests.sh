@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Builds astrai-jit and runs the whole test suite with CTest, then builds the Python wheel and
-# runs the Python tests (tools/run_python_tests.sh). Without a GPU the `gpu` tests report
-# "skipped"; with one they run. Usage: tools/run_tests.sh [BUILD_DIR]
+# runs the Python tests (scripts/ci/run_python_tests.sh). Without a GPU the `gpu` tests report
+# "skipped"; with one they run. Usage: scripts/ci/run_tests.sh [BUILD_DIR]
 # ASTRAI_SKIP_PYTHON=1 runs the C++ suite only.
 #
 # Time: the Python environment (PyTorch and its CUDA wheels, gigabytes from PyPI on a fresh
 # machine) is installed in the background while the C++ suite builds and runs, and the wheel
 # reuses this build tree (ASTRAI_PY_CMAKE_BUILD_DIR), so the library and the CLI are compiled
-# once. The tree is configured as tools/bootstrap.sh configures it (CMake preset `release`).
+# once. The tree is configured as scripts/ci/bootstrap.sh configures it (CMake preset `release`).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
 mkdir -p "$build"
 build=$(cd "$build" && pwd)  # the wheel build below is started from another directory
@@ -26,14 +26,14 @@ if [ "$python_tests" = 1 ]; then
     "ASTRAI_SKIP_PYTHON=1 skips the Python part)"
   # In a process group of its own: a failed C++ step ends the script, and the install (pip
   # included) must not outlive it.
-  setsid "$root/tools/run_python_tests.sh" --deps-only "$build/py" >"$deps_log" 2>&1 </dev/null &
+  setsid "$root/scripts/ci/run_python_tests.sh" --deps-only "$build/py" >"$deps_log" 2>&1 </dev/null &
   deps_pid=$!
   trap '[ -z "$deps_pid" ] || kill -- "-$deps_pid" 2>/dev/null || true' EXIT
 else
   echo "run_tests: [1/4] Python part skipped (ASTRAI_SKIP_PYTHON=1)"
 fi
 
-# The configuration tools/bootstrap.sh uses (CMakePresets.json), so that this build goes on
+# The configuration scripts/ci/bootstrap.sh uses (CMakePresets.json), so that this build goes on
 # from the set-up's instead of starting over.
 echo "run_tests: [2/4] building everything in $build (preset release)"
 cmake -S "$root" --preset release -B "$build" >/dev/null
@@ -60,5 +60,5 @@ if [ "$python_tests" = 1 ]; then
     exit 1
   fi
   deps_pid=""
-  ASTRAI_PY_CMAKE_BUILD_DIR=$build "$root/tools/run_python_tests.sh" "$build/py"
+  ASTRAI_PY_CMAKE_BUILD_DIR=$build "$root/scripts/ci/run_python_tests.sh" "$build/py"
 fi

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Summarizes tools/compare_builds.sh's output directory: for every row timed in both builds, the
+"""Summarizes scripts/bench/compare_builds.sh's output directory: for every row timed in both builds, the
 mean per build over its passes, how much faster B is than A (positive: B is faster), and each
 build's spread between its passes ((max - min) / mean: a change inside it is not a verdict).
 
-    tools/compare_summary.py OUT_DIR
+    scripts/bench/compare_summary.py OUT_DIR
 
 Rows: `astrai-sm90-check` timing lines (sm90-A.txt, sm90-B.txt; TFLOP/s, burst and sustained)
 and `astrai-bench` JSON files (bench-A-N.json, bench-B-N.json; median us a call)."""
@@ -51,7 +51,7 @@ def spread(values):
 
 def main():
     if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
-        print("usage: compare_summary.py OUT_DIR (as tools/compare_builds.sh leaves it)", file=sys.stderr)
+        print("usage: compare_summary.py OUT_DIR (as scripts/bench/compare_builds.sh leaves it)", file=sys.stderr)
         return 2
     out = sys.argv[1]
     tables = [

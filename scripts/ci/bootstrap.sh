@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Set-up on a fresh machine: install the build dependencies, build the `astrai-jit` tool and the
-# demo (CMake preset `release`: the tree tools/run_tests.sh then builds on), install the tool on
+# demo (CMake preset `release`: the tree scripts/ci/run_tests.sh then builds on), install the tool on
 # the PATH, fill the kernel cache with `astrai-jit warm` (for the local GPU, or sm_90a when there
 # is none) and, with a GPU, run a short paged_decode demo checked against a CPU reference.
 #
-# Usage: tools/bootstrap.sh
+# Usage: scripts/ci/bootstrap.sh
 #   BUILD_DIR      the build tree (default: build/)
 #   ASTRAI_PREFIX  where the tool is installed, as PREFIX/bin/astrai-jit (default: ~/.local,
 #                  /usr/local as root); `none` leaves it in the build tree only
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD_DIR:-$root/build}
 if [ "$(id -u)" -eq 0 ]; then default_prefix=/usr/local; else default_prefix=$HOME/.local; fi
 prefix=${ASTRAI_PREFIX:-$default_prefix}
@@ -18,7 +18,7 @@ began=$SECONDS
 step() { echo "bootstrap: [$1/5] $2"; }
 
 step 1 "build dependencies (Debian packages; apt runs only for missing ones)"
-"$root/tools/install_deps.sh"
+"$root/scripts/ci/install_deps.sh"
 
 step 2 "building astrai-jit and astrai-demo in $build (about a minute on 2 cores)"
 cmake -S "$root" --preset release -B "$build" >/dev/null
@@ -38,7 +38,7 @@ step 4 "warming the kernel cache (a few seconds a variant)"
 
 step 5 "paged_decode demo against a CPU reference (needs a GPU)"
 status=0
-"$build/tools/astrai-demo" || status=$?
+"$build/examples/astrai-demo" || status=$?
 if [ $status -eq 77 ]; then
   echo "bootstrap: no GPU here, demo skipped (the cache above was warmed for sm_90a)"
   status=0

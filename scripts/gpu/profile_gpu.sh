@@ -5,7 +5,7 @@
 # the hd64 24/4 paged decode B32 x 4096 and the contiguous decode of that shape, and the batch-1
 # paged decode B1 x 1024 and its split combine (astrai-bench). For each: the full section set as text, and for ours the per-SASS
 # instruction stall samples as CSV. Clocks are left alone (--clock-control none).
-# Usage: tools/profile_gpu.sh BUILD_DIR. Output under $OUT (or ./profile-logs). PROFILES: the
+# Usage: scripts/gpu/profile_gpu.sh BUILD_DIR. Output under $OUT (or ./profile-logs). PROFILES: the
 # names to run, comma-separated (default all: prefill_causal, prefill_full, cudnn_causal,
 # paged_decode, paged_decode_hd64, decode_hd64, paged_decode_b1, split_combine_b1).
 set -uo pipefail

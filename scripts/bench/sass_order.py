@@ -5,7 +5,7 @@
 one line with a count. Where ptxas moved a wait shows at a glance (docs/performance.md).
 
     ASTRAI_JIT_DUMP=/tmp/dump astrai-jit warm --arch sm_90a --kernels prefill --head-dims 128 --hopper
-    cuobjdump -sass /tmp/dump/prefill.bf16.hd128.g4.wgmma.sm_90a.cubin | tools/sass_order.py
+    cuobjdump -sass /tmp/dump/prefill.bf16.hd128.g4.wgmma.sm_90a.cubin | scripts/bench/sass_order.py
 
 cuobjdump comes with the CUDA toolkit (or the nvidia-cuda-cuobjdump wheel from PyPI)."""
 import re

@@ -2,10 +2,10 @@
 # Runs astrai-bench on a machine with a GPU (builds nothing). The table goes to
 # $OUT/bench.txt, the JSON to $OUT/bench.json, progress and library messages to
 # $OUT/bench.log; the table is printed last. Extra arguments go to astrai-bench, e.g.
-#   BUILD=build OUT=bench-out tools/run_bench.sh --filter 'paged_decode|rotary' --reps 50
+#   BUILD=build OUT=bench-out scripts/bench/run_bench.sh --filter 'paged_decode|rotary' --reps 50
 # With REFERENCE=1 (the default when no arguments are given) and PyTorch importable, PyTorch's
 # cuDNN attention then runs on the same shapes (bench/torch_reference.py --filter cudnn
-# --sustained 1, into $OUT/reference.txt) and tools/hopper_targets.py prints issue 9's target
+# --sustained 1, into $OUT/reference.txt) and scripts/bench/hopper_targets.py prints issue 9's target
 # table from the two ($OUT/targets.md), so that every ratio is read from one run.
 set -uo pipefail
 build=${BUILD:-build}
@@ -32,7 +32,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 if [ "${REFERENCE:-$([ $# -eq 0 ] && echo 1 || echo 0)}" = 1 ] && [ $rc -eq 0 ]; then
   rm -f "$out/reference.txt"
   if python3 -c 'import torch' > /dev/null 2>&1; then
-    python3 "$here/../bench/torch_reference.py" --filter cudnn --sustained 1 > "$out/reference.txt" 2>&1 ||
+    python3 "$here/../../bench/torch_reference.py" --filter cudnn --sustained 1 > "$out/reference.txt" 2>&1 ||
       echo "== bench/torch_reference.py failed; see $out/reference.txt"
   else
     echo "== no PyTorch here: the target table's reference rows stay unmeasured"

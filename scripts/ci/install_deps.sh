@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the build dependencies from Debian/Ubuntu packages. The CUDA toolkit (NVRTC and
 # cuda.h) is expected at /usr/local/cuda or on the PATH; it is not installed here.
-# Usage: tools/install_deps.sh [EXTRA_PACKAGE...]   (extra packages come in the same apt run:
+# Usage: scripts/ci/install_deps.sh [EXTRA_PACKAGE...]   (extra packages come in the same apt run:
 # .ci/run adds clang for the fuzz targets, so a fresh machine updates the package lists once)
 set -euo pipefail
 packages=(cmake ninja-build g++ libfmt-dev libxxhash-dev doctest-dev libcli11-dev python3-venv python3-dev

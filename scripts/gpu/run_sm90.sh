@@ -8,7 +8,7 @@
 #   3. alone on the GPU: astrai-sm90-check (GEMM and prefill checks, timings beside the portable
 #      kernel), PyTorch's cuDNN and FA2 on the same shapes (bench/torch_reference.py), and the
 #      benchmark's prefill rows (ceilings measured, GEMM included).
-# Usage: tools/run_sm90.sh BUILD_DIR. Logs under $OUT (or ./sm90-logs). Environment:
+# Usage: scripts/gpu/run_sm90.sh BUILD_DIR. Logs under $OUT (or ./sm90-logs). Environment:
 # ASTRAI_TEST_SWEEP (default 20), SAN_SWEEP (default 3), STEP_TIMEOUT (seconds, default 240),
 # SKIP_SUITES=1 and SKIP_SANITIZERS=1 leave out steps 1 and 2.
 set -uo pipefail

@@ -5,13 +5,13 @@
 # benchmark. Logs go to $OUT when set. ASTRAI_REQUIRE_GPU=1: a torch that cannot reach CUDA, or a
 # run in which no GPU test ran, fails (python/tests/conftest.py); ASTRAI_TEST_SEED (default: drawn
 # each run, printed) seeds the data.
-# ASTRAI_CHECKOUTS: paths of AstrAI checkouts at the pinned commits (tools/astrai/harness.py); for
+# ASTRAI_CHECKOUTS: paths of AstrAI checkouts at the pinned commits (scripts/astrai/harness.py); for
 # each, AstrAI's own kernels are built (unless already there), its tests run with them and with
 # astrai-jit's, and every test that passes with AstrAI's must pass with ours (logs in $OUT/astrai-*).
-# Usage: tools/run_python_gpu_suite.sh WHEEL_DIR [pytest args...]
+# Usage: scripts/gpu/run_python_gpu_suite.sh WHEEL_DIR [pytest args...]
 set -uo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-wheels=${1:?usage: tools/run_python_gpu_suite.sh WHEEL_DIR [pytest args...]}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+wheels=${1:?usage: scripts/gpu/run_python_gpu_suite.sh WHEEL_DIR [pytest args...]}
 shift
 out=${OUT:-/tmp/python-gpu-out}
 site=${SITE:-$(mktemp -d)}
@@ -28,17 +28,17 @@ python3 -m pytest "$root/python/tests" -q -rs -p no:cacheprovider "$@" 2>&1 | te
 status=${PIPESTATUS[0]}
 python3 "$root/python/bench/host_overhead.py" 2>&1 | tee "$out/host_overhead.txt"
 for checkout in ${ASTRAI_CHECKOUTS:-}; do
-  commit=$(python3 "$root/tools/astrai/harness.py" identify "$checkout") || { status=1; continue; }
+  commit=$(python3 "$root/scripts/astrai/harness.py" identify "$checkout") || { status=1; continue; }
   log=$out/astrai-$commit
   if ! ls "$checkout"/astrai/extension/lib/attn_decode.*.so* >/dev/null 2>&1; then
-    python3 "$root/tools/astrai/harness.py" build-own "$checkout" >"$log-build.log" 2>&1 ||
+    python3 "$root/scripts/astrai/harness.py" build-own "$checkout" >"$log-build.log" 2>&1 ||
       { echo "AstrAI $commit: its own build failed ($log-build.log)"; status=1; continue; }
   fi
   for kernels in own jit; do
-    python3 "$root/tools/astrai/harness.py" test "$checkout" $kernels "$log-$kernels.xml" >"$log-$kernels.log" 2>&1
+    python3 "$root/scripts/astrai/harness.py" test "$checkout" $kernels "$log-$kernels.xml" >"$log-$kernels.log" 2>&1
     tail -n 3 "$log-$kernels.log"
   done
-  python3 "$root/tools/astrai/harness.py" compare "$log-own.xml" "$log-jit.xml" | tee "$log-compare.txt" ||
+  python3 "$root/scripts/astrai/harness.py" compare "$log-own.xml" "$log-jit.xml" | tee "$log-compare.txt" ||
     status=1
 done
 exit "$status"

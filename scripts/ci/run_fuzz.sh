@@ -2,11 +2,11 @@
 # Builds the libFuzzer targets of tests/fuzz with clang (ASan + UBSan) into BUILD_DIR and runs
 # each for SECONDS. The corpus grows in BUILD_DIR/fuzz-corpus/<target> (seeded by the targets
 # themselves); a crash leaves its input in BUILD_DIR/fuzz-artifacts/ and fails the script.
-# Usage: tools/run_fuzz.sh [SECONDS (default 20)] [BUILD_DIR (default build-fuzz)]
+# Usage: scripts/ci/run_fuzz.sh [SECONDS (default 20)] [BUILD_DIR (default build-fuzz)]
 # -O1 keeps the targets fast; -g1 (line tables, enough for the reports) built them in 162 s
 # against 197 with -g on 2 cores.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 seconds=${1:-20}
 build=${2:-$root/build-fuzz}
 export PATH=/usr/local/cuda/bin:$PATH

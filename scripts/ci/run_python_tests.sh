@@ -2,8 +2,8 @@
 # Builds the astrai-jit wheel (scikit-build-core, the project's CMake), installs it into a
 # virtual environment with PyTorch and pytest, and runs python/tests there (GPU tests skip
 # without a GPU).
-# Usage: tools/run_python_tests.sh [--deps-only] [WORK_DIR]   (default: build-python)
-#   --deps-only  only create the environment and install the dependencies (tools/run_tests.sh
+# Usage: scripts/ci/run_python_tests.sh [--deps-only] [WORK_DIR]   (default: build-python)
+#   --deps-only  only create the environment and install the dependencies (scripts/ci/run_tests.sh
 #                runs this in the background while it builds the C++ suite: the PyTorch
 #                download is the longest wait of a fresh run).
 # PYTHON picks the interpreter (default python3). The environment is reused between runs.
@@ -12,7 +12,7 @@
 # the tree is then also configured with ASTRAI_JIT_BUILD_PYTHON=ON (tests and install stay on).
 # Without it the wheel builds in build-python/ (pyproject.toml).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 deps_only=0
 if [ "${1:-}" = --deps-only ]; then
   deps_only=1

@@ -3,7 +3,7 @@
 # warms the variants into a fresh cache with ASTRAI_JIT_DUMP set, then the PTX files are
 # diffed. Lines declaring a kernel's params size are reported apart: a params struct that grew
 # at its end changes only them, and the kernels' instructions are then the same.
-#   tools/compare_plain_ptx.sh OLD_ASTRAI_JIT NEW_ASTRAI_JIT [MANIFEST]
+#   scripts/bench/compare_plain_ptx.sh OLD_ASTRAI_JIT NEW_ASTRAI_JIT [MANIFEST]
 # MANIFEST (one variant name a line) defaults to plain and feature variants of paged_decode
 # and decode on sm_75, sm_80, sm_89, sm_90a and .nomma. Exit 0 when every PTX matches apart
 # from params sizes, 1 otherwise, 2 on usage errors.

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Times two builds against each other in one device call, passes interleaved (A B B A by default)
 # so that clock and temperature drift weigh on both alike, then prints each row's mean per build
-# and B's change against A (tools/compare_summary.py). Each build directory holds the binaries
+# and B's change against A (scripts/bench/compare_summary.py). Each build directory holds the binaries
 # it needs, flat: astrai-sm90-check for the Hopper prefill timings, astrai-bench for bench rows.
 #
-#   tools/compare_builds.sh DIR_A DIR_B
+#   scripts/bench/compare_builds.sh DIR_A DIR_B
 #
 # Environment: PASSES (default "A B B A"); SM90=1 runs `astrai-sm90-check --timings-only --reps
 # 20 --sustained ${SUSTAINED:-1}` (burst and sustained rows), with `--filter $SM90_FILTER` when
@@ -13,7 +13,7 @@
 # ./compare-logs).
 set -uo pipefail
 if [ $# -ne 2 ] || [ ! -d "$1" ] || [ ! -d "$2" ]; then
-  echo "usage: tools/compare_builds.sh DIR_A DIR_B (two directories of binaries)" >&2
+  echo "usage: scripts/bench/compare_builds.sh DIR_A DIR_B (two directories of binaries)" >&2
   exit 2
 fi
 if [ "${SM90:-0}" != 1 ] && [ -z "${BENCH:-}" ]; then

@@ -26,7 +26,7 @@
 # come from ASTRAI_TEST_SEED, new each run unless given, printed first (repeat a run with it).
 # A job cut by its time limit reports TIMED OUT and fails the run, like a failed test. The last
 # lines of the output list every job's verdict.
-# Usage: tools/run_gpu_suite.sh BUILD_DIR. Environment: OUT (default ./gpu-logs),
+# Usage: scripts/gpu/run_gpu_suite.sh BUILD_DIR. Environment: OUT (default ./gpu-logs),
 # ASTRAI_TEST_SWEEP (default 4), ASTRAI_TEST_SEED (default: drawn), SAN_SWEEP (default 1),
 # STEP_TIMEOUT (seconds, default 480), SKIP_SANITIZERS=1.
 set -uo pipefail

@@ -12,12 +12,12 @@
 # path with other template arguments and find nothing the remaining tests do not: every compile
 # path of our code (the NVRTC wrapper, PTX output, compile errors with their log, the engine,
 # the cache) still runs under ASan through test_kernel_compile's other cases, test_jit_engine and
-# test_cache_trust_*. The Release CTest run (tools/run_tests.sh) runs the sweeps.
-# Usage: tools/run_sanitizers.sh [asan|tsan|all (default)]
+# test_cache_trust_*. The Release CTest run (scripts/ci/run_tests.sh) runs the sweeps.
+# Usage: scripts/ci/run_sanitizers.sh [asan|tsan|all (default)]
 # Environment: CXX picks the compiler (default: the system c++); ASTRAI_SAN_BUILD_ROOT puts
 # the build directories elsewhere (default: the repository root).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 what=${1:-all}
 build_root=${ASTRAI_SAN_BUILD_ROOT:-$root}
 export PATH=/usr/local/cuda/bin:$PATH

@@ -10,9 +10,9 @@ rows, which run at the H200's power cap, meet cuDNN's SUSTAINED figure (back-to-
 S seconds), not its TIME one (calls after idle gaps, at a higher clock; docs/performance.md,
 "Method"). The decode rows, bound by memory, meet cuDNN's TIME figure, as in every earlier run.
 
-    tools/hopper_targets.py --bench bench-out/bench.json [--reference bench-out/reference.txt]
+    scripts/bench/hopper_targets.py --bench bench-out/bench.json [--reference bench-out/reference.txt]
 
-tools/run_bench.sh writes both files and runs this. Exit status: 0 when every target was
+scripts/bench/run_bench.sh writes both files and runs this. Exit status: 0 when every target was
 measured and met, 1 otherwise, 2 on unreadable input."""
 import argparse
 import json
@@ -22,7 +22,7 @@ import sys
 
 # The labels' module sits in bench/; a run from the source tree leaves no __pycache__ in it.
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 from reference_labels import decode_label, prefill_label  # noqa: E402
 
 REFERENCE_LINE = re.compile(r"^(TIME|SUSTAINED) (torch-\S+ .*?): ([\d.]+) (us|ms) ([\d.]+) (TB/s|TFLOP/s)")

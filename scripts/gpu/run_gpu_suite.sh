@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole GPU suite on a machine with a GPU, every kernel path and compute-sanitizer, in
-# one parallel phase sized for one device call: on one H200 (16 CPU cores) its 20 jobs took 326 s
-# (docs/device-notes.md, run 140; the longest, nomma, sets it). The suites' time goes mostly to
+# one parallel phase sized for one device call: on one H200 (16 CPU cores) its 20 jobs took
+# 326-395 s, the longest job (nomma) setting the whole. The suites' time goes mostly to
 # NVRTC compiles of fresh variants, so the jobs run at once, spread over the visible GPUs, and
 # share one cache directory. Jobs (each under `timeout STEP_TIMEOUT`; logs $OUT/NAME.log):
 #   default_decode   decode, paged_decode, kv_fp8 and multi_token suites on the default path

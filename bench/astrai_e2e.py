@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """AstrAI's engine end to end (its scheduler's run_batch, greedy) with the kernels its
 astrai/extension/lib holds: run it once with AstrAI's own build there and once with astrai-jit's
-(tools/astrai/harness.py installs either), then compare the two JSON files: same tokens, time.
+(scripts/astrai/harness.py installs either), then compare the two JSON files: same tokens, time.
 
 The model is AstrAI's own AutoRegressiveLM with random weights (seeded) at AstrAI's attention shape
 (hidden 1536, 24 query heads, 4 KV heads, head_dim 64), bf16; the prompts are random token ids.

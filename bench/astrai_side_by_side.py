@@ -2,7 +2,7 @@
 """AstrAI's own compiled kernels against astrai-jit's, on AstrAI's shapes, in one run.
 
 AstrAI's modules are loaded from a checkout whose kernels AstrAI's own build compiled
-(tools/astrai/harness.py build-own); astrai-jit's are the functions its stand-in modules serve
+(scripts/astrai/harness.py build-own); astrai-jit's are the functions its stand-in modules serve
 (astrai_jit.astrai_csrc). Both are called exactly as AstrAI's wrappers call them, with the same
 tensors, alternating A B B A; each figure is the median over rounds of the mean time of a burst of
 calls (CUDA events; host time included, as AstrAI pays it). Outputs are compared too.

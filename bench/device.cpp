@@ -303,7 +303,7 @@ int Bench::choose_sets(std::size_t set_bytes, std::size_t shared_bytes, std::vec
 // Runs `step` warmup times and for at least kWarmupSeconds, then `reps` times back to back with an
 // event between runs; returns the milliseconds of each run. The time floor is for short cases:
 // three replays of a batch-1 decode take about 2 ms, too little for the clocks to leave an idle
-// state, so a process's first row read up to 20% slow in some passes (run 100).
+// state, so without it a process's first row read up to 20% slow in some passes.
 std::vector<double> Bench::time_runs(CUstream stream, int warmup, int reps, const std::function<void()>& step) {
   const auto& api = driver();
   const auto start = Clock::now();

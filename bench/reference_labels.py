@@ -1,4 +1,4 @@
-"""The case labels bench/torch_reference.py prints and tools/hopper_targets.py looks up: one
+"""The case labels bench/torch_reference.py prints and scripts/bench/hopper_targets.py looks up: one
 spelling for both, so that a renamed case cannot turn a target row into "not measured"."""
 
 

@@ -1,5 +1,5 @@
 """Shared fixtures: GPU tests are marked `gpu` and skip without a CUDA device, unless
-ASTRAI_REQUIRE_GPU=1 (a GPU runner: tools/run_python_gpu_suite.sh sets it), where a torch that
+ASTRAI_REQUIRE_GPU=1 (a GPU runner: scripts/gpu/run_python_gpu_suite.sh sets it), where a torch that
 cannot reach CUDA, and a run in which no GPU test ran, fail the session. Random data come from
 torch's generators seeded per test from ASTRAI_TEST_SEED (printed in the header)."""
 

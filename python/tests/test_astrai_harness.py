@@ -1,4 +1,4 @@
-"""tools/astrai/harness.py on the CPU: the comparison of AstrAI's test results with its own kernels
+"""scripts/astrai/harness.py on the CPU: the comparison of AstrAI's test results with its own kernels
 and with astrai-jit's, and the refusal of a checkout that is not a pinned commit."""
 import importlib.util
 import pathlib
@@ -6,7 +6,7 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("harness", ROOT / "tools" / "astrai" / "harness.py")
+spec = importlib.util.spec_from_file_location("harness", ROOT / "scripts" / "astrai" / "harness.py")
 harness = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(harness)
 

@@ -5,7 +5,7 @@
 #   ASTRAI_CLI_BIN=build/tools/astrai-jit ASTRAI_SOURCE_DIR=. bash tests/cli/test_first_use.sh
 #
 # ASTRAI_CMAKE and ASTRAI_BUILD_DIR (optional) also check the installed tool: `cmake --install
-# --component cli`, as tools/bootstrap.sh does. Needs no GPU; compiles two small variants.
+# --component cli`, as scripts/ci/bootstrap.sh does. Needs no GPU; compiles two small variants.
 set -euo pipefail
 
 # shellcheck source=tests/cli/lib.sh
@@ -194,7 +194,7 @@ expect_out '^  state: not usable'
 
 # --------------------------------------------------------------------------------------------
 if [[ -n "${ASTRAI_CMAKE:-}" && -n "${ASTRAI_BUILD_DIR:-}" ]]; then
-  check "the installed tool (component cli, as tools/bootstrap.sh installs it) runs alone"
+  check "the installed tool (component cli, as scripts/ci/bootstrap.sh installs it) runs alone"
   "$ASTRAI_CMAKE" --install "$ASTRAI_BUILD_DIR" --component cli --prefix "$WORK/prefix" >"$OUT" 2>"$ERR" ||
     fail "cmake --install --component cli failed"
   [[ "$(find "$WORK/prefix" -type f | wc -l)" -eq 1 ]] || fail "component cli installs more than the tool"

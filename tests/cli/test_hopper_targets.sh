@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# tools/hopper_targets.py on hand-made runs (no GPU): every target met, one missed, one not
+# scripts/bench/hopper_targets.py on hand-made runs (no GPU): every target met, one missed, one not
 # measured, prefill without cuDNN's sustained figures, and input it cannot read.
 #
-#   bash tests/cli/test_hopper_targets.sh [tools/hopper_targets.py]
+#   bash tests/cli/test_hopper_targets.sh [scripts/bench/hopper_targets.py]
 set -euo pipefail
 
-TOOL=${1:-$(dirname "$0")/../../tools/hopper_targets.py}
+TOOL=${1:-$(dirname "$0")/../../scripts/bench/hopper_targets.py}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/hopper-targets.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 

@@ -1,5 +1,5 @@
 // GPU suite entry point: exits 77 (CTest: skipped) when no GPU is usable, saying why, unless
-// ASTRAI_REQUIRE_GPU=1 (a GPU runner: tools/run_gpu_suite.sh sets it), where a missing GPU, and a
+// ASTRAI_REQUIRE_GPU=1 (a GPU runner: scripts/gpu/run_gpu_suite.sh sets it), where a missing GPU, and a
 // filter that leaves no test case to run, fail the run instead.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>

@@ -99,7 +99,7 @@ class RowCheck {
 };
 
 // The base seed of the GPU suites' random data: ASTRAI_TEST_SEED when set (decimal), else a
-// fixed default, so that a plain run repeats and tools/run_gpu_suite.sh varies it per run.
+// fixed default, so that a plain run repeats and scripts/gpu/run_gpu_suite.sh varies it per run.
 unsigned base_seed();
 // The seed of a case or sweep whose fixed seed was `fixed`: the same as `fixed` under the
 // default base seed, mixed with the base seed otherwise.

@@ -296,9 +296,9 @@ TEST_SUITE("hopper") {
         CHECK(contains(result.ptx, "bar.sync"));
         // Groups sync on their own barriers. The CTA's one barrier comes before they part (it
         // publishes the merge's mbarrier): a group reaching a CTA barrier from a second call site
-        // failed synccheck on the GPU (run 120). They meet at the merge on that mbarrier, each
-        // thread arriving once: behind a bar.sync, racecheck reported the merge's loads (runs
-        // 124-128).
+        // failed synccheck on the GPU. They meet at the merge on that mbarrier, each thread
+        // arriving once: behind a bar.sync, racecheck reported the merge's loads
+        // (docs/decisions/0005-wide-decode-ctas.md).
         const std::string kernel = astrai::testing::entry_text(result.ptx, "paged_decode_sm90_kernel");
         CHECK(astrai::testing::cta_barriers(kernel) == 1);
         CHECK(astrai::testing::count_occurrences(kernel, "mbarrier.arrive.shared::cta.b64") == 1);

@@ -309,11 +309,13 @@ void check_fp8_compiles(std::uint32_t format, std::uint32_t extra) {
     CHECK(contains(result.ptx, "cvt.rn.f16x2.e4m3x2") == (native && !e5m2));
     if (!e5m2) CHECK(contains(result.ptx, "mul.rn.f16x2") == !native);
     if (e5m2) CHECK(contains(result.ptx, "prmt.b32"));
-    // The decode over an FP8 cache does not prefetch ahead of its wait: its code measured slower
-    // with the prefetches (run 100).
+    // The decode over an FP8 cache does not prefetch ahead of its wait: with the prefetches
+    // ptxas gave it other code, 7.9% slower at hd64
+    // (docs/decisions/0002-programmatic-dependent-launch.md).
     if (spec.kind != KernelKind::paged_prefill) {
       CHECK_FALSE(astrai::testing::occurs_before_grid_wait(result.ptx, "prefetch.global.L2"));
-      // Nor are its copies hinted out of L2 first (mixed by -1.1% to +1.0%, run 106).
+      // Nor are its copies hinted out of L2 first: the hint moved its rows by -1.1% to +1.0%,
+      // no gain for the code it adds (docs/decisions/0004-kv-leaves-l2-first.md).
       CHECK_FALSE(contains(result.ptx, "L2::cache_hint"));
     }
     if (spec.kind == KernelKind::paged_decode) {

@@ -261,7 +261,8 @@ TEST_CASE("the rotary grid covers the vectors up to a cap of a few waves") {
 }
 
 TEST_CASE("the Hopper prefill takes 192-row tiles on the measured large grids and 128-row ones on small") {
-  // 32 heads on the H200's 132 SMs, the shapes measured in docs/device-notes.md (runs 68-82).
+  // 32 heads on the H200's 132 SMs, the shapes both tilings were timed on
+  // (docs/decisions/0011-wide-prefill-tiles.md).
   auto wide = [](int q, int heads, int batch, int sms) {
     return prefill_prefers_wide_tiles(q, 1LL * q * batch, heads, batch, sms, 128, 192);
   };

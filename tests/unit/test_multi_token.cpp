@@ -303,7 +303,7 @@ TEST_CASE("multi-token variants compile with an FP8 cache and with the window, s
 
 TEST_CASE("a plain variant compiles no multi-token code: its combine kernel and params are the single-token ones") {
   // The plain kernels compile to the same instructions as before the multi-token field (the
-  // attention kernel's params only grew at the end; tools/compare_plain_ptx.sh compares two
+  // attention kernel's params only grew at the end; scripts/bench/compare_plain_ptx.sh compares two
   // builds). Here: the q_len field is all that selects the multi-token code.
   for (const Target& target : {kTargets[1], kTargets[4]}) {
     CAPTURE(target.arch);

@@ -41,18 +41,13 @@ std::size_t decode_workspace_bytes(const DecodeSplitPlan& plan, int batch, int n
                                    int head_dim);
 
 // Whether a Hopper prefill call takes its head dim's wide tiling (`wide_rows` query rows a CTA
-// instead of `narrow_rows`; kernel_src/hopper_params.h). Measured on the H200 with 192 against
-// 128 rows, 32 heads, both tilings in one run (runs 80, 82): the wide tiles lose on small grids
-// (2.7 waves of them: -3%; 5.3 waves: -4% to -6%; 96 tiles on 132 SMs: -28%), where the last
-// wave's idle SMs and the rows a short query leaves empty cost more than the L2 traffic they save.
-// From 10.4 waves they tie or win (10.4: +1.4% at the power cap in run 80, -0.1% in run 82; 15.5
-// and 21: up to +3%; paged at 21: +2.5%). So: at least 10 waves of wide tiles, no more than 4%
+// instead of `narrow_rows`; kernel_src/hopper_params.h). The wide tiles save L2 traffic but lose
+// on small grids, where the last wave's idle SMs and the rows a short query leaves empty cost
+// more (measured on the H200: -3% to -6% at 2.7 to 5.3 waves, -28% with 96 tiles on 132 SMs;
+// tied or up to +3% from 10.4 waves on). So: at least 10 waves of wide tiles, no more than 4%
 // more padded rows than the narrow tiling (q 4096: 4224 rows against 4096), and requests of
 // nearly one length (`total_q`, their rows summed, at least 90% of max_q_len x batch; the padding
-// is judged on max_q_len). Since run 131 a consumer whose rows are all padding leaves at once, so
-// padding costs less than when these bounds were measured (B4 x 4096 wide: +3.4% burst); runs
-// 131 and 133 still put the narrow tiles ahead at 10.4 waves (bursts 1.7-2.1%, sustained 0 and
-// 1.1%): the bounds stand until a run times the grids between 10 and 16 waves again.
+// is judged on max_q_len). The figures and why the bounds stand: docs/decisions/0011.
 bool prefill_prefers_wide_tiles(int max_q_len, long long total_q, int n_heads, int batch, int num_sms,
                                 int narrow_rows, int wide_rows);
 

@@ -178,8 +178,8 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   if (last_launched_name != launched.name) last_launched_name = launched.name;  // copies only on a change
   // The combine as a kernel of its own, a programmatic dependent: merging in the attention kernel
   // instead (the last split CTA of each column, with per-stream counters) measured slower, batch
-  // 1 x 1024 7.17 -> 8.16 us a call (runs 57, 94): the dependent launch overlaps the next call's
-  // start.
+  // 1 x 1024 7.17 -> 8.16 us a call: the dependent launch overlaps the next call's start
+  // (docs/decisions/0001).
   if (plan.split_kv()) {
     CombineParams combine{};
     combine.workspace = params.workspace;

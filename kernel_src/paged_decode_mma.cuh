@@ -5,6 +5,7 @@
 #include "decode_kv8_loaders.cuh"
 #include "decode_kv_loaders.cuh"
 #include "decode_merge.cuh"
+#include "decode_mma_steps.cuh"
 #include "decode_q_tile.cuh"
 #include "decode_softmax.cuh"
 #include "decode_start.cuh"
@@ -12,24 +13,100 @@
 
 namespace astrai {
 
+// The shared-memory layout of the tensor-core decode (see paged_decode_smem_bytes): the Q tile,
+// then the K and V tiles of T (two stages each; one with an FP8 cache, which widens each block
+// into them; none on the direct path), then an FP8 cache's byte stages or the direct path's rings.
+// (No static members: every one an instantiated class has becomes a global of the PTX.)
+template <int kHeadDim, int kFlags>
+constexpr bool mma_decode_direct() {
+  return has_fp8_kv<kFlags>() && kv8_direct_head_dim(kHeadDim);
+}
+template <typename T, int kHeadDim, int kPageSize, int kFlags>
+struct MmaDecodeSmem {
+  using Tiles = PagedDecodeTiles<T, kHeadDim, kPageSize>;
+  T* q;
+  T* k;
+  T* v;
+  unsigned char* kv8;
+
+  __device__ __forceinline__ explicit MmaDecodeSmem(unsigned char* smem_raw) {
+    constexpr int kTileStages = mma_decode_direct<kHeadDim, kFlags>() ? 0 : has_fp8_kv<kFlags>() ? 1 : kDecodeStages;
+    q = reinterpret_cast<T*>(smem_raw);
+    k = q + kDecodeHeadsPerTile * Tiles::kRowStride;
+    v = k + kTileStages * Tiles::kStageElems;
+    kv8 = reinterpret_cast<unsigned char*>(v + kTileStages * Tiles::kStageElems);
+  }
+
+  // An FP8 cache staged: the byte stage `stage` widened into the K and V tiles.
+  __device__ __forceinline__ void widen_kv8_stage(int stage) const {
+    constexpr bool kE5m2 = has_feature<kFlags>(kFeatureKvE5m2);
+    constexpr int kStageBytes = kDecodeBlockTokens * kHeadDim;
+    widen_fp8_tile<T, kHeadDim, Tiles::kRowStride, kDecodeBlockTokens, kDecodeThreads, kE5m2>(
+        kv8 + 2 * stage * kStageBytes, k);
+    widen_fp8_tile<T, kHeadDim, Tiles::kRowStride, kDecodeBlockTokens, kDecodeThreads, kE5m2>(
+        kv8 + (2 * stage + 1) * kStageBytes, v);
+    __syncthreads();
+  }
+};
+
+// Copies block `block_start` into `stage` (cp.async, one commit group) and looks up the page ids
+// of the block after it: an FP8 cache into its byte stage; a 16-bit cache by the full-block
+// loader where it can (no tail, no appended token), else by the general loader, with page ids
+// fetched a block ahead for small pages at head dims the full-block loader cannot tile.
+template <typename T, int kHeadDim, int kPageSize, int kFlags>
+__device__ __forceinline__ void issue_kv_block(const PagedDecodeParams& p, const DecodeWork& w,
+                                               const MmaDecodeSmem<T, kHeadDim, kPageSize, kFlags>& smem,
+                                               FullBlockLoader<T, kHeadDim, kPageSize>& loader,
+                                               BlockPages<T, kHeadDim, kPageSize>& pages, float k_scale,
+                                               float v_scale, int block_start, int stage) {
+  using Tiles = PagedDecodeTiles<T, kHeadDim, kPageSize>;
+  using Loader = FullBlockLoader<T, kHeadDim, kPageSize>;
+  constexpr bool kGeneralPrefetch = !Loader::kUsable && kPrefetchPages<kPageSize>;
+  constexpr int kStageBytes = kDecodeBlockTokens * kHeadDim;  // one FP8 stage of K or of V
+  const DecodeSequence& seq = w.seq;
+  const int split_end = w.split_end;
+  if constexpr (has_fp8_kv<kFlags>()) {
+    load_kv8_block_async<T, kHeadDim, kPageSize, has_feature<kFlags>(kFeatureKvE5m2)>(
+        p, smem.kv8 + 2 * stage * kStageBytes, smem.kv8 + (2 * stage + 1) * kStageBytes, seq, w.batch_index,
+        block_start, split_end, w.kv_head, k_scale, v_scale);
+    cp_async_commit();
+    return;
+  }
+  T* k_stage = smem.k + stage * Tiles::kStageElems;
+  T* v_stage = smem.v + stage * Tiles::kStageElems;
+  if constexpr (Loader::kUsable) {
+    const bool full = block_start + kDecodeBlockTokens <= split_end &&
+                      !(seq.append_token >= block_start && seq.append_token < block_start + kDecodeBlockTokens);
+    if (full)
+      loader.load(p, shared_address(k_stage), shared_address(v_stage), block_start);
+    else
+      load_kv_block_async<T, kHeadDim, kPageSize, false>(p, k_stage, v_stage, seq, w.batch_index, block_start,
+                                                         split_end, w.kv_head, pages);
+    cp_async_commit();
+    loader.fetch(p, seq, block_start + kDecodeBlockTokens, split_end);
+  } else {
+    load_kv_block_async<T, kHeadDim, kPageSize, kGeneralPrefetch>(p, k_stage, v_stage, seq, w.batch_index,
+                                                                  block_start, split_end, w.kv_head, pages);
+    cp_async_commit();
+    if (kGeneralPrefetch) pages.fetch(p, seq, block_start + kDecodeBlockTokens, split_end);
+  }
+}
+
+// Three data paths share the loop: a 16-bit cache (two stages of K and V tiles, cp.async), an
+// FP8 cache staged (its bytes copied, then widened into one K and one V tile of T) and an FP8
+// cache read directly (each warp streams its own rows' bytes through a ring, __syncwarp only).
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem_raw) {
   using Tiles = PagedDecodeTiles<T, kHeadDim, kPageSize>;
+  using Smem = MmaDecodeSmem<T, kHeadDim, kPageSize, kFlags>;
   constexpr int kQLen = decode_q_len(kFlags);
   constexpr int kRowStride = Tiles::kRowStride;
-
-  // An FP8 cache widens each block into one K and one V tile of T; its bytes stream through
-  // byte stages after them (see paged_decode_smem_bytes).
   constexpr bool kFp8 = has_fp8_kv<kFlags>();
   constexpr bool kE5m2 = has_feature<kFlags>(kFeatureKvE5m2);
   using Direct = Kv8Direct<kHeadDim>;
-  constexpr bool kDirect = kFp8 && Direct::kUsable;  // no widened tiles: the rings follow the Q tile
-  constexpr int kTileStages = kDirect ? 0 : kFp8 ? 1 : kDecodeStages;
+  constexpr bool kDirect = kFp8 && Direct::kUsable;  // as mma_decode_direct
   constexpr int kStageBytes = kDecodeBlockTokens * kHeadDim;  // one FP8 stage of K or of V
-  T* smem_q = reinterpret_cast<T*>(smem_raw);
-  T* smem_k = smem_q + kDecodeHeadsPerTile * kRowStride;
-  T* smem_v = smem_k + kTileStages * Tiles::kStageElems;
-  unsigned char* smem_kv8 = reinterpret_cast<unsigned char*>(smem_v + kTileStages * Tiles::kStageElems);
+  const Smem smem(smem_raw);
 
   const DecodeWork w = decode_work<kPageSize, kGroup, kFlags>(p);
   if (!decode_work_begin<T, kHeadDim, kPageSize, kFlags>(p, w)) return;
@@ -39,7 +116,7 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   // FP8: the K scale multiplies the scores, the V scale the output.
   const float k_scale = kFp8 ? kv_scale(p.features.k_scale, p.features.kv_scale_stride, kv_head) : 1.f;
   const float v_scale = kFp8 ? kv_scale(p.features.v_scale, p.features.kv_scale_stride, kv_head) : 1.f;
-  load_decode_q_tile<T, kHeadDim, kQLen, kDirect>(p, w, smem_q);
+  load_decode_q_tile<T, kHeadDim, kQLen, kDirect>(p, w, smem.q);
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -50,47 +127,22 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
 
   // Per-lane ldmatrix addresses (see the fragment layouts of mma.m16n8k16).
   const unsigned q_address =
-      shared_address(smem_q + (lane & 15) * kRowStride + (lane >> 4) * 8);
+      shared_address(smem.q + (lane & 15) * kRowStride + (lane >> 4) * 8);
   const int k_lane_offset = (warp * 16 + (lane >> 4) * 8 + (lane & 7)) * kRowStride + ((lane >> 3) & 1) * 8;
   const int v_lane_offset = (warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * kRowStride + (lane >> 4) * 8;
 
   const int num_blocks = (split_end - split_begin + kDecodeBlockTokens - 1) / kDecodeBlockTokens;
   using Loader = FullBlockLoader<T, kHeadDim, kPageSize>;
-  // Head dims the full-block loader cannot tile keep the general loader, with page ids fetched
-  // a block ahead for small pages.
   constexpr bool kGeneralPrefetch = !Loader::kUsable && kPrefetchPages<kPageSize>;
   Loader loader;
   BlockPages<T, kHeadDim, kPageSize> pages;
-  // Copies block `block_start` into `stage` and looks up the page ids of the block after it.
+  // Not a call of issue_kv_block alone: the lambda instantiates it on every path, as the
+  // static members it brings into the PTX were before (equivalent code, but not the same bytes).
   auto issue_block = [&](int block_start, int stage) {
-    if constexpr (kFp8) {
-      load_kv8_block_async<T, kHeadDim, kPageSize, kE5m2>(p, smem_kv8 + 2 * stage * kStageBytes,
-                                                          smem_kv8 + (2 * stage + 1) * kStageBytes, seq, batch_index,
-                                                          block_start, split_end, kv_head, k_scale, v_scale);
-      cp_async_commit();
-      return;
-    }
-    T* k_stage = smem_k + stage * Tiles::kStageElems;
-    T* v_stage = smem_v + stage * Tiles::kStageElems;
-    if constexpr (Loader::kUsable) {
-      const bool full = block_start + kDecodeBlockTokens <= split_end &&
-                        !(seq.append_token >= block_start && seq.append_token < block_start + kDecodeBlockTokens);
-      if (full)
-        loader.load(p, shared_address(k_stage), shared_address(v_stage), block_start);
-      else
-        load_kv_block_async<T, kHeadDim, kPageSize, false>(p, k_stage, v_stage, seq, batch_index,
-                                                           block_start, split_end, kv_head, pages);
-      cp_async_commit();
-      loader.fetch(p, seq, block_start + kDecodeBlockTokens, split_end);
-    } else {
-      load_kv_block_async<T, kHeadDim, kPageSize, kGeneralPrefetch>(p, k_stage, v_stage, seq, batch_index,
-                                                                    block_start, split_end, kv_head, pages);
-      cp_async_commit();
-      if (kGeneralPrefetch) pages.fetch(p, seq, block_start + kDecodeBlockTokens, split_end);
-    }
+    issue_kv_block<T, kHeadDim, kPageSize, kFlags>(p, w, smem, loader, pages, k_scale, v_scale, block_start, stage);
   };
   // Direct path: this warp's ring and its steps' first tokens.
-  unsigned char* ring = smem_kv8 + warp * Direct::kWarpBytes;
+  unsigned char* ring = smem.kv8 + warp * Direct::kWarpBytes;
   const int warp_begin = split_begin + warp * Direct::kRows;
   Kv8StepLoader<T, kHeadDim, kPageSize, kE5m2> step_loader{};
   auto issue_step = [&](int step) {
@@ -102,19 +154,10 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
                         split_end, page, k_scale, v_scale);
     cp_async_commit();  // empty groups keep the wait count uniform
   };
-  // Direct path: this lane's fragment offsets in a stage: K rows g and g + 8 (dims mod 128; the
-  // rest of a row lies at multiples of 128 bytes), V rows 2t, 2t+1, 2t+8, 2t+9.
-  int k_read[2][2];
+  int k_read[2][2];  // direct path: this lane's fragment offsets in a stage
   int v_read[4];
   if constexpr (kDirect) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) k_read[r][half] = Direct::offset(quad_row + 8 * r, 4 * half + quad_col);
-#pragma unroll
-    for (int r = 0; r < 4; ++r)
-      v_read[r] = Direct::offset(2 * quad_col + (r & 1) + (r >> 1) * 8, quad_row * Direct::kVBytes / 16) +
-                  quad_row * Direct::kVBytes % 16;
+    kv8_fragment_offsets<kHeadDim>(k_read, v_read, quad_row, quad_col);
     __syncthreads();  // the Q tile
     step_loader.init(p, batch_index, kv_head, lane);
     step_loader.lookup(p, seq, warp_begin, split_end, lane);
@@ -147,19 +190,13 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
       }
       __syncthreads();
     }
-    if constexpr (kFp8 && !kDirect) {
-      widen_fp8_tile<T, kHeadDim, kRowStride, kDecodeBlockTokens, kDecodeThreads, kE5m2>(
-          smem_kv8 + 2 * stage * kStageBytes, smem_k);
-      widen_fp8_tile<T, kHeadDim, kRowStride, kDecodeBlockTokens, kDecodeThreads, kE5m2>(
-          smem_kv8 + (2 * stage + 1) * kStageBytes, smem_v);
-      __syncthreads();
-    }
+    if constexpr (kFp8 && !kDirect) smem.widen_kv8_stage(stage);
     const int tile_stage = kFp8 ? 0 : stage;
 
     const int warp_first_token = block_start + warp * 16;
     if (warp_first_token < split_end) {
-      const unsigned k_address = shared_address(smem_k + tile_stage * Tiles::kStageElems + k_lane_offset);
-      const unsigned v_address = shared_address(smem_v + tile_stage * Tiles::kStageElems + v_lane_offset);
+      const unsigned k_address = shared_address(smem.k + tile_stage * Tiles::kStageElems + k_lane_offset);
+      const unsigned v_address = shared_address(smem.v + tile_stage * Tiles::kStageElems + v_lane_offset);
       const unsigned char* k_bytes = ring + (block % Direct::kStages) * Direct::kStageBytes;
       const unsigned char* v_bytes = k_bytes + Direct::kTileBytes;
 
@@ -181,15 +218,7 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
           }
         }
       } else {
-#pragma unroll
-        for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-          unsigned a[4];
-          unsigned b[4];
-          ldmatrix_x4(a, q_address + kk * 32);
-          ldmatrix_x4(b, k_address + kk * 32);
-          Mma<T>::run(s[0], a, b[0], b[1]);
-          Mma<T>::run(s[1], a, b[2], b[3]);
-        }
+        decode_scores_mma<T, kHeadDim>(s, q_address, k_address);
       }
       if constexpr (kFp8) {  // scores as if K were dequantized
 #pragma unroll
@@ -237,13 +266,7 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
           }
         }
       } else {
-#pragma unroll
-        for (int dd = 0; dd < kHeadDim / 16; ++dd) {
-          unsigned b[4];
-          ldmatrix_x4_trans(b, v_address + dd * 32);
-          Mma<T>::run(state.o[2 * dd], pa, b[0], b[1]);
-          Mma<T>::run(state.o[2 * dd + 1], pa, b[2], b[3]);
-        }
+        decode_pv_mma<T, kHeadDim>(state.o, pa, v_address);
       }
     }
     // The stage is refilled by the next iteration's prefetch: this warp's own (direct) or any.
@@ -258,7 +281,7 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
     static_assert(decode_merge_bytes<kHeadDim>() <= 4 * Direct::kWarpBytes, "the merge fits in the rings");
   }
   // The K/V stages (on the direct path the rings, which start there too) are free now.
-  merge_decode_warps<T, kHeadDim, kFlags, kDirect>(p, w, state, smem_k, v_scale);
+  merge_decode_warps<T, kHeadDim, kFlags, kDirect>(p, w, state, smem.k, v_scale);
 }
 
 }  // namespace astrai

@@ -97,6 +97,32 @@ struct Kv8StepLoader {
     page = id;
   }
 
+  // The pipeline's start: the first kStages - 1 steps from `warp_begin` issued.
+  __device__ __forceinline__ void start(const PagedDecodeParams& p, const DecodeSequence& seq, int batch_index,
+                                        int kv_head, unsigned char* ring, int warp_begin, int end, int lane,
+                                        float k_scale, float v_scale) {
+    init(p, batch_index, kv_head, lane);
+    lookup(p, seq, warp_begin, end, lane);
+#pragma unroll
+    for (int step = 0; step + 1 < Layout::kStages; ++step)
+      issue_step(p, seq, batch_index, kv_head, ring, warp_begin, step, end, lane, k_scale, v_scale);
+  }
+
+  // Issues step `step` of the warp's steps from `warp_begin` into its slot of `ring` (an empty
+  // commit group past `end`, so that the wait count stays uniform) and looks up the page ids of
+  // the step after it.
+  __device__ __forceinline__ void issue_step(const PagedDecodeParams& p, const DecodeSequence& seq, int batch_index,
+                                             int kv_head, unsigned char* ring, int warp_begin, int step, int end,
+                                             int lane, float k_scale, float v_scale) {
+    const int first = warp_begin + step * kDecodeBlockTokens;
+    const int step_page = page;
+    lookup(p, seq, first + kDecodeBlockTokens, end, lane);  // a step ahead
+    if (first < end)
+      issue(p, seq, batch_index, kv_head, ring + (step % Layout::kStages) * Layout::kStageBytes, first, end,
+            step_page, k_scale, v_scale);
+    cp_async_commit();
+  }
+
   // Issues the step from `first` into the K tile at `stage` (V follows it), with the page ids
   // looked up last; rows past `end` and on unmapped pages read as zeros.
   __device__ __forceinline__ void issue(const PagedDecodeParams& p, const DecodeSequence& seq, int batch_index,

@@ -92,6 +92,21 @@ __device__ __forceinline__ void issue_kv_block(const PagedDecodeParams& p, const
   }
 }
 
+// The loaders' page ids of the split's first block (a 16-bit cache).
+template <typename T, int kHeadDim, int kPageSize, int kFlags>
+__device__ __forceinline__ void first_block_pages(const PagedDecodeParams& p, const DecodeWork& w,
+                                                  FullBlockLoader<T, kHeadDim, kPageSize>& loader,
+                                                  BlockPages<T, kHeadDim, kPageSize>& pages) {
+  using Loader = FullBlockLoader<T, kHeadDim, kPageSize>;
+  if constexpr (has_fp8_kv<kFlags>()) {
+  } else if constexpr (Loader::kUsable) {
+    loader.init(p, w.batch_index, w.kv_head);
+    loader.fetch(p, w.seq, w.split_begin, w.split_end);
+  } else if (!Loader::kUsable && kPrefetchPages<kPageSize>) {
+    pages.fetch(p, w.seq, w.split_begin, w.split_end);
+  }
+}
+
 // Three data paths share the loop: a 16-bit cache (two stages of K and V tiles, cp.async), an
 // FP8 cache staged (its bytes copied, then widened into one K and one V tile of T) and an FP8
 // cache read directly (each warp streams its own rows' bytes through a ring, __syncwarp only).
@@ -136,8 +151,9 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   constexpr bool kGeneralPrefetch = !Loader::kUsable && kPrefetchPages<kPageSize>;
   Loader loader;
   BlockPages<T, kHeadDim, kPageSize> pages;
-  // Not a call of issue_kv_block alone: the lambda instantiates it on every path, as the
-  // static members it brings into the PTX were before (equivalent code, but not the same bytes).
+  // Lambdas, not calls in the path that uses them: a lambda's body is instantiated on every path,
+  // and so are the loaders' static members and the quantizer it reaches, which the PTX lists
+  // in the order of their instantiation (a call on one path only gave the same code in other bytes).
   auto issue_block = [&](int block_start, int stage) {
     issue_kv_block<T, kHeadDim, kPageSize, kFlags>(p, w, smem, loader, pages, k_scale, v_scale, block_start, stage);
   };
@@ -145,32 +161,17 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   unsigned char* ring = smem.kv8 + warp * Direct::kWarpBytes;
   const int warp_begin = split_begin + warp * Direct::kRows;
   Kv8StepLoader<T, kHeadDim, kPageSize, kE5m2> step_loader{};
-  auto issue_step = [&](int step) {
-    const int first = warp_begin + step * kDecodeBlockTokens;
-    const int page = step_loader.page;
-    step_loader.lookup(p, seq, first + kDecodeBlockTokens, split_end, lane);  // a step ahead
-    if (first < split_end)
-      step_loader.issue(p, seq, batch_index, kv_head, ring + (step % Direct::kStages) * Direct::kStageBytes, first,
-                        split_end, page, k_scale, v_scale);
-    cp_async_commit();  // empty groups keep the wait count uniform
+  auto issue_step = [&](int step) {  // a lambda for the same reason
+    step_loader.issue_step(p, seq, batch_index, kv_head, ring, warp_begin, step, split_end, lane, k_scale, v_scale);
   };
   int k_read[2][2];  // direct path: this lane's fragment offsets in a stage
   int v_read[4];
   if constexpr (kDirect) {
     kv8_fragment_offsets<kHeadDim>(k_read, v_read, quad_row, quad_col);
     __syncthreads();  // the Q tile
-    step_loader.init(p, batch_index, kv_head, lane);
-    step_loader.lookup(p, seq, warp_begin, split_end, lane);
-#pragma unroll
-    for (int step = 0; step + 1 < Direct::kStages; ++step) issue_step(step);
+    step_loader.start(p, seq, batch_index, kv_head, ring, warp_begin, split_end, lane, k_scale, v_scale);
   } else {
-    if constexpr (kFp8) {
-    } else if constexpr (Loader::kUsable) {
-      loader.init(p, batch_index, kv_head);
-      loader.fetch(p, seq, split_begin, split_end);
-    } else if (kGeneralPrefetch) {
-      pages.fetch(p, seq, split_begin, split_end);
-    }
+    first_block_pages<T, kHeadDim, kPageSize, kFlags>(p, w, loader, pages);
     issue_block(split_begin, 0);
   }
 

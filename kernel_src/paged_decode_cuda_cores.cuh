@@ -6,6 +6,46 @@
 
 namespace astrai {
 
+// The end of a CUDA-core decode CTA: warp w's rows (w, w + 4, ...) normalized (the sink
+// folded in, in split 0; an FP8 cache's V scale applied) and written with their LSEs.
+template <typename T, int kHeadDim, int kFlags>
+__device__ __forceinline__ void write_cuda_core_rows(const PagedDecodeParams& p, const DecodeWork& w,
+                                                     float (&acc)[kDecodeHeadsPerTile / 4][(kHeadDim + 31) / 32],
+                                                     float (&row_max)[kDecodeHeadsPerTile / 4],
+                                                     float (&row_sum)[kDecodeHeadsPerTile / 4], float v_scale) {
+  constexpr int kQLen = decode_q_len(kFlags);
+  constexpr int kPerLane = CeilDiv<kHeadDim, 32>::value;
+  constexpr int kHeadsPerWarp = kDecodeHeadsPerTile / 4;
+  constexpr bool kFp8 = has_fp8_kv<kFlags>();
+  const int split = w.split, batch_index = w.batch_index;
+  const int rows = w.rows, first_head = w.first_head, first_row = w.first_row;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int i = 0; i < kHeadsPerWarp; ++i) {
+    const int local = warp + 4 * i;
+    if (local >= rows) continue;
+    // The sink joins the denominator once per row: in split 0 (the combine adds the rest).
+    float sink_factor = 1.f;
+    if (has_feature<kFlags>(kFeatureSink) && split == 0)
+      sink_factor =
+          fold_sink(p.features.sinks[row_head<kQLen>(first_head, first_row, local)], &row_max[i], &row_sum[i]);
+    const bool empty = !(row_sum[i] > 0.f);  // every token masked
+    const float lse = empty ? negative_infinity() : (row_max[i] + __log2f(row_sum[i])) * kLn2;
+    const float inverse = empty ? 0.f : (kFp8 ? sink_factor * v_scale : sink_factor) / row_sum[i];
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int d = lane + 32 * k;
+      if (d < kHeadDim)
+        store_row_element<T, kHeadDim, kQLen>(p.workspace, p.out, p.out_stride_batch, p.out_stride_seq,
+                                              p.out_stride_head, p.lse, p.batch, p.n_heads, split, batch_index,
+                                              row_token<kQLen>(first_row, local),
+                                              row_head<kQLen>(first_head, first_row, local), d, acc[i][k] * inverse,
+                                              lse);
+    }
+  }
+}
+
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned char* smem_raw) {
   using Tiles = PagedDecodeTiles<T, kHeadDim, kPageSize>;
@@ -137,29 +177,7 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
     __syncthreads();
   }
 
-#pragma unroll
-  for (int i = 0; i < kHeadsPerWarp; ++i) {
-    const int local = warp + 4 * i;
-    if (local >= rows) continue;
-    // The sink joins the denominator once per row: in split 0 (the combine adds the rest).
-    float sink_factor = 1.f;
-    if (has_feature<kFlags>(kFeatureSink) && split == 0)
-      sink_factor =
-          fold_sink(p.features.sinks[row_head<kQLen>(first_head, first_row, local)], &row_max[i], &row_sum[i]);
-    const bool empty = !(row_sum[i] > 0.f);  // every token masked
-    const float lse = empty ? negative_infinity() : (row_max[i] + __log2f(row_sum[i])) * kLn2;
-    const float inverse = empty ? 0.f : (kFp8 ? sink_factor * v_scale : sink_factor) / row_sum[i];
-#pragma unroll
-    for (int k = 0; k < kPerLane; ++k) {
-      const int d = lane + 32 * k;
-      if (d < kHeadDim)
-        store_row_element<T, kHeadDim, kQLen>(p.workspace, p.out, p.out_stride_batch, p.out_stride_seq,
-                                              p.out_stride_head, p.lse, p.batch, p.n_heads, split, batch_index,
-                                              row_token<kQLen>(first_row, local),
-                                              row_head<kQLen>(first_head, first_row, local), d, acc[i][k] * inverse,
-                                              lse);
-    }
-  }
+  write_cuda_core_rows<T, kHeadDim, kFlags>(p, w, acc, row_max, row_sum, v_scale);
 }
 
 }  // namespace astrai

@@ -36,6 +36,64 @@ constexpr int decode_slot_bytes() {
   return kDecodeHeadsPerTile * (kHeadDim + 1) * 4;
 }
 
+// Row `row`'s warp weights (normalization, sink and V scale folded in) and its LSE, written
+// over its maxima and sums. Worked out per element instead, the statistics made a serial chain of
+// each thread's elements (batch 1's merge).
+template <int kHeadDim, int kFlags>
+__device__ __forceinline__ void merge_row_weights(const PagedDecodeParams& p, const DecodeWork& w, float* merge_max,
+                                                  float* merge_sum, int row, float out_scale) {
+  constexpr int kQLen = decode_q_len(kFlags);
+  float max_all = negative_infinity();
+#pragma unroll
+  for (int v = 0; v < 4; ++v) max_all = fmaxf(max_all, merge_max[v * kDecodeHeadsPerTile + row]);
+  float weight[4];
+  float total = 0.f;
+#pragma unroll
+  for (int v = 0; v < 4; ++v) {
+    const float m = merge_max[v * kDecodeHeadsPerTile + row];
+    weight[v] = (m == negative_infinity()) ? 0.f : fast_exp2(m - max_all);
+    total += weight[v] * merge_sum[v * kDecodeHeadsPerTile + row];
+  }
+  float factor = out_scale;
+  // The sink joins the denominator once per row: in split 0 (the combine adds the rest).
+  if (has_feature<kFlags>(kFeatureSink) && w.split == 0)
+    factor *= fold_sink(p.features.sinks[row_head<kQLen>(w.first_head, w.first_row, row)], &max_all, &total);
+  // Nothing kept (every token masked): zeros and -inf, never NaN.
+  const bool empty = !(total > 0.f);
+  const float scale = empty ? 0.f : factor / total;
+#pragma unroll
+  for (int v = 0; v < 4; ++v) merge_max[v * kDecodeHeadsPerTile + row] = weight[v] * scale;
+  merge_sum[row] = empty ? negative_infinity() : (max_all + __log2f(total)) * kLn2;
+}
+
+// The direct FP8 path's rows (columns permuted, kv8_out_dim): an element at a time.
+template <typename T, int kHeadDim, int kQLen>
+__device__ __forceinline__ void write_merged_elements(const PagedDecodeParams& p, const DecodeWork& w,
+                                                      const float* merge_o, const float* merge_max,
+                                                      const float* merge_sum, unsigned thread) {
+  constexpr int kMergeStride = kHeadDim + 8;
+  // The FP8 direct path's columns are permuted: an element at a time, not unrolled (unrolled,
+  // ptxas fits its kernel into 80 registers with spills: hd64 24/4 pages of 1 4.2% slower, run 110).
+  const int elements = w.rows * kHeadDim;
+#pragma unroll 1
+  for (int e = thread; e < elements; e += kDecodeThreads) {
+    const int row = e / kHeadDim;
+    const int col = e % kHeadDim;
+    float value = 0.f;
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      const float weight = merge_max[v * kDecodeHeadsPerTile + row];
+      // A warp that saw no token weighs zero and never lets its O through.
+      value += weight != 0.f ? weight * merge_o[(v * kDecodeHeadsPerTile + row) * kMergeStride + col] : 0.f;
+    }
+    store_row_element<T, kHeadDim, kQLen>(p.workspace, p.out, p.out_stride_batch, p.out_stride_seq,
+                                          p.out_stride_head, p.lse, p.batch, p.n_heads, w.split, w.batch_index,
+                                          row_token<kQLen>(w.first_row, row),
+                                          row_head<kQLen>(w.first_head, w.first_row, row), col, value,
+                                          merge_sum[row]);
+  }
+}
+
 template <typename T, int kHeadDim, int kFlags, bool kPermuted, int kGroups = 1>
 __device__ __forceinline__ void merge_decode_warps(const PagedDecodeParams& p, const DecodeWork& w,
                                                    DecodeWarpSoftmax<kHeadDim, kFlags>& state, void* merge,
@@ -82,33 +140,8 @@ __device__ __forceinline__ void merge_decode_warps(const PagedDecodeParams& p, c
   }
   decode_group_sync<kGroups>();
 
-  // Each row's warp weights (normalization, sink and V scale folded in) and its LSE, a thread a
-  // row, written over the maxima and sums; then the elements. Worked out per element instead,
-  // the statistics made a serial chain of each thread's elements (batch 1's merge).
-  if (thread < w.rows) {
-    const int row = thread;
-    float max_all = negative_infinity();
-#pragma unroll
-    for (int v = 0; v < 4; ++v) max_all = fmaxf(max_all, merge_max[v * kDecodeHeadsPerTile + row]);
-    float weight[4];
-    float total = 0.f;
-#pragma unroll
-    for (int v = 0; v < 4; ++v) {
-      const float m = merge_max[v * kDecodeHeadsPerTile + row];
-      weight[v] = (m == negative_infinity()) ? 0.f : fast_exp2(m - max_all);
-      total += weight[v] * merge_sum[v * kDecodeHeadsPerTile + row];
-    }
-    float factor = out_scale;
-    // The sink joins the denominator once per row: in split 0 (the combine adds the rest).
-    if (has_feature<kFlags>(kFeatureSink) && w.split == 0)
-      factor *= fold_sink(p.features.sinks[row_head<kQLen>(w.first_head, w.first_row, row)], &max_all, &total);
-    // Nothing kept (every token masked): zeros and -inf, never NaN.
-    const bool empty = !(total > 0.f);
-    const float scale = empty ? 0.f : factor / total;
-#pragma unroll
-    for (int v = 0; v < 4; ++v) merge_max[v * kDecodeHeadsPerTile + row] = weight[v] * scale;
-    merge_sum[row] = empty ? negative_infinity() : (max_all + __log2f(total)) * kLn2;
-  }
+  // Each row's warp weights and LSE, a thread a row; then the elements.
+  if (thread < w.rows) merge_row_weights<kHeadDim, kFlags>(p, w, merge_max, merge_sum, thread, out_scale);
   decode_group_sync<kGroups>();
 
   if constexpr (!kPermuted) {
@@ -142,26 +175,7 @@ __device__ __forceinline__ void merge_decode_warps(const PagedDecodeParams& p, c
                                          row_head<kQLen>(w.first_head, w.first_row, row), col, value, merge_sum[row]);
     }
   } else {
-    // The FP8 direct path's columns are permuted: an element at a time, not unrolled (unrolled,
-    // ptxas fits its kernel into 80 registers with spills: hd64 24/4 pages of 1 4.2% slower, run 110).
-    const int elements = w.rows * kHeadDim;
-#pragma unroll 1
-    for (int e = thread; e < elements; e += kDecodeThreads) {
-      const int row = e / kHeadDim;
-      const int col = e % kHeadDim;
-      float value = 0.f;
-#pragma unroll
-      for (int v = 0; v < 4; ++v) {
-        const float weight = merge_max[v * kDecodeHeadsPerTile + row];
-        // A warp that saw no token weighs zero and never lets its O through.
-        value += weight != 0.f ? weight * merge_o[(v * kDecodeHeadsPerTile + row) * kMergeStride + col] : 0.f;
-      }
-      store_row_element<T, kHeadDim, kQLen>(p.workspace, p.out, p.out_stride_batch, p.out_stride_seq,
-                                            p.out_stride_head, p.lse, p.batch, p.n_heads, w.split, w.batch_index,
-                                            row_token<kQLen>(w.first_row, row),
-                                            row_head<kQLen>(w.first_head, w.first_row, row), col, value,
-                                            merge_sum[row]);
-    }
+    write_merged_elements<T, kHeadDim, kQLen>(p, w, merge_o, merge_max, merge_sum, thread);
   }
 }
 

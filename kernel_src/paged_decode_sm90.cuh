@@ -29,101 +29,9 @@
 // new_k/new_v, as every decode kernel reads it.
 #pragma once
 
-#include "hopper_params.h"
-#include "hopper_ptx.cuh"
-#include "paged_decode.cuh"
+#include "decode_sm90_parts.cuh"
 
 namespace astrai {
-
-template <int kHeadDim, int kPageSize>
-struct DecodeSm90Shape {
-  static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head_dim");
-  static_assert(kPageSize == 0 || kPageSize >= 16, "page_size");
-  static constexpr int kStages = kDecodeSm90Stages;
-  static constexpr int kChunks = kHeadDim / 64;                    // 128-byte chunks of a row
-  static constexpr int kChunkBytes = kDecodeBlockTokens * 128;     // one chunk of a block's K or V
-  static constexpr int kTileBytes = kChunks * kChunkBytes;         // a block's K or V
-  static constexpr int kStageBytes = 2 * kTileBytes;
-  static constexpr int kBoxRows = kPageSize == 0 || kPageSize >= kDecodeBlockTokens ? kDecodeBlockTokens : kPageSize;
-  static constexpr int kBoxes = kDecodeBlockTokens / kBoxRows;  // per chunk of K or V
-  static constexpr int kCopies = 2 * kChunks * kBoxes;          // boxes per block, a lane each
-  static_assert(kCopies <= 32, "one lane per box");
-  static constexpr int kQBytes = kDecodeHeadsPerTile * (kHeadDim + 8) * 2;
-  static_assert(kStages * kStageBytes >= decode_merge_bytes<kHeadDim>(), "the merge fits in the ring");
-  // The Q tile, the alignment slack, the ring and its barriers: what the host reserves.
-  static_assert(kQBytes + 1024 + kStages * (kStageBytes + 8) <= decode_sm90_smem_bytes(kHeadDim),
-                "decode_sm90_smem_bytes covers the kernel's layout");
-};
-
-// Byte offset of 16-byte piece `piece` of row `row` in a swizzled K or V tile.
-template <int kChunkBytes>
-__device__ __forceinline__ int swizzled_offset(int row, int piece) {
-  return (piece >> 3) * kChunkBytes + row * 128 + (((piece & 7) ^ (row & 7)) << 4);
-}
-
-// Group g's ring: the first 1 KB boundary (of the shared address) after the Q tile of its region
-// (a CTA of one group: g = 0, the region is all of shared memory). Offset from smem_raw, not
-// rounded as an integer, the pointer keeps its address space: the merge and the tail's stores
-// into the ring compile to shared, not generic, accesses.
-template <int kHeadDim>
-__device__ __forceinline__ unsigned char* group_ring(unsigned char* smem_raw, unsigned g) {
-  unsigned char* region = smem_raw + g * decode_sm90_wide_region_bytes(kHeadDim);
-  const unsigned q_end = shared_address(region) + DecodeSm90Shape<kHeadDim, 0>::kQBytes;
-  return region + ((q_end + 1023) & ~1023u) - shared_address(region);
-}
-
-// A wide CTA's end: once every thread has arrived on `merge_done`, each group having left its
-// rows in its slot (an empty split: zeros and LSE -inf, or the sinks' LSE in split 0), the CTA
-// merges each row's splits by their LSEs, as the split combine does, and writes the output and
-// the LSE.
-template <typename T, int kHeadDim, int kQLen, int kSplits>
-__device__ __forceinline__ void merge_wide_splits(const PagedDecodeParams& p, const DecodeWork& w,
-                                                  unsigned char* smem_raw, sm90::u64* merge_done) {
-  using namespace sm90;
-  mbar_arrive(merge_done);
-  mbar_wait(merge_done, 0);
-  const float* slots[kSplits];
-#pragma unroll
-  for (int g = 0; g < kSplits; ++g)
-    slots[g] = reinterpret_cast<const float*>(group_ring<kHeadDim>(smem_raw, g) + decode_merge_bytes<kHeadDim>());
-  // The group's split index of each slot is `g`; a CTA's splits cover its whole sequence.
-  const SplitWorkspace direct{nullptr, nullptr, 1};
-  for (int e = threadIdx.x; e < w.rows * (kHeadDim / 4); e += kSplits * kDecodeThreads) {
-    const int row = e / (kHeadDim / 4);
-    const int col = (e % (kHeadDim / 4)) * 4;
-    float lse[kSplits];
-    float max_lse = negative_infinity();
-#pragma unroll
-    for (int g = 0; g < kSplits; ++g) {
-      lse[g] = slots[g][kDecodeHeadsPerTile * kHeadDim + row];
-      max_lse = fmaxf(max_lse, lse[g]);
-    }
-    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-    float total = 0.f;
-#pragma unroll
-    for (int g = 0; g < kSplits; ++g) {
-      // Empty splits carry -inf and weigh nothing (their slot's values are never read); an
-      // all-empty row outputs zeros.
-      if (max_lse == negative_infinity() || lse[g] == negative_infinity()) continue;
-      const float weight = __expf(lse[g] - max_lse);
-      total += weight;
-      const float4 v = *reinterpret_cast<const float4*>(slots[g] + row * kHeadDim + col);
-      sum.x += weight * v.x;
-      sum.y += weight * v.y;
-      sum.z += weight * v.z;
-      sum.w += weight * v.w;
-    }
-    const float scale = total > 0.f ? 1.f / total : 0.f;
-    sum.x *= scale;
-    sum.y *= scale;
-    sum.z *= scale;
-    sum.w *= scale;
-    store_row_quad<T, kHeadDim, kQLen>(direct, p.out, p.out_stride_batch, p.out_stride_seq, p.out_stride_head, p.lse,
-                                       p.batch, p.n_heads, 0, w.batch_index, row_token<kQLen>(w.first_row, row),
-                                       row_head<kQLen>(w.first_head, w.first_row, row), col, sum,
-                                       total > 0.f ? max_lse + __logf(total) : max_lse);
-  }
-}
 
 // kSplits > 1 (a wide CTA, `.wide` variants): the CTA runs the kSplits splits of its (request,
 // KV head, head tile) side by side, a group of kDecodeThreads threads each with its own Q tile,
@@ -141,7 +49,6 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   constexpr int kStages = Shape::kStages;
   constexpr int kQLen = decode_q_len(kFlags);
   constexpr int kRowStride = kHeadDim + 8;
-  constexpr int kPieces = kHeadDim / 8;  // 16-byte pieces of a row
   static_assert(kSplits == 1 || decode_merge_bytes<kHeadDim>() + decode_slot_bytes<kHeadDim>() <=
                                     kStages * Shape::kStageBytes,
                 "a group's slot fits its ring after the merge");
@@ -171,13 +78,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
                 "a wide CTA's region 0 holds the merge's barrier");
   // Before the wait for the previous kernel (a programmatic dependent launch overlaps this with
   // its tail) only what no kernel writes: the barriers and the tensor maps.
-  if (thread == 0) {
-    for (int s = 0; s < kStages; ++s) mbar_init(&full[s], 1);
-    if (kSplits > 1 && group == 0) mbar_init(merge_done, kSplits * kDecodeThreads);
-    fence_mbar_init();
-    tma_prefetch_map(&map_k);
-    tma_prefetch_map(&map_v);
-  }
+  if (thread == 0) init_decode_sm90_barriers<kStages, kSplits>(full, merge_done, group, &map_k, &map_v);
   if constexpr (kSplits > 1) __syncthreads();  // merge_done is set up before any thread arrives
 
   // Warp 0, lane j < kCopies: box j % kBoxes of chunk (j / kBoxes) % kChunks of K (or V from
@@ -244,14 +145,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   if constexpr (kSplits == 1) {
     if (!decode_work_begin<T, kHeadDim, kPageSize, kFlags>(p, w)) return;
   } else if (empty_split) {
-    // Zeros with LSE -inf, which weigh nothing in the CTA's merge, or in split 0 of an empty
-    // sequence the sinks' LSE (as write_empty_rows gives the combine).
-    for (int i = thread; i < w.rows * kHeadDim; i += kDecodeThreads) slot[i] = 0.f;
-    if (thread < w.rows)
-      slot[kDecodeHeadsPerTile * kHeadDim + thread] =
-          has_feature<kFlags>(kFeatureSink) && w.split == 0
-              ? p.features.sinks[row_head<kQLen>(w.first_head, w.first_row, thread)]
-              : negative_infinity();
+    write_empty_slot<kHeadDim, kFlags>(p, w, slot, thread);
   } else if (kPageSize > 0 && w.head_tile == 0 && w.seq.append_token >= w.split_begin &&
              w.seq.append_token < w.split_end) {
     append_new_token<T, kHeadDim, kPageSize, kFlags>(p, w.seq, w.batch_index, w.kv_head, thread, kDecodeThreads);
@@ -305,50 +199,18 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
       if (first_token < w.split_end) {
         // The tail's V rows past the split are cleared; the appended token comes from new_k/new_v.
         const bool has_append = w.seq.append_token >= first_token && w.seq.append_token < first_token + 16;
-        if (first_token + 16 > w.split_end || has_append) {
-          for (int i = lane; i < 16 * kPieces; i += 32) {
-            const int r = i / kPieces;
-            const int piece = i % kPieces;
-            const int token = first_token + r;
-            const int offset = swizzled_offset<Shape::kChunkBytes>(warp * 16 + r, piece);
-            if (token >= w.split_end) {
-              *reinterpret_cast<uint4*>(v_tile + offset) = make_uint4(0u, 0u, 0u, 0u);
-            } else if (token == w.seq.append_token) {
-              const T* k_src = static_cast<const T*>(p.new_k) + w.batch_index * p.new_k_stride_batch +
-                               w.kv_head * p.new_k_stride_head;
-              const T* v_src = static_cast<const T*>(p.new_v) + w.batch_index * p.new_v_stride_batch +
-                               w.kv_head * p.new_v_stride_head;
-              *reinterpret_cast<uint4*>(k_tile + offset) = reinterpret_cast<const uint4*>(k_src)[piece];
-              *reinterpret_cast<uint4*>(v_tile + offset) = reinterpret_cast<const uint4*>(v_src)[piece];
-            }
-          }
-          fence_proxy_async_shared();  // before a later TMA refills the stage
-          __syncwarp();
-        }
+        if (first_token + 16 > w.split_end || has_append)
+          fix_sm90_rows<T, kHeadDim, Shape::kChunkBytes>(p, w, k_tile, v_tile, first_token, warp, lane);
 
         // S = Q K^T for this warp's 16 tokens.
         const unsigned k_address = shared_address(k_tile) + k_row * 128;
         float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-  #pragma unroll
-        for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-          unsigned a[4];
-          unsigned b[4];
-          ldmatrix_x4(a, q_address + kk * 32);
-          ldmatrix_x4(b, k_address + (kk >> 2) * Shape::kChunkBytes + (((2 * (kk & 3)) ^ k_xor) << 4));
-          Mma<T>::run(sc[0], a, b[0], b[1]);
-          Mma<T>::run(sc[1], a, b[2], b[3]);
-        }
+        sm90_decode_scores<T, kHeadDim, Shape::kChunkBytes>(sc, q_address, k_address, k_xor);
         unsigned pa[4];
         state.template step<T>(sc, pa, p, w, first_token);
         // O += P V.
         const unsigned v_address = shared_address(v_tile) + v_row * 128;
-  #pragma unroll
-        for (int dd = 0; dd < kHeadDim / 16; ++dd) {
-          unsigned b[4];
-          ldmatrix_x4_trans(b, v_address + (dd >> 2) * Shape::kChunkBytes + (((2 * (dd & 3)) ^ v_xor) << 4));
-          Mma<T>::run(state.o[2 * dd], pa, b[0], b[1]);
-          Mma<T>::run(state.o[2 * dd + 1], pa, b[2], b[3]);
-        }
+        sm90_decode_pv<T, kHeadDim, Shape::kChunkBytes>(state.o, pa, v_address, v_xor);
       }
       decode_group_sync<kSplits>();  // every warp is done with stage s: the next block's issue refills it
     }

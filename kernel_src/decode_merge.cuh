@@ -73,7 +73,7 @@ __device__ __forceinline__ void write_merged_elements(const PagedDecodeParams& p
                                                       const float* merge_sum, unsigned thread) {
   constexpr int kMergeStride = kHeadDim + 8;
   // The FP8 direct path's columns are permuted: an element at a time, not unrolled (unrolled,
-  // ptxas fits its kernel into 80 registers with spills: hd64 24/4 pages of 1 4.2% slower, run 110).
+  // ptxas fits its kernel into 80 registers with spills: hd64 24/4 with pages of 1 ran 4.2% slower).
   const int elements = w.rows * kHeadDim;
 #pragma unroll 1
   for (int e = thread; e < elements; e += kDecodeThreads) {
@@ -146,7 +146,7 @@ __device__ __forceinline__ void merge_decode_warps(const PagedDecodeParams& p, c
 
   if constexpr (!kPermuted) {
     // Four adjacent columns a thread: a float4 read of each warp's row and one 16-byte store
-    // of the partial row. Stored a float at a time, batch 1's call took 0.36 us longer (run 114).
+    // of the partial row. Stored a float at a time, batch 1's call took 0.36 us longer.
     const int quads = w.rows * (kHeadDim / 4);
 #pragma unroll 4
     for (int e = thread; e < quads; e += kDecodeThreads) {

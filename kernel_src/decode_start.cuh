@@ -64,7 +64,7 @@ __device__ __forceinline__ void prefetch_decode_start(const PagedDecodeParams& p
     prefetch_l2(index_at(p.seq_lens, blockIdx.z, (p.layout_bits & kWideSeqLens) != 0));
   if constexpr (kKvRows && !has_feature<kFlags>(kFeatureWindow)) {
     static_assert(kDecodeThreads == 2 * kDecodeBlockTokens, "a thread per K or V row of a block");
-    static_assert(!has_fp8_kv<kFlags>(), "FP8 caches take no prefetches (run 100: their decode ran slower)");
+    static_assert(!has_fp8_kv<kFlags>(), "FP8 caches take no prefetches (their decode ran slower)");
     const int split_begin = static_cast<int>(split) * p.tokens_per_split;
     const int token = split_begin + static_cast<int>(thread) % kDecodeBlockTokens;
     if (token >= min(split_begin + p.tokens_per_split, p.kv_capacity)) return;

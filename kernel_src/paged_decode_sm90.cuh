@@ -6,15 +6,15 @@
 // does the address work the cp.async loaders spent most of their instructions on, and deeper
 // rings cost no registers. A barrier at the end of each block (the CTA's; in a wide CTA, the
 // group's named barrier) frees its stage for the next issue (an empty mbarrier per stage instead,
-// each warp arriving and warp 0 waiting before a refill, was no faster in run 56 and 0.2-1.5%
-// slower on every bench row in run 93). The first copies leave before the Q tile loads (the
-// latency a short split waits on). The copies mark their lines first to be evicted from L2: K
-// and V are read once (l2_evict_first_policy).
+// each warp arriving and warp 0 waiting before a refill, was no faster, then 0.2-1.5% slower on
+// every bench row). The first copies leave before the Q tile loads (the latency a short split
+// waits on). The copies mark their lines first to be evicted from L2: K and V are read once
+// (l2_evict_first_policy).
 // Launched as a programmatic dependent of the kernel before it: before its griddepcontrol.wait
 // come the barrier setup, the tensor-map prefetch and L2 prefetches of the CTA's first reads
 // (sequence length, Q rows, the first blocks' K and V, steered by page ids read through L2
 // alone), so that a kernel ahead that lets this one start early hides their memory latency
-// (run 96: batch 1 x 1024 7.19 -> 6.75 us, hd64 24/4 2.4% faster, larger shapes within noise).
+// (batch 1 x 1024 tokens 7.19 -> 6.75 us, hd64 24/4 2.4% faster, larger shapes within noise).
 //
 // Shared memory: the Q tile (padded rows, as the portable kernel), then the ring aligned to
 // 1024 bytes: per stage K then V, each [kHeadDim / 64 chunks][64 rows][128 bytes] with the
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   // after region 0's ring barriers. Behind a bar.sync (0 or named) racecheck reported a group's
   // slot stores as racing with the loads of a group that had reached the barrier first: it
   // orders accesses by how many barriers each warp has passed, and each group passes its own
-  // named barrier once a block of its split (docs/device-notes.md, runs 124-128).
+  // named barrier once a block of its split.
   u64* merge_done = reinterpret_cast<u64*>(group_ring<kHeadDim>(smem_raw, 0) + kStages * (Shape::kStageBytes + 8));
   static_assert(kSplits == 1 || Shape::kQBytes + 1024 + kStages * (Shape::kStageBytes + 8) + 8 <=
                                     decode_sm90_wide_region_bytes(kHeadDim),

@@ -60,7 +60,7 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
   const DecodeWork w = decode_work<kPageSize, kGroup, kFlags>(p);
   if (!decode_work_begin<T, kHeadDim, kPageSize, kFlags>(p, w)) return;
   const DecodeSequence& seq = w.seq;
-  const int split = w.split, kv_head = w.kv_head, batch_index = w.batch_index;
+  const int kv_head = w.kv_head, batch_index = w.batch_index;
   const int rows = w.rows, first_head = w.first_head, first_row = w.first_row;
   const int window_first = w.window_first, split_begin = w.split_begin, split_end = w.split_end;
   // FP8: rows are widened as they load; the K scale multiplies q, the V scale the output.

@@ -120,7 +120,6 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   constexpr bool kE5m2 = has_feature<kFlags>(kFeatureKvE5m2);
   using Direct = Kv8Direct<kHeadDim>;
   constexpr bool kDirect = kFp8 && Direct::kUsable;  // as mma_decode_direct
-  constexpr int kStageBytes = kDecodeBlockTokens * kHeadDim;  // one FP8 stage of K or of V
   const Smem smem(smem_raw);
 
   const DecodeWork w = decode_work<kPageSize, kGroup, kFlags>(p);
@@ -148,7 +147,6 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
 
   const int num_blocks = (split_end - split_begin + kDecodeBlockTokens - 1) / kDecodeBlockTokens;
   using Loader = FullBlockLoader<T, kHeadDim, kPageSize>;
-  constexpr bool kGeneralPrefetch = !Loader::kUsable && kPrefetchPages<kPageSize>;
   Loader loader;
   BlockPages<T, kHeadDim, kPageSize> pages;
   // Lambdas, not calls in the path that uses them: a lambda's body is instantiated on every path,

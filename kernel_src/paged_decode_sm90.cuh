@@ -119,7 +119,6 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   using Shape = DecodeSm90Shape<kHeadDim, kPageSize>;
   constexpr int kStages = Shape::kStages;
   constexpr int kQLen = decode_q_len(kFlags);
-  constexpr int kRowStride = kHeadDim + 8;
   static_assert(kSplits == 1 || decode_merge_bytes<kHeadDim>() + decode_slot_bytes<kHeadDim>() <=
                                     kStages * Shape::kStageBytes,
                 "a group's slot fits its ring after the merge");

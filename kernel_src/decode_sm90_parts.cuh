@@ -1,7 +1,6 @@
 // The sm_90a decode's parts (paged_decode_sm90.cuh): its ring's shape and swizzle, each split
-// group's place in shared memory, the barriers' setup, the fixes of a loaded stage's tail and
-// appended rows, the warp's S and P V steps from swizzled tiles, and a wide CTA's merge of its
-// splits.
+// group's place in shared memory, the barriers' setup, the warp's S and P V steps from swizzled
+// tiles, and a wide CTA's merge of its splits.
 #pragma once
 
 #include "hopper_params.h"
@@ -111,48 +110,6 @@ __device__ __forceinline__ void init_decode_sm90_barriers(sm90::u64* full, sm90:
   fence_mbar_init();
   tma_prefetch_map(map_k);
   tma_prefetch_map(map_v);
-}
-
-// A wide CTA's empty split: zeros with LSE -inf in its slot, which weigh nothing in the CTA's
-// merge, or in split 0 of an empty sequence the sinks' LSE (as write_empty_rows gives the combine).
-template <int kHeadDim, int kFlags>
-__device__ __forceinline__ void write_empty_slot(const PagedDecodeParams& p, const DecodeWork& w, float* slot,
-                                                 unsigned thread) {
-  constexpr int kQLen = decode_q_len(kFlags);
-  for (int i = thread; i < w.rows * kHeadDim; i += kDecodeThreads) slot[i] = 0.f;
-  if (thread < w.rows)
-    slot[kDecodeHeadsPerTile * kHeadDim + thread] =
-        has_feature<kFlags>(kFeatureSink) && w.split == 0
-            ? p.features.sinks[row_head<kQLen>(w.first_head, w.first_row, thread)]
-            : negative_infinity();
-}
-
-// A warp's 16 rows from `first_token` in a loaded stage, where they hold the split's tail or the
-// appended token: V rows past the split cleared (a loaded page's rows past the sequence may hold
-// anything, and 0 * NaN is NaN in P V), the appended token's K and V rows written from
-// new_k/new_v.
-template <typename T, int kHeadDim, int kChunkBytes>
-__device__ __forceinline__ void fix_sm90_rows(const PagedDecodeParams& p, const DecodeWork& w, unsigned char* k_tile,
-                                              unsigned char* v_tile, int first_token, int warp, int lane) {
-  constexpr int kPieces = kHeadDim / 8;  // 16-byte pieces of a row
-  for (int i = lane; i < 16 * kPieces; i += 32) {
-    const int r = i / kPieces;
-    const int piece = i % kPieces;
-    const int token = first_token + r;
-    const int offset = swizzled_offset<kChunkBytes>(warp * 16 + r, piece);
-    if (token >= w.split_end) {
-      *reinterpret_cast<uint4*>(v_tile + offset) = make_uint4(0u, 0u, 0u, 0u);
-    } else if (token == w.seq.append_token) {
-      const T* k_src = static_cast<const T*>(p.new_k) + w.batch_index * p.new_k_stride_batch +
-                       w.kv_head * p.new_k_stride_head;
-      const T* v_src = static_cast<const T*>(p.new_v) + w.batch_index * p.new_v_stride_batch +
-                       w.kv_head * p.new_v_stride_head;
-      *reinterpret_cast<uint4*>(k_tile + offset) = reinterpret_cast<const uint4*>(k_src)[piece];
-      *reinterpret_cast<uint4*>(v_tile + offset) = reinterpret_cast<const uint4*>(v_src)[piece];
-    }
-  }
-  sm90::fence_proxy_async_shared();  // before a later TMA refills the stage
-  __syncwarp();
 }
 
 // S = Q K^T for a warp's 16 tokens from a swizzled K tile: k_address is the lane's ldmatrix row,

@@ -33,77 +33,6 @@
 
 namespace astrai {
 
-// A split's blocks (not empty): the first copies issued (warp 0), the Q tile loaded, then each
-// block's stage waited for and its 16 tokens a warp taken through S, the softmax and P V, and the
-// warps merged into the tile's rows (or, in a wide CTA, the group's slot). `page`: the ids of
-// block 0's boxes; `issue(block, page)` and `box_page(block)` are the kernel's copy and lookup.
-template <typename T, int kHeadDim, int kPageSize, int kFlags, int kSplits, typename Issue, typename BoxPage>
-__device__ __forceinline__ void decode_sm90_blocks(const PagedDecodeParams& p, const DecodeWork& w, T* smem_q,
-                                                   unsigned char* ring, sm90::u64* full, float* slot,
-                                                   unsigned thread, int lane, int warp, int page, Issue& issue,
-                                                   BoxPage& box_page) {
-  using namespace sm90;
-  using Shape = DecodeSm90Shape<kHeadDim, kPageSize>;
-  constexpr int kStages = Shape::kStages;
-  constexpr int kQLen = decode_q_len(kFlags);
-  constexpr int kRowStride = kHeadDim + 8;
-  const int num_blocks = (w.split_end - w.split_begin + kDecodeBlockTokens - 1) / kDecodeBlockTokens;
-  // Page ids are looked up a block ahead of their issue, so the lookup never stalls it.
-  if (warp == 0) {
-    for (int block = 0; block < kStages - 1 && block < num_blocks; ++block) {
-      const int next = box_page(block + 1);
-      issue(block, page);
-      page = next;
-    }
-  }
-  load_decode_q_tile<T, kHeadDim, kQLen, false>(p, w, smem_q, thread);
-  decode_group_sync<kSplits>();
-
-  DecodeWarpSoftmax<kHeadDim, kFlags> state;
-  state.init(p, w);
-  // Per-lane ldmatrix rows (the fragment layouts of mma.m16n8k16) and the swizzle's XOR of
-  // their pieces: K rows 16w + (l / 16) 8 + l % 8, piece 2kk + (l / 8) % 2; V (transposed) rows
-  // 16w + ((l / 8) % 2) 8 + l % 8, piece 2dd + l / 16. Piece 2m + b of a row r sits at
-  // (2m) ^ (b ^ r % 8).
-  const unsigned q_address = shared_address(smem_q + (lane & 15) * kRowStride + (lane >> 4) * 8);
-  const int k_row = warp * 16 + (lane >> 4) * 8 + (lane & 7);
-  const int k_xor = ((lane >> 3) & 1) ^ (lane & 7);
-  const int v_row = warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-  const int v_xor = (lane >> 4) ^ (lane & 7);
-
-  for (int block = 0; block < num_blocks; ++block) {
-    if (warp == 0 && block + kStages - 1 < num_blocks) {
-      const int next = box_page(block + kStages);
-      issue(block + kStages - 1, page);
-      page = next;
-    }
-    const int s = block % kStages;
-    mbar_wait(&full[s], (block / kStages) & 1);
-    unsigned char* k_tile = ring + s * Shape::kStageBytes;
-    unsigned char* v_tile = k_tile + Shape::kTileBytes;
-    const int first_token = w.split_begin + block * kDecodeBlockTokens + warp * 16;
-    if (first_token < w.split_end) {
-      // The tail's V rows past the split are cleared; the appended token comes from new_k/new_v.
-      const bool has_append = w.seq.append_token >= first_token && w.seq.append_token < first_token + 16;
-      if (first_token + 16 > w.split_end || has_append)
-        fix_sm90_rows<T, kHeadDim, Shape::kChunkBytes>(p, w, k_tile, v_tile, first_token, warp, lane);
-
-      // S = Q K^T for this warp's 16 tokens.
-      const unsigned k_address = shared_address(k_tile) + k_row * 128;
-      float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-      sm90_decode_scores<T, kHeadDim, Shape::kChunkBytes>(sc, q_address, k_address, k_xor);
-      unsigned pa[4];
-      state.template step<T>(sc, pa, p, w, first_token);
-      // O += P V.
-      const unsigned v_address = shared_address(v_tile) + v_row * 128;
-      sm90_decode_pv<T, kHeadDim, Shape::kChunkBytes>(state.o, pa, v_address, v_xor);
-    }
-    decode_group_sync<kSplits>();  // every warp is done with stage s: the next block's issue refills it
-  }
-  // Every issued block has been waited for: the ring is free for the merge.
-  merge_decode_warps<T, kHeadDim, kFlags, false, kSplits>(p, w, state, ring, 1.f, slot);
-}
-
 // kSplits > 1 (a wide CTA, `.wide` variants): the CTA runs the kSplits splits of its (request,
 // KV head, head tile) side by side, a group of kDecodeThreads threads each with its own Q tile,
 // ring and barriers (decode_sm90_wide_region_bytes), waiting on its group's named barrier;
@@ -119,6 +48,8 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   using Shape = DecodeSm90Shape<kHeadDim, kPageSize>;
   constexpr int kStages = Shape::kStages;
   constexpr int kQLen = decode_q_len(kFlags);
+  constexpr int kRowStride = kHeadDim + 8;
+  constexpr int kPieces = kHeadDim / 8;  // 16-byte pieces of a row
   static_assert(kSplits == 1 || decode_merge_bytes<kHeadDim>() + decode_slot_bytes<kHeadDim>() <=
                                     kStages * Shape::kStageBytes,
                 "a group's slot fits its ring after the merge");
@@ -215,12 +146,20 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   if constexpr (kSplits == 1) {
     if (!decode_work_begin<T, kHeadDim, kPageSize, kFlags>(p, w)) return;
   } else if (empty_split) {
-    write_empty_slot<kHeadDim, kFlags>(p, w, slot, thread);
+    // Zeros with LSE -inf, which weigh nothing in the CTA's merge, or in split 0 of an empty
+    // sequence the sinks' LSE (as write_empty_rows gives the combine).
+    for (int i = thread; i < w.rows * kHeadDim; i += kDecodeThreads) slot[i] = 0.f;
+    if (thread < w.rows)
+      slot[kDecodeHeadsPerTile * kHeadDim + thread] =
+          has_feature<kFlags>(kFeatureSink) && w.split == 0
+              ? p.features.sinks[row_head<kQLen>(w.first_head, w.first_row, thread)]
+              : negative_infinity();
   } else if (kPageSize > 0 && w.head_tile == 0 && w.seq.append_token >= w.split_begin &&
              w.seq.append_token < w.split_end) {
     append_new_token<T, kHeadDim, kPageSize, kFlags>(p, w.seq, w.batch_index, w.kv_head, thread, kDecodeThreads);
   }
   if (!empty_split) {
+    const int num_blocks = (w.split_end - w.split_begin + kDecodeBlockTokens - 1) / kDecodeBlockTokens;
     auto issue = [&](int block, int page) {
       const int s = block % kStages;
       if (lane == 0) mbar_arrive_expect_tx(&full[s], Shape::kStageBytes);
@@ -231,8 +170,78 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
                     box_row(token), token < w.split_end ? page : -1, l2_evict_first_policy());
       }
     };
-    decode_sm90_blocks<T, kHeadDim, kPageSize, kFlags, kSplits>(p, w, smem_q, ring, full, slot, thread, lane, warp,
-                                                                page, issue, box_page);
+    // Page ids are looked up a block ahead of their issue, so the lookup never stalls it.
+    if (warp == 0) {
+      for (int block = 0; block < kStages - 1 && block < num_blocks; ++block) {
+        const int next = box_page(block + 1);
+        issue(block, page);
+        page = next;
+      }
+    }
+    load_decode_q_tile<T, kHeadDim, kQLen, false>(p, w, smem_q, thread);
+    decode_group_sync<kSplits>();
+
+    DecodeWarpSoftmax<kHeadDim, kFlags> state;
+    state.init(p, w);
+    // Per-lane ldmatrix rows (the fragment layouts of mma.m16n8k16) and the swizzle's XOR of
+    // their pieces: K rows 16w + (l / 16) 8 + l % 8, piece 2kk + (l / 8) % 2; V (transposed) rows
+    // 16w + ((l / 8) % 2) 8 + l % 8, piece 2dd + l / 16. Piece 2m + b of a row r sits at
+    // (2m) ^ (b ^ r % 8).
+    const unsigned q_address = shared_address(smem_q + (lane & 15) * kRowStride + (lane >> 4) * 8);
+    const int k_row = warp * 16 + (lane >> 4) * 8 + (lane & 7);
+    const int k_xor = ((lane >> 3) & 1) ^ (lane & 7);
+    const int v_row = warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+    const int v_xor = (lane >> 4) ^ (lane & 7);
+
+    for (int block = 0; block < num_blocks; ++block) {
+      if (warp == 0 && block + kStages - 1 < num_blocks) {
+        const int next = box_page(block + kStages);
+        issue(block + kStages - 1, page);
+        page = next;
+      }
+      const int s = block % kStages;
+      mbar_wait(&full[s], (block / kStages) & 1);
+      unsigned char* k_tile = ring + s * Shape::kStageBytes;
+      unsigned char* v_tile = k_tile + Shape::kTileBytes;
+      const int first_token = w.split_begin + block * kDecodeBlockTokens + warp * 16;
+      if (first_token < w.split_end) {
+        // The tail's V rows past the split are cleared; the appended token comes from new_k/new_v.
+        const bool has_append = w.seq.append_token >= first_token && w.seq.append_token < first_token + 16;
+        if (first_token + 16 > w.split_end || has_append) {
+          for (int i = lane; i < 16 * kPieces; i += 32) {
+            const int r = i / kPieces;
+            const int piece = i % kPieces;
+            const int token = first_token + r;
+            const int offset = swizzled_offset<Shape::kChunkBytes>(warp * 16 + r, piece);
+            if (token >= w.split_end) {
+              *reinterpret_cast<uint4*>(v_tile + offset) = make_uint4(0u, 0u, 0u, 0u);
+            } else if (token == w.seq.append_token) {
+              const T* k_src = static_cast<const T*>(p.new_k) + w.batch_index * p.new_k_stride_batch +
+                               w.kv_head * p.new_k_stride_head;
+              const T* v_src = static_cast<const T*>(p.new_v) + w.batch_index * p.new_v_stride_batch +
+                               w.kv_head * p.new_v_stride_head;
+              *reinterpret_cast<uint4*>(k_tile + offset) = reinterpret_cast<const uint4*>(k_src)[piece];
+              *reinterpret_cast<uint4*>(v_tile + offset) = reinterpret_cast<const uint4*>(v_src)[piece];
+            }
+          }
+          fence_proxy_async_shared();  // before a later TMA refills the stage
+          __syncwarp();
+        }
+
+        // S = Q K^T for this warp's 16 tokens.
+        const unsigned k_address = shared_address(k_tile) + k_row * 128;
+        float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        sm90_decode_scores<T, kHeadDim, Shape::kChunkBytes>(sc, q_address, k_address, k_xor);
+        unsigned pa[4];
+        state.template step<T>(sc, pa, p, w, first_token);
+        // O += P V.
+        const unsigned v_address = shared_address(v_tile) + v_row * 128;
+        sm90_decode_pv<T, kHeadDim, Shape::kChunkBytes>(state.o, pa, v_address, v_xor);
+      }
+      decode_group_sync<kSplits>();  // every warp is done with stage s: the next block's issue refills it
+    }
+    // Every issued block has been waited for: the ring is free for the merge.
+    merge_decode_warps<T, kHeadDim, kFlags, false, kSplits>(p, w, state, ring, 1.f, slot);
   }
   if constexpr (kSplits > 1) merge_wide_splits<T, kHeadDim, kQLen, kSplits>(p, w, smem_raw, merge_done);
 }

@@ -139,8 +139,8 @@ __device__ __forceinline__ void prefetch_l2(const void* address) {
 
 // An L2 cache policy (sm_80+) that makes the lines a load brings the first to be evicted: for
 // data read once, like a decode's K and V, so that streaming it does not push out of L2 what is
-// read again (the page table, Q, the split workspace; runs 105-106: hd64 24/4 3.4-4.3% faster,
-// B1 x 32768 5.6-5.9%). Made at each load: held in a register across the decode's loop
+// read again (the page table, Q, the split workspace): the H200 decode at hd64 24/4 ran 3.4-4.3%
+// faster with it, batch 1 x 32768 tokens 5.6-5.9%. Made at each load: held in a register across the decode's loop
 // instead, it cost the contiguous hd64 kernel 16 registers.
 __device__ __forceinline__ unsigned long long l2_evict_first_policy() {
   unsigned long long policy;

@@ -177,8 +177,8 @@ struct RotaryParams {
 // Division by a number fixed at launch, as a multiply and a shift that the host works out
 // (Granlund and Montgomery's method): on the GPU a 32-bit division is a reciprocal on the MUFU
 // pipe and its fix-ups. A causal CTA, whose tile order is a chain of such divisions, had its tile
-// about 780 cycles later than a non-causal one (docs/device-notes.md, run 162's trace); the
-// divisors gained AstrAI's short prompts 2.0% / 1.1% (run 164). Exact for dividends below 2^31
+// about 780 cycles later than a non-causal one in a traced H200 run; the divisors made short
+// prompts' prefill 1-2% faster. Exact for dividends below 2^31
 // and divisors from 1 to 2^31.
 struct FastDivisor {
   unsigned divisor;
@@ -304,7 +304,7 @@ constexpr int prefill_core_smem_bytes(int head_dim) {
 // grid. So positions are taken in kPrefillCausalBands bands from the diagonal down, each band
 // row by row, so that the CTAs running together still share their K and V: heaviest first
 // across the grid. Non-causal grids keep the launch order (prefill_tile in prefill.cuh): taking
-// the rows' partial tiles last timed up to 2.4% slower (run 146).
+// the rows' partial tiles last timed up to 2.4% slower.
 inline constexpr int kPrefillCausalBands = 4;
 // Index is the integer type of the grid's CTA ids: unsigned where the grid has under 2^32 CTAs
 // (the kernels then divide in 32 bits: a 64-bit division is a call on the GPU), long long else.

@@ -6,15 +6,15 @@
 // does the address work the cp.async loaders spent most of their instructions on, and deeper
 // rings cost no registers. A barrier at the end of each block (the CTA's; in a wide CTA, the
 // group's named barrier) frees its stage for the next issue (an empty mbarrier per stage instead,
-// each warp arriving and warp 0 waiting before a refill, was no faster in run 56 and 0.2-1.5%
-// slower on every bench row in run 93). The first copies leave before the Q tile loads (the
-// latency a short split waits on). The copies mark their lines first to be evicted from L2: K
-// and V are read once (l2_evict_first_policy).
+// each warp arriving and warp 0 waiting before a refill, was no faster, then 0.2-1.5% slower on
+// every bench row). The first copies leave before the Q tile loads (the latency a short split
+// waits on). The copies mark their lines first to be evicted from L2: K and V are read once
+// (l2_evict_first_policy).
 // Launched as a programmatic dependent of the kernel before it: before its griddepcontrol.wait
 // come the barrier setup, the tensor-map prefetch and L2 prefetches of the CTA's first reads
 // (sequence length, Q rows, the first blocks' K and V, steered by page ids read through L2
 // alone), so that a kernel ahead that lets this one start early hides their memory latency
-// (run 96: batch 1 x 1024 7.19 -> 6.75 us, hd64 24/4 2.4% faster, larger shapes within noise).
+// (batch 1 x 1024 tokens 7.19 -> 6.75 us, hd64 24/4 2.4% faster, larger shapes within noise).
 //
 // Shared memory: the Q tile (padded rows, as the portable kernel), then the ring aligned to
 // 1024 bytes: per stage K then V, each [kHeadDim / 64 chunks][64 rows][128 bytes] with the
@@ -29,101 +29,9 @@
 // new_k/new_v, as every decode kernel reads it.
 #pragma once
 
-#include "hopper_params.h"
-#include "hopper_ptx.cuh"
-#include "paged_decode.cuh"
+#include "decode_sm90_parts.cuh"
 
 namespace astrai {
-
-template <int kHeadDim, int kPageSize>
-struct DecodeSm90Shape {
-  static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head_dim");
-  static_assert(kPageSize == 0 || kPageSize >= 16, "page_size");
-  static constexpr int kStages = kDecodeSm90Stages;
-  static constexpr int kChunks = kHeadDim / 64;                    // 128-byte chunks of a row
-  static constexpr int kChunkBytes = kDecodeBlockTokens * 128;     // one chunk of a block's K or V
-  static constexpr int kTileBytes = kChunks * kChunkBytes;         // a block's K or V
-  static constexpr int kStageBytes = 2 * kTileBytes;
-  static constexpr int kBoxRows = kPageSize == 0 || kPageSize >= kDecodeBlockTokens ? kDecodeBlockTokens : kPageSize;
-  static constexpr int kBoxes = kDecodeBlockTokens / kBoxRows;  // per chunk of K or V
-  static constexpr int kCopies = 2 * kChunks * kBoxes;          // boxes per block, a lane each
-  static_assert(kCopies <= 32, "one lane per box");
-  static constexpr int kQBytes = kDecodeHeadsPerTile * (kHeadDim + 8) * 2;
-  static_assert(kStages * kStageBytes >= decode_merge_bytes<kHeadDim>(), "the merge fits in the ring");
-  // The Q tile, the alignment slack, the ring and its barriers: what the host reserves.
-  static_assert(kQBytes + 1024 + kStages * (kStageBytes + 8) <= decode_sm90_smem_bytes(kHeadDim),
-                "decode_sm90_smem_bytes covers the kernel's layout");
-};
-
-// Byte offset of 16-byte piece `piece` of row `row` in a swizzled K or V tile.
-template <int kChunkBytes>
-__device__ __forceinline__ int swizzled_offset(int row, int piece) {
-  return (piece >> 3) * kChunkBytes + row * 128 + (((piece & 7) ^ (row & 7)) << 4);
-}
-
-// Group g's ring: the first 1 KB boundary (of the shared address) after the Q tile of its region
-// (a CTA of one group: g = 0, the region is all of shared memory). Offset from smem_raw, not
-// rounded as an integer, the pointer keeps its address space: the merge and the tail's stores
-// into the ring compile to shared, not generic, accesses.
-template <int kHeadDim>
-__device__ __forceinline__ unsigned char* group_ring(unsigned char* smem_raw, unsigned g) {
-  unsigned char* region = smem_raw + g * decode_sm90_wide_region_bytes(kHeadDim);
-  const unsigned q_end = shared_address(region) + DecodeSm90Shape<kHeadDim, 0>::kQBytes;
-  return region + ((q_end + 1023) & ~1023u) - shared_address(region);
-}
-
-// A wide CTA's end: once every thread has arrived on `merge_done`, each group having left its
-// rows in its slot (an empty split: zeros and LSE -inf, or the sinks' LSE in split 0), the CTA
-// merges each row's splits by their LSEs, as the split combine does, and writes the output and
-// the LSE.
-template <typename T, int kHeadDim, int kQLen, int kSplits>
-__device__ __forceinline__ void merge_wide_splits(const PagedDecodeParams& p, const DecodeWork& w,
-                                                  unsigned char* smem_raw, sm90::u64* merge_done) {
-  using namespace sm90;
-  mbar_arrive(merge_done);
-  mbar_wait(merge_done, 0);
-  const float* slots[kSplits];
-#pragma unroll
-  for (int g = 0; g < kSplits; ++g)
-    slots[g] = reinterpret_cast<const float*>(group_ring<kHeadDim>(smem_raw, g) + decode_merge_bytes<kHeadDim>());
-  // The group's split index of each slot is `g`; a CTA's splits cover its whole sequence.
-  const SplitWorkspace direct{nullptr, nullptr, 1};
-  for (int e = threadIdx.x; e < w.rows * (kHeadDim / 4); e += kSplits * kDecodeThreads) {
-    const int row = e / (kHeadDim / 4);
-    const int col = (e % (kHeadDim / 4)) * 4;
-    float lse[kSplits];
-    float max_lse = negative_infinity();
-#pragma unroll
-    for (int g = 0; g < kSplits; ++g) {
-      lse[g] = slots[g][kDecodeHeadsPerTile * kHeadDim + row];
-      max_lse = fmaxf(max_lse, lse[g]);
-    }
-    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-    float total = 0.f;
-#pragma unroll
-    for (int g = 0; g < kSplits; ++g) {
-      // Empty splits carry -inf and weigh nothing (their slot's values are never read); an
-      // all-empty row outputs zeros.
-      if (max_lse == negative_infinity() || lse[g] == negative_infinity()) continue;
-      const float weight = __expf(lse[g] - max_lse);
-      total += weight;
-      const float4 v = *reinterpret_cast<const float4*>(slots[g] + row * kHeadDim + col);
-      sum.x += weight * v.x;
-      sum.y += weight * v.y;
-      sum.z += weight * v.z;
-      sum.w += weight * v.w;
-    }
-    const float scale = total > 0.f ? 1.f / total : 0.f;
-    sum.x *= scale;
-    sum.y *= scale;
-    sum.z *= scale;
-    sum.w *= scale;
-    store_row_quad<T, kHeadDim, kQLen>(direct, p.out, p.out_stride_batch, p.out_stride_seq, p.out_stride_head, p.lse,
-                                       p.batch, p.n_heads, 0, w.batch_index, row_token<kQLen>(w.first_row, row),
-                                       row_head<kQLen>(w.first_head, w.first_row, row), col, sum,
-                                       total > 0.f ? max_lse + __logf(total) : max_lse);
-  }
-}
 
 // kSplits > 1 (a wide CTA, `.wide` variants): the CTA runs the kSplits splits of its (request,
 // KV head, head tile) side by side, a group of kDecodeThreads threads each with its own Q tile,
@@ -164,20 +72,14 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   // after region 0's ring barriers. Behind a bar.sync (0 or named) racecheck reported a group's
   // slot stores as racing with the loads of a group that had reached the barrier first: it
   // orders accesses by how many barriers each warp has passed, and each group passes its own
-  // named barrier once a block of its split (docs/device-notes.md, runs 124-128).
+  // named barrier once a block of its split.
   u64* merge_done = reinterpret_cast<u64*>(group_ring<kHeadDim>(smem_raw, 0) + kStages * (Shape::kStageBytes + 8));
   static_assert(kSplits == 1 || Shape::kQBytes + 1024 + kStages * (Shape::kStageBytes + 8) + 8 <=
                                     decode_sm90_wide_region_bytes(kHeadDim),
                 "a wide CTA's region 0 holds the merge's barrier");
   // Before the wait for the previous kernel (a programmatic dependent launch overlaps this with
   // its tail) only what no kernel writes: the barriers and the tensor maps.
-  if (thread == 0) {
-    for (int s = 0; s < kStages; ++s) mbar_init(&full[s], 1);
-    if (kSplits > 1 && group == 0) mbar_init(merge_done, kSplits * kDecodeThreads);
-    fence_mbar_init();
-    tma_prefetch_map(&map_k);
-    tma_prefetch_map(&map_v);
-  }
+  if (thread == 0) init_decode_sm90_barriers<kStages, kSplits>(full, merge_done, group, &map_k, &map_v);
   if constexpr (kSplits > 1) __syncthreads();  // merge_done is set up before any thread arrives
 
   // Warp 0, lane j < kCopies: box j % kBoxes of chunk (j / kBoxes) % kChunks of K (or V from
@@ -329,26 +231,12 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
         // S = Q K^T for this warp's 16 tokens.
         const unsigned k_address = shared_address(k_tile) + k_row * 128;
         float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-  #pragma unroll
-        for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-          unsigned a[4];
-          unsigned b[4];
-          ldmatrix_x4(a, q_address + kk * 32);
-          ldmatrix_x4(b, k_address + (kk >> 2) * Shape::kChunkBytes + (((2 * (kk & 3)) ^ k_xor) << 4));
-          Mma<T>::run(sc[0], a, b[0], b[1]);
-          Mma<T>::run(sc[1], a, b[2], b[3]);
-        }
+        sm90_decode_scores<T, kHeadDim, Shape::kChunkBytes>(sc, q_address, k_address, k_xor);
         unsigned pa[4];
         state.template step<T>(sc, pa, p, w, first_token);
         // O += P V.
         const unsigned v_address = shared_address(v_tile) + v_row * 128;
-  #pragma unroll
-        for (int dd = 0; dd < kHeadDim / 16; ++dd) {
-          unsigned b[4];
-          ldmatrix_x4_trans(b, v_address + (dd >> 2) * Shape::kChunkBytes + (((2 * (dd & 3)) ^ v_xor) << 4));
-          Mma<T>::run(state.o[2 * dd], pa, b[0], b[1]);
-          Mma<T>::run(state.o[2 * dd + 1], pa, b[2], b[3]);
-        }
+        sm90_decode_pv<T, kHeadDim, Shape::kChunkBytes>(state.o, pa, v_address, v_xor);
       }
       decode_group_sync<kSplits>();  // every warp is done with stage s: the next block's issue refills it
     }

@@ -412,17 +412,37 @@ TEST_CASE("the paged decode closure holds exactly its transitive includes") {
     names.insert(std::string(name));
   }
   CHECK(names.size() == closure.size());  // no duplicates
-  for (const char* expected : {"paged_decode.cuh", "kernel_params.h", "astrai_common.cuh",
-                               "mma_utils.cuh", "attention_combine.cuh"}) {
+  // The decode's rooms, both paths' (the closure follows every #include line, #if or not).
+  for (const char* expected :
+       {"paged_decode.cuh", "kernel_params.h", "astrai_common.cuh", "mma_utils.cuh", "attention_combine.cuh",
+        "decode_work.cuh", "decode_append.cuh", "decode_start.cuh", "decode_kv_loaders.cuh", "decode_kv8_layout.cuh",
+        "decode_kv8_loaders.cuh", "decode_q_tile.cuh", "decode_softmax.cuh", "decode_mma_steps.cuh",
+        "decode_merge.cuh", "paged_decode_mma.cuh", "paged_decode_cuda_cores.cuh"}) {
     CAPTURE(expected);
     CHECK(names.count(expected) == 1);
   }
+  CHECK(names.count("paged_decode_sm90.cuh") == 0);
+  CHECK(names.count("prefill.cuh") == 0);
   CHECK(names.count("rotary_emb.cuh") == 0);
   CHECK(names == transitive_includes("paged_decode.cuh"));
   // Sorted by name.
   for (std::size_t i = 1; i < closure.size(); ++i) CHECK(closure[i - 1].first < closure[i].first);
   // Memoized: the same vector on every call.
   CHECK(&kernel_source_closure("paged_decode.cuh") == &closure);
+}
+
+TEST_CASE("no decode kernel source is over 800 lines") {
+  // The decode's rooms stay small enough to read whole; the sm_90a decode's closure holds them all.
+  const auto& closure = kernel_source_closure("paged_decode_sm90.cuh");
+  std::set<std::string> names;
+  for (const auto& source : closure) {
+    names.insert(std::string(source.first));
+    CAPTURE(std::string(source.first));
+    CHECK(std::count(source.second.begin(), source.second.end(), '\n') <= 800);
+  }
+  CHECK(names.count("decode_sm90_parts.cuh") == 1);
+  CHECK(names.count("paged_decode.cuh") == 1);
+  CHECK(names.count("decode_merge.cuh") == 1);
 }
 
 TEST_CASE("the rotary closure holds its includes and none of the attention headers") {

@@ -8,6 +8,76 @@
 #ifdef ASTRAI_NO_MMA
 namespace astrai {
 
+// Tokens [block_start, block_start + kPrefillCoreBlockKv) of K and V into the shared tiles, widened
+// from an FP8 cache as they load; tokens at or past kv_end and on unmapped pages are zeros.
+template <typename T, int kHeadDim, int kPageSize, int kFlags>
+__device__ __forceinline__ void prefill_core_load_kv(const PrefillParams& p, const int* table_row, const T* k_head,
+                                                     const T* v_head, const PrefillKv8& kv8, T* smem_k, T* smem_v,
+                                                     int block_start, int pass_kv_end) {
+  using Shape = PrefillShape<kHeadDim, kPageSize>;
+  constexpr int kRowStride = Shape::kRowStride;
+  constexpr int kChunksPerRow = Shape::kChunksPerRow;
+  constexpr int kBlockKv = kPrefillCoreBlockKv;
+  constexpr bool kFp8 = has_fp8_kv<kFlags>();
+  constexpr bool kE5m2 = has_feature<kFlags>(kFeatureKvE5m2);
+  for (int chunk = threadIdx.x; chunk < kBlockKv * kChunksPerRow; chunk += kPrefillThreads) {
+    const int row = chunk / kChunksPerRow;
+    const int col = (chunk % kChunksPerRow) * 8;
+    const int token = block_start + row;
+    uint4 k_value = make_uint4(0, 0, 0, 0);
+    uint4 v_value = make_uint4(0, 0, 0, 0);
+    long long k_offset = 0;
+    long long v_offset = 0;
+    if (token < pass_kv_end &&
+        prefill_kv_offsets<kPageSize>(p, table_row, token, &k_offset, &v_offset)) {
+      if constexpr (kFp8) {
+        const uint2 k_bytes = *reinterpret_cast<const uint2*>(kv8.k_head + k_offset + col);
+        const uint2 v_bytes = *reinterpret_cast<const uint2*>(kv8.v_head + v_offset + col);
+        k_value = widen_fp8x8<T, kE5m2>(k_bytes.x, k_bytes.y);
+        v_value = widen_fp8x8<T, kE5m2>(v_bytes.x, v_bytes.y);
+      } else {
+        k_value = *reinterpret_cast<const uint4*>(k_head + k_offset + col);
+        v_value = *reinterpret_cast<const uint4*>(v_head + v_offset + col);
+      }
+    }
+    *reinterpret_cast<uint4*>(smem_k + row * kRowStride + col) = k_value;
+    *reinterpret_cast<uint4*>(smem_v + row * kRowStride + col) = v_value;
+  }
+}
+
+// The warp's rows normalized (sinks folded in) into out, and their LSE.
+template <typename T, int kHeadDim, int kFlags>
+__device__ __forceinline__ void prefill_core_store(const PrefillParams& p, const PrefillRequest& r, const PrefillKv8& kv8,
+                                                   float (&acc)[kPrefillCoreRowsPerWarp][CeilDiv<kHeadDim, 32>::value],
+                                                   float (&row_max)[kPrefillCoreRowsPerWarp],
+                                                   float (&row_sum)[kPrefillCoreRowsPerWarp], int batch_index, int head,
+                                                   int warp_row0, int warp_rows, int lane) {
+  constexpr int kRows = kPrefillCoreRowsPerWarp;
+  constexpr int kPerLane = CeilDiv<kHeadDim, 32>::value;
+  constexpr bool kFp8 = has_fp8_kv<kFlags>();
+  T* out_rows = static_cast<T*>(p.out) + batch_index * p.out_stride_batch +
+                static_cast<long long>(r.q_start + warp_row0) * p.out_stride_seq +
+                head * p.out_stride_head;
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    float total = warp_all_sum(row_sum[i]);
+    if (i >= warp_rows) continue;
+    float sink_factor = 1.f;
+    if constexpr (has_feature<kFlags>(kFeatureSink))
+      sink_factor = fold_sink(p.features.sinks[head], &row_max[i], &total);
+    const bool empty = !(total > 0.f);
+    const float inverse = empty ? 0.f : (kFp8 ? sink_factor * kv8.v_scale : sink_factor) / total;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int d = lane + 32 * k;
+      if (d < kHeadDim) out_rows[i * p.out_stride_seq + d] = from_float<T>(acc[i][k] * inverse);
+    }
+    if (p.lse != nullptr && lane == 0)
+      p.lse[(r.lse_row + warp_row0 + i) * p.n_heads + head] =
+          empty ? negative_infinity() : (row_max[i] + log2f(total)) * kLn2;
+  }
+}
+
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_raw) {
   using Shape = PrefillShape<kHeadDim, kPageSize>;
@@ -37,7 +107,6 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
   prefill_kv_bases<T, kPageSize>(p, batch_index, kv_head, &k_head, &v_head, &table_row);
   // FP8: rows are widened as they load.
   constexpr bool kFp8 = has_fp8_kv<kFlags>();
-  constexpr bool kE5m2 = has_feature<kFlags>(kFeatureKvE5m2);
   const PrefillKv8 kv8 =
       kFp8 ? prefill_kv8<kPageSize>(p, batch_index, kv_head) : PrefillKv8{nullptr, nullptr, 1.f, 1.f};
   const int lane = threadIdx.x & 31;
@@ -99,29 +168,8 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
             : 0;
     for (int block_start = pass_kv_begin; block_start < pass_kv_end; block_start += kBlockKv) {
       __syncthreads();  // every warp is done with the previous tile
-      for (int chunk = threadIdx.x; chunk < kBlockKv * kChunksPerRow; chunk += kPrefillThreads) {
-        const int row = chunk / kChunksPerRow;
-        const int col = (chunk % kChunksPerRow) * 8;
-        const int token = block_start + row;
-        uint4 k_value = make_uint4(0, 0, 0, 0);
-        uint4 v_value = make_uint4(0, 0, 0, 0);
-        long long k_offset = 0;
-        long long v_offset = 0;
-        if (token < pass_kv_end &&
-            prefill_kv_offsets<kPageSize>(p, table_row, token, &k_offset, &v_offset)) {
-          if constexpr (kFp8) {
-            const uint2 k_bytes = *reinterpret_cast<const uint2*>(kv8.k_head + k_offset + col);
-            const uint2 v_bytes = *reinterpret_cast<const uint2*>(kv8.v_head + v_offset + col);
-            k_value = widen_fp8x8<T, kE5m2>(k_bytes.x, k_bytes.y);
-            v_value = widen_fp8x8<T, kE5m2>(v_bytes.x, v_bytes.y);
-          } else {
-            k_value = *reinterpret_cast<const uint4*>(k_head + k_offset + col);
-            v_value = *reinterpret_cast<const uint4*>(v_head + v_offset + col);
-          }
-        }
-        *reinterpret_cast<uint4*>(smem_k + row * kRowStride + col) = k_value;
-        *reinterpret_cast<uint4*>(smem_v + row * kRowStride + col) = v_value;
-      }
+      prefill_core_load_kv<T, kHeadDim, kPageSize, kFlags>(p, table_row, k_head, v_head, kv8, smem_k, smem_v,
+                                                           block_start, pass_kv_end);
       __syncthreads();
       if (block_start >= warp_max_stop) continue;  // warp-uniform; the barrier is at the top
 
@@ -194,27 +242,8 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
       }
     }
 
-    T* out_rows = static_cast<T*>(p.out) + batch_index * p.out_stride_batch +
-                  static_cast<long long>(r.q_start + warp_row0) * p.out_stride_seq +
-                  head * p.out_stride_head;
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      float total = warp_all_sum(row_sum[i]);
-      if (i >= warp_rows) continue;
-      float sink_factor = 1.f;
-      if constexpr (has_feature<kFlags>(kFeatureSink))
-        sink_factor = fold_sink(p.features.sinks[head], &row_max[i], &total);
-      const bool empty = !(total > 0.f);
-      const float inverse = empty ? 0.f : (kFp8 ? sink_factor * kv8.v_scale : sink_factor) / total;
-#pragma unroll
-      for (int k = 0; k < kPerLane; ++k) {
-        const int d = lane + 32 * k;
-        if (d < kHeadDim) out_rows[i * p.out_stride_seq + d] = from_float<T>(acc[i][k] * inverse);
-      }
-      if (p.lse != nullptr && lane == 0)
-        p.lse[(r.lse_row + warp_row0 + i) * p.n_heads + head] =
-            empty ? negative_infinity() : (row_max[i] + log2f(total)) * kLn2;
-    }
+    prefill_core_store<T, kHeadDim, kFlags>(p, r, kv8, acc, row_max, row_sum, batch_index, head, warp_row0, warp_rows,
+                                            lane);
   }
 }
 

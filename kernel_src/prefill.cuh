@@ -14,7 +14,7 @@
 namespace astrai {
 
 // Two CTAs per SM: asking for three on Hopper (168 registers, a few spills at head dim 128)
-// measured slower (H200: 267 -> 248-252 TFLOP/s, docs/device-notes.md run 14).
+// measured slower (H200: 267 -> 248-252 TFLOP/s).
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __global__ void __launch_bounds__(kPrefillThreads, 2) prefill_kernel(const PrefillParams p) {
   static_assert((kFlags & ~(kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2)) == 0,

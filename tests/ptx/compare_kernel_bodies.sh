@@ -3,7 +3,10 @@
 # reports DIFFERS: NVVM writes a `.global` definition for every namespace-scope constant and
 # every static constexpr member a kernel's templates instantiate, unreferenced or not, so moving
 # code into new structs or files changes that list without changing an instruction.
-#   tests/ptx/compare_kernel_bodies.sh OLD_ASTRAI_JIT NEW_ASTRAI_JIT MANIFEST
+#   tests/ptx/compare_kernel_bodies.sh OLD NEW MANIFEST
+# OLD and NEW are astrai-jit binaries (each warms the manifest into a fresh cache with
+# ASTRAI_JIT_DUMP set) or directories such a warm already dumped into (only the manifest's
+# variants are compared).
 # Each variant is reported as
 #   SAME       byte-identical PTX
 #   BODY-SAME  identical apart from the `.global` constant definitions, none of them referenced
@@ -13,16 +16,18 @@
 #   DIFFERS    instructions differ (the count of differing lines after normalizing)
 # Exit 0 when nothing DIFFERS, 1 otherwise, 2 on usage errors.
 set -uo pipefail
-if [ $# -ne 3 ] || [ ! -x "$1" ] || [ ! -x "$2" ] || [ ! -f "$3" ]; then
-  echo "usage: $0 OLD_ASTRAI_JIT NEW_ASTRAI_JIT MANIFEST" >&2
+if [ $# -ne 3 ] || [ ! -e "$1" ] || [ ! -e "$2" ] || [ ! -f "$3" ]; then
+  echo "usage: $0 OLD NEW MANIFEST (each of OLD, NEW an astrai-jit binary or a dump directory)" >&2
   exit 2
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 for side in old new; do
-  bin=$1
-  [ "$side" = new ] && bin=$2
-  if ! ASTRAI_JIT_DUMP="$work/$side" "$bin" warm --manifest "$3" --cache-dir "$work/cache-$side" \
+  source=$1
+  [ "$side" = new ] && source=$2
+  if [ -d "$source" ]; then
+    ln -s "$(cd "$source" && pwd)" "$work/$side"
+  elif ! ASTRAI_JIT_DUMP="$work/$side" "$source" warm --manifest "$3" --cache-dir "$work/cache-$side" \
       > "$work/$side.log" 2>&1; then
     echo "$side: warm failed:" >&2
     tail -n 5 "$work/$side.log" >&2
@@ -69,11 +74,11 @@ for line in sys.stdin:
 }
 status=0
 count=0
-for ptx in "$work"/old/*.ptx; do
-  name=$(basename "$ptx" .ptx)
+for name in $(sed 's/#.*//' "$3"); do
+  ptx="$work/old/$name.ptx"
   other="$work/new/$name.ptx"
   count=$((count + 1))
-  if [ ! -f "$other" ]; then
+  if [ ! -f "$ptx" ] || [ ! -f "$other" ]; then
     echo "MISSING    $name"
     status=1
   elif cmp -s "$ptx" "$other"; then

@@ -8,8 +8,11 @@
 
 namespace astrai {
 
-// One consumer warpgroup's tile `w`, whose Q is in slot `slot` (its barrier's phase `q_parity`)
-// and whose walk's first block takes ring step g.
+// What a consumer warpgroup's functions share while it computes a tile: its GEMMs, the turns it
+// takes with the other consumers, the softmax and the V tail's clearing, and the step of its walk.
+// prefill_sm90_consume (prefill_sm90.cuh) owns the state; the members are references to it, as
+// the kernel's lambdas held them before (the same function boundaries and the same by-reference
+// state keep the compiled instructions those of the single-function kernel).
 template <class C>
 struct PrefillSm90Consumer {
   using T = typename C::T;
@@ -36,8 +39,7 @@ struct PrefillSm90Consumer {
   // waits early.
   static constexpr bool kPinPvWait = kHeadDim >= 128;
 
-  // The tile's state, held by prefill_sm90_consume (below): references to its locals, one copy
-  // each for every role.
+  // The tile's state: references to prefill_sm90_consume's locals.
   const PrefillParams& p;
   const PrefillSm90Smem<C>& sm;
   const PrefillTile& cta;

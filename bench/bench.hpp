@@ -92,7 +92,7 @@ constexpr const char* kFooter =
     "Ceilings (always measured): streaming read of a 2 GiB bf16 buffer with 16-byte loads\n"
     "(bytes read), and a 2 GiB cuMemcpyDtoD (bytes read + written); median of max(10, --reps)\n"
     "timed runs after warm-up. The bf16 GEMM ceiling is measured on sm_90a (the wgmma GEMM of\n"
-    "kernel_src/hopper_gemm.cuh, 8192^3, random data); elsewhere the documented 763 TFLOP/s.\n"
+    "bench/kernels/hopper_gemm.cuh, 8192^3, random data); elsewhere the documented 763 TFLOP/s.\n"
     "Launch floor: graph-replayed calls of one and of two no-op kernels shaped as paged decode\n"
     "B1 x 1024 (128 CTAs, then the split combine's 32), programmatic dependent launches from\n"
     "sm_90 on: what a batch-1 decode call costs before any work.\n"
@@ -501,7 +501,7 @@ inline void sync_all() { check_cu(driver().cuCtxSynchronize(), "cuCtxSynchronize
 
 struct BenchKernels {
   CUmodule module = nullptr;
-  CUmodule hopper_module = nullptr;  // sm_90a: the wgmma GEMM of kernel_src/hopper_gemm.cuh
+  CUmodule hopper_module = nullptr;  // sm_90a: the wgmma GEMM of bench/kernels/hopper_gemm.cuh
   CUfunction gemm = nullptr;
   CUfunction fill_bf16 = nullptr;
   CUfunction fill_fp8 = nullptr;

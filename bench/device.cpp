@@ -1,6 +1,7 @@
 // Device set-up, the benchmark's own kernels (fill, stream read, no-op), timing and ceilings.
 #include "bench/bench.hpp"
 
+#include "bench_kernels.hpp"
 #include "kernel_src/hopper_params.h"
 #include "runtime/device.hpp"
 #include "runtime/kernel_sources.hpp"
@@ -182,13 +183,9 @@ void Bench::compile_kernels() {
   kernels_.noop = get("bench_noop");
   kernels_.dependent_noop = get("bench_dependent_noop");
   if (target != "sm_90a") return;
-  astrai::detail::CompileRequest gemm;
+  astrai::detail::CompileRequest gemm =
+      astrai::bench::bench_compile_request("hopper_gemm.cuh", "sm_90a", {"astrai_gemm_bf16_sm90"});
   gemm.variant_name = "astrai-bench wgmma GEMM";
-  gemm.main_file = "hopper_gemm.cuh";
-  const auto& closure = astrai::detail::kernel_source_closure(gemm.main_file);
-  gemm.headers.assign(closure.begin(), closure.end());
-  gemm.name_expressions = {"astrai_gemm_bf16_sm90"};
-  gemm.options = {"--std=c++17", "--gpu-architecture=sm_90a", "--device-as-default-execution-space"};
   const auto hopper = astrai::detail::nvrtc_compile(gemm, false);
   check_cu(api.cuModuleLoadData(&kernels_.hopper_module, hopper.binary.data()), "cuModuleLoadData(bench GEMM)", 0);
   check_cu(api.cuModuleGetFunction(&kernels_.gemm, kernels_.hopper_module, hopper.lowered_names[0].c_str()),
@@ -231,7 +228,7 @@ void Bench::measure_gemm() {
     gemm_.ok = true;
     gemm_.ms = stats_of(ms);
     gemm_.flops = 2.0 * kSize * kSize * static_cast<double>(kSize);
-    gemm_.note = "bf16 8192^3 C = A B^T, random data, TMA + wgmma (kernel_src/hopper_gemm.cuh)";
+    gemm_.note = "bf16 8192^3 C = A B^T, random data, TMA + wgmma (bench/kernels/hopper_gemm.cuh)";
   } catch (const std::exception& error) {
     gemm_.error = "error: " + strip_prefix(error.what());
   }

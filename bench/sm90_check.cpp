@@ -6,8 +6,8 @@
 //                     [--filter REGEX]
 // --check-only skips the timings; --small also skips the 8192^3 GEMM check (sanitizer runs);
 // --timings-only skips the prefill checks (and compiles only the timed variants); --trace also
-// runs each timed shape through a build whose CTAs stamp their phases (ASTRAI_PREFILL_TRACE in
-// prefill_sm90.cuh) and says where the SMs' cycles go; --sustained S also times each shape's
+// runs each timed shape through a build whose CTAs stamp their phases (bench/kernels/
+// prefill_sm90_trace.cuh, pre-included into prefill_sm90.cuh) and says where the SMs' cycles go; --sustained S also times each shape's
 // Hopper kernel over S seconds of back-to-back launches, where the GPU settles at its power cap
 // (a timed call after an idle gap starts at a higher clock). --filter REGEX keeps the prefill
 // checks and timings whose label matches (compiling only their variants) and skips the large GEMM.
@@ -30,6 +30,7 @@
 #include <fmt/format.h>
 
 #include "astrai/runtime.hpp"
+#include "bench_kernels.hpp"
 #include "kernel_src/hopper_params.h"
 #include "kernel_src/kernel_params.h"
 #include "runtime/driver_api.hpp"
@@ -130,18 +131,22 @@ struct Module {
   }
 };
 
-// Compiles `main_file` for sm_90a with NVRTC as the runtime does; a C75xx line (wgmma
-// serialized, setmaxnreg ignored) or "Performance Loss" in the log fails the check.
-void compile(Module* out, const std::string& main_file, const std::vector<std::string>& names,
-             const std::string& label, const std::vector<std::string>& defines = {}) {
+// A request for the library's `main_file` (sm_90a) as the runtime builds one.
+astrai::detail::CompileRequest library_request(const std::string& main_file, const std::vector<std::string>& names) {
   astrai::detail::CompileRequest request;
-  request.variant_name = label;
   request.main_file = main_file;
   const auto& closure = astrai::detail::kernel_source_closure(main_file);  // static storage
   request.headers.assign(closure.begin(), closure.end());
   request.name_expressions = names;
   request.options = {"--std=c++17", "--gpu-architecture=sm_90a", "--device-as-default-execution-space"};
-  for (const auto& define : defines) request.options.push_back("-D" + define);
+  return request;
+}
+
+// Compiles `request` with NVRTC as the runtime does; a C75xx line (wgmma serialized, setmaxnreg
+// ignored) or "Performance Loss" in the log fails the check.
+void compile(Module* out, astrai::detail::CompileRequest request, const std::string& label) {
+  request.variant_name = label;
+  const std::vector<std::string>& names = request.name_expressions;
   const auto start = std::chrono::steady_clock::now();
   const auto result = astrai::detail::nvrtc_compile(request, false);
   out->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -637,7 +642,7 @@ void trace_prefill(const PrefillKernels& traced, const PrefillCase& c, CUstream 
   };
   std::vector<std::vector<Cta>> by_sm;
   long long ctas = 0;
-  // The load phase's steps (slots 8-13 of prefill_sm90.cuh's trace), cycles after the CTA's start.
+  // The load phase's steps (slots 8-13 of bench/kernels/prefill_sm90_trace.cuh), cycles after the CTA's start.
   double placed = 0, barriers = 0, q_issued = 0, k_issued = 0, ready = 0, q_arrived = 0;
   constexpr std::size_t kSlots = 14;
   for (std::size_t i = 0; i + kSlots <= raw.size(); i += kSlots) {
@@ -753,7 +758,8 @@ int main(int argc, char** argv) {
     std::mt19937 rng(seed);
 
     Module gemm;
-    compile(&gemm, "hopper_gemm.cuh", {"astrai_gemm_bf16_sm90"}, "gemm_bf16_sm90");
+    compile(&gemm, astrai::bench::bench_compile_request("hopper_gemm.cuh", "sm_90a", {"astrai_gemm_bf16_sm90"}),
+            "gemm_bf16_sm90");
     gemm_case(gemm.functions[0], 256, 512, 192, stream, reps, false, rng);
     if (!small && filter.empty()) gemm_case(gemm.functions[0], 8192, 8192, 8192, stream, reps, !check_only, rng);
 
@@ -921,9 +927,10 @@ int main(int argc, char** argv) {
     // One program per variant, as the runtime compiles them: the per-variant compile time.
     if (timings.size() > 1) {
       Module probe;
-      compile(&probe, "prefill_sm90.cuh", {timings[1].kernel_name()}, timings[1].kernel_name() + " (alone)");
+      compile(&probe, library_request("prefill_sm90.cuh", {timings[1].kernel_name()}),
+              timings[1].kernel_name() + " (alone)");
     }
-    compile(&prefill.module, "prefill_sm90.cuh", prefill.names,
+    compile(&prefill.module, library_request("prefill_sm90.cuh", prefill.names),
             fmt::format("prefill_sm90 ({} variants)", prefill.names.size()));
     for (const auto& c : checks) check_prefill(prefill, c, stream, rng);
     if (!check_only)
@@ -935,8 +942,9 @@ int main(int argc, char** argv) {
     if (trace && !check_only && !traceable.empty()) {
       PrefillKernels traced;
       traced.add(traceable);
-      compile(&traced.module, "prefill_sm90.cuh", traced.names, "prefill_sm90 traced",
-              {fmt::format("ASTRAI_PREFILL_TRACE={}", kTracedCtas)});
+      astrai::detail::CompileRequest request = library_request("prefill_sm90.cuh", traced.names);
+      astrai::bench::add_prefill_trace(&request, kTracedCtas);
+      compile(&traced.module, request, "prefill_sm90 traced");
       int clock_khz = 0;
       check_cu(api.cuDeviceGetAttribute(&clock_khz, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, device), "cuDeviceGetAttribute", 0);
       for (const auto& c : traceable) trace_prefill(traced, c, stream, clock_khz, rng);

@@ -22,14 +22,14 @@ inline constexpr int kPrefillSm90Stages = 2;  // K and V blocks in flight, each
 
 // Consumer warpgroups: three at hd64, whose softmax weighs most against its GEMMs (a third
 // warpgroup's softmax hides behind two others' GEMMs), two at larger head dims, whose O tile needs
-// the registers. Measured on the H200 (docs/device-notes.md, runs 54-57): hd64 causal B2 x 8192
-// 465-473 TFLOP/s with three against 420-428 with two. hd128 with three: the wide tiling below.
+// the registers. On the H200, hd64 causal 2 x 8192 ran at 465-473 TFLOP/s with three against
+// 420-428 with two. hd128 with three: the wide tiling below.
 constexpr int prefill_sm90_consumers(int head_dim) { return head_dim <= 64 ? 3 : 2; }
 // The wide tiling beside the default, where one exists (else 0): three consumers at hd128, 192
 // query rows a CTA in 80-token blocks. 192 rows share each K/V block, a third less traffic from
-// L2 per FLOP, which the power cap rewards on large grids: sustained +1.0-1.9% in runs 77-79,
-// paged +3.4%; but 96 tiles on 132 SMs (B1 q512 x kv32768) read 505 TFLOP/s against about 700
-// with the default (docs/device-notes.md), so the launch picks it by grid (launch_heuristics.hpp).
+// L2 per FLOP, which the power cap rewards on large grids (sustained +1.0-1.9% on the H200, paged
+// +3.4%); but 96 tiles on 132 SMs (one request, q 512 x kv 32768) ran at 505 TFLOP/s against
+// about 700 with the default, so the launch picks it by grid (launch_heuristics.hpp).
 constexpr int prefill_sm90_wide_consumers(int head_dim) { return head_dim == 128 ? 3 : 0; }
 constexpr int prefill_sm90_consumers(int head_dim, bool wide) {
   return wide ? prefill_sm90_wide_consumers(head_dim) : prefill_sm90_consumers(head_dim);
@@ -56,8 +56,8 @@ static_assert(128 * prefill_sm90_producer_regs(3, true) + 384 * prefill_sm90_con
               "setmaxnreg asks for more registers than the launch holds");
 
 // KV tokens per block: S (block_n / 2 registers a thread) and P (block_n / 4) beside O
-// (head_dim / 2), and Q with two stages of K and V inside 227 KB. Measured on the H200
-// (docs/device-notes.md, sm_90 run 2 and run 60): with two consumers hd64 192 beat 128 by 5%,
+// (head_dim / 2), and Q with two stages of K and V inside 227 KB. On the H200, with two
+// consumers hd64 192 beat 128 by 5%,
 // hd128 192 beat 176 by 1.0% (non-causal) and 1.5% (causal), hd256 80 beat 64 by 6%. Three
 // consumers (160 registers) hold S of 128 tokens at hd64 and of 80 beside hd128's O.
 constexpr int prefill_sm90_block_n(int head_dim, int consumers) {
@@ -75,8 +75,8 @@ constexpr int prefill_sm90_smem_bytes(int head_dim, int consumers, int block_n, 
 }
 
 // Persistent CTAs (prefill_sm90.cuh): a CTA an SM walks tiles, the next tile's Q and first K
-// blocks loading under this one's last blocks and stores. Against a CTA a tile (run 164, burst /
-// sustained): AstrAI's hd64 24/4 causal B16 x 1024 +5.5% / +3.2%, hd128 B16 x 1024 (wide) +3.9% /
+// blocks loading under this one's last blocks and stores. Against a CTA a tile (H200, burst /
+// sustained): hd64 24/4 heads causal 16 x 1024 +5.5% / +3.2%, hd128 16 x 1024 (wide) +3.9% /
 // +2.8%, non-causal B4 x 4096 (wide) +1.5% / +1.4%; causal B2 x 8192 -1.6% / -0.4% (wide hd128)
 // and -2.9% / -1.7% (hd64), where the walk's first block, taken whole, weighs. Their two Q slots
 // fit beside three consumers' rings (hd64, hd128's wide tiles), not two's; contiguous KV without
@@ -125,15 +125,12 @@ constexpr bool prefill_sm90_head_dim(int head_dim) {
 
 // Decode (paged_decode_sm90.cuh): the tensor-core decode's 4 warps and 64-token blocks, K and V
 // brought by TMA into a ring of 3 stages of 2 x 64 x head_dim elements: 4 CTAs an SM at hd64
-// (shared memory), 2 at hd128, 1 beyond. Measured on the H200 (docs/device-notes.md): hd128
-// with 2 stages (3 CTAs) moved -1.9 to +2.6 points by shape (runs 48, 87) and with 6 stages at
-// 1 CTA fell to 71.5% (run 48). hd64 took 2 stages from run 87 (75.0% of the read against 73.6%
-// with 3) until its copies left L2 first (run 105): since then 3 stages read the contiguous hd64
-// 24/4 B32 x 4096 4.6% faster (its 80 registers had allowed 6 CTAs an SM with 2 stages, which
-// read less, as __launch_bounds__(128, 6) did for the paged kernel in run 89) and the paged one
-// 0.5% (run 109); 4 stages (3 CTAs an SM) read the paged one 5.0% slower (run 111). At 2
-// splits (half the CTA slots) the paged hd64 row took 0.8% longer than at 4 (run 92): each SM's
-// rate, not the grid's tail, sets it.
+// (shared memory), 2 at hd128, 1 beyond. Measured on the H200: hd128 with 2 stages (3 CTAs)
+// moved -1.9 to +2.6 points by shape, and with 6 stages at 1 CTA fell to 71.5% of the read. With
+// its copies leaving L2 first, 3 stages read the contiguous hd64 24/4 heads 32 x 4096 4.6% faster
+// than 2 (whose 80 registers allowed 6 CTAs an SM, which read less) and the paged one 0.5%; 4
+// stages (3 CTAs an SM) read the paged one 5.0% slower. At 2 splits (half the CTA slots) the paged
+// hd64 row took 0.8% longer than at 4: each SM's rate, not the grid's tail, sets it.
 inline constexpr int kDecodeSm90Stages = 3;
 
 // The Q tile (rows of head_dim + 8 elements), 1 KB to align the ring by hand, the ring, and a

@@ -14,7 +14,7 @@ __device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, int s
 }
 
 // The same, its lines the first to be evicted from L2 (l2_evict_first_policy): for the 16-bit
-// decode's K and V, read once (run 106: pages of 1, hd64 24/4 3.5% faster, hd128 B32 x 4096
+// decode's K and V, read once (H200, pages of 1: hd64 24/4 heads 3.5% faster, hd128 32 x 4096
 // 1.3%). The FP8 loaders keep plain copies: their rows moved -1.1% to +1.0% with the hint.
 __device__ __forceinline__ void cp_async_16_read_once(unsigned dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "astrai/error.hpp"
+#include "bench_kernels.hpp"
 #include "kernel_src/hopper_params.h"
 #include "runtime/compile_plan.hpp"
 #include "runtime/families/prefill_launch.hpp"
@@ -73,15 +74,10 @@ CompileResult compile_reporting(const KernelSpec& spec) {
   return astrai::detail::nvrtc_compile(request, false);
 }
 
-// The benchmark's GEMM is no family variant: its request is built here as the benchmark does.
+// The benchmark's GEMM is no family variant and no part of the library: the bench embeds it
+// (bench/kernels/) and builds its request with the library headers it includes.
 CompileResult compile_gemm(const std::string& arch) {
-  CompileRequest request;
-  request.variant_name = "gemm_bf16_sm90";
-  request.main_file = "hopper_gemm.cuh";
-  const auto& closure = astrai::detail::kernel_source_closure(request.main_file);
-  request.headers.assign(closure.begin(), closure.end());
-  request.name_expressions = {"astrai_gemm_bf16_sm90"};
-  request.options = {"--std=c++17", "--gpu-architecture=" + arch, "--device-as-default-execution-space"};
+  CompileRequest request = astrai::bench::bench_compile_request("hopper_gemm.cuh", arch, {"astrai_gemm_bf16_sm90"});
   return astrai::detail::nvrtc_compile(request, true);
 }
 
@@ -344,6 +340,29 @@ TEST_SUITE("hopper") {
     CHECK(contains(result.ptx, "mbarrier.try_wait.parity"));
     CHECK(contains(result.ptx, "setmaxnreg.inc.sync.aligned.u32 232"));
     check_log_clean(result);
+  }
+
+  TEST_CASE("the bench's kernels stay out of the library: the GEMM and the prefill trace are the bench's") {
+    CHECK_THROWS_AS(astrai::detail::kernel_source("hopper_gemm.cuh"), astrai::Error);
+    CHECK_THROWS_AS(astrai::detail::kernel_source("prefill_sm90_trace.cuh"), astrai::Error);
+    CHECK(contains(std::string(astrai::bench::bench_kernel_source("hopper_gemm.cuh")), "astrai_gemm_bf16_sm90"));
+    CHECK_THROWS_WITH_AS(astrai::bench::bench_kernel_source("nothing.cuh"),
+                         "astrai bench: no bench kernel source named 'nothing.cuh'", std::runtime_error);
+  }
+
+  TEST_CASE("the sm90 check's traced prefill compiles, and only its hooks stamp clocks") {
+    const KernelSpec spec = hopper_prefill(KernelKind::prefill, DType::bf16, 128, 0, 4);
+    const CompileResult plain = astrai::detail::nvrtc_compile(astrai::detail::compile_request(spec), true);
+    CHECK_FALSE(contains(plain.ptx, "astrai_prefill_trace"));
+    CHECK_FALSE(contains(plain.ptx, "%smid"));
+    CHECK_FALSE(contains(plain.ptx, "%clock64"));
+    CompileRequest traced_request = astrai::detail::compile_request(spec);
+    astrai::bench::add_prefill_trace(&traced_request, 64);
+    const CompileResult traced = astrai::detail::nvrtc_compile(traced_request, true);
+    CHECK(contains(traced.ptx, ".global .align 8 .b8 astrai_prefill_trace[7168]"));  // 64 CTAs x 14 stamps
+    CHECK(contains(traced.ptx, "%smid"));
+    CHECK(contains(traced.ptx, "%clock64"));
+    check_log_clean(traced);
   }
 
   TEST_CASE("plain sm_90 refuses the Hopper kernels: wgmma exists only on sm_90a") {

@@ -1,0 +1,116 @@
+// The Hopper prefill's producer (prefill_sm90.cuh): TMA loads of Q and of the K and V blocks of a
+// tile's walk into the mbarrier rings the consumers drain.
+#pragma once
+
+#include "prefill_sm90_tile.cuh"
+
+namespace astrai {
+
+// Q of tile `w` into slot `slot`. Packed: the map is {head_dim, heads, positions, batch}, its box
+// the pack's heads at kBlockM / kPackHeads positions, which lands as the tile's rows in packed
+// order.
+template <class C>
+__device__ __forceinline__ void prefill_sm90_issue_q(const PrefillSm90Smem<C>& sm, const sm90::TmaMap* map_q,
+                                                     const PrefillSm90Walk& w, int slot) {
+  using namespace sm90;
+  unsigned char* q = sm.q + slot * C::Shape::kQBytes;
+  mbar_arrive_expect_tx(&sm.q_full[slot], C::Shape::kQBytes);
+#pragma unroll
+  for (int c = 0; c < C::kChunks; ++c) {
+    if constexpr (C::kPack)
+      tma_load_4d(q + c * C::kBlockM * 128, map_q, &sm.q_full[slot], 64 * c, w.cta.head * C::kPackHeads,
+                  w.r.q_start + w.cta.start / C::kPackHeads, C::kPageSize == 0 ? w.cta.batch_index : 0);
+    else
+      tma_load_4d(q + c * C::kBlockM * 128, map_q, &sm.q_full[slot], 64 * c, w.r.q_start + w.cta.start, w.cta.head,
+                  C::kPageSize == 0 ? w.cta.batch_index : 0);
+  }
+}
+
+// The K and V loads of one tile's walk (prefill_sm90_produce_walk, below, holds the walk's values;
+// these are references to them). Contiguous KV: one box per 64-column chunk and block, from lane
+// 0. Paged KV: boxes of kBoxRows tokens (never across a page), lane j looking up the page of box j
+// and issuing it; pages past the KV length get id -1, which TMA reads as zeros, like ids outside
+// the pool. Lane 0 issues every barrier operation.
+template <class C>
+struct PrefillSm90Producer {
+  const PrefillParams& p;
+  const int& lane;
+  const int& g;  // the ring step of the walk's first block
+  const int& batch_index;
+  const int& kv_head;
+  const PrefillRequest& r;
+  const int& n_blocks;
+  const int* const& table_row;
+
+  // Page id of box `lane` of the block starting at `token` (contiguous: unused).
+  __device__ __forceinline__ int box_page(int token) const {
+    if constexpr (C::kPageSize == 0) {
+      return 0;
+    } else {
+      const int box_token = token + lane * C::kBoxRows;
+      return lane < C::kBoxes && box_token < r.kv_len ? prefill_page(p, table_row, box_token / C::kPageSize) : -1;
+    }
+  }
+
+  // Step `it` walks block n_blocks - 1 - it. `is_v`: paged V's boxes bring whole rows.
+  __device__ __forceinline__ void load_kv(const sm90::TmaMap* map, unsigned char* ring, sm90::u64* full,
+                                          sm90::u64* empty, int it, int page, bool is_v) const {
+    using namespace sm90;
+    constexpr int kBlockN = C::kBlockN;
+    constexpr int kChunks = C::kChunks;
+    constexpr int kBoxRows = C::kBoxRows;
+    const int s = (g + it) % C::kStages;
+    const int token = (n_blocks - 1 - it) * kBlockN;
+    unsigned char* stage = ring + s * C::Shape::kKvBytes;
+    if (lane == 0) {
+      mbar_wait(&empty[s], (((g + it) / C::kStages) & 1) ^ 1);
+      mbar_arrive_expect_tx(&full[s], C::Shape::kKvBytes);
+    }
+    if constexpr (C::kPageSize == 0) {
+      if (lane == 0)
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c)
+          tma_load_4d(stage + c * kBlockN * 128, map, &full[s], 64 * c, token, kv_head, batch_index);
+    } else {
+      // Each lane issues its own box: one thread issuing them all was the bottleneck.
+      __syncwarp();
+      const int row = (token + lane * kBoxRows) % C::kPageSize;
+      if (lane < C::kBoxes && is_v) {
+        tma_load_5d(stage + lane * kChunks * kBoxRows * 128, map, &full[s], 0, row, 0, kv_head, page);
+      } else if (lane < C::kBoxes) {
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c)
+          tma_load_4d(stage + c * kBlockN * 128 + lane * kBoxRows * 128, map, &full[s], 64 * c, kv_head, row, page);
+      }
+    }
+  }
+};
+
+// The loads of tile `w`'s walk, whose first block takes ring step g: K one block ahead of V.
+template <class C>
+__device__ __forceinline__ void prefill_sm90_produce_walk(const PrefillParams& p, const PrefillSm90Smem<C>& sm,
+                                                          const sm90::TmaMap* map_k, const sm90::TmaMap* map_v,
+                                                          const int& lane, const PrefillSm90Walk& w, int g) {
+  const int batch_index = w.cta.batch_index;
+  const int kv_head = w.cta.head / (C::kGroup / C::kPackHeads);  // kGroup / kPackHeads packs a KV head
+  const PrefillRequest& r = w.r;
+  const int n_blocks = w.n_blocks;
+  const int block_count = w.block_count;
+  const int* table_row = C::kPageSize == 0 ? nullptr : prefill_table_row(p, batch_index);
+  const PrefillSm90Producer<C> loads{p, lane, g, batch_index, kv_head, r, n_blocks, table_row};
+  // Page ids are fetched a block ahead: the lookup's latency hides behind the waits.
+  int page = loads.box_page((n_blocks - 1) * C::kBlockN);
+  int previous_page = 0;
+  for (int it = 0; it < block_count; ++it) {
+    const int next_page = it + 1 < block_count ? loads.box_page((n_blocks - 2 - it) * C::kBlockN) : 0;
+    if (C::kPersistent || C::kPageSize != 0 || it > 0)
+      loads.load_kv(map_k, sm.k, sm.k_full, sm.k_empty, it, page, false);
+    ASTRAI_PREFILL_STAMP(C::kPageSize != 0 && it == 0 && lane == 0, 9);  // the first K block issued
+    if (it > 0) loads.load_kv(map_v, sm.v, sm.v_full, sm.v_empty, it - 1, previous_page, true);
+    previous_page = page;
+    page = next_page;
+  }
+  loads.load_kv(map_v, sm.v, sm.v_full, sm.v_empty, block_count - 1, previous_page, true);
+}
+
+}  // namespace astrai

@@ -5,7 +5,7 @@
 
 namespace astrai {
 
-// bf16 GEMM (hopper_gemm.cuh): 128 x 256 tiles of C, 64-wide K slices in a 4-stage ring.
+// bf16 GEMM (bench/kernels/hopper_gemm.cuh): 128 x 256 tiles of C, 64-wide K slices in a 4-stage ring.
 inline constexpr int kGemmBlockM = 128;
 inline constexpr int kGemmBlockN = 256;
 inline constexpr int kGemmBlockK = 64;

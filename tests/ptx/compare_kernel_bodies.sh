@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Says how the PTX of two builds differs, variant by variant, where tools/compare_plain_ptx.sh
+# Says how the PTX of two builds differs, variant by variant, where scripts/bench/compare_plain_ptx.sh
 # reports DIFFERS: NVVM writes a `.global` definition for every namespace-scope constant and
 # every static constexpr member a kernel's templates instantiate, unreferenced or not, so moving
 # code into new structs or files changes that list without changing an instruction.

@@ -382,16 +382,24 @@ bool DiskCache::store(const CacheKey& key, const CacheEntryData& entry) {
   return true;
 }
 
-bool DiskCache::stage_import(const std::string& file_name, const std::vector<char>& bytes,
-                             StagedEntry* staged, std::string* why) {
+bool verify_entry_file(const std::string& file_name, const std::vector<char>& bytes,
+                       CacheEntryData* entry, std::string* why) {
   std::string key_hex;
   std::string variant;
   if (!parse_entry_file_name(file_name, &key_hex, &variant) || !is_valid_variant_for_path(variant)) {
     *why = "not an entry file name";
     return false;
   }
-  const auto decoded = decode_entry_of_variant(variant, bytes.data(), bytes.size(), why);
+  auto decoded = decode_entry_of_variant(variant, bytes.data(), bytes.size(), why);
   if (!decoded || !check_variant_payload(decoded->kind, decoded->payload, why)) return false;
+  if (entry) *entry = std::move(*decoded);
+  return true;
+}
+
+bool DiskCache::stage_import(const std::string& file_name, const std::vector<char>& bytes,
+                             StagedEntry* staged, std::string* why) {
+  if (!verify_entry_file(file_name, bytes, nullptr, why)) return false;
+  const std::string key_hex = file_name.substr(0, 32);
   if (!usable_for_write()) {
     *why = fmt::format("cannot write the cache at {}", root_.string());
     return false;

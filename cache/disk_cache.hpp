@@ -53,6 +53,14 @@ struct CacheStats {
   std::uint64_t total_bytes = 0;
 };
 
+// The check of an entry file taken from elsewhere (an archive, a remote store), named
+// "<32 hex>.<variant>.cubin": what a load checks (header, checksum, the variant against the name,
+// the binary kind against the target) and the payload's symbol table and binary. `entry`
+// (optional) receives the decoded entry. False with a reason. Every entry that did not come from
+// this process's own compile passes through here before it is loaded or stored.
+bool verify_entry_file(const std::string& file_name, const std::vector<char>& bytes,
+                       CacheEntryData* entry, std::string* why);
+
 class DiskCache {
  public:
   // `max_bytes` 0 = unlimited. An unusable directory (cannot create, read-only, a file)

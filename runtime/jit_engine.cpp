@@ -178,11 +178,13 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
   };
 
   const std::string file_name = entry_file_name(key, name);
+  bool remote_refused = false;  // the remote's entry failed verification: not fetched again
   auto try_remote = [&]() -> std::shared_ptr<const CompiledVariant> {
-    if (!remote_ || config_.force_compile) return nullptr;
+    if (!remote_ || config_.force_compile || remote_refused) return nullptr;
     auto bytes = remote_->fetch(file_name);
     if (!bytes) return nullptr;
     auto variant = adopt_remote(spec, key, file_name, *bytes);
+    remote_refused = !variant;
     if (variant && source) *source = VariantSource::remote;
     return variant;
   };
@@ -214,6 +216,13 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
     if (outcome == LeaseOutcome::held) {
       if (auto hit = await_remote(spec, key, file_name, &lease_token, &leased)) {
         if (source) *source = VariantSource::remote;
+        return hit;
+      }
+    }
+    // The last holder may have published between our fetch and our lease.
+    if (leased) {
+      if (auto hit = try_remote()) {
+        remote_->release(key.hex(), lease_token);
         return hit;
       }
     }

@@ -175,6 +175,7 @@ struct CacheOptions {
   std::string manifest;  // export: only these variants
   std::string output;    // export: the archive written
   std::string archive;   // import: the archive read
+  std::string remote;    // push, pull: the remote stores (else ASTRAI_JIT_REMOTE)
 };
 
 // Cache verbs manage the directory whatever ASTRAI_JIT_CACHE says, except that a read-only
@@ -204,6 +205,11 @@ int run_cache_clear(const EnvConfig& config);
 int run_cache_export(const EnvConfig& config, const CacheOptions& options);
 
 int run_cache_import(const EnvConfig& config, const CacheOptions& options);
+
+// Upload the cache's sound entries (those of --manifest's variants when given) to the remote
+// stores; fetch --manifest's variants from them into the cache, each checked like an import.
+int run_cache_push(const EnvConfig& config, const CacheOptions& options);
+int run_cache_pull(const EnvConfig& config, const CacheOptions& options);
 
 // ---------------------------------------------------------------------------------------------
 // info

@@ -1,7 +1,7 @@
 // astrai-jit: command-line front end of the JIT runtime.
 //
 //   astrai-jit warm   compile kernel variants ahead of time into the disk cache
-//   astrai-jit cache  list | stats | verify | prune | clear | export | import
+//   astrai-jit cache  list | stats | verify | prune | clear | export | import | push | pull
 //   astrai-jit info   version, NVRTC, driver, devices, cache and ASTRAI_JIT_* settings
 //
 // Nothing here needs a GPU: `warm` compiles through JitEngine (NVRTC only) and `info` reports
@@ -26,6 +26,8 @@ struct Commands {
   CLI::App* cache_clear = nullptr;
   CLI::App* cache_export = nullptr;
   CLI::App* cache_import = nullptr;
+  CLI::App* cache_push = nullptr;
+  CLI::App* cache_pull = nullptr;
   CLI::App* info = nullptr;
   WarmOptions warm_options;
   CacheOptions cache_options;
@@ -161,9 +163,23 @@ void add_cache_command(CLI::App& app, Commands* commands) {
       "import", "Check every entry of an archive written by `cache export` and store it");
   placeholder(commands->cache_import->add_option("archive", options.archive, "Archive to read (required)"),
               "FILE")->required();
+  commands->cache_push = cache->add_subcommand(
+      "push", "Upload sound entries (or a manifest's variants) to the remote cache");
+  placeholder(commands->cache_push->add_option("--manifest", options.manifest,
+                                               "Only these variants (as ASTRAI_JIT_RECORD writes them)"),
+              "FILE");
+  commands->cache_pull = cache->add_subcommand(
+      "pull", "Fetch a manifest's variants from the remote cache, checked, into the local cache");
+  placeholder(commands->cache_pull->add_option("--manifest", options.manifest,
+                                               "The variants to fetch (required)"),
+              "FILE")->required();
+  for (CLI::App* verb : {commands->cache_push, commands->cache_pull})
+    placeholder(verb->add_option("--remote", options.remote,
+                                 "Remote stores, comma-separated [default: ASTRAI_JIT_REMOTE]"),
+                "URLS");
   for (CLI::App* verb : {commands->cache_list, commands->cache_stats, commands->cache_verify,
                          commands->cache_prune, commands->cache_clear, commands->cache_export,
-                         commands->cache_import})
+                         commands->cache_import, commands->cache_push, commands->cache_pull})
     add_cache_dir_option(verb, &options);
 }
 
@@ -219,6 +235,8 @@ int dispatch(const Commands& commands) {
   if (*commands.cache_clear) return run_cache_clear(config);
   if (*commands.cache_export) return run_cache_export(config, commands.cache_options);
   if (*commands.cache_import) return run_cache_import(config, commands.cache_options);
+  if (*commands.cache_push) return run_cache_push(config, commands.cache_options);
+  if (*commands.cache_pull) return run_cache_pull(config, commands.cache_options);
   print_error("no command given (run with --help)");
   return kExitUsage;
 }

@@ -90,6 +90,7 @@ void RemoteTier::mark_up(Slot& slot) {
 
 std::optional<std::vector<char>> RemoteTier::fetch(const std::string& file_name) {
   for (auto& slot : slots_) {
+    std::lock_guard<std::mutex> busy(slot->busy);
     if (!available(*slot)) continue;
     const auto start = std::chrono::steady_clock::now();
     RemoteReply reply = slot->store->get(file_name);
@@ -165,6 +166,7 @@ void RemoteTier::run_publisher() {
 
 void RemoteTier::publish_job(const Job& job) {
   for (auto& slot : slots_) {
+    std::lock_guard<std::mutex> busy(slot->busy);
     if (!available(*slot)) {
       dropped_.fetch_add(1, std::memory_order_relaxed);
       continue;
@@ -189,6 +191,7 @@ bool RemoteTier::put_now(const std::string& file_name, const std::vector<char>& 
                          std::string* why) {
   bool stored = false;
   for (auto& slot : slots_) {
+    std::lock_guard<std::mutex> busy(slot->busy);
     if (!available(*slot)) continue;
     RemoteReply reply = slot->store->put(file_name, bytes);
     if (reply.status == RemoteStatus::error) {
@@ -208,6 +211,7 @@ LeaseOutcome RemoteTier::try_lease(const std::string& key_hex, std::string* toke
   if (token->empty())
     *token = fmt::format("{}-{:016x}", static_cast<long>(::getpid()), random_u64());
   for (auto& slot : slots_) {
+    std::lock_guard<std::mutex> busy(slot->busy);
     if (!available(*slot)) continue;
     std::string why;
     const LeaseOutcome outcome = slot->store->try_lease(key_hex, options_.lease, *token, &why);
@@ -218,8 +222,10 @@ LeaseOutcome RemoteTier::try_lease(const std::string& key_hex, std::string* toke
 }
 
 void RemoteTier::release(const std::string& key_hex, const std::string& token) {
-  for (auto& slot : slots_)
+  for (auto& slot : slots_) {
+    std::lock_guard<std::mutex> busy(slot->busy);
     if (available(*slot)) slot->store->release(key_hex, token);
+  }
 }
 
 RemoteCounters RemoteTier::counters() const {

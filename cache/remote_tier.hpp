@@ -94,6 +94,9 @@ class RemoteTier {
   struct Slot {
     std::unique_ptr<RemoteStore> store;
     std::atomic<std::int64_t> down_until{0};  // steady_clock nanoseconds; 0: up
+    // Held across the health check and the request: callers queued behind a request that
+    // timed out see the store marked down instead of each waiting for a timeout of their own.
+    std::mutex busy;
   };
   struct Job {
     std::string file_name;

@@ -88,7 +88,8 @@ TEST_CASE("the known variables are listed once each, sorted") {
       "ASTRAI_JIT_CACHE_OWNERS",  "ASTRAI_JIT_CACHE_PATH",    "ASTRAI_JIT_CACHE_SHARED", "ASTRAI_JIT_DECODE_TILES", "ASTRAI_JIT_DUMP",
       "ASTRAI_JIT_FORCE_COMPILE", "ASTRAI_JIT_LOG",          "ASTRAI_JIT_MAX_CACHE_SIZE",
       "ASTRAI_JIT_NO_MMA",        "ASTRAI_JIT_NO_WGMMA",     "ASTRAI_JIT_PREFILL_TILES",
-      "ASTRAI_JIT_RECORD",        "ASTRAI_JIT_STRICT"};
+      "ASTRAI_JIT_RECORD",        "ASTRAI_JIT_REMOTE",       "ASTRAI_JIT_REMOTE_LEASE_MS",
+      "ASTRAI_JIT_REMOTE_TIMEOUT_MS", "ASTRAI_JIT_STRICT"};
   CHECK(known == expected);
   CHECK(std::is_sorted(known.begin(), known.end()));
   CHECK(std::adjacent_find(known.begin(), known.end()) == known.end());

@@ -236,6 +236,25 @@ TEST_CASE("a remote that never answers costs one timeout, then is left alone") {
   }
 }
 
+TEST_CASE("eight threads asking a remote that never answers wait for one timeout, not eight") {
+  astrai::testing::SilentServer silent;
+  REQUIRE(silent.port() > 0);
+  QuietLog quiet;
+  RemoteTierOptions options;
+  options.store.timeout = std::chrono::milliseconds(200);
+  options.store.max_entry_bytes = 1 << 20;
+  RemoteTier tier({endpoint_of("redis://127.0.0.1:" + std::to_string(silent.port()))}, options);
+  const auto start = Clock::now();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i)
+    threads.emplace_back([&tier, i] { tier.fetch(std::to_string(i) + ".cubin"); });
+  for (auto& thread : threads) thread.join();
+  const double elapsed = ms_since(start);
+  CHECK(elapsed < 600);
+  CHECK(tier.counters().errors == 1);
+  CHECK(tier.counters().misses == 8);
+}
+
 TEST_CASE("poisoned, truncated, wrong-variant and oversized remote entries are refused") {
   ASTRAI_START_SERVER(redis, redis);
   QuietLog quiet;

@@ -2,6 +2,7 @@
 // the protocol of Bazel/sccache-style HTTP caches and of an nginx WebDAV location. 404 is a
 // miss; other failures (refused, timed out, 5xx, 401/403) are errors.
 #include <curl/curl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -63,6 +64,7 @@ class HttpStore final : public RemoteStore {
       : RemoteStore(endpoint, options) {
     global_init();
     handle_ = curl_easy_init();
+    pid_ = ::getpid();
     // Without it, libcurl waits up to a second for "100 Continue" before a large upload's body.
     headers_.reset(curl_slist_append(nullptr, "Expect:"));
   }
@@ -121,6 +123,12 @@ class HttpStore final : public RemoteStore {
  private:
   // Resets the handle (keeping its connections) and sets what every request shares.
   bool prepare(const std::string& file_name, RemoteReply* result) {
+    // A forked child must not reuse its parent's connections: the replies would interleave.
+    if (handle_ && pid_ != ::getpid()) {
+      curl_easy_cleanup(handle_);
+      handle_ = curl_easy_init();
+      pid_ = ::getpid();
+    }
     if (!handle_) {
       failed(result, "cannot create a libcurl handle");
       return false;
@@ -138,7 +146,11 @@ class HttpStore final : public RemoteStore {
     curl_easy_setopt(handle_, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.timeout.count()));
     curl_easy_setopt(handle_, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.timeout.count()));
     curl_easy_setopt(handle_, CURLOPT_HTTPHEADER, headers_.get());
+#if LIBCURL_VERSION_NUM >= 0x075500
     curl_easy_setopt(handle_, CURLOPT_PROTOCOLS_STR, "http,https");
+#else
+    curl_easy_setopt(handle_, CURLOPT_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
     return true;
   }
 
@@ -151,6 +163,7 @@ class HttpStore final : public RemoteStore {
 
   std::mutex mutex_;
   CURL* handle_ = nullptr;
+  pid_t pid_ = 0;  // the process that created handle_ (and its connections)
   std::unique_ptr<curl_slist, SlistFree> headers_;
 };
 

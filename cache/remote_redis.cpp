@@ -1,6 +1,7 @@
 // The Redis backend of the remote tier (hiredis, synchronous): GET/SET of entry files under a
 // prefix that carries the entry format version, and leases by SET NX PX.
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
@@ -111,6 +112,8 @@ class RedisStore final : public RemoteStore {
  private:
   // Connects when there is no live connection; false with a reason.
   bool connect(std::string* why) {
+    // A forked child must not talk over its parent's connection: the replies would interleave.
+    if (context_ && pid_ != ::getpid()) context_.reset();
     if (context_) return true;
     std::string host = endpoint_.host;
     if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
@@ -125,6 +128,7 @@ class RedisStore final : public RemoteStore {
       return false;
     }
     context_ = std::move(context);
+    pid_ = ::getpid();
     if (!endpoint_.password.empty() && !simple_command(why, "AUTH %b", endpoint_.password.data(),
                                                        endpoint_.password.size()))
       return false;
@@ -158,6 +162,7 @@ class RedisStore final : public RemoteStore {
 
   std::mutex mutex_;
   Context context_;
+  pid_t pid_ = 0;  // the process that opened context_
 };
 
 }  // namespace

@@ -49,13 +49,28 @@ RemoteTier::RemoteTier(std::vector<std::unique_ptr<RemoteStore>> stores,
 }
 
 RemoteTier::~RemoteTier() {
-  {
-    std::lock_guard<std::mutex> lock(queue_mutex_);
-    stopping_ = true;
-    stop_deadline_ = std::chrono::steady_clock::now() + options_.exit_flush;
+  if (!queue_) return;
+  if (queue_pid_ != static_cast<long>(::getpid())) {
+    (void)queue_.release();  // the parent's queue and thread: not ours to stop
+    return;
   }
-  queue_changed_.notify_all();
-  if (publisher_.joinable()) publisher_.join();
+  {
+    std::lock_guard<std::mutex> lock(queue_->mutex);
+    queue_->stopping = true;
+    queue_->deadline = std::chrono::steady_clock::now() + options_.exit_flush;
+  }
+  queue_->changed.notify_all();
+  if (queue_->thread) queue_->thread->join();
+}
+
+RemoteTier::PublishQueue& RemoteTier::own_queue() {
+  const long pid = static_cast<long>(::getpid());
+  if (queue_ && queue_pid_ != pid) (void)queue_.release();  // inherited through fork: leave it
+  if (!queue_) {
+    queue_ = std::make_unique<PublishQueue>();
+    queue_pid_ = pid;
+  }
+  return *queue_;
 }
 
 bool RemoteTier::available(const Slot& slot) const {
@@ -126,42 +141,44 @@ void RemoteTier::note_rejected(const std::string& file_name, const std::string& 
 void RemoteTier::publish(std::string file_name, std::vector<char> bytes, std::string key_hex,
                          std::string token) {
   Job job{std::move(file_name), std::move(bytes), std::move(key_hex), std::move(token)};
+  PublishQueue& queue = own_queue();
   {
-    std::lock_guard<std::mutex> lock(queue_mutex_);
-    if (stopping_ || queue_.size() >= options_.max_queued) {
+    std::lock_guard<std::mutex> lock(queue.mutex);
+    if (queue.stopping || queue.jobs.size() >= options_.max_queued) {
       dropped_.fetch_add(1, std::memory_order_relaxed);
       log(LogLevel::debug, "remote publish queue full: not publishing {}", job.file_name);
       return;  // a lease that came with it expires by itself
     }
-    queue_.push_back(std::move(job));
+    queue.jobs.push_back(std::move(job));
     // Started by the first publish: a process that only loads never runs the thread.
-    if (!publisher_.joinable()) publisher_ = std::thread([this] { run_publisher(); });
+    if (!queue.thread)
+      queue.thread = std::make_unique<std::thread>([this, &queue] { run_publisher(&queue); });
   }
-  queue_changed_.notify_all();
+  queue.changed.notify_all();
 }
 
-void RemoteTier::run_publisher() {
-  std::unique_lock<std::mutex> lock(queue_mutex_);
+void RemoteTier::run_publisher(PublishQueue* queue) {
+  std::unique_lock<std::mutex> lock(queue->mutex);
   for (;;) {
-    queue_changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) break;  // stopping, nothing left
-    if (stopping_ && std::chrono::steady_clock::now() >= stop_deadline_) {
-      dropped_.fetch_add(queue_.size(), std::memory_order_relaxed);
-      log(LogLevel::debug, "exiting: {} remote publishes dropped", queue_.size());
-      queue_.clear();
+    queue->changed.wait(lock, [queue] { return queue->stopping || !queue->jobs.empty(); });
+    if (queue->jobs.empty()) break;  // stopping, nothing left
+    if (queue->stopping && std::chrono::steady_clock::now() >= queue->deadline) {
+      dropped_.fetch_add(queue->jobs.size(), std::memory_order_relaxed);
+      log(LogLevel::debug, "exiting: {} remote publishes dropped", queue->jobs.size());
+      queue->jobs.clear();
       break;
     }
-    Job job = std::move(queue_.front());
-    queue_.pop_front();
-    busy_ = true;
+    Job job = std::move(queue->jobs.front());
+    queue->jobs.pop_front();
+    queue->busy = true;
     lock.unlock();
     publish_job(job);
     lock.lock();
-    busy_ = false;
-    queue_changed_.notify_all();
+    queue->busy = false;
+    queue->changed.notify_all();
   }
-  busy_ = false;
-  queue_changed_.notify_all();
+  queue->busy = false;
+  queue->changed.notify_all();
 }
 
 void RemoteTier::publish_job(const Job& job) {
@@ -183,8 +200,10 @@ void RemoteTier::publish_job(const Job& job) {
 }
 
 bool RemoteTier::flush(std::chrono::milliseconds max_wait) {
-  std::unique_lock<std::mutex> lock(queue_mutex_);
-  return queue_changed_.wait_for(lock, max_wait, [this] { return queue_.empty() && !busy_; });
+  PublishQueue& queue = own_queue();
+  std::unique_lock<std::mutex> lock(queue.mutex);
+  return queue.changed.wait_for(lock, max_wait,
+                                [&queue] { return queue.jobs.empty() && !queue.busy; });
 }
 
 bool RemoteTier::put_now(const std::string& file_name, const std::vector<char>& bytes,

@@ -107,7 +107,6 @@ class RemoteTier {
   bool available(const Slot& slot) const;
   void mark_down(Slot& slot, const std::string& why);
   void mark_up(Slot& slot);
-  void run_publisher();
   void publish_job(const Job& job);
 
   RemoteTierOptions options_;
@@ -116,13 +115,22 @@ class RemoteTier {
   std::atomic<std::uint64_t> hits_{0}, misses_{0}, errors_{0}, rejected_{0}, published_{0},
       dropped_{0}, lease_waits_{0}, fetch_count_{0}, fetch_micros_total_{0},
       fetch_micros_max_{0};
-  std::mutex queue_mutex_;
-  std::condition_variable queue_changed_;
-  std::deque<Job> queue_;
-  bool busy_ = false;
-  bool stopping_ = false;
-  std::chrono::steady_clock::time_point stop_deadline_;
-  std::thread publisher_;
+  // The publish queue and its thread. A forked child inherits them in whatever state the
+  // parent's thread left them (a condition variable with a waiter that does not exist in the
+  // child never wakes a broadcaster): the child leaves them alone and makes its own.
+  struct PublishQueue {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::deque<Job> jobs;
+    bool busy = false;
+    bool stopping = false;
+    std::chrono::steady_clock::time_point deadline;
+    std::unique_ptr<std::thread> thread;
+  };
+  PublishQueue& own_queue();
+  void run_publisher(PublishQueue* queue);
+  std::unique_ptr<PublishQueue> queue_;
+  long queue_pid_ = 0;  // the process that made queue_
 };
 
 }  // namespace astrai::detail

@@ -3,6 +3,9 @@
 // of rotary variants, the cheapest there are.
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -351,6 +354,40 @@ TEST_CASE("four nodes compiling one key at once against one Redis compile it onc
   CHECK(compiles == 1);
   CHECK(waits == 3);
   CHECK(std::count(sources.begin(), sources.end(), VariantSource::remote) == 3);
+}
+
+TEST_CASE("a forked child publishes through its own connection and thread") {
+  for (const std::string kind : {"redis", "http"}) {
+    CAPTURE(kind);
+    std::string why;
+    auto server = kind == "redis" ? LocalServer::redis(&why) : LocalServer::nginx_dav(&why);
+    if (!server) {
+      if (astrai::testing::servers_required()) FAIL("ASTRAI_REQUIRE_SERVERS=1: " << why);
+      MESSAGE("skipped: " << why);
+      continue;
+    }
+    RemoteTierOptions options;
+    options.store.max_entry_bytes = 1 << 20;
+    RemoteTier tier({endpoint_of(server->url())}, options);
+    tier.publish("parent.cubin", std::vector<char>(100, 'p'));
+    REQUIRE(tier.flush(std::chrono::seconds(5)));
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      tier.publish("child.cubin", std::vector<char>(100, 'c'));
+      const bool flushed = tier.flush(std::chrono::seconds(5));
+      const auto fetched = tier.fetch("parent.cubin");
+      ::_exit(flushed && fetched && *fetched == std::vector<char>(100, 'p') ? 0 : 1);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    // The parent's connection still works after the child used the store.
+    const auto child_entry = tier.fetch("child.cubin");
+    REQUIRE(child_entry);
+    CHECK(*child_entry == std::vector<char>(100, 'c'));
+  }
 }
 
 TEST_CASE("a lease is released only by its holder and expires by itself") {

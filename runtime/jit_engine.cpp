@@ -55,7 +55,6 @@ JitEngine::JitEngine(EnvConfig config)
       layers_.push_back(std::make_unique<DiskCache>(layer, CacheMode::read_only, 0, CacheSharing{}));
 }
 
-
 bool JitEngine::cached(const KernelSpec& spec) const {
   const CacheKey key = key_for(spec);
   const std::string name = spec.name();

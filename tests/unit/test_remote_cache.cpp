@@ -121,9 +121,37 @@ void report_fetch_times(const std::string& url, const std::string& file_name) {
   CHECK(times[100] < 50.0);
 }
 
+// Child: an engine on the cache args[0] with the remote args[1] gets the variant args[2], then
+// exits (its queued publish goes out as the engine is destroyed). Exit 10: it compiled; 11: it
+// came from the remote; anything else: a failure.
+const bool kRemoteGetChild = astrai::testing::register_child_action(
+    "remote-get", [](const std::vector<std::string>& args) -> int {
+      if (args.size() != 3) return 2;
+      astrai::detail::Logger::instance().set_level(astrai::detail::LogLevel::off);
+      JitEngine engine(remote_config(args[0], args[1]));
+      VariantSource source = VariantSource::memory;
+      engine.get(KernelSpec::parse(args[2]), &source);
+      if (source == VariantSource::compiled && engine.counters().compiles == 1) return 10;
+      if (source == VariantSource::remote && engine.counters().compiles == 0) return 11;
+      return 3;
+    });
+
 }  // namespace
 
 TEST_SUITE("remote") {
+
+TEST_CASE("two processes on fresh caches sharing one Redis: the second compiles nothing") {
+  ASTRAI_START_SERVER(redis, redis);
+  TempDir a;
+  TempDir b;
+  const std::string spec = rotary(176).name();
+  // The first process exits right after its compile: its publish goes out at exit.
+  CHECK(astrai::testing::wait_child(astrai::testing::spawn_child(
+            "remote-get", {a.path().string(), redis->url(), spec})) == 10);
+  CHECK(astrai::testing::wait_child(astrai::testing::spawn_child(
+            "remote-get", {b.path().string(), redis->url(), spec})) == 11);
+}
+
 
 TEST_CASE("ASTRAI_JIT_REMOTE takes Redis and HTTP URLs and names what it refuses") {
   std::vector<RemoteEndpoint> list;

@@ -451,9 +451,31 @@ void DiskCache::discard_import(const StagedEntry& staged) const {
   if (chain.status == OpenStatus::ok) ::unlinkat(chain.sub.get(), staged.temp.c_str(), 0);
 }
 
+void DiskCache::set_network_mode(NetworkFsMode mode) {
+  bool network = mode == NetworkFsMode::on;
+  if (mode == NetworkFsMode::automatic && mode_ != CacheMode::off) {
+    const Chain chain = open_chain(nullptr, false);
+    network = chain.status == OpenStatus::ok && ::astrai::detail::on_network_fs(chain.root.get());
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  network_fs_ = network;
+}
+
+bool DiskCache::on_network_fs() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return network_fs_;
+}
+
 std::unique_ptr<FileLock> DiskCache::lock_key(const CacheKey& key,
                                               std::chrono::milliseconds max_wait) {
   if (!usable_for_write()) return nullptr;
+  if (on_network_fs()) {
+    log_once(LogLevel::info, "network-fs-cache:" + root_.string(),
+             "kernel cache {} is on a network file system: no compile locks (ASTRAI_JIT_CACHE_NFS); "
+             "processes that miss one variant at the same moment each compile it",
+             root_.string());
+    return nullptr;
+  }
   const Chain chain = open_chain("locks", true);
   const std::string name = key.hex() + std::string(kLockSuffix);
   if (chain.status != OpenStatus::ok) {

@@ -29,6 +29,7 @@
 #include "cache/cache_key.hpp"
 #include "cache/cache_trust.hpp"
 #include "cache/file_lock.hpp"
+#include "cache/network_fs.hpp"
 
 namespace astrai::detail {
 
@@ -107,7 +108,11 @@ class DiskCache {
 
   // Per-key cross-process lock; nullptr when locking is impossible or timed out (the caller
   // compiles anyway). Stale locks of dead processes never block (flock is released on exit).
+  // On a network file system (set_network_mode) it takes no lock and returns nullptr.
   std::unique_ptr<FileLock> lock_key(const CacheKey& key, std::chrono::milliseconds max_wait);
+  // ASTRAI_JIT_CACHE_NFS (cache/network_fs.hpp): `automatic` looks at the root's file system.
+  void set_network_mode(NetworkFsMode mode);
+  bool on_network_fs() const;
 
   bool contains(const CacheKey& key, const std::string& variant_name) const;
   std::filesystem::path entry_path(const CacheKey& key, const std::string& variant_name) const;
@@ -157,6 +162,7 @@ class DiskCache {
   std::uint64_t max_bytes_;
   mutable std::mutex mutex_;
   mutable bool degraded_ = false;
+  bool network_fs_ = false;  // no compile locks (set_network_mode)
 };
 
 }  // namespace astrai::detail

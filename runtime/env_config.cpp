@@ -44,6 +44,7 @@ constexpr const char* kDumpVar = "ASTRAI_JIT_DUMP";
 constexpr const char* kCachePathVar = "ASTRAI_JIT_CACHE_PATH";
 constexpr const char* kCacheSharedVar = "ASTRAI_JIT_CACHE_SHARED";
 constexpr const char* kCacheOwnersVar = "ASTRAI_JIT_CACHE_OWNERS";
+constexpr const char* kCacheNfsVar = "ASTRAI_JIT_CACHE_NFS";
 constexpr const char* kRemoteVar = "ASTRAI_JIT_REMOTE";
 constexpr const char* kRemoteTimeoutVar = "ASTRAI_JIT_REMOTE_TIMEOUT_MS";
 constexpr const char* kRemoteLeaseVar = "ASTRAI_JIT_REMOTE_LEASE_MS";
@@ -58,6 +59,7 @@ constexpr const char* kCacheSharedAllowed =
     "off, group (the cache directory's group), a group name or a numeric gid";
 constexpr const char* kCacheOwnersAllowed =
     "comma-separated user names or numeric uids, e.g. alice,bob,1500";
+constexpr const char* kCacheNfsAllowed = "auto, on, off";
 constexpr const char* kRemoteTimeoutAllowed = "a whole number of milliseconds in 1..60000";
 constexpr const char* kRemoteLeaseAllowed =
     "a whole number of milliseconds in 0..600000; 0 = no leases";
@@ -219,7 +221,7 @@ const std::vector<std::string>& known_env_variables() {
                                      kNoMmaVar,    kNoWgmmaVar,      kDumpVar,         kCachePathVar,
                                      kCacheSharedVar, kPrefillTilesVar, kDecodeTilesVar,
                                      kCacheOwnersVar, kRemoteVar, kRemoteTimeoutVar,
-                                     kRemoteLeaseVar};
+                                     kRemoteLeaseVar, kCacheNfsVar};
     std::sort(list.begin(), list.end());
     return list;
   }();
@@ -437,6 +439,12 @@ EnvConfig parse_env_config(const std::vector<std::string>& environment) {
   if (const std::string* value = get(kDecodeTilesVar))
     config.decode_tiles = parse_tile_choice(kDecodeTilesVar, *value);
   if (const std::string* value = get(kDumpVar)) config.dump_dir = *value;
+  if (const std::string* value = get(kCacheNfsVar))
+    config.cache_nfs = parse_choice<NetworkFsMode>(kCacheNfsVar, *value,
+                                                   {{"auto", NetworkFsMode::automatic},
+                                                    {"on", NetworkFsMode::on},
+                                                    {"off", NetworkFsMode::off}},
+                                                   kCacheNfsAllowed);
   if (const std::string* value = get(kRemoteVar)) {
     std::string why;
     // The value may carry a password: the message names the item, not its text.

@@ -53,6 +53,9 @@ struct EnvConfig {
   // grid's (request, KV head) pairs fit one wave and split 2 to 4 ways).
   TileChoice decode_tiles = TileChoice::automatic;
   std::filesystem::path dump_dir;      // ASTRAI_JIT_DUMP=<dir>; empty = off
+  // ASTRAI_JIT_CACHE_NFS = auto | on | off: compile locks on a network file system
+  // (cache/network_fs.hpp); auto detects it from the cache root.
+  NetworkFsMode cache_nfs = NetworkFsMode::automatic;
   // ASTRAI_JIT_REMOTE: remote cache stores shared by a cluster, searched in order after a local
   // miss (cache/remote_store.hpp has the forms); empty = none.
   std::vector<RemoteEndpoint> remotes;

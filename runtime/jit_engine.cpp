@@ -47,6 +47,7 @@ JitEngine::JitEngine(EnvConfig config)
              config_.cache_sharing),
       remote_(make_remote_tier(config_)) {
   if (config_.cache_mode == CacheMode::off) return;
+  cache_.set_network_mode(config_.cache_nfs);
   // A layer is someone's published cache (an image's, a colleague's): its files are trusted
   // only when owned by us or root and writable by nobody else. The sharing mode of our own cache
   // never extends to layers: a group shared with us says nothing about who wrote a layer.

@@ -85,7 +85,7 @@ TEST_CASE("the known variables are listed once each, sorted") {
   const auto& known = astrai::detail::known_env_variables();
   const std::vector<std::string> expected = {
       "ASTRAI_JIT_ARCH",          "ASTRAI_JIT_CACHE",        "ASTRAI_JIT_CACHE_DIR",
-      "ASTRAI_JIT_CACHE_OWNERS",  "ASTRAI_JIT_CACHE_PATH",    "ASTRAI_JIT_CACHE_SHARED", "ASTRAI_JIT_DECODE_TILES", "ASTRAI_JIT_DUMP",
+      "ASTRAI_JIT_CACHE_NFS",     "ASTRAI_JIT_CACHE_OWNERS",  "ASTRAI_JIT_CACHE_PATH",    "ASTRAI_JIT_CACHE_SHARED", "ASTRAI_JIT_DECODE_TILES", "ASTRAI_JIT_DUMP",
       "ASTRAI_JIT_FORCE_COMPILE", "ASTRAI_JIT_LOG",          "ASTRAI_JIT_MAX_CACHE_SIZE",
       "ASTRAI_JIT_NO_MMA",        "ASTRAI_JIT_NO_WGMMA",     "ASTRAI_JIT_PREFILL_TILES",
       "ASTRAI_JIT_RECORD",        "ASTRAI_JIT_REMOTE",       "ASTRAI_JIT_REMOTE_LEASE_MS",

@@ -169,7 +169,7 @@ void add_cache_command(CLI::App& app, Commands* commands) {
                                                "Only these variants (as ASTRAI_JIT_RECORD writes them)"),
               "FILE");
   commands->cache_pull = cache->add_subcommand(
-      "pull", "Fetch a manifest's variants from the remote cache, checked, into the local cache");
+      "pull", "Fetch a manifest's variants from the remote cache into this one, checked");
   placeholder(commands->cache_pull->add_option("--manifest", options.manifest,
                                                "The variants to fetch (required)"),
               "FILE")->required();

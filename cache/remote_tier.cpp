@@ -90,7 +90,7 @@ void RemoteTier::mark_down(Slot& slot, const std::string& why) {
   slot.down_until.store(now_ns() + retry.count(), std::memory_order_relaxed);
   const std::string& shown = slot.store->endpoint().shown;
   log_once(LogLevel::warn, "remote-down:" + shown,
-           "remote kernel cache {} is not answering ({}); working from the local cache without "
+           "remote kernel cache {} is unavailable ({}); working from the local cache without "
            "it, trying it again every {} s",
            shown, why, options_.retry_after.count() / 1000);
   log(LogLevel::debug, "remote kernel cache {} failed: {}", shown, why);

@@ -86,11 +86,23 @@ ASTRAI_JIT_REMOTE="$REMOTE" run warm --manifest "$WORK/manifest.txt" --jobs 1
 expect_rc 0
 expect_out "^warm: 2 variants, 0 compiled"
 
+if command -v redis-cli >/dev/null; then
+  check "a Redis with a password: the URL's password is sent, a wrong one is named by Redis"
+  redis-cli -p "$PORT" CONFIG SET requirepass s3cret >/dev/null
+  run cache push --remote "redis://:wrong@127.0.0.1:$PORT/1"
+  expect_rc 1
+  expect_err "WRONGPASS"
+  run cache push --remote "redis://:s3cret@127.0.0.1:$PORT/1"
+  expect_rc 0
+  expect_out "^push: 2 entries, .* to redis://127\.0\.0\.1:$PORT/1$"
+fi
+
 check "a remote that is down: pull says so and exits 1, quickly"
 stop_redis
 export ASTRAI_JIT_CACHE_DIR="$WORK/node4"
 run cache pull --remote "$REMOTE" --manifest "$WORK/manifest.txt"
 expect_rc 1
-expect_err "is not answering"
+expect_err "remote kernel cache redis://127\.0\.0\.1:$PORT/0 is unavailable \(.*\); working from the local cache"
+expect_err "redis://127\.0\.0\.1:$PORT/0 is unavailable: nothing more pulled"
 
 echo "remote CLI tests passed in $((SECONDS - START)) s"

@@ -230,7 +230,7 @@ TEST_CASE("a remote killed mid-run costs one warning and no failed call") {
   const double elapsed = ms_since(start);
   engine.remote()->flush(std::chrono::seconds(5));
   const std::string log = capture.finish();
-  CHECK(astrai::testing::count_occurrences(log, "is not answering") == 1);
+  CHECK(astrai::testing::count_occurrences(log, "is unavailable") == 1);
   CHECK(engine.remote()->counters().errors >= 1);
   CHECK(engine.counters().compiles == 3);
   MESSAGE("two compiles with the remote down took " << elapsed << " ms");

@@ -238,7 +238,7 @@ int run_cache_push(const EnvConfig& config, const CacheOptions& options) {
   fmt::print("push: {}, {} ({} bytes) from {} to {}{}\n", counted(pushed, "entry", "entries"),
              format_bytes(bytes_pushed), bytes_pushed, config.cache_dir.string(),
              remote->describe(),
-             problems.empty() ? std::string() : fmt::format(", {} problems", problems.size()));
+             problems.empty() ? std::string() : ", " + counted(problems.size(), "problem"));
   return problems.empty() ? kExitOk : kExitFailed;
 }
 
@@ -266,7 +266,7 @@ int run_cache_pull(const EnvConfig& config, const CacheOptions& options) {
     const auto bytes = remote->fetch(file_name);
     if (!bytes) {
       if (!remote->any_available()) {
-        problems.push_back(fmt::format("{} is not answering: nothing more pulled", remote->describe()));
+        problems.push_back(fmt::format("{} is unavailable: nothing more pulled", remote->describe()));
         break;
       }
       problems.push_back(fmt::format("{} is not on the remote", name));
@@ -286,7 +286,7 @@ int run_cache_pull(const EnvConfig& config, const CacheOptions& options) {
   fmt::print("pull: {}, {} ({} bytes) into {} from {}; {} already cached{}\n",
              counted(pulled, "entry", "entries"), format_bytes(bytes_pulled), bytes_pulled,
              config.cache_dir.string(), remote->describe(), present,
-             problems.empty() ? std::string() : fmt::format(", {} problems", problems.size()));
+             problems.empty() ? std::string() : ", " + counted(problems.size(), "problem"));
   return problems.empty() ? kExitOk : kExitFailed;
 }
 

@@ -382,8 +382,8 @@ bool DiskCache::store(const CacheKey& key, const CacheEntryData& entry) {
   return true;
 }
 
-bool verify_entry_file(const std::string& file_name, const std::vector<char>& bytes,
-                       CacheEntryData* entry, std::string* why) {
+bool DiskCache::verify_entry_file(const std::string& file_name, const std::vector<char>& bytes,
+                                  CacheEntryData* entry, std::string* why) const {
   std::string key_hex;
   std::string variant;
   if (!parse_entry_file_name(file_name, &key_hex, &variant) || !is_valid_variant_for_path(variant)) {

@@ -54,14 +54,6 @@ struct CacheStats {
   std::uint64_t total_bytes = 0;
 };
 
-// The check of an entry file taken from elsewhere (an archive, a remote store), named
-// "<32 hex>.<variant>.cubin": what a load checks (header, checksum, the variant against the name,
-// the binary kind against the target) and the payload's symbol table and binary. `entry`
-// (optional) receives the decoded entry. False with a reason. Every entry that did not come from
-// this process's own compile passes through here before it is loaded or stored.
-bool verify_entry_file(const std::string& file_name, const std::vector<char>& bytes,
-                       CacheEntryData* entry, std::string* why);
-
 class DiskCache {
  public:
   // `max_bytes` 0 = unlimited. An unusable directory (cannot create, read-only, a file)
@@ -103,6 +95,15 @@ class DiskCache {
   };
   bool stage_import(const std::string& file_name, const std::vector<char>& bytes,
                     StagedEntry* staged, std::string* why);
+  // The check of an entry file taken from elsewhere (an archive, a remote store), named
+  // "<32 hex>.<variant>.cubin": what a load checks (header, checksum, the variant against the
+  // name, the binary kind against the target) and the payload's symbol table and binary, under
+  // this cache's rules. `entry` (optional) receives the decoded entry. False with a reason.
+  // stage_import and the remote tier (runtime/jit_engine.cpp) both go through it: every entry
+  // that did not come from this process's own compile is checked here before it is loaded or
+  // stored. Needs no usable directory.
+  bool verify_entry_file(const std::string& file_name, const std::vector<char>& bytes,
+                         CacheEntryData* entry, std::string* why) const;
   bool commit_import(const StagedEntry& staged, std::string* why);
   void discard_import(const StagedEntry& staged) const;
 

@@ -2,9 +2,9 @@
 // Redis (cache/remote_redis.cpp) or an HTTP server that takes GET and PUT, such as an nginx
 // WebDAV location or a Bazel/sccache-style HTTP cache (cache/remote_http.cpp).
 //
-// A store moves bytes only. What it returns is never trusted: the tier above it
-// (cache/remote_tier.hpp) hands fetched bytes to verify_entry_file (cache/disk_cache.hpp), the
-// check every entry file from elsewhere goes through, before anything is loaded or stored.
+// A store moves bytes only. What it returns is never trusted: its users (the engine, `cache
+// pull`) hand fetched bytes to DiskCache::verify_entry_file (cache/disk_cache.hpp), the check
+// every entry file from elsewhere goes through, before anything is loaded or stored.
 //
 // Names on the remote: the entry's local file name "<32 hex key>.<variant>.cubin"; in Redis
 // under the prefix "astrai-jit:v<entry format>:", over HTTP as "<base URL>/<file name>".

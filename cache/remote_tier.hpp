@@ -5,7 +5,7 @@
 // Failure never reaches a caller: a store that errs or times out (RemoteOptions::timeout) is
 // left alone for `retry_after`, with one warning per store and process, and the process works
 // from its local cache meanwhile. Fetched bytes are unverified: callers pass them to
-// verify_entry_file (cache/disk_cache.hpp) and report a refusal with note_rejected.
+// DiskCache::verify_entry_file (cache/disk_cache.hpp) and report a refusal with note_rejected.
 #pragma once
 
 #include <atomic>

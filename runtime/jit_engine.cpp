@@ -291,7 +291,7 @@ std::shared_ptr<const CompiledVariant> JitEngine::adopt_remote(const KernelSpec&
   // Verified exactly like an imported entry file before anything of it is used.
   CacheEntryData entry;
   std::string why;
-  if (!verify_entry_file(file_name, bytes, &entry, &why)) {
+  if (!cache_.verify_entry_file(file_name, bytes, &entry, &why)) {
     remote_->note_rejected(file_name, why);
     return nullptr;
   }

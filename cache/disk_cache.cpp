@@ -391,15 +391,15 @@ bool DiskCache::store(const CacheKey& key, const CacheEntryData& entry) {
   return true;
 }
 
-bool DiskCache::stage_import(const std::string& file_name, const std::vector<char>& bytes,
-                             StagedEntry* staged, std::string* why) {
+bool DiskCache::verify_entry_file(const std::string& file_name, const std::vector<char>& bytes,
+                                  CacheEntryData* entry, std::string* why) const {
   std::string key_hex;
   std::string variant;
   if (!parse_entry_file_name(file_name, &key_hex, &variant) || !is_valid_variant_for_path(variant)) {
     *why = "not an entry file name";
     return false;
   }
-  const auto decoded = decode_entry_of_variant(variant, bytes.data(), bytes.size(), why);
+  auto decoded = decode_entry_of_variant(variant, bytes.data(), bytes.size(), why);
   if (!decoded || !check_variant_payload(decoded->kind, decoded->payload, why)) return false;
   if (requires_signatures()) {
     if (std::string refused = signature_refusal(key_hex, *decoded); !refused.empty()) {
@@ -407,6 +407,14 @@ bool DiskCache::stage_import(const std::string& file_name, const std::vector<cha
       return false;
     }
   }
+  if (entry) *entry = std::move(*decoded);
+  return true;
+}
+
+bool DiskCache::stage_import(const std::string& file_name, const std::vector<char>& bytes,
+                             StagedEntry* staged, std::string* why) {
+  if (!verify_entry_file(file_name, bytes, nullptr, why)) return false;
+  const std::string key_hex = file_name.substr(0, 32);
   if (!usable_for_write()) {
     *why = fmt::format("cannot write the cache at {}", root_.string());
     return false;
@@ -458,9 +466,31 @@ void DiskCache::discard_import(const StagedEntry& staged) const {
   if (chain.status == OpenStatus::ok) ::unlinkat(chain.sub.get(), staged.temp.c_str(), 0);
 }
 
+void DiskCache::set_network_mode(NetworkFsMode mode) {
+  bool network = mode == NetworkFsMode::on;
+  if (mode == NetworkFsMode::automatic && mode_ != CacheMode::off) {
+    const Chain chain = open_chain(nullptr, false);
+    network = chain.status == OpenStatus::ok && ::astrai::detail::on_network_fs(chain.root.get());
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  network_fs_ = network;
+}
+
+bool DiskCache::on_network_fs() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return network_fs_;
+}
+
 std::unique_ptr<FileLock> DiskCache::lock_key(const CacheKey& key,
                                               std::chrono::milliseconds max_wait) {
   if (!usable_for_write()) return nullptr;
+  if (on_network_fs()) {
+    log_once(LogLevel::info, "network-fs-cache:" + root_.string(),
+             "kernel cache {} is on a network file system: no compile locks (ASTRAI_JIT_CACHE_NFS); "
+             "processes that miss one variant at the same moment each compile it",
+             root_.string());
+    return nullptr;
+  }
   const Chain chain = open_chain("locks", true);
   const std::string name = key.hex() + std::string(kLockSuffix);
   if (chain.status != OpenStatus::ok) {

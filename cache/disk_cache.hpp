@@ -32,6 +32,7 @@
 #include "cache/cache_signature.hpp"
 #include "cache/cache_trust.hpp"
 #include "cache/file_lock.hpp"
+#include "cache/network_fs.hpp"
 
 namespace astrai::detail {
 
@@ -109,12 +110,25 @@ class DiskCache {
   };
   bool stage_import(const std::string& file_name, const std::vector<char>& bytes,
                     StagedEntry* staged, std::string* why);
+  // The check of an entry file taken from elsewhere (an archive, a remote store), named
+  // "<32 hex>.<variant>.cubin": what a load checks (header, checksum, the variant against the
+  // name, the binary kind against the target) and the payload's symbol table and binary, under
+  // this cache's rules. `entry` (optional) receives the decoded entry. False with a reason.
+  // stage_import and the remote tier (runtime/jit_engine.cpp) both go through it: every entry
+  // that did not come from this process's own compile is checked here before it is loaded or
+  // stored. Needs no usable directory.
+  bool verify_entry_file(const std::string& file_name, const std::vector<char>& bytes,
+                         CacheEntryData* entry, std::string* why) const;
   bool commit_import(const StagedEntry& staged, std::string* why);
   void discard_import(const StagedEntry& staged) const;
 
   // Per-key cross-process lock; nullptr when locking is impossible or timed out (the caller
   // compiles anyway). Stale locks of dead processes never block (flock is released on exit).
+  // On a network file system (set_network_mode) it takes no lock and returns nullptr.
   std::unique_ptr<FileLock> lock_key(const CacheKey& key, std::chrono::milliseconds max_wait);
+  // ASTRAI_JIT_CACHE_NFS (cache/network_fs.hpp): `automatic` looks at the root's file system.
+  void set_network_mode(NetworkFsMode mode);
+  bool on_network_fs() const;
 
   // With trusted keys set, only an entry that is sound and validly signed counts (the file is
   // read and checked, with no side effect: nothing touched, removed, counted or logged).
@@ -178,6 +192,7 @@ class DiskCache {
   std::shared_ptr<const TrustedKeys> trusted_keys_;
   mutable std::uint64_t last_refused_device_ = 0;  // guarded by mutex_
   mutable std::uint64_t last_refused_inode_ = 0;
+  bool network_fs_ = false;  // no compile locks (set_network_mode)
 };
 
 }  // namespace astrai::detail

@@ -48,6 +48,10 @@ constexpr const char* kCacheSharedVar = "ASTRAI_JIT_CACHE_SHARED";
 constexpr const char* kCacheOwnersVar = "ASTRAI_JIT_CACHE_OWNERS";
 constexpr const char* kTrustedKeysVar = "ASTRAI_JIT_TRUSTED_KEYS";
 constexpr const char* kSigningKeyVar = "ASTRAI_JIT_SIGNING_KEY";
+constexpr const char* kCacheNfsVar = "ASTRAI_JIT_CACHE_NFS";
+constexpr const char* kRemoteVar = "ASTRAI_JIT_REMOTE";
+constexpr const char* kRemoteTimeoutVar = "ASTRAI_JIT_REMOTE_TIMEOUT_MS";
+constexpr const char* kRemoteLeaseVar = "ASTRAI_JIT_REMOTE_LEASE_MS";
 
 constexpr const char* kTrustedKeysAllowed =
     "public keys as `astrai-jit keygen` writes them (ed25519:<key id>:<base64>) or absolute "
@@ -64,6 +68,10 @@ constexpr const char* kCacheSharedAllowed =
     "off, group (the cache directory's group), a group name or a numeric gid";
 constexpr const char* kCacheOwnersAllowed =
     "comma-separated user names or numeric uids, e.g. alice,bob,1500";
+constexpr const char* kCacheNfsAllowed = "auto, on, off";
+constexpr const char* kRemoteTimeoutAllowed = "a whole number of milliseconds in 1..60000";
+constexpr const char* kRemoteLeaseAllowed =
+    "a whole number of milliseconds in 0..600000; 0 = no leases";
 constexpr const char* kSizeAllowed =
     "a whole number of bytes, optionally followed by B, K, M, G, T, KiB, MiB, GiB, TiB, KB, "
     "MB, GB or TB (all powers of 1024), e.g. 1048576, 512M, 10GiB; 0 = unlimited";
@@ -197,6 +205,20 @@ std::vector<std::filesystem::path> parse_cache_layers(const std::string& value) 
     begin = end + 1;
   }
   return layers;
+}
+
+// A whole number in [low, high] (blanks around it ignored).
+long long parse_bounded(const char* name, const std::string& value, long long low, long long high,
+                        const char* allowed) {
+  const std::string_view text = trim(value);
+  if (text.empty() || text.size() > 12) throw_invalid(name, value, allowed);
+  long long number = 0;
+  for (char c : text) {
+    if (!is_digit(c)) throw_invalid(name, value, allowed);
+    number = number * 10 + (c - '0');
+  }
+  if (number < low || number > high) throw_invalid(name, value, allowed);
+  return number;
 }
 
 }  // namespace
@@ -444,6 +466,30 @@ EnvConfig parse_env_config(const std::vector<std::string>& environment) {
                                     echo_text(*value), echo_text(why), kSigningKeyAllowed));
     config.signing_key = std::move(key);
   }
+  if (const std::string* value = get(kCacheNfsVar))
+    config.cache_nfs = parse_choice<NetworkFsMode>(kCacheNfsVar, *value,
+                                                   {{"auto", NetworkFsMode::automatic},
+                                                    {"on", NetworkFsMode::on},
+                                                    {"off", NetworkFsMode::off}},
+                                                   kCacheNfsAllowed);
+  if (const std::string* value = get(kRemoteVar)) {
+    std::string why;
+    // The value may carry a password: the message names the item, not its text.
+    if (!parse_remote_endpoints(*value, &config.remotes, &why))
+      throw ConfigError(fmt::format("{} is not valid: {} (allowed: {})", kRemoteVar, why,
+                                    kRemoteAllowed));
+    // `info` lists the variables set: it shows the URLs without their passwords.
+    std::string shown;
+    for (const auto& remote : config.remotes) shown += (shown.empty() ? "" : ",") + remote.shown;
+    for (auto& [name, text] : config.variables_set)
+      if (name == kRemoteVar) text = shown;
+  }
+  if (const std::string* value = get(kRemoteTimeoutVar))
+    config.remote_timeout = std::chrono::milliseconds(
+        parse_bounded(kRemoteTimeoutVar, *value, 1, 60000, kRemoteTimeoutAllowed));
+  if (const std::string* value = get(kRemoteLeaseVar))
+    config.remote_lease = std::chrono::milliseconds(
+        parse_bounded(kRemoteLeaseVar, *value, 0, 600000, kRemoteLeaseAllowed));
   return config;
 }
 

@@ -1,6 +1,7 @@
 // The ASTRAI_JIT_* environment, read once when the runtime starts.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -12,6 +13,7 @@
 #include "base/logging.hpp"
 #include "cache/cache_signature.hpp"
 #include "cache/disk_cache.hpp"
+#include "cache/remote_store.hpp"
 
 namespace astrai::detail {
 
@@ -60,6 +62,17 @@ struct EnvConfig {
   // ASTRAI_JIT_SIGNING_KEY: a secret key file (owner-only); entries this process compiles are
   // signed with it before they are stored. Null: stored unsigned.
   std::shared_ptr<const SigningKey> signing_key;
+  // ASTRAI_JIT_CACHE_NFS = auto | on | off: compile locks on a network file system
+  // (cache/network_fs.hpp); auto detects it from the cache root.
+  NetworkFsMode cache_nfs = NetworkFsMode::automatic;
+  // ASTRAI_JIT_REMOTE: remote cache stores shared by a cluster, searched in order after a local
+  // miss (cache/remote_store.hpp has the forms); empty = none.
+  std::vector<RemoteEndpoint> remotes;
+  // ASTRAI_JIT_REMOTE_TIMEOUT_MS (1..60000): connect and request limit of a remote store.
+  std::chrono::milliseconds remote_timeout{300};
+  // ASTRAI_JIT_REMOTE_LEASE_MS (0..600000; 0 = off): how long another node's compile of a key
+  // is awaited before compiling anyway.
+  std::chrono::milliseconds remote_lease{10000};
   // Every ASTRAI_JIT_* variable that was set, as (name, value), sorted by name (for `info`).
   std::vector<std::pair<std::string, std::string>> variables_set;
   // ASTRAI_JIT_* names that are not known (typos); the runtime warns once about each.

@@ -19,6 +19,10 @@ const std::vector<EnvVariable>& env_variables() {
       {"ASTRAI_JIT_CACHE_OWNERS", "`NAME,UID,...` (user names or uids)",
        "in shared mode, trust only files and directories owned by you, root or a listed user, whatever "
        "their group; empty: you and root only (see \"Trust and sharing\")"},
+      {"ASTRAI_JIT_CACHE_NFS", "`auto` (default), `on`, `off`",
+       "compile locks on a network file system: `auto` takes none when the cache root is on NFS, "
+       "SMB/CIFS, Lustre, GPFS, Ceph, BeeGFS, 9P, AFS or FUSE; `on` never locks, `off` always does (see"
+       " \"Network file systems\")"},
       {"ASTRAI_JIT_FORCE_COMPILE", "bool",
        "ignore cached entries, compile and republish"},
       {"ASTRAI_JIT_STRICT", "bool",
@@ -58,6 +62,17 @@ const std::vector<EnvVariable>& env_variables() {
       {"ASTRAI_JIT_DUMP", "directory",
        "write the source, PTX, cubin (`cuobjdump -sass` reads it) and log of each compile (created "
        "0700; an existing one must be yours and writable by nobody else)"},
+      {"ASTRAI_JIT_REMOTE",
+       "`redis://[:PASSWORD@]HOST[:PORT][/DB]`, `http[s]://[USER:PASSWORD@]HOST[:PORT][/PREFIX]`, "
+       "comma-separated",
+       "remote caches shared by a cluster, read after a local miss and published to after a compile "
+       "(see \"Cluster\")"},
+      {"ASTRAI_JIT_REMOTE_TIMEOUT_MS", "1..60000 (default 300)",
+       "connect and request limit of a remote; one that errs or times out is left alone for 30 s, with "
+       "one warning"},
+      {"ASTRAI_JIT_REMOTE_LEASE_MS", "0..600000 (default 10000)",
+       "how long a node waits for another node's compile of the same key (Redis lease) before compiling"
+       " itself; `0` no leases"},
       {"ASTRAI_JIT_NVRTC_DIR", "directory",
        "the Python package loads NVRTC from this directory instead of the `nvidia-cuda-nvrtc` wheel or "
        "the toolkit (the library itself ignores it)"},

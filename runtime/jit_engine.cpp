@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string_view>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -26,14 +27,29 @@ double milliseconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+std::unique_ptr<RemoteTier> make_remote_tier(const EnvConfig& config) {
+  if (config.remotes.empty()) return nullptr;
+  RemoteTierOptions options;
+  options.store.timeout = config.remote_timeout;
+  options.store.max_entry_bytes = kMaxEntryFileBytes;  // the local entry cap
+  options.lease = config.remote_lease;
+  return std::make_unique<RemoteTier>(config.remotes, options);
+}
+
+std::string entry_file_name(const CacheKey& key, const std::string& variant_name) {
+  return key.hex() + "." + variant_name + ".cubin";
+}
+
 }  // namespace
 
 JitEngine::JitEngine(EnvConfig config)
     : config_(std::move(config)),
       cache_(config_.cache_dir, config_.cache_mode, config_.max_cache_bytes,
-             config_.cache_sharing) {
+             config_.cache_sharing),
+      remote_(make_remote_tier(config_)) {
   if (config_.cache_mode == CacheMode::off) return;
   cache_.set_trusted_keys(config_.trusted_keys);
+  cache_.set_network_mode(config_.cache_nfs);
   // A layer is someone's published cache (an image's, a colleague's): its files are trusted
   // only when owned by us or root and writable by nobody else. The sharing mode of our own cache
   // never extends to layers: a group shared with us says nothing about who wrote a layer.
@@ -178,7 +194,25 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
     metrics.miss(CacheTier::disk);
   };
 
+  const std::string file_name = entry_file_name(key, name);
+  bool remote_refused = false;  // the remote's entry failed verification: not fetched again
+  auto try_remote = [&]() -> std::shared_ptr<const CompiledVariant> {
+    if (!remote_ || config_.force_compile || remote_refused) return nullptr;
+    const auto fetch_start = std::chrono::steady_clock::now();
+    auto bytes = remote_->fetch(file_name);
+    auto variant = bytes ? adopt_remote(spec, key, file_name, *bytes) : nullptr;
+    remote_refused = bytes && !variant;
+    if (variant) {
+      metrics.hit(CacheTier::remote, std::chrono::steady_clock::now() - fetch_start);
+      if (source) *source = VariantSource::remote;
+    } else {
+      metrics.miss(CacheTier::remote);
+    }
+    return variant;
+  };
+
   if (auto hit = try_disk()) return hit;
+  if (auto hit = try_remote()) return hit;
   if (config_.strict) {
     count_misses();
     throw CacheMissError(fmt::format(
@@ -195,6 +229,39 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
       if (auto hit = try_disk()) return hit;
     }
   }
+
+  // Another node may be compiling the same key: wait for its publish (bounded), then compile.
+  std::string lease_token;
+  bool leased = false;
+  if (remote_ && !config_.force_compile) {
+    const LeaseOutcome outcome = remote_->try_lease(key.hex(), &lease_token);
+    leased = outcome == LeaseOutcome::acquired;
+    if (outcome == LeaseOutcome::held) {
+      if (auto hit = await_remote(spec, key, file_name, &lease_token, &leased)) {
+        if (source) *source = VariantSource::remote;
+        return hit;
+      }
+    }
+    // The last holder may have published between our fetch and our lease.
+    if (leased) {
+      if (auto hit = try_remote()) {
+        remote_->release(key.hex(), lease_token);
+        return hit;
+      }
+    }
+  }
+  // A compile that fails gives the lease back at once (other nodes then try themselves).
+  struct LeaseGuard {
+    RemoteTier* tier;
+    const std::string& key_hex;
+    const std::string& token;
+    bool* held;
+    ~LeaseGuard() {
+      if (*held) tier->release(key_hex, token);
+    }
+  };
+  const std::string key_hex = key.hex();
+  LeaseGuard lease_guard{remote_.get(), key_hex, lease_token, &leased};
 
   count_misses();
   log(LogLevel::debug, "compiling {} ({})", name, key.hex());
@@ -228,7 +295,7 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
   variant->binary = std::move(compiled.binary);
   variant->symbols = std::move(compiled.lowered_names);
 
-  if (cache_.usable_for_write()) {
+  if (cache_.usable_for_write() || remote_) {
     CacheEntryData entry;
     entry.kind = variant->kind;
     entry.variant_name = name;
@@ -236,10 +303,71 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
     entry.payload = encode_variant_payload(variant->symbols, variant->binary);
     // A publishing process (ASTRAI_JIT_SIGNING_KEY) signs what it compiles.
     if (config_.signing_key) sign_entry_data(*config_.signing_key, key.hex(), &entry);
-    if (cache_.store(key, entry)) metrics.count(metrics.stores);
+    if (cache_.usable_for_write() && cache_.store(key, entry)) metrics.count(metrics.stores);
+    if (remote_) {
+      // In the background: the call never waits for the remote. The lease goes with the
+      // publish and is released once the entry is there for the nodes waiting on it.
+      remote_->publish(file_name, encode_entry(entry), leased ? key_hex : std::string(),
+                       leased ? lease_token : std::string());
+      leased = false;
+    }
   }
   if (source) *source = VariantSource::compiled;
   return variant;
+}
+
+std::shared_ptr<const CompiledVariant> JitEngine::adopt_remote(const KernelSpec& spec,
+                                                               const CacheKey& key,
+                                                               const std::string& file_name,
+                                                               const std::vector<char>& bytes) {
+  // Verified exactly like an imported entry file before anything of it is used.
+  CacheEntryData entry;
+  std::string why;
+  if (!cache_.verify_entry_file(file_name, bytes, &entry, &why)) {
+    remote_->note_rejected(file_name, why);
+    return nullptr;
+  }
+  auto variant = from_entry(spec, key, std::move(entry));
+  if (!variant) {
+    remote_->note_rejected(file_name, "its payload does not hold this variant's kernels");
+    return nullptr;
+  }
+  if (cache_.usable_for_write()) {
+    DiskCache::StagedEntry staged;
+    if (!cache_.stage_import(file_name, bytes, &staged, &why) || !cache_.commit_import(staged, &why))
+      log(LogLevel::debug, "not keeping remote entry {} in the cache: {}", file_name, why);
+  }
+  counters_.remote_hits.fetch_add(1, std::memory_order_relaxed);
+  log(LogLevel::debug, "loaded {} from the remote cache", file_name);
+  return variant;
+}
+
+std::shared_ptr<const CompiledVariant> JitEngine::await_remote(const KernelSpec& spec,
+                                                               const CacheKey& key,
+                                                               const std::string& file_name,
+                                                               std::string* token, bool* acquired) {
+  remote_->note_lease_wait();
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + remote_->lease_length();
+  auto pause = std::chrono::milliseconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(200));
+    if (auto bytes = remote_->fetch(file_name)) {
+      if (auto variant = adopt_remote(spec, key, file_name, *bytes)) return variant;
+      return nullptr;  // refused: compile it here
+    }
+    // The holder gave up (its compile failed) or its lease expired: compile here.
+    const LeaseOutcome outcome = remote_->try_lease(key.hex(), token);
+    if (outcome == LeaseOutcome::acquired) {
+      *acquired = true;
+      return nullptr;
+    }
+    if (outcome == LeaseOutcome::unsupported) return nullptr;
+  }
+  log(LogLevel::info, "waited {:.0f} ms for another node's compile of {}; compiling here",
+      milliseconds_since(start), spec.name());
+  return nullptr;
 }
 
 void JitEngine::record(const KernelSpec& spec) {

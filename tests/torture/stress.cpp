@@ -85,6 +85,7 @@ int stress_worker(const WorkerOptions& options) {
           char tag = 'm';
           switch (source) {
             case VariantSource::memory: ++log.memory; break;
+            case VariantSource::remote:  // never: the harness configures no remote tier
             case VariantSource::disk:
               ++log.disk;
               tag = 'd';

@@ -1,5 +1,8 @@
-// `astrai-jit cache list | stats | verify | prune | clear | export | import`.
+// `astrai-jit cache list | stats | verify | prune | clear | export | import | push | pull`.
 #include "tools/cli/cli.hpp"
+
+#include "cache/remote_tier.hpp"
+#include "runtime/compile_plan.hpp"
 
 namespace astrai::cli {
 
@@ -199,6 +202,125 @@ int run_cache_import(const EnvConfig& config, const CacheOptions& options) {
              report.problems.empty() ? std::string()
                                      : fmt::format(", {} rejected", report.problems.size()));
   return report.problems.empty() ? kExitOk : kExitFailed;
+}
+
+namespace {
+
+// The stores of --remote, else of ASTRAI_JIT_REMOTE; no leases (nothing is compiled here).
+std::unique_ptr<astrai::detail::RemoteTier> open_remote(const EnvConfig& config,
+                                                        const CacheOptions& options,
+                                                        const char* verb) {
+  std::vector<astrai::detail::RemoteEndpoint> endpoints = config.remotes;
+  if (!options.remote.empty()) {
+    std::string why;
+    if (!astrai::detail::parse_remote_endpoints(options.remote, &endpoints, &why))
+      throw astrai::InvalidArgument(fmt::format("--remote is not valid: {} (allowed: {})", why,
+                                                astrai::detail::kRemoteAllowed));
+  }
+  if (endpoints.empty())
+    throw astrai::ConfigError(fmt::format(
+        "cache {}: no remote cache: give --remote URLS or set ASTRAI_JIT_REMOTE", verb));
+  astrai::detail::RemoteTierOptions tier_options;
+  tier_options.store.timeout = config.remote_timeout;
+  tier_options.store.max_entry_bytes = astrai::detail::kMaxEntryFileBytes;
+  tier_options.lease = std::chrono::milliseconds(0);
+  return std::make_unique<astrai::detail::RemoteTier>(endpoints, tier_options);
+}
+
+std::vector<KernelSpec> manifest_specs(const std::string& manifest) {
+  std::vector<KernelSpec> specs = read_manifest(manifest);
+  if (specs.empty())
+    throw astrai::InvalidArgument(fmt::format("--manifest: '{}' names no variant",
+                                              astrai::detail::echo_text(manifest)));
+  return specs;
+}
+
+}  // namespace
+
+int run_cache_push(const EnvConfig& config, const CacheOptions& options) {
+  std::set<std::string> wanted;
+  if (!options.manifest.empty())
+    for (const auto& spec : manifest_specs(options.manifest)) wanted.insert(spec.name());
+  auto remote = open_remote(config, options, "push");
+  require_usable(config, "push");
+  DiskCache cache = open_cache(config, false);
+  std::vector<std::string> problems;
+  std::set<std::string> found;
+  std::uint64_t pushed = 0;
+  std::uint64_t bytes_pushed = 0;
+  for (const auto& entry : cache.list()) {
+    if (!wanted.empty() && wanted.count(entry.variant_name) == 0) continue;
+    found.insert(entry.variant_name);
+    std::vector<char> bytes;
+    std::string why;
+    if (!cache.read_entry_file(entry, &bytes, &why)) {
+      problems.push_back(fmt::format("{}: not pushed: {}", entry.path.string(), why));
+      continue;
+    }
+    if (!remote->put_now(entry.path.filename().string(), bytes, &why)) {
+      problems.push_back(fmt::format("not pushed: {}", why));
+      if (!remote->any_available()) break;  // every store failed: the rest would too
+      continue;
+    }
+    ++pushed;
+    bytes_pushed += bytes.size();
+  }
+  for (const auto& name : wanted)
+    if (found.count(name) == 0) problems.push_back(fmt::format("{} is not in the cache", name));
+  for (const auto& problem : problems) print_error(problem);
+  fmt::print("push: {}, {} ({} bytes) from {} to {}{}\n", counted(pushed, "entry", "entries"),
+             format_bytes(bytes_pushed), bytes_pushed, config.cache_dir.string(),
+             remote->describe(),
+             problems.empty() ? std::string() : ", " + counted(problems.size(), "problem"));
+  return problems.empty() ? kExitOk : kExitFailed;
+}
+
+int run_cache_pull(const EnvConfig& config, const CacheOptions& options) {
+  const std::vector<KernelSpec> specs = manifest_specs(options.manifest);
+  auto remote = open_remote(config, options, "pull");
+  require_writable(config, "pull");
+  DiskCache cache = open_cache(config, true);
+  if (!cache.usable_for_write())
+    throw astrai::ConfigError(fmt::format("cache pull: {} is not a usable cache",
+                                          config.cache_dir.string()));
+  std::vector<std::string> problems;
+  std::uint64_t pulled = 0;
+  std::uint64_t present = 0;
+  std::uint64_t bytes_pulled = 0;
+  for (const auto& spec : specs) {
+    const std::string name = spec.name();
+    const auto key = astrai::detail::compile_request_key(astrai::detail::compile_request(spec),
+                                                         astrai::detail::nvrtc_version());
+    if (cache.contains(key, name)) {
+      ++present;
+      continue;
+    }
+    const std::string file_name = key.hex() + "." + name + ".cubin";
+    const auto bytes = remote->fetch(file_name);
+    if (!bytes) {
+      if (!remote->any_available()) {
+        problems.push_back(fmt::format("{} is unavailable: nothing more pulled", remote->describe()));
+        break;
+      }
+      problems.push_back(fmt::format("{} is not on the remote", name));
+      continue;
+    }
+    // Checked exactly like an imported entry before it is stored.
+    DiskCache::StagedEntry staged;
+    std::string why;
+    if (!cache.stage_import(file_name, *bytes, &staged, &why) || !cache.commit_import(staged, &why)) {
+      problems.push_back(fmt::format("{}: refused: {}", name, why));
+      continue;
+    }
+    ++pulled;
+    bytes_pulled += bytes->size();
+  }
+  for (const auto& problem : problems) print_error(problem);
+  fmt::print("pull: {}, {} ({} bytes) into {} from {}; {} already cached{}\n",
+             counted(pulled, "entry", "entries"), format_bytes(bytes_pulled), bytes_pulled,
+             config.cache_dir.string(), remote->describe(), present,
+             problems.empty() ? std::string() : ", " + counted(problems.size(), "problem"));
+  return problems.empty() ? kExitOk : kExitFailed;
 }
 
 }  // namespace astrai::cli

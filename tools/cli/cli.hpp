@@ -179,6 +179,7 @@ struct CacheOptions {
   std::string sign_key;         // cache sign --key
   bool json = false;            // stats --json
   std::string keygen_out;       // keygen --out PREFIX
+  std::string remote;    // push, pull: the remote stores (else ASTRAI_JIT_REMOTE)
 };
 
 // Cache verbs manage the directory whatever ASTRAI_JIT_CACHE says, except that a read-only
@@ -208,6 +209,11 @@ int run_cache_clear(const EnvConfig& config);
 int run_cache_export(const EnvConfig& config, const CacheOptions& options);
 
 int run_cache_import(const EnvConfig& config, const CacheOptions& options);
+
+// Upload the cache's sound entries (those of --manifest's variants when given) to the remote
+// stores; fetch --manifest's variants from them into the cache, each checked like an import.
+int run_cache_push(const EnvConfig& config, const CacheOptions& options);
+int run_cache_pull(const EnvConfig& config, const CacheOptions& options);
 
 // ---------------------------------------------------------------------------------------------
 // plan

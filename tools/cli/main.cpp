@@ -1,7 +1,7 @@
 // astrai-jit: command-line front end of the JIT runtime.
 //
 //   astrai-jit warm   compile kernel variants ahead of time into the disk cache
-//   astrai-jit cache  list | stats | verify | prune | clear | export | import | sign
+//   astrai-jit cache  list | stats | verify | prune | clear | export | import | sign | push | pull
 //   astrai-jit keygen a key pair for signing cache entries
 //   astrai-jit info   version, NVRTC, driver, devices, cache and ASTRAI_JIT_* settings
 //
@@ -29,6 +29,8 @@ struct Commands {
   CLI::App* cache_import = nullptr;
   CLI::App* cache_sign = nullptr;
   CLI::App* keygen = nullptr;
+  CLI::App* cache_push = nullptr;
+  CLI::App* cache_pull = nullptr;
   CLI::App* info = nullptr;
   CLI::App* plan = nullptr;
   InfoOptions info_options;
@@ -147,9 +149,8 @@ void add_cache_command(CLI::App& app, Commands* commands) {
       cache->add_subcommand("stats", "Directory, mode, entry count, total bytes and size cap");
   commands->cache_stats->add_flag(
       "--json", options.json,
-      "One JSON object: the directory's figures, and under \"process\" this command's own\n"
-      "counters (hits, misses, compiles...), which in a fresh process are zero; a server's\n"
-      "live counters come from astrai::cache_metrics() or astrai_jit.cache_metrics()");
+      "One JSON object: the directory's figures, and this command's own\n"
+      "counters (zero in a fresh process; a server's live ones: cache_metrics())");
   commands->cache_verify = cache->add_subcommand(
       "verify", "Check every entry; remove damaged ones (exit 1 if any)");
   commands->cache_verify->add_flag("--no-repair", options.no_repair,
@@ -181,15 +182,30 @@ void add_cache_command(CLI::App& app, Commands* commands) {
   placeholder(commands->cache_sign->add_option("--key", options.sign_key,
                                                "Secret key file from keygen (mode 0600, required)"),
               "FILE")->required();
+  commands->cache_push = cache->add_subcommand(
+      "push", "Upload sound entries (or a manifest's variants) to the remote cache");
+  placeholder(commands->cache_push->add_option("--manifest", options.manifest,
+                                               "Only these variants (as ASTRAI_JIT_RECORD writes them)"),
+              "FILE");
+  commands->cache_pull = cache->add_subcommand(
+      "pull", "Fetch a manifest's variants from the remote cache into this one, checked");
+  placeholder(commands->cache_pull->add_option("--manifest", options.manifest,
+                                               "The variants to fetch (required)"),
+              "FILE")->required();
+  for (CLI::App* verb : {commands->cache_push, commands->cache_pull})
+    placeholder(verb->add_option("--remote", options.remote,
+                                 "Remote stores, comma-separated [default: ASTRAI_JIT_REMOTE]"),
+                "URLS");
   for (CLI::App* verb : {commands->cache_list, commands->cache_stats, commands->cache_verify,
                          commands->cache_prune, commands->cache_clear, commands->cache_export,
-                         commands->cache_import, commands->cache_sign})
+                         commands->cache_import, commands->cache_sign, commands->cache_push,
+                         commands->cache_pull})
     add_cache_dir_option(verb, &options);
 }
 
 void add_keygen_command(CLI::App& app, Commands* commands) {
   commands->keygen = app.add_subcommand(
-      "keygen", "Make an Ed25519 key pair for signing cache entries (ASTRAI_JIT_SIGNING_KEY)");
+      "keygen", "Make an Ed25519 key pair for signing cache entries");
   placeholder(commands->keygen->add_option(
                   "--out", commands->cache_options.keygen_out,
                   "Writes PREFIX.secret (mode 0600) and PREFIX.pub (its public key, the form\n"
@@ -283,6 +299,8 @@ int dispatch(const Commands& commands) {
   if (*commands.cache_export) return run_cache_export(config, commands.cache_options);
   if (*commands.cache_import) return run_cache_import(config, commands.cache_options);
   if (*commands.cache_sign) return run_cache_sign(config, commands.cache_options);
+  if (*commands.cache_push) return run_cache_push(config, commands.cache_options);
+  if (*commands.cache_pull) return run_cache_pull(config, commands.cache_options);
   print_error("no command given (run with --help)");
   return kExitUsage;
 }

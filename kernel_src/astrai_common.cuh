@@ -191,6 +191,15 @@ __device__ __forceinline__ float fold_sink(float sink, float* row_max, float* ro
   return factor;
 }
 
+// ALiBi (kFeatureAlibi): a head's slope in the log2 units of the scores, and the bias of the key
+// at `key` for the query at `query`: slope * (key - query), added after the soft-cap.
+__device__ __forceinline__ float alibi_slope_log2(const AttentionFeatures& f, int head) {
+  return f.alibi_slopes[head] * 1.4426950408889634f;
+}
+__device__ __forceinline__ float alibi_bias(float slope_log2, int key, int query) {
+  return slope_log2 * static_cast<float>(key - query);
+}
+
 // Sliding window: the first key position a query at `position` attends to (may be negative,
 // or past the query when a contiguous decode's window ends before its keys).
 __device__ __forceinline__ int window_first_key(long long position, const AttentionFeatures& f) {

@@ -19,6 +19,7 @@ struct DecodeWarpSoftmax {
   // that position's window on.
   int row_end[2];
   int row_window_first[2];
+  float row_slope[2];  // ALiBi: the row's head's slope, log2 units
 
   __device__ __forceinline__ void init(const PagedDecodeParams& p, const DecodeWork& w) {
     const int quad_row = (threadIdx.x & 31) >> 2;
@@ -31,6 +32,11 @@ struct DecodeWarpSoftmax {
       const int position = w.seq.length - kQLen + row_token<kQLen>(w.first_row, quad_row + 8 * r);
       row_end[r] = position + 1;
       row_window_first[r] = has_feature<kFlags>(kFeatureWindow) ? window_first_key(position, p.features) : 0;
+      if constexpr (has_feature<kFlags>(kFeatureAlibi)) {
+        const int row = quad_row + 8 * r;  // rows past the tile's (padding) read no slope
+        row_slope[r] = row < w.rows ? alibi_slope_log2(p.features, row_head<kQLen>(w.first_head, w.first_row, row))
+                                    : 0.f;
+      }
     }
   }
 
@@ -46,6 +52,13 @@ struct DecodeWarpSoftmax {
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         s[j][e] = has_feature<kFlags>(kFeatureSoftCap) ? soft_capped(s[j][e], p.features) : s[j][e] * p.scale_log2;
+    if constexpr (has_feature<kFlags>(kFeatureAlibi)) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[j][e] += alibi_bias(row_slope[e >> 1], first_token + j * 8 + quad_col * 2 + (e & 1), row_end[e >> 1] - 1);
+    }
     // Only the tail, the window's first step, multi-token rows' own ends and masked calls test
     // each token (this thread's rows decide; warp-uniform in the common cases).
     const bool whole =

@@ -166,7 +166,7 @@ constexpr bool decode_sm90_has_wide(int head_dim) {
 
 // Features the Hopper decode computes (the FP8 cache keeps its direct path).
 constexpr unsigned decode_sm90_features() {
-  return kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureQLenField;
+  return kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureQLenField | kFeatureAlibi;
 }
 
 // Head dims whose rows are whole 128-byte swizzle chunks; contiguous KV or pages of 16 tokens

@@ -16,6 +16,9 @@ enum FeatureBit : unsigned {
   // Multi-token decode (paged decode only), a field rather than a bit: q_len - 1 in bits 5..7,
   // the new query tokens per request (named ".q2" .. ".q8"); 0 is the single-token decode.
   kFeatureQLenField = 7u << 5,
+  kFeatureAlibi = 1u << 8,  // ALiBi: a per-head linear bias by key distance, slope * (key - query)
+  // Every serving option the portable kernels compute (their static_asserts check against it).
+  kPortableFeatures = kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2 | kFeatureAlibi,
 };
 enum DecodeQLen : int { kDecodeQLenShift = 5, kMaxDecodeQLen = 8 };
 
@@ -52,6 +55,7 @@ struct AttentionFeatures {
   const float* k_scale;  // FP8 KV: f32 dequantization scale of K, [1] or [n_kv_heads]
   const float* v_scale;  // FP8 KV: the same for V
   int kv_scale_stride;   // FP8 KV: 0 one scale per tensor, 1 one per KV head
+  const float* alibi_slopes;  // ALiBi: [n_heads] f32 slopes in the units of the scaled scores
 };
 
 // Split-KV partial results live in a float workspace (multi-token decode: n_heads becomes

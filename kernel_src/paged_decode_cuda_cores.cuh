@@ -77,6 +77,7 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
   float row_sum[kHeadsPerWarp];
   int row_end[kHeadsPerWarp];           // multi-token: past the row's own query token
   int row_window_first[kHeadsPerWarp];  // multi-token: that token's window
+  float row_slope[kHeadsPerWarp];       // ALiBi: the row's head's slope, log2 units
   const T* q_base = static_cast<const T*>(p.q) + batch_index * p.q_stride_batch;
 #pragma unroll
   for (int i = 0; i < kHeadsPerWarp; ++i) {
@@ -84,6 +85,8 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
     const int position = seq.length - kQLen + row_token<kQLen>(first_row, local);
     row_end[i] = position + 1;
     row_window_first[i] = has_feature<kFlags>(kFeatureWindow) ? window_first_key(position, p.features) : 0;
+    if constexpr (has_feature<kFlags>(kFeatureAlibi))
+      row_slope[i] = local < rows ? alibi_slope_log2(p.features, row_head<kQLen>(first_head, first_row, local)) : 0.f;
     row_max[i] = negative_infinity();
     row_sum[i] = 0.f;
 #pragma unroll
@@ -165,6 +168,7 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
         for (int k = 0; k < kPerLane; ++k) dot += q[i][k] * k_row[k];
         float score = warp_all_sum(dot);
         if (has_feature<kFlags>(kFeatureSoftCap)) score = p.features.cap_log2 * fast_tanh(score);
+        if constexpr (has_feature<kFlags>(kFeatureAlibi)) score += alibi_bias(row_slope[i], block_start + t, row_end[i] - 1);
         const float new_max = fmaxf(row_max[i], score);
         const float correction = exp2f(row_max[i] - new_max);
         const float weight = exp2f(score - new_max);

@@ -17,8 +17,7 @@ namespace astrai {
 // measured slower (H200: 267 -> 248-252 TFLOP/s).
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __global__ void __launch_bounds__(kPrefillThreads, 2) prefill_kernel(const PrefillParams p) {
-  static_assert((kFlags & ~(kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2)) == 0,
-                "prefill feature bits");
+  static_assert((kFlags & ~kPortableFeatures) == 0, "prefill feature bits");
   static_assert(!has_feature<kFlags>(kFeatureKvE4m3) || !has_feature<kFlags>(kFeatureKvE5m2), "one FP8 format");
   extern __shared__ __align__(16) unsigned char smem_raw[];
 #ifndef ASTRAI_NO_MMA

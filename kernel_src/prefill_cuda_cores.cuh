@@ -211,9 +211,11 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
       for (int i = 0; i < kRows; ++i) {
         bool keep = token < stop[i] && (!has_feature<kFlags>(kFeatureWindow) || token >= first_key[i]);
         if (keep && has_mask) keep = mask_base[i * p.mask_stride_q + token] != 0;
-        const float score = keep ? (has_feature<kFlags>(kFeatureSoftCap) ? soft_capped(s[i], p.features)
-                                                                          : s[i] * p.scale_log2)
-                                 : negative_infinity();
+        float score = keep ? (has_feature<kFlags>(kFeatureSoftCap) ? soft_capped(s[i], p.features)
+                                                                    : s[i] * p.scale_log2)
+                           : negative_infinity();
+        if constexpr (has_feature<kFlags>(kFeatureAlibi))
+          if (keep) score += alibi_bias(alibi_slope_log2(p.features, head), token, r.causal_base + warp_row0 + i);
         const float new_max = fmaxf(row_max[i], warp_all_max(score));
         const float ref = new_max == negative_infinity() ? 0.f : new_max;
         const float correction = exp2f(row_max[i] - ref);

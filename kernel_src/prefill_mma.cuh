@@ -146,6 +146,9 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
   constexpr int kOTiles = kHeadDim / 8;   // n8 tiles of O per m-tile (16 rows x kHeadDim)
   constexpr int kKSteps = kHeadDim / 16;  // k16 steps of Q K^T
   static_assert(kBlockKv % 16 == 0, "KV tile");
+  // The soft-cap and ALiBi put the scores in log2 units before the softmax; otherwise the scale
+  // is folded into its exponent.
+  constexpr bool kScoresInLog2 = has_feature<kFlags>(kFeatureSoftCap) || has_feature<kFlags>(kFeatureAlibi);
   static_assert(kBlockQ == 4 * kWarpRows, "four warps cover the Q tile");
   static_assert(kBlockQ * kChunksPerRow % kPrefillThreads == 0, "Q tile copy");
 
@@ -198,6 +201,7 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
   // request) and mask rows.
   int stop[kMTiles][2];
   int first_key[kMTiles][2];  // window: the first key each row attends to
+  int query_position[kMTiles][2];  // ALiBi: each row's position
   const unsigned char* mask_row[kMTiles][2];
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m) {
@@ -207,6 +211,7 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
       stop[m][h] = row < warp_rows ? prefill_row_stop(r, warp_row0 + row) : 0;
       if (has_feature<kFlags>(kFeatureWindow))
         first_key[m][h] = window_first_key(static_cast<long long>(r.causal_base) + warp_row0 + row, p.features);
+      query_position[m][h] = r.causal_base + warp_row0 + row;
       mask_row[m][h] = p.mask == nullptr
                            ? nullptr
                            : p.mask + batch_index * p.mask_stride_batch +
@@ -348,6 +353,18 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[m][j][e] = soft_capped(s[m][j][e], p.features);
       }
+      // ALiBi: the scores in log2 units (the soft-cap has scaled them already) plus each key's bias.
+      if constexpr (has_feature<kFlags>(kFeatureAlibi)) {
+        const float slope = alibi_slope_log2(p.features, head);
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+          for (int j = 0; j < kSTiles; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              s[m][j][e] = (has_feature<kFlags>(kFeatureSoftCap) ? s[m][j][e] : s[m][j][e] * p.scale_log2) +
+                           alibi_bias(slope, block_start + j * 8 + quad_col * 2 + (e & 1), query_position[m][e >> 1]);
+      }
 
       // Causal limit, KV tail, rows past the request and the explicit mask.
       if (has_mask || block_start + kBlockKv > warp_min_stop ||
@@ -384,7 +401,7 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
           tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
           // The scale turns S into log2 units (the soft-cap has done it when compiled in).
           const float new_max =
-              fmaxf(row_max[m][h], has_feature<kFlags>(kFeatureSoftCap) ? tile_max[h] : tile_max[h] * p.scale_log2);
+              fmaxf(row_max[m][h], kScoresInLog2 ? tile_max[h] : tile_max[h] * p.scale_log2);
           // A row that has seen nothing yet keeps -inf; 0 as its reference gives exp2(-inf) = 0.
           const float ref = new_max == negative_infinity() ? 0.f : new_max;
           correction[m][h] = exp2f(row_max[m][h] - ref);
@@ -397,7 +414,7 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
         for (int j = 0; j < kSTiles; ++j) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            s[m][j][e] = has_feature<kFlags>(kFeatureSoftCap)
+            s[m][j][e] = kScoresInLog2
                              ? exp2f(s[m][j][e] + neg_ref[e >> 1])
                              : exp2f(fmaf(s[m][j][e], p.scale_log2, neg_ref[e >> 1]));
             row_sum[m][e >> 1] += s[m][j][e];

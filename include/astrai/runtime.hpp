@@ -80,6 +80,11 @@ struct AttentionOptions {
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
   bool kv_scale_per_head = false;
+  // ALiBi (BLOOM, MPT): f32 [n_heads] device slopes, one per query head. The scaled (and
+  // soft-capped) score of a query at position i against the key at position j gains
+  // slope * (j - i) before the softmax; the LSE includes it. Needs query positions (as a window
+  // does). Runs the ".alibi" variant.
+  const float* alibi_slopes = nullptr;
 };
 
 // Paged decode attention: one new query token per sequence against a paged KV cache.

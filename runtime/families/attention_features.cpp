@@ -31,6 +31,13 @@ void check_sinks(const char* call, const AttentionOptions& o, const OptionContex
   require_optional_alignment(call, "sinks", o.sinks, 4);
 }
 
+void check_alibi(const char* call, const AttentionOptions& o, const OptionContext& context) {
+  require_optional_alignment(call, "alibi_slopes", o.alibi_slopes, 4);
+  if (o.alibi_slopes != nullptr && !context.has_positions)
+    fail_argument(call, fmt::format("alibi_slopes = {} needs query positions: set {}",
+                                    static_cast<const void*>(o.alibi_slopes), context.positions_argument));
+}
+
 void check_window(const char* call, const AttentionOptions& o, const OptionContext& context) {
   if (o.window_left < -1)
     fail_argument(call, fmt::format("window_left {} is not valid (allowed: -1 for no window, or >= 0)",
@@ -70,6 +77,7 @@ std::string option_value(const AttentionOption& option, const AttentionOptions& 
   if (option.bit == kFeatureSoftCap) return fmt::format("logit_cap {}", o.logit_cap);
   if (option.bit == kFeatureSink) return fmt::format("sinks = {}", static_cast<const void*>(o.sinks));
   if (option.bit == kFeatureWindow) return fmt::format("window_left {}", o.window_left);
+  if (option.bit == kFeatureAlibi) return fmt::format("alibi_slopes = {}", static_cast<const void*>(o.alibi_slopes));
   return fmt::format("kv_dtype {}", kv_dtype_name(o.kv_dtype));
 }
 
@@ -90,6 +98,8 @@ const std::vector<AttentionOption>& attention_options() {
        }},
       {"sink", kFeatureSink, kAttention, [](const AttentionOptions& o) { return o.sinks != nullptr; }, check_sinks,
        [](const AttentionOptions& o, float, AttentionFeatures* v) { v->sinks = o.sinks; }},
+      {"alibi", kFeatureAlibi, kAttention, [](const AttentionOptions& o) { return o.alibi_slopes != nullptr; },
+       check_alibi, [](const AttentionOptions& o, float, AttentionFeatures* v) { v->alibi_slopes = o.alibi_slopes; }},
   };
   return options;
 }

@@ -46,6 +46,11 @@ DecodeArgs resolve_decode_args(const DecodeArgs& input) {
                                      a.causal_offset));
   a.scale = resolve_scale(kCall, a.scale, a.head_dim);
   check_attention_options(kCall, a, {family.kind});
+  // ALiBi measures from the query's position, which the kernel takes as its last key's: a query
+  // past the keys would shift every bias of its row (and its LSE).
+  if (a.alibi_slopes != nullptr && a.causal_offset >= a.kv_len)
+    fail_argument(kCall, fmt::format("alibi_slopes with causal_offset {} past kv_len {}: the query must sit at a "
+                                     "key position (allowed: causal_offset -1 or < kv_len)", a.causal_offset, a.kv_len));
   const std::int64_t d = a.head_dim;
   if (a.mask_stride_batch == 0) a.mask_stride_batch = a.kv_len;
   resolve_token_strides(kCall, {"q_stride_batch", &a.q_stride_batch}, {"q_stride_head", &a.q_stride_head},

@@ -50,14 +50,17 @@ def _run(fn, device: torch.device, *args) -> None:
 # fake implementations are made from it, so an argument is written down once here.
 _OPTIONS = [("scale", "float"), ("logit_cap", "float"), ("sinks", "Tensor?"), ("window_left", "int")]
 _KV_SCALES = [("k_scale", "Tensor?"), ("v_scale", "Tensor?")]
+# Options added after the first ops' schemas, as trailing arguments with defaults (so that calls
+# made with the earlier schemas keep working).
+_LATER_OPTIONS = [("alibi_slopes", "Tensor?", None)]
 _PAGED_DECODE_HEAD = [("q", "Tensor"), ("k_cache", "Tensor"), ("v_cache", "Tensor"), ("page_table", "Tensor"),
                       ("seq_lens", "Tensor?"), ("out", "Tensor"), ("lse", "Tensor?"), ("mask", "Tensor?"),
                       ("req_indices", "Tensor?")]
 _PAGED_DECODE_TAIL = [*_OPTIONS, *_KV_SCALES, ("stream", "int"), ("seq_lens_are_offsets", "bool", False),
-                      ("workspace", "Tensor?", None)]
+                      ("workspace", "Tensor?", None), *_LATER_OPTIONS]
 _PAGED_DECODE_EXT = ["q", "k_cache", "v_cache", "page_table", "seq_lens", "out", "lse", "mask", "req_indices",
                      "new_k", "new_v", "scale", "logit_cap", "sinks", "window_left", "k_scale", "v_scale", "stream",
-                     "seq_lens_are_offsets", "workspace"]
+                     "seq_lens_are_offsets", "workspace", "alibi_slopes"]
 _CONTIGUOUS_HEAD = [("q", "Tensor"), ("k", "Tensor"), ("v", "Tensor"), ("out", "Tensor"), ("lse", "Tensor?"),
                     ("mask", "Tensor?"), ("causal_offset", "int")]
 
@@ -91,20 +94,20 @@ _TABLE = {
     "paged_decode_append": _Op("paged_decode",
                                _PAGED_DECODE_HEAD + [("new_k", "Tensor"), ("new_v", "Tensor")] + _PAGED_DECODE_TAIL,
                                ("k_cache", "v_cache", "out", "lse", "workspace"), _PAGED_DECODE_EXT),
-    "decode": _Op("decode", _CONTIGUOUS_HEAD + _OPTIONS + _KV_SCALES + [("stream", "int")], ("out", "lse"),
-                  [*[a[0] for a in _CONTIGUOUS_HEAD + _OPTIONS + _KV_SCALES], "stream"]),
-    "prefill": _Op("prefill", _CONTIGUOUS_HEAD + _OPTIONS + [("stream", "int")], ("out", "lse"),
-                   [*[a[0] for a in _CONTIGUOUS_HEAD + _OPTIONS], "stream"]),
+    "decode": _Op("decode", _CONTIGUOUS_HEAD + _OPTIONS + _KV_SCALES + [("stream", "int")] + _LATER_OPTIONS,
+                  ("out", "lse"), [*[a[0] for a in _CONTIGUOUS_HEAD + _OPTIONS + _KV_SCALES], "stream", "alibi_slopes"]),
+    "prefill": _Op("prefill", _CONTIGUOUS_HEAD + _OPTIONS + [("stream", "int")] + _LATER_OPTIONS, ("out", "lse"),
+                   [*[a[0] for a in _CONTIGUOUS_HEAD + _OPTIONS], "stream", "alibi_slopes"]),
     "paged_prefill": _Op(
         "paged_prefill",
         [("q", "Tensor"), ("k_cache", "Tensor"), ("v_cache", "Tensor"), ("page_table", "Tensor"),
          ("seq_lens", "Tensor"), ("qo_indptr", "Tensor"), ("out", "Tensor"), ("lse", "Tensor?"), ("mask", "Tensor?"),
          ("max_q_len", "int"), ("causal", "bool"), *_OPTIONS, *_KV_SCALES, ("stream", "int"),
-         ("req_indices", "Tensor?", None), ("seq_lens_are_offsets", "bool", False)],
+         ("req_indices", "Tensor?", None), ("seq_lens_are_offsets", "bool", False), *_LATER_OPTIONS],
         ("out", "lse"),
         ["q", "k_cache", "v_cache", "page_table", "seq_lens", "qo_indptr", "out", "lse", "mask", "max_q_len", "causal",
          "scale", "logit_cap", "sinks", "window_left", "k_scale", "v_scale", "stream", "req_indices",
-         "seq_lens_are_offsets"]),
+         "seq_lens_are_offsets", "alibi_slopes"]),
     "rotary_emb": _Op("rotary_emb", [("x", "Tensor"), ("freqs_cis", "Tensor"), ("out", "Tensor"), ("stream", "int")],
                       ("out",), ["x", "freqs_cis", "out", "stream"]),
     "rotary_emb_": _Op("rotary_emb", [("x", "Tensor"), ("freqs_cis", "Tensor"), ("stream", "int")], ("x",),

@@ -101,7 +101,7 @@ def _out_like(call: str, q: Tensor, out: Optional[Tensor]) -> Tensor:
     return out
 
 
-def _options(call: str, scale, logit_cap, window_left, sinks, k_scale=None, v_scale=None) -> tuple:
+def _options(call: str, scale, logit_cap, window_left, sinks, k_scale=None, v_scale=None, alibi_slopes=None) -> tuple:
     """scale, logit_cap and window_left as the extension takes them, after checking their types
     and that the optional tensors are tensors; the runtime checks the values (a negative or
     non-finite cap, a window below -1, sinks or scales of the wrong shape). Runs on every call,
@@ -117,8 +117,9 @@ def _options(call: str, scale, logit_cap, window_left, sinks, k_scale=None, v_sc
             raise TypeError(f"{call}: window_left is a {type(window_left).__name__} (allowed: an int >= -1, -1 "
                             f"for none)")
         window_left = int(window_left)
-    if sinks is not None or k_scale is not None or v_scale is not None:
-        for name, value in (("sinks", sinks), ("k_scale", k_scale), ("v_scale", v_scale)):
+    if sinks is not None or k_scale is not None or v_scale is not None or alibi_slopes is not None:
+        for name, value in (("sinks", sinks), ("k_scale", k_scale), ("v_scale", v_scale),
+                            ("alibi_slopes", alibi_slopes)):
             if value is not None:
                 _check_tensor(call, name, value)
     return s, logit_cap, window_left
@@ -129,7 +130,8 @@ _FEATURES_DOC = """
     > 0 turns each scaled score s into ``logit_cap * tanh(s / logit_cap)``; ``sinks`` f32
     ``[n_heads]`` adds one logit per query head to the softmax denominator only;
     ``window_left`` >= 0 lets a query at position p attend to keys ``p - window_left .. p``
-    only (with a causal position: decode's is its last key).
+    only (with a causal position: decode's is its last key); ``alibi_slopes`` f32 ``[n_heads]``
+    adds ``slope * (key - query)`` to each scaled score (ALiBi; needs the causal positions too).
 
     FP8 KV cache (paged_decode, decode, paged_prefill): K and V of dtype ``torch.float8_e4m3fn``
     or ``torch.float8_e5m2`` are dequantized in the kernel as ``value * scale`` with ``k_scale``
@@ -146,7 +148,8 @@ def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor
                  out: Optional[Tensor] = None, scale: Optional[float] = None, mask: Optional[Tensor] = None,
                  req_indices: Optional[Tensor] = None, new_k: Optional[Tensor] = None,
                  new_v: Optional[Tensor] = None, return_lse: bool = False, logit_cap: float = 0.0,
-                 sinks: Optional[Tensor] = None, window_left: int = -1, k_scale: Optional[Tensor] = None,
+                 sinks: Optional[Tensor] = None, window_left: int = -1, alibi_slopes: Optional[Tensor] = None,
+                 k_scale: Optional[Tensor] = None,
                  v_scale: Optional[Tensor] = None, kv_indptr: Optional[Tensor] = None,
                  workspace: Optional[Tensor] = None, stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Decode attention over a paged KV cache: one query token per sequence, or q_len of them.
@@ -171,7 +174,7 @@ def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor
     call = "paged_decode"
     out = _out_like(call, q, out)
     lse = _lse(q, q.shape[:-1]) if return_lse else None
-    s, cap, window = _options(call, scale, logit_cap, window_left, sinks, k_scale, v_scale)
+    s, cap, window = _options(call, scale, logit_cap, window_left, sinks, k_scale, v_scale, alibi_slopes)
     offsets = kv_indptr is not None
     if offsets:
         if seq_lens is not None:
@@ -180,24 +183,25 @@ def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor
     if type(q) is Tensor and not _compiling():
         _launch(_C.paged_decode, q, (q, k_cache, v_cache, page_table, seq_lens, out, lse, mask, req_indices,
                                      new_k, new_v, s, cap, sinks, window, k_scale, v_scale, _stream(q, stream),
-                                     offsets, workspace))
+                                     offsets, workspace, alibi_slopes))
     else:
         handle = _op_stream(q, stream)
         if new_k is not None or new_v is not None:
             torch.ops.astrai_jit.paged_decode_append(q, k_cache, v_cache, page_table, seq_lens, out, lse,
                                                      mask, req_indices, new_k, new_v, s, cap, sinks, window,
-                                                     k_scale, v_scale, handle, offsets, workspace)
+                                                     k_scale, v_scale, handle, offsets, workspace,
+                                                     alibi_slopes=alibi_slopes)
         else:
             torch.ops.astrai_jit.paged_decode(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
                                               req_indices, s, cap, sinks, window, k_scale, v_scale, handle,
-                                              offsets, workspace)
+                                              offsets, workspace, alibi_slopes=alibi_slopes)
     return (out, lse) if return_lse else out
 
 
 def decode(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, scale: Optional[float] = None,
            mask: Optional[Tensor] = None, causal_offset: int = -1, return_lse: bool = False,
            logit_cap: float = 0.0, sinks: Optional[Tensor] = None, window_left: int = -1,
-           k_scale: Optional[Tensor] = None, v_scale: Optional[Tensor] = None, stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+           alibi_slopes: Optional[Tensor] = None, k_scale: Optional[Tensor] = None, v_scale: Optional[Tensor] = None, stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Decode attention over a contiguous KV cache.
 
     q ``[batch, 1, n_heads, head_dim]`` (or ``[batch, n_heads, head_dim]``); k, v ``[batch,
@@ -208,20 +212,20 @@ def decode(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sca
     call = "decode"
     out = _out_like(call, q, out)
     lse = _lse(q, (q.shape[0], q.shape[-2])) if return_lse else None
-    s, cap, window = _options(call, scale, logit_cap, window_left, sinks, k_scale, v_scale)
+    s, cap, window = _options(call, scale, logit_cap, window_left, sinks, k_scale, v_scale, alibi_slopes)
     if type(q) is Tensor and not _compiling():
         _launch(_C.decode, q, (q, k, v, out, lse, mask, int(causal_offset), s, cap, sinks, window, k_scale,
-                               v_scale, _stream(q, stream)))
+                               v_scale, _stream(q, stream), alibi_slopes))
     else:
         torch.ops.astrai_jit.decode(q, k, v, out, lse, mask, int(causal_offset), s, cap, sinks, window, k_scale,
-                                    v_scale, _op_stream(q, stream))
+                                    v_scale, _op_stream(q, stream), alibi_slopes=alibi_slopes)
     return (out, lse) if return_lse else out
 
 
 def prefill(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, scale: Optional[float] = None,
             mask: Optional[Tensor] = None, causal_offset: int = -1, return_lse: bool = False,
             logit_cap: float = 0.0, sinks: Optional[Tensor] = None, window_left: int = -1,
-            stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+            alibi_slopes: Optional[Tensor] = None, stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Prefill attention over a contiguous KV cache.
 
     q ``[batch, q_len, n_heads, head_dim]``; k, v ``[batch, kv_len, n_kv_heads, head_dim]``;
@@ -233,13 +237,13 @@ def prefill(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sc
     call = "prefill"
     out = _out_like(call, q, out)
     lse = _lse(q, q.shape[:3]) if return_lse else None
-    s, cap, window = _options(call, scale, logit_cap, window_left, sinks)
+    s, cap, window = _options(call, scale, logit_cap, window_left, sinks, alibi_slopes=alibi_slopes)
     if type(q) is Tensor and not _compiling():
         _launch(_C.prefill, q, (q, k, v, out, lse, mask, int(causal_offset), s, cap, sinks, window,
-                                _stream(q, stream)))
+                                _stream(q, stream), alibi_slopes))
     else:
         torch.ops.astrai_jit.prefill(q, k, v, out, lse, mask, int(causal_offset), s, cap, sinks, window,
-                                     _op_stream(q, stream))
+                                     _op_stream(q, stream), alibi_slopes=alibi_slopes)
     return (out, lse) if return_lse else out
 
 
@@ -247,7 +251,8 @@ def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tenso
                   qo_indptr: Tensor, *, out: Optional[Tensor] = None, scale: Optional[float] = None,
                   mask: Optional[Tensor] = None, causal: bool = True, max_q_len: Optional[int] = None,
                   return_lse: bool = False, logit_cap: float = 0.0, sinks: Optional[Tensor] = None,
-                  window_left: int = -1, k_scale: Optional[Tensor] = None, v_scale: Optional[Tensor] = None,
+                  window_left: int = -1, alibi_slopes: Optional[Tensor] = None, k_scale: Optional[Tensor] = None,
+                  v_scale: Optional[Tensor] = None,
                   req_indices: Optional[Tensor] = None, kv_indptr: Optional[Tensor] = None,
                   stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Prefill over a paged KV cache for a ragged batch (chunked prefill).
@@ -263,7 +268,7 @@ def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tenso
     call = "paged_prefill"
     out = _out_like(call, q, out)
     lse = _lse(q, q.shape[:2]) if return_lse else None
-    s, cap, window = _options(call, scale, logit_cap, window_left, sinks, k_scale, v_scale)
+    s, cap, window = _options(call, scale, logit_cap, window_left, sinks, k_scale, v_scale, alibi_slopes)
     m = -1 if max_q_len is None else int(max_q_len)
     offsets = kv_indptr is not None
     if offsets:
@@ -275,11 +280,11 @@ def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tenso
     if type(q) is Tensor and not _compiling():
         _launch(_C.paged_prefill, q, (q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse, mask, m,
                                       bool(causal), s, cap, sinks, window, k_scale, v_scale, _stream(q, stream),
-                                      req_indices, offsets))
+                                      req_indices, offsets, alibi_slopes))
     else:
         torch.ops.astrai_jit.paged_prefill(q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse,
                                            mask, m, bool(causal), s, cap, sinks, window, k_scale, v_scale,
-                                           _op_stream(q, stream), req_indices, offsets)
+                                           _op_stream(q, stream), req_indices, offsets, alibi_slopes=alibi_slopes)
     return (out, lse) if return_lse else out
 
 

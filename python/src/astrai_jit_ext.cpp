@@ -38,7 +38,8 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
                                           const Opt<Input>& new_v, double scale, double logit_cap,
                                           const Opt<Input>& sinks, int window_left, const Opt<Input>& k_scale,
                                           const Opt<Input>& v_scale, Opt<std::uintptr_t> stream,
-                                          bool seq_lens_are_offsets, const Opt<Output>& workspace) {
+                                          bool seq_lens_are_offsets, const Opt<Output>& workspace,
+                                          const Opt<Input>& alibi_slopes) {
   constexpr const char* kCall = "paged_decode";
   constexpr const char* kQueryLayout = "[batch, n_heads, head_dim] or [batch, q_len, n_heads, head_dim]";
   Checker c(kCall);
@@ -122,7 +123,7 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
     a.workspace_bytes = c.scratch("workspace", *workspace);
     a.workspace = workspace->data();
   }
-  finish_attention_args(c, a, q, scale, logit_cap, sinks, window_left, stream);
+  finish_attention_args(c, a, q, scale, logit_cap, sinks, window_left, alibi_slopes, stream);
   return a;
 }
 
@@ -131,11 +132,11 @@ void paged_decode(const Input& q, const Input& k_cache, const Input& v_cache, co
                   const Opt<Input>& req_indices, const Opt<Input>& new_k, const Opt<Input>& new_v, double scale,
                   double logit_cap, const Opt<Input>& sinks, int window_left, const Opt<Input>& k_scale,
                   const Opt<Input>& v_scale, Opt<std::uintptr_t> stream, bool seq_lens_are_offsets,
-                  const Opt<Output>& workspace) {
+                  const Opt<Output>& workspace, const Opt<Input>& alibi_slopes) {
   const astrai::PagedDecodeArgs a = paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
                                                       req_indices, new_k, new_v, scale, logit_cap, sinks,
                                                       window_left, k_scale, v_scale, stream, seq_lens_are_offsets,
-                                                      workspace);
+                                                      workspace, alibi_slopes);
   launch(&astrai::Runtime::paged_decode, a);
 }
 
@@ -146,7 +147,7 @@ double time_paged_decode_calls(const Input& q, const Input& k_cache, const Input
                                Opt<std::uintptr_t> stream, int calls) {
   Opt<Output> lse;
   const astrai::PagedDecodeArgs a = paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, {},
-                                                      {}, {}, {}, scale, 0.0, {}, -1, {}, {}, stream, false, {});
+                                                      {}, {}, {}, scale, 0.0, {}, -1, {}, {}, stream, false, {}, {});
   nb::gil_scoped_release release;
   astrai::Runtime& runtime = astrai::Runtime::get();
   const auto start = std::chrono::steady_clock::now();
@@ -169,7 +170,8 @@ std::size_t decode_heads_dim(Checker& c, const char* name, const Input& t) {
 
 void decode(const Input& q, const Input& k, const Input& v, const Output& out, const Opt<Output>& lse,
             const Opt<Input>& mask, int causal_offset, double scale, double logit_cap, const Opt<Input>& sinks,
-            int window_left, const Opt<Input>& k_scale, const Opt<Input>& v_scale, Opt<std::uintptr_t> stream) {
+            int window_left, const Opt<Input>& k_scale, const Opt<Input>& v_scale, Opt<std::uintptr_t> stream,
+            const Opt<Input>& alibi_slopes) {
   constexpr const char* kCall = "decode";
   Checker c(kCall);
   astrai::DecodeArgs a;
@@ -207,13 +209,13 @@ void decode(const Input& q, const Input& k, const Input& v, const Output& out, c
   }
   a.lse = lse_pointer(c, lse, "[batch, n_heads]", {{a.batch, "batch of q"}, {a.n_heads, "n_heads of q"}});
   a.causal_offset = causal_offset;
-  finish_attention_args(c, a, q, scale, logit_cap, sinks, window_left, stream);
+  finish_attention_args(c, a, q, scale, logit_cap, sinks, window_left, alibi_slopes, stream);
   launch(&astrai::Runtime::decode, a);
 }
 
 void prefill(const Input& q, const Input& k, const Input& v, const Output& out, const Opt<Output>& lse,
              const Opt<Input>& mask, int causal_offset, double scale, double logit_cap, const Opt<Input>& sinks,
-             int window_left, Opt<std::uintptr_t> stream) {
+             int window_left, Opt<std::uintptr_t> stream, const Opt<Input>& alibi_slopes) {
   constexpr const char* kCall = "prefill";
   Checker c(kCall);
   astrai::PrefillArgs a;
@@ -254,7 +256,7 @@ void prefill(const Input& q, const Input& k, const Input& v, const Output& out, 
   a.lse = lse_pointer(c, lse, "[batch, q_len, n_heads]",
                       {{a.batch, "batch of q"}, {a.q_len, "q_len of q"}, {a.n_heads, "n_heads of q"}});
   a.causal_offset = causal_offset;
-  finish_attention_args(c, a, q, scale, logit_cap, sinks, window_left, stream);
+  finish_attention_args(c, a, q, scale, logit_cap, sinks, window_left, alibi_slopes, stream);
   launch(&astrai::Runtime::prefill, a);
 }
 
@@ -262,7 +264,8 @@ void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, c
                    const Input& seq_lens, const Input& qo_indptr, const Output& out, const Opt<Output>& lse,
                    const Opt<Input>& mask, int max_q_len, bool causal, double scale, double logit_cap,
                    const Opt<Input>& sinks, int window_left, const Opt<Input>& k_scale, const Opt<Input>& v_scale,
-                   Opt<std::uintptr_t> stream, const Opt<Input>& req_indices, bool seq_lens_are_offsets) {
+                   Opt<std::uintptr_t> stream, const Opt<Input>& req_indices, bool seq_lens_are_offsets,
+                   const Opt<Input>& alibi_slopes) {
   constexpr const char* kCall = "paged_prefill";
   Checker c(kCall);
   astrai::PagedPrefillArgs a;
@@ -331,7 +334,7 @@ void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, c
   }
   a.lse = lse_pointer(c, lse, "[total_q, n_heads]", {{a.total_q, "total_q of q"}, {a.n_heads, "n_heads of q"}});
   a.causal = causal;
-  finish_attention_args(c, a, q, scale, logit_cap, sinks, window_left, stream);
+  finish_attention_args(c, a, q, scale, logit_cap, sinks, window_left, alibi_slopes, stream);
   launch(&astrai::Runtime::paged_prefill, a);
 }
 
@@ -435,15 +438,17 @@ NB_MODULE(_C, m) {
         nb::arg("new_v").none(), nb::arg("scale"), nb::arg("logit_cap"), nb::arg("sinks").none(),
         nb::arg("window_left"), nb::arg("k_scale").none(), nb::arg("v_scale").none(), nb::arg("stream").none(),
         nb::arg("seq_lens_are_offsets") = false, nb::arg("workspace").none() = nb::none(),
+        nb::arg("alibi_slopes").none() = nb::none(),
         "Paged decode attention over DLPack tensors; out (and lse) written in place.");
   m.def("decode", &decode, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(),
         nb::arg("mask").none(), nb::arg("causal_offset"), nb::arg("scale"), nb::arg("logit_cap"),
         nb::arg("sinks").none(), nb::arg("window_left"), nb::arg("k_scale").none(), nb::arg("v_scale").none(),
-        nb::arg("stream").none(),
+        nb::arg("stream").none(), nb::arg("alibi_slopes").none() = nb::none(),
         "Decode attention over a contiguous KV cache.");
   m.def("prefill", &prefill, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(),
         nb::arg("mask").none(), nb::arg("causal_offset"), nb::arg("scale"), nb::arg("logit_cap"),
         nb::arg("sinks").none(), nb::arg("window_left"), nb::arg("stream").none(),
+        nb::arg("alibi_slopes").none() = nb::none(),
         "Prefill attention over a contiguous KV cache.");
   m.def("paged_prefill", &paged_prefill, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
         nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("qo_indptr"), nb::arg("out"),
@@ -451,6 +456,7 @@ NB_MODULE(_C, m) {
         nb::arg("scale"), nb::arg("logit_cap"), nb::arg("sinks").none(), nb::arg("window_left"),
         nb::arg("k_scale").none(), nb::arg("v_scale").none(), nb::arg("stream").none(),
         nb::arg("req_indices").none() = nb::none(), nb::arg("seq_lens_are_offsets") = false,
+        nb::arg("alibi_slopes").none() = nb::none(),
         "Prefill over a paged KV cache, ragged batch.");
   m.def("rotary_emb", &rotary_emb, nb::arg("x"), nb::arg("freqs_cis"), nb::arg("out"), nb::arg("stream").none(),
         "Rotary embedding over interleaved pairs (out may be x).");

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <tuple>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -392,15 +393,19 @@ int as_int(const char* call, const char* what, std::size_t value) {
 // The variant features every attention call takes: logit soft-cap (0: off), sink logits
 // (f32 [n_heads]) and the sliding window (-1: none). The runtime's checks name bad values.
 template <typename Args>
-void set_features(Checker& c, Args& a, double logit_cap, const Opt<Input>& sinks, int window_left) {
+void set_features(Checker& c, Args& a, double logit_cap, const Opt<Input>& sinks, int window_left,
+                  const Opt<Input>& alibi_slopes) {
   a.logit_cap = static_cast<float>(logit_cap);
   a.window_left = window_left;
-  if (sinks) {
-    c.rank("sinks", *sinks, 1, "[n_heads]");
-    c.dtype("sinks", *sinks, Kind::float32);
-    c.dim("sinks", *sinks, 0, a.n_heads, "n_heads of q");
-    c.contiguous("sinks", *sinks);
-    a.sinks = static_cast<const float*>(sinks->data());
+  // Per-head f32 options: sink logits and ALiBi slopes.
+  for (const auto& [name, t, field] : {std::tuple{"sinks", &sinks, &a.sinks},
+                                       std::tuple{"alibi_slopes", &alibi_slopes, &a.alibi_slopes}}) {
+    if (!*t) continue;
+    c.rank(name, **t, 1, "[n_heads]");
+    c.dtype(name, **t, Kind::float32);
+    c.dim(name, **t, 0, a.n_heads, "n_heads of q");
+    c.contiguous(name, **t);
+    *field = static_cast<const float*>((*t)->data());
   }
 }
 
@@ -523,9 +528,10 @@ inline float* lse_pointer(Checker& c, const Opt<Output>& lse, const char* layout
 // the devices, the stream.
 template <typename Args>
 void finish_attention_args(Checker& c, Args& a, const Input& q, double scale, double logit_cap,
-                           const Opt<Input>& sinks, int window_left, Opt<std::uintptr_t> stream) {
+                           const Opt<Input>& sinks, int window_left, const Opt<Input>& alibi_slopes,
+                           Opt<std::uintptr_t> stream) {
   a.scale = static_cast<float>(scale);
-  set_features(c, a, logit_cap, sinks, window_left);
+  set_features(c, a, logit_cap, sinks, window_left, alibi_slopes);
   astrai::validate_args(a);
   c.devices();
   a.stream = launch_stream(c.call(), stream, q);

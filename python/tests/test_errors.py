@@ -372,6 +372,19 @@ class TestFeatures:
         with raises(TypeError, "paged_decode: sinks is a list (allowed: torch.Tensor)"):
             astrai_jit.paged_decode(*args, sinks=[0.0] * 8)
 
+    def test_alibi_slopes_shape_dtype_type_and_positions(self, host_only):
+        args = paged_inputs()
+        with raises(ValueError, "paged_decode: alibi_slopes has shape [4]: dim 0 is 4 (allowed: 8, n_heads of q)"):
+            astrai_jit.paged_decode(*args, alibi_slopes=torch.zeros(4))
+        with raises(TypeError, "paged_decode: alibi_slopes has dtype bfloat16 (allowed: float32)"):
+            astrai_jit.paged_decode(*args, alibi_slopes=torch.zeros(8, dtype=bf16))
+        with raises(TypeError, "paged_decode: alibi_slopes is a list (allowed: torch.Tensor)"):
+            astrai_jit.paged_decode(*args, alibi_slopes=[0.0] * 8)
+        q = torch.randn(2, 5, 8, 64, dtype=bf16)
+        k = torch.randn(2, 20, 2, 64, dtype=bf16)
+        with raises(ValueError, "prefill: alibi_slopes = 0x"):
+            astrai_jit.prefill(q, k, k, alibi_slopes=torch.zeros(8))
+
     def test_fp8_cache_passes_the_checks_with_its_scales(self, host_only):
         q, k, v, table, lens = paged_inputs()
         for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):

@@ -138,7 +138,7 @@ expect_count '\.wgmma\.' 2   # both tilings
 expect_count '\.tma\.' 2   # FP8 stays portable
 run warm --dry-run --arch sm_90a --kernels prefill --head-dims 128 --group-sizes 4 --features kv_e4m3
 expect_rc 2
-expect_err "--features kv_e4m3: prefill does not support kv_e4m3 \(supported: swa, cap, sink\)"
+expect_err "--features kv_e4m3: prefill does not support kv_e4m3 \(supported: swa, cap, sink, alibi\)"
 run warm --dry-run --arch sm_90a --kernels paged_decode --features kv_e4m3+kv_e5m2
 expect_rc 2
 expect_err "--features 'kv_e4m3\+kv_e5m2': the features kv_e4m3 and kv_e5m2 exclude each other"
@@ -147,7 +147,7 @@ check "warm --features refuses unknown or repeated features by name"
 run warm --dry-run --arch sm_90a --features cap+cap
 expect_rc 2
 expect_err "--features 'cap\+cap' is not a feature set \(allowed: none, or distinct features joined by "\
-"'\+': kv_e4m3, kv_e5m2, swa, cap, sink"
+"'\+': kv_e4m3, kv_e5m2, swa, cap, sink, alibi"
 run warm --dry-run --arch sm_90a --features softcap
 expect_rc 2
 expect_err "--features 'softcap' is not a feature set"
@@ -162,7 +162,7 @@ expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.q4\.tma\.sm_90a( |$)'
 expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.kv_e4m3\.swa\.q8\.sm_90a( |$)'
 run warm --dry-run --arch sm_90a --kernels decode --head-dims 128 --group-sizes 4 --features q2
 expect_rc 2
-expect_err "--features q2: decode does not support q2 \(supported: kv_e4m3, kv_e5m2, swa, cap, sink\)"
+expect_err "--features q2: decode does not support q2 \(supported: kv_e4m3, kv_e5m2, swa, cap, sink, alibi\)"
 for bad in q9 q1 q0 q2+q4 q3+q3; do
   run warm --dry-run --arch sm_90a --features "$bad"
   expect_rc 2

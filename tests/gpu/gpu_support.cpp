@@ -23,7 +23,14 @@ std::string CaseFeatures::text() const {
   if (logit_cap > 0) text += fmt::format(" cap={}", logit_cap);
   if (sinks) text += " sinks";
   if (window_left >= 0) text += fmt::format(" window_left={}", window_left);
+  if (alibi) text += " alibi";
   return text;
+}
+
+std::vector<float> alibi_values(int n_heads) {
+  std::vector<float> values(static_cast<std::size_t>(std::max(n_heads, 1)));
+  for (int h = 0; h < n_heads; ++h) values[h] = std::exp2(-8.f * (h + 1) / n_heads);
+  return values;
 }
 
 std::vector<float> sink_values(int n_heads, unsigned seed) {

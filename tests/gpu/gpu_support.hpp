@@ -76,8 +76,13 @@ struct CaseFeatures {
   float logit_cap = 0.f;  // > 0: soft-cap
   bool sinks = false;     // one sink logit per query head (sink_values)
   int window_left = -1;   // >= 0: sliding window
+  bool alibi = false;     // ALiBi slopes (alibi_values)
   std::string text() const;
 };
+
+// ALiBi slopes of n_heads heads: the geometric series 2^(-8 (h + 1) / n_heads) of the models
+// that use it.
+std::vector<float> alibi_values(int n_heads);
 
 // Sink logits of a case with n_heads query heads: spread over [-2, 7] (below, within and above
 // the LSE of the rows), and -inf for head 0 (a sink that weighs nothing).

@@ -77,6 +77,9 @@ void check_decode(const DecodeCase& c, bool graph = false) {
   const std::vector<float> sinks = sink_values(n_heads, c.seed);
   DeviceBuffer d_sinks = DeviceBuffer::from(sinks);
   if (c.features.sinks) args.sinks = static_cast<const float*>(d_sinks.get());
+  const std::vector<float> slopes = alibi_values(n_heads);
+  DeviceBuffer d_slopes = DeviceBuffer::from(slopes);
+  if (c.features.alibi) args.alibi_slopes = static_cast<const float*>(d_slopes.get());
   args.window_left = c.features.window_left;
   args.q = d_q.get();
   args.k = d_k.get();
@@ -123,6 +126,10 @@ void check_decode(const DecodeCase& c, bool graph = false) {
         RowFeatures features;
         features.logit_cap = c.features.logit_cap;
         if (c.features.sinks) features.sink = sinks[h];
+        if (c.features.alibi) {
+          features.alibi_slope = slopes[h];
+          features.query_position = position;
+        }
         double want_lse = 0;
         const bool non_empty =
             attend_row(q_row.data(), k_rows.data(), v_rows.data(), len, keep, d, scale, &want, &want_lse, features);
@@ -201,6 +208,26 @@ TEST_CASE("decode with a logit soft-cap: caps below, near and above the score ra
   split.features.logit_cap = 0.2f;
   split.seed = test_seed(5);
   check_decode(split);
+}
+
+TEST_CASE("decode with ALiBi: short and split rows, causal offsets, with the soft-cap, sinks and a window") {
+  std::mt19937 rng(test_seed(21));
+  for (int kv_len : {1, 65, 900, 30000}) {
+    DecodeCase c;
+    c.kv_len = kv_len;
+    c.batch = kv_len > 10000 ? 2 : 3;
+    c.features.alibi = true;
+    c.features.logit_cap = kv_len == 900 ? 3.f : 0.f;
+    c.features.sinks = kv_len == 65;
+    c.features.window_left = kv_len == 30000 ? 4000 : -1;
+    c.mask = kv_len == 900;
+    c.causal_offset = kv_len == 65 ? 20 : -1;
+    c.group = kv_len == 1 ? 6 : 4;
+    c.head_dim = kv_len == 1 ? 64 : 128;
+    c.dtype = kv_len == 900 ? DType::fp16 : DType::bf16;
+    c.seed = rng();
+    check_decode(c);
+  }
 }
 
 TEST_CASE("decode with attention sinks: empty, masked, causal and split rows, with the soft-cap") {

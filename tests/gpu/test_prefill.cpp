@@ -160,6 +160,9 @@ void check_prefill(const PrefillCase& c) {
   const std::vector<float> sinks = sink_values(n_heads, c.seed);
   DeviceBuffer d_sinks = DeviceBuffer::from(sinks);
   if (c.features.sinks) args.sinks = static_cast<const float*>(d_sinks.get());
+  const std::vector<float> slopes = alibi_values(n_heads);
+  DeviceBuffer d_slopes = DeviceBuffer::from(slopes);
+  if (c.features.alibi) args.alibi_slopes = static_cast<const float*>(d_slopes.get());
   args.window_left = c.features.window_left;
   args.causal_offset = c.causal_offset;
   args.q = d_q.get();
@@ -227,6 +230,8 @@ void check_prefill(const PrefillCase& c) {
           for (int e = 0; e < d; ++e) q_row[e] = bits_to_float(q[base + e], c.dtype);
           double lse_want = 0;
           row_features.sink = c.features.sinks ? sinks[h] : -INFINITY;
+          row_features.alibi_slope = c.features.alibi ? slopes[h] : 0.0;
+          row_features.query_position = static_cast<long long>(c.causal_offset) + i;
           const bool non_empty = attend_row(q_row.data(), k_rows.data(), v_rows.data(), c.kv_len,
                                             keep, d, scale, &want, &lse_want, row_features);
           const std::size_t lse_index = (static_cast<std::size_t>(b) * c.q_len + i) * n_heads + h;
@@ -496,6 +501,25 @@ TEST_CASE("prefill with a logit soft-cap: caps below, near and above the score r
   small.causal_offset = 130;
   small.seed = rng();
   check_prefill(small);
+}
+
+TEST_CASE("prefill with ALiBi: causal prompts and chunks, with the soft-cap, sinks, a window and masks") {
+  std::mt19937 rng(test_seed(41));
+  for (int variant = 0; variant < 4; ++variant) {
+    PrefillCase c;
+    c.q_len = 1 + rng() % 300;
+    c.kv_len = c.q_len + (variant % 2 == 0 ? 0 : rng() % 400);
+    c.causal_offset = c.kv_len - c.q_len;
+    c.features.alibi = true;
+    c.features.logit_cap = variant == 1 ? 4.f : 0.f;
+    c.features.sinks = variant == 2;
+    c.features.window_left = variant == 3 ? 50 : -1;
+    c.mask = variant == 2 ? MaskShape::per_query : c.mask;
+    c.head_dim = variant == 1 ? 64 : 128;
+    c.dtype = variant == 1 ? DType::fp16 : DType::bf16;
+    c.seed = rng();
+    check_prefill(c);
+  }
 }
 
 TEST_CASE("prefill with attention sinks: causal and not, rows with nothing kept, with the soft-cap") {

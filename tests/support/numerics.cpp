@@ -44,7 +44,8 @@ bool attend_row(const float* q, const float* k, const float* v, int n, const std
     double dot = 0;
     const float* k_row = k + static_cast<std::size_t>(j) * d;
     for (int c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * k_row[c];
-    scores[j] = soft_capped(dot * scale, features.logit_cap);
+    scores[j] = soft_capped(dot * scale, features.logit_cap) +
+                features.alibi_slope * static_cast<double>(j - features.query_position);
     max_score = std::max(max_score, scores[j]);
   }
   max_score = std::max(max_score, features.sink);

@@ -25,6 +25,8 @@ double soft_capped(double score, double logit_cap);
 struct RowFeatures {
   double logit_cap = 0;     // > 0: scores become cap * tanh(s / cap)
   double sink = -INFINITY;  // a logit joining the denominator only (-inf: none)
+  double alibi_slope = 0;   // ALiBi: score j gains slope * (j - query_position) after the cap
+  long long query_position = 0;
 };
 
 // Softmax attention of one query row over n KV rows (row-major [n][d] floats) in float64.

@@ -47,8 +47,8 @@ TEST_CASE("a feature is a named field of the variant name, before .nomma and the
   CHECK(KernelSpec::parse(cap.name()) == cap);
   CHECK(KernelSpec::parse(cap.name()).flags == astrai::kFeatureSoftCap);
   // Bits no feature names stay distinct and parseable (and are refused by validate()).
-  CHECK(with_flags(attention_spec(KernelKind::paged_decode), 0x100 | astrai::kFeatureSoftCap).name() ==
-        "paged_decode.bf16.hd128.ps16.g4.cap.f100.sm_90a");
+  CHECK(with_flags(attention_spec(KernelKind::paged_decode), 0x200 | astrai::kFeatureSoftCap).name() ==
+        "paged_decode.bf16.hd128.ps16.g4.cap.f200.sm_90a");
 }
 
 TEST_CASE("several features appear in the fixed order of kernel_features()") {
@@ -188,8 +188,8 @@ TEST_CASE("every attention family takes the soft-cap, sinks and window; the Hopp
                                        astrai::kFeatureSoftCap);
   CHECK(rejection(rotary) ==
         "rotary_emb.bf16.hd64.cap.sm_90a: rotary_emb does not support the feature cap (allowed: none)");
-  CHECK(rejection(with_flags(attention_spec(KernelKind::decode), 0x100)) ==
-        "decode.bf16.hd128.g4.f100.sm_90a: flags 0x100 name no feature (allowed: kv_e4m3, kv_e5m2, swa, cap, sink)");
+  CHECK(rejection(with_flags(attention_spec(KernelKind::decode), 0x200)) ==
+        "decode.bf16.hd128.g4.f200.sm_90a: flags 0x200 name no feature (allowed: kv_e4m3, kv_e5m2, swa, cap, sink, alibi)");
 }
 
 TEST_CASE("the strict hint's warm command selects the features") {
@@ -260,7 +260,7 @@ TEST_CASE("kv_e4m3 with kv_e5m2 is refused by name, as a spec, a variant name an
 
 TEST_CASE("prefill, rotary_emb and the wgmma kernels refuse an FP8 cache by name; Hopper calls fall back") {
   CHECK(rejection(with_flags(attention_spec(KernelKind::prefill), astrai::kFeatureKvE4m3)) ==
-        "prefill.bf16.hd128.g4.kv_e4m3.sm_90a: prefill does not support the feature kv_e4m3 (allowed: swa, cap, sink)");
+        "prefill.bf16.hd128.g4.kv_e4m3.sm_90a: prefill does not support the feature kv_e4m3 (allowed: swa, cap, sink, alibi)");
   CHECK(rejection(with_flags(astrai::testing::rotary_spec(DType::bf16, 64, "sm_90a"), astrai::kFeatureKvE5m2)) ==
         "rotary_emb.bf16.hd64.kv_e5m2.sm_90a: rotary_emb does not support the feature kv_e5m2 (allowed: none)");
   KernelSpec wgmma = with_flags(attention_spec(KernelKind::paged_prefill), astrai::kFeatureKvE4m3);
@@ -410,6 +410,34 @@ TEST_CASE("the options table: names the variant fields, sets the families' bits,
   CHECK_THROWS_WITH_AS(
       astrai::detail::check_attention_options("prefill", window, {KernelKind::prefill, false, "causal_offset >= 0"}),
       doctest::Contains("window_left 8 needs query positions: set causal_offset >= 0"), InvalidArgument);
+}
+
+TEST_CASE("ALiBi: a variant field, its checks, and the plan's implementations") {
+  using astrai::detail::KernelKind;
+  const KernelSpec spec = KernelSpec::parse("paged_decode.bf16.hd128.ps16.g4.swa.sink.alibi.sm_89");
+  CHECK(spec.flags == (astrai::kFeatureWindow | astrai::kFeatureSink | astrai::kFeatureAlibi));
+  CHECK_THROWS_AS(KernelSpec::parse("paged_decode.bf16.hd128.ps16.g4.alibi.swa.sm_89"), InvalidArgument);
+  const float* slopes = astrai::testing::fake_pointer<const float>(0x73000);
+  astrai::AttentionOptions alibi;
+  alibi.alibi_slopes = slopes;
+  const auto request = astrai::detail::attention_features(alibi, 0.125f);
+  CHECK(request.flags == astrai::kFeatureAlibi);
+  CHECK(request.values.alibi_slopes == slopes);
+  // It needs query positions, as a window does; a misaligned pointer is refused by name.
+  CHECK_THROWS_WITH_AS(
+      astrai::detail::check_attention_options("prefill", alibi, {KernelKind::prefill, false, "causal_offset >= 0"}),
+      doctest::Contains("needs query positions: set causal_offset >= 0"), InvalidArgument);
+  astrai::AttentionOptions misaligned;
+  misaligned.alibi_slopes = astrai::testing::fake_pointer<const float>(0x73002);
+  CHECK_THROWS_WITH_AS(astrai::detail::check_attention_options("decode", misaligned, {KernelKind::decode}),
+                       doctest::Contains("alibi_slopes"), InvalidArgument);
+  // Contiguous decode: the query must sit at a key position.
+  astrai::DecodeArgs decode = valid_decode();
+  decode.alibi_slopes = slopes;
+  decode.causal_offset = decode.kv_len;
+  CHECK_THROWS_WITH_AS(astrai::validate_args(decode), doctest::Contains("past kv_len"), InvalidArgument);
+  decode.causal_offset = decode.kv_len - 1;
+  CHECK_NOTHROW(astrai::validate_args(decode));
 }
 
 }  // TEST_SUITE

@@ -270,6 +270,21 @@ TEST_CASE("sliding-window variants of every attention family compile on both pat
   check_feature_compiles(astrai::kFeatureWindow | astrai::kFeatureSink | astrai::kFeatureSoftCap);
 }
 
+TEST_CASE("ALiBi variants of every attention family compile on both paths, alone and with the other options") {
+  check_feature_compiles(astrai::kFeatureAlibi);
+  check_feature_compiles(astrai::kFeatureAlibi | astrai::kFeatureWindow | astrai::kFeatureSink |
+                         astrai::kFeatureSoftCap);
+  // The TMA decode serves it through the shared softmax; FP8 caches and multi-token decode too.
+  for (const char* name : {"paged_decode.bf16.hd128.ps16.g4.alibi.tma.sm_90a",
+                           "decode.fp16.hd64.g6.alibi.tma.wide.sm_90a",
+                           "paged_decode.bf16.hd128.ps16.g4.kv_e4m3.alibi.sm_89",
+                           "paged_decode.fp16.hd64.ps1.g6.alibi.q4.sm_80",
+                           "paged_prefill.bf16.hd128.ps16.g4.kv_e5m2.swa.alibi.sm_90a"}) {
+    CAPTURE(name);
+    check_feature_variant(KernelSpec::parse(name));
+  }
+}
+
 // The FP8 KV variants: paged_decode, decode and paged_prefill, both formats, on sm_75 (CUDA
 // cores), sm_80 (tensor cores, bit-level FP8 conversions), sm_89 and sm_90a (the cvt
 // instructions) and sm_90a .nomma, with `extra` feature bits; dtypes and head dims vary.

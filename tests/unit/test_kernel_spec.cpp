@@ -218,7 +218,7 @@ TEST_CASE("parse rejects names whose fields are well formed but unsupported") {
       {"paged_decode.bf16.hd128.ps16.g4.sm_70", "arch 'sm_70' is not supported"},
       {"rotary_emb.bf16.hd64.sm_89x", "arch 'sm_89x' is not supported"},
       {"rotary_emb.bf16.hd12.sm_89", "head_dim 12 is not supported"},
-      {"rotary_emb.bf16.hd64.f100.sm_89", "flags 0x100 name no feature (allowed: none)"},
+      {"rotary_emb.bf16.hd64.f200.sm_89", "flags 0x200 name no feature (allowed: none)"},
       {"rotary_emb.bf16.hd64.cap.sm_89", "rotary_emb does not support the feature cap (allowed: none)"},
   };
   for (const auto& entry : cases) {
@@ -303,7 +303,7 @@ TEST_CASE("validate rejects unsupported rotary fields and any flags") {
   KernelSpec flagged = paged_decode_spec(DType::bf16, 128, 16, 4, "sm_90a");
   flagged.flags = 0x1000;
   CHECK(validate_message(flagged).rfind("paged_decode.bf16.hd128.ps16.g4.f1000.sm_90a: flags 0x1000 name no "
-                                        "feature (allowed: kv_e4m3, kv_e5m2, swa, cap, sink, q2..q8)",
+                                        "feature (allowed: kv_e4m3, kv_e5m2, swa, cap, sink, alibi, q2..q8)",
                                         0) == 0);
 }
 

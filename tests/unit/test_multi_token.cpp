@@ -124,7 +124,7 @@ TEST_CASE("only paged_decode takes a q_len field; the other families refuse it b
   CHECK(rejection(rotary) ==
         "rotary_emb.bf16.hd64.q2.sm_90a: rotary_emb does not support the feature q2 (allowed: none)");
   CHECK(astrai::detail::supported_feature_names(astrai::detail::paged_decode_family().supported_flags) ==
-        "kv_e4m3, kv_e5m2, swa, cap, sink, q2..q8");
+        "kv_e4m3, kv_e5m2, swa, cap, sink, alibi, q2..q8");
   CHECK(astrai::detail::feature_names(astrai::kFeatureSink | astrai::decode_q_len_flags(6), "+") == "sink+q6");
 }
 

@@ -240,3 +240,16 @@ TEST_CASE("plan: the registry's variant check agrees with the plans") {
   CHECK_FALSE(hopper_serves(spec));
   for (const Implementation* candidate : implementations()) CHECK(&implementation(candidate->id) == candidate);
 }
+
+TEST_CASE("plan: ALiBi runs on the TMA decode (its softmax has the hook) and on the portable prefill") {
+  FixedOccupancy occupancy;
+  AttentionProblem decode = decode_problem(64, 8192);
+  decode.flags = kFeatureAlibi;
+  CHECK(plan_decode(decode, h200(), occupancy.query(132)).implementation->id == ImplementationId::sm90_tma_decode);
+  AttentionProblem prefill = prefill_problem(2, 4096);
+  prefill.flags = kFeatureAlibi;
+  const Plan plan = plan_prefill(prefill, h200());
+  CHECK(plan.implementation->id == ImplementationId::portable_prefill);
+  CHECK(reason_of(plan, ImplementationId::sm90_wgmma_prefill) == "a requested feature is not served");
+  CHECK(plan.spec.name() == "prefill.bf16.hd128.g4.alibi.sm_90a");
+}

@@ -8,6 +8,7 @@
 
 #include "base/logging.hpp"
 #include "cache/cache_fs.hpp"
+#include "cache/cache_metrics.hpp"
 
 namespace astrai::detail {
 
@@ -86,6 +87,9 @@ bool RemoteTier::any_available() const {
 
 void RemoteTier::mark_down(Slot& slot, const std::string& why) {
   errors_.fetch_add(1, std::memory_order_relaxed);
+  // The process-wide metrics (cache_metrics(), Prometheus) count it too.
+  CacheMetricsRegistry& metrics = cache_metrics_registry();
+  metrics.count(metrics.remote_errors);
   const auto retry = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.retry_after);
   slot.down_until.store(now_ns() + retry.count(), std::memory_order_relaxed);
   const std::string& shown = slot.store->endpoint().shown;

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "astrai/cache_metrics.hpp"
 #include "astrai/error.hpp"
 #include "cache/cache_entry.hpp"
 #include "cache/remote_store.hpp"
@@ -220,6 +221,7 @@ TEST_CASE("a remote killed mid-run costs one warning and no failed call") {
   JitEngine engine(remote_config(dir.path(), redis->url(), 200));
   engine.get(rotary(32));
   REQUIRE(engine.remote()->flush(std::chrono::seconds(5)));
+  const std::uint64_t errors_before = astrai::cache_metrics().remote_errors;
   redis->kill();
   const auto start = Clock::now();
   VariantSource source = VariantSource::memory;
@@ -232,6 +234,8 @@ TEST_CASE("a remote killed mid-run costs one warning and no failed call") {
   const std::string log = capture.finish();
   CHECK(astrai::testing::count_occurrences(log, "is unavailable") == 1);
   CHECK(engine.remote()->counters().errors >= 1);
+  // The process-wide metrics see the remote's failure too.
+  CHECK(astrai::cache_metrics().remote_errors > errors_before);
   CHECK(engine.counters().compiles == 3);
   MESSAGE("two compiles with the remote down took " << elapsed << " ms");
 }

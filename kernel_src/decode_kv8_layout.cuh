@@ -19,7 +19,8 @@ namespace astrai {
 // The MMAs run in f16 for either dtype: every e4m3/e5m2 value is an f16 value, so a pair widens
 // in one instruction (bf16 would take three conversions a pair, at a quarter of the issue rate,
 // which bounded the kernel below the bandwidth), and P is more precise in f16. Q is rounded to
-// f16 (exact for bf16 values of magnitude 2^-14..65504; larger ones saturate, NaN stays NaN).
+// f16 (exact for bf16 values of magnitude 2^-14..65504; a row with larger ones is scaled by a power
+// of two first and its scores scaled back, kv8_q_row_exponent; NaN stays NaN).
 template <int kHeadDim>
 struct Kv8Direct {
   static constexpr bool kUsable = kv8_direct_head_dim(kHeadDim);
@@ -43,9 +44,42 @@ struct Kv8Direct {
   }
 };
 
-// f16 of a query value for the direct path (see Kv8Direct): saturating, NaN kept.
+// f16 of a query value for the direct path (see Kv8Direct): saturating, NaN kept. Rows past
+// f16's range are scaled into it first (kv8_q_row_exponent), so only inf saturates.
 __device__ __forceinline__ float kv8_q_value(float value) {
   return value > 65504.f ? 65504.f : value < -65504.f ? -65504.f : value;
+}
+
+// A bf16 Q row whose largest magnitude is past f16's range goes into the f16 tile scaled by 2^-e
+// (a power of two: only exponents move, so the rounding to f16 stays exact), and its scores are
+// multiplied by 2^e (kv8_score_scales): the scores are the unscaled row's, whatever its range.
+// e = 0 for rows in range (every fp16 row) and for inf or NaN rows, which no scale mends.
+__device__ __forceinline__ int kv8_q_row_exponent(float row_max) {
+  if (!(row_max > 65504.f) || !(row_max <= 3.4e38f)) return 0;
+  int exponent;
+  frexpf(row_max / 65504.f, &exponent);  // = m 2^exponent, m in [0.5, 1): row_max 2^-exponent < 65504
+  return exponent;
+}
+
+template <typename T> struct IsBf16 { static constexpr bool value = false; };
+template <> struct IsBf16<bf16_t> { static constexpr bool value = true; };
+
+// Where the direct path's Q tile keeps a row's score factor 2^e: the first word of the row's
+// padding (the tile's rows are kHeadDim + 8 elements apart; the MMAs read only the first kHeadDim).
+template <typename T, int kHeadDim>
+__device__ __forceinline__ float* kv8_q_row_factor(T* smem_q, int row) {
+  return reinterpret_cast<float*>(smem_q + row * (kHeadDim + 8) + kHeadDim);
+}
+
+// The factors that turn a lane's raw direct-path scores (rows g and g + 8) into scores against
+// dequantized K of the unscaled Q: the K scale, times 2^e where the row was scaled (bf16 only).
+// Reads the tile after the barrier that publishes it.
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void kv8_score_scales(T* smem_q, int quad_row, float k_scale, float (&scales)[2]) {
+  if constexpr (IsBf16<T>::value) {
+    scales[0] = k_scale * *kv8_q_row_factor<T, kHeadDim>(smem_q, quad_row);
+    scales[1] = k_scale * *kv8_q_row_factor<T, kHeadDim>(smem_q, quad_row + 8);
+  }
 }
 
 // The dim of Q stored at column `column` of the direct path's Q tile (see Kv8Direct).

@@ -120,6 +120,7 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   constexpr bool kE5m2 = has_feature<kFlags>(kFeatureKvE5m2);
   using Direct = Kv8Direct<kHeadDim>;
   constexpr bool kDirect = kFp8 && Direct::kUsable;  // as mma_decode_direct
+  constexpr bool kScaledQ = kDirect && IsBf16<T>::value;  // Q rows scaled into f16's range
   const Smem smem(smem_raw);
 
   const DecodeWork w = decode_work<kPageSize, kGroup, kFlags>(p);
@@ -164,9 +165,11 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   };
   int k_read[2][2];  // direct path: this lane's fragment offsets in a stage
   int v_read[4];
+  float score_scale[2] = {k_scale, k_scale};  // kScaledQ: the raw scores' factors, rows g and g + 8
   if constexpr (kDirect) {
     kv8_fragment_offsets<kHeadDim>(k_read, v_read, quad_row, quad_col);
     __syncthreads();  // the Q tile
+    kv8_score_scales<T, kHeadDim>(smem.q, quad_row, k_scale, score_scale);
     step_loader.start(p, seq, batch_index, kv_head, ring, warp_begin, split_end, lane, k_scale, v_scale);
   } else {
     first_block_pages<T, kHeadDim, kPageSize, kFlags>(p, w, loader, pages);
@@ -223,7 +226,7 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
 #pragma unroll
         for (int j = 0; j < 2; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[j][e] *= k_scale;
+          for (int e = 0; e < 4; ++e) s[j][e] *= kScaledQ ? score_scale[e >> 1] : k_scale;
       }
 
       // O += P V.

@@ -47,6 +47,7 @@ struct Fp8Case {
   bool append = false;           // paged_decode: fused append, quantized into the cache
   bool lse = true;
   float scale = 0.f;             // 0: 1/sqrt(head_dim); 1 gives peaked rows
+  float q_magnitude = 1.f;       // odd query heads' values scaled by it (bf16 past f16's range)
   CaseFeatures features;
   unsigned seed = test_seed(1);
 
@@ -58,9 +59,23 @@ struct Fp8Case {
                        fmt::join(seq_lens, ","),
                        q_lens.empty() ? "" : fmt::format(" q_lens=[{}]", fmt::join(q_lens, ",")),
                        call == Fp8Call::decode ? fmt::format(" kv_len={} causal_offset={}", kv_len, causal_offset) : "",
-                       (scale > 0 ? fmt::format(" scale={}", scale) : "") + features.text());
+                       (scale > 0 ? fmt::format(" scale={}", scale) : "") +
+                           (q_magnitude != 1.f ? fmt::format(" q_magnitude={}", q_magnitude) : "") + features.text());
   }
 };
+
+// Q of `elements` elements, heads `head_stride` apart: random values, every odd head's scaled by
+// q_magnitude.
+std::vector<std::uint16_t> make_query(std::size_t elements, std::int64_t head_stride, int n_heads, const Fp8Case& c,
+                                      std::mt19937& rng) {
+  std::vector<std::uint16_t> q = random_elements(elements, c.dtype, rng);
+  if (c.q_magnitude != 1.f) {
+    for (std::size_t i = 0; i < q.size(); ++i)
+      if (i / static_cast<std::size_t>(head_stride) % n_heads % 2 == 1)
+        q[i] = float_to_bits(bits_to_float(q[i], c.dtype) * c.q_magnitude, c.dtype);
+  }
+  return q;
+}
 
 // A cache of `rows` rows of n_kv_heads heads (head stride `head_stride` bytes): random values
 // in [-1, 1) quantized with the head's scale; bytes between heads are random too.
@@ -123,7 +138,7 @@ RowCheck run_paged_decode(const Fp8Case& c) {
 
   const std::int64_t q_head_stride = d + (c.padded ? 8 : 0);
   const std::int64_t q_batch_stride = n_heads * q_head_stride;
-  const std::vector<std::uint16_t> q = random_elements(std::max(1, batch) * q_batch_stride, c.dtype, rng);
+  const std::vector<std::uint16_t> q = make_query(std::max(1, batch) * q_batch_stride, q_head_stride, n_heads, c, rng);
   const std::size_t out_elems = static_cast<std::size_t>(std::max(1, batch)) * q_batch_stride;
   // The appended token: values in [-1, 1), and per row one beyond the K range and one far
   // beyond the V range, so that the quantization saturates.
@@ -250,7 +265,7 @@ RowCheck run_decode(const Fp8Case& c) {
   const std::vector<std::uint8_t> k_cache = make_cache(cache_bytes, c, k_scales, head_stride, rng);
   const std::vector<std::uint8_t> v_cache = make_cache(cache_bytes, c, v_scales, head_stride, rng);
   const std::int64_t q_batch_stride = static_cast<std::int64_t>(n_heads) * d;
-  const std::vector<std::uint16_t> q = random_elements(std::max(1, batch) * q_batch_stride, c.dtype, rng);
+  const std::vector<std::uint16_t> q = make_query(std::max(1, batch) * q_batch_stride, d, n_heads, c, rng);
   const std::size_t out_elems = std::max<std::size_t>(1, batch * q_batch_stride);
   const std::vector<float> sinks = sink_values(n_heads, c.seed);
 
@@ -352,7 +367,7 @@ RowCheck run_paged_prefill(const Fp8Case& c) {
   const std::vector<std::uint8_t> k_pool = make_cache(pool_bytes, c, k_scales, head_stride, rng);
   const std::vector<std::uint8_t> v_pool = make_cache(pool_bytes, c, v_scales, head_stride, rng);
   const std::int64_t q_token_stride = static_cast<std::int64_t>(n_heads) * d;
-  const std::vector<std::uint16_t> q = random_elements(std::max(1, total_q) * q_token_stride, c.dtype, rng);
+  const std::vector<std::uint16_t> q = make_query(std::max(1, total_q) * q_token_stride, d, n_heads, c, rng);
   const std::size_t out_elems = static_cast<std::size_t>(std::max(1, total_q)) * q_token_stride;
   const std::vector<float> sinks = sink_values(n_heads, c.seed);
 
@@ -601,6 +616,36 @@ TEST_CASE("FP8 caches with peaked rows (scale 1): paged_decode through the split
         c.seq_lens.push_back(20000);
       }
       c.seed = rng();
+      check_case(c);
+    }
+  }
+}
+
+TEST_CASE("FP8 caches with bf16 queries past f16's range: scaled into it, never saturated") {
+  // The direct path's MMAs run in f16: a bf16 row with values past 65504 must go in scaled by a
+  // power of two, its scores scaled back. Odd heads' values reach q_magnitude, and the scale
+  // brings their scores to O(1), so a row saturated at 65504 would be far off; even heads sit in
+  // the same tiles at ordinary magnitudes (scores near 0).
+  std::mt19937 rng(test_seed(8007));
+  for (Fp8Call call : {Fp8Call::paged_decode, Fp8Call::decode, Fp8Call::paged_prefill}) {
+    for (int head_dim : {64, 128, 256}) {
+      Fp8Case c;
+      c.call = call;
+      c.head_dim = head_dim;
+      c.format = head_dim == 128 ? KvDType::e5m2 : KvDType::e4m3;
+      c.per_head = head_dim != 64;
+      c.q_magnitude = head_dim == 64 ? 7.0e4f : head_dim == 128 ? 3.0e6f : 1.0e5f;
+      c.scale = static_cast<float>(3.0 / (std::sqrt(static_cast<double>(head_dim)) * c.q_magnitude));
+      if (call == Fp8Call::decode) {
+        c.kv_len = head_dim == 128 ? 5000 : 300;  // 5000: split
+        c.seq_lens.assign(2, 0);
+      } else if (call == Fp8Call::paged_prefill) {
+        c.q_lens = {20, 1};
+        c.seq_lens = {40, 300};
+      } else {
+        c.seq_lens = {1, 37, 3000 + static_cast<int>(rng() % 100)};
+      }
+      c.seed = static_cast<unsigned>(rng());
       check_case(c);
     }
   }

@@ -82,12 +82,14 @@ class RowCheck {
   std::size_t empty_rows() const { return empty_rows_; }
   std::size_t elements() const { return elements_; }
   std::size_t lse_values() const { return lse_values_; }
-  double worst_row() const { return worst_row_; }      // largest row relative norm
+  double worst_row() const { return worst_row_; }      // largest row relative norm (rows above the floor)
+  std::size_t floor_rows() const { return floor_rows_; }  // rows small enough to be judged by the floor
   double worst_elem() const { return worst_elem_; }    // largest |err| / element bound
   double worst_lse() const { return worst_lse_; }      // largest LSE |err|
   double max_abs_error() const { return max_abs_; }
   const Tolerance& tolerance() const { return tolerance_; }
-  // "rows 120 (3 empty) worst row 2.1e-03 of 1.0e-02, element 0.31 of its bound, lse 4.8e-06"
+  // "rows 120 (3 empty, 0 under the format's floor) worst row 2.1e-03 of 1.0e-02, element 0.31 of
+  // its bound, lse 4.8e-06 (120)"
   std::string summary() const;
 
  private:
@@ -96,7 +98,7 @@ class RowCheck {
   Tolerance tolerance_;
   std::size_t failures_ = 0;
   std::string first_failure_;
-  std::size_t rows_ = 0, empty_rows_ = 0, elements_ = 0, lse_values_ = 0;
+  std::size_t rows_ = 0, empty_rows_ = 0, floor_rows_ = 0, elements_ = 0, lse_values_ = 0;
   double worst_row_ = 0, worst_elem_ = 0, worst_lse_ = 0, max_abs_ = 0;
 };
 

@@ -371,6 +371,10 @@ TEST_CASE("fp16 rows below the format's normal range pass their rounding and fai
   RowCheck good(attention_tolerance(DType::fp16));
   good.row(rounded.data(), want.data(), 64, true, [] { return std::string("rounded"); });
   CHECK_MESSAGE(good.passed(), good.first_failure());
+  // Such a row is counted apart: its relative error (the rounding's, large at this size) is not
+  // reported as the worst row, which stays the worst of the rows the relative bound judges.
+  CHECK(good.floor_rows() == 1);
+  CHECK(good.worst_row() == 0.0);
   RowCheck bad(attention_tolerance(DType::fp16));
   bad.row(off.data(), want.data(), 64, true, [] { return std::string("two spacings off"); });
   CHECK_FALSE(bad.passed());

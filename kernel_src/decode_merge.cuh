@@ -94,9 +94,9 @@ __device__ __forceinline__ void write_merged_elements(const PagedDecodeParams& p
   }
 }
 
-template <typename T, int kHeadDim, int kFlags, bool kPermuted, int kGroups = 1>
+template <typename T, int kHeadDim, int kFlags, bool kPermuted, int kGroups = 1, bool kRowScaled = false>
 __device__ __forceinline__ void merge_decode_warps(const PagedDecodeParams& p, const DecodeWork& w,
-                                                   DecodeWarpSoftmax<kHeadDim, kFlags>& state, void* merge,
+                                                   DecodeWarpSoftmax<kHeadDim, kFlags, kRowScaled>& state, void* merge,
                                                    float out_scale, float* slot = nullptr) {
   static_assert(kGroups == 1 || !kPermuted, "wide CTAs: 16-bit caches only");
   constexpr int kQLen = decode_q_len(kFlags);

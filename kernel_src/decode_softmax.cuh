@@ -8,7 +8,7 @@ namespace astrai {
 // One warp's online softmax over its 16-token steps (tensor-core decode kernels): the O
 // accumulator of its 16 rows (m16n8 tiles: rows g and g + 8 of lane (g, t)) and their running
 // max and sum, in log2 units.
-template <int kHeadDim, int kFlags>
+template <int kHeadDim, int kFlags, bool kRowScaled = false>
 struct DecodeWarpSoftmax {
   static constexpr int kQLen = decode_q_len(kFlags);
   static constexpr int kNTiles = kHeadDim / 8;  // n8 tiles of O
@@ -20,6 +20,14 @@ struct DecodeWarpSoftmax {
   int row_end[2];
   int row_window_first[2];
   float row_slope[2];  // ALiBi: the row's head's slope, log2 units
+  float row_scale[2];  // kRowScaled: each row's factor from raw scores to log2 units (set_row_scales)
+
+  // kRowScaled (the direct FP8 path's scaled Q rows): the raw scores of rows g and g + 8 carry
+  // factors of their own (the K scale and the row's power of two), applied with the softmax scale.
+  __device__ __forceinline__ void set_row_scales(const PagedDecodeParams& p, const float (&factor)[2]) {
+    row_scale[0] = factor[0] * p.scale_log2;
+    row_scale[1] = factor[1] * p.scale_log2;
+  }
 
   __device__ __forceinline__ void init(const PagedDecodeParams& p, const DecodeWork& w) {
     const int quad_row = (threadIdx.x & 31) >> 2;
@@ -51,7 +59,9 @@ struct DecodeWarpSoftmax {
     for (int j = 0; j < 2; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        s[j][e] = has_feature<kFlags>(kFeatureSoftCap) ? soft_capped(s[j][e], p.features) : s[j][e] * p.scale_log2;
+        s[j][e] = has_feature<kFlags>(kFeatureSoftCap) ? soft_capped(s[j][e], p.features)
+                  : kRowScaled                         ? s[j][e] * row_scale[e >> 1]
+                                                       : s[j][e] * p.scale_log2;
     if constexpr (has_feature<kFlags>(kFeatureAlibi)) {
 #pragma unroll
       for (int j = 0; j < 2; ++j)

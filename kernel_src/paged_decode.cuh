@@ -45,8 +45,9 @@
 
 namespace astrai {
 
+// The kernel's work, for its two entries below.
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
-__global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const PagedDecodeParams p) {
+__device__ __forceinline__ void paged_decode_entry(const PagedDecodeParams& p) {
   static_assert((kFlags & ~(kPortableFeatures | kFeatureQLenField)) == 0, "paged decode feature bits");
   static_assert(!has_feature<kFlags>(kFeatureKvE4m3) || !has_feature<kFlags>(kFeatureKvE5m2), "one FP8 format");
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -60,6 +61,19 @@ __global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const Page
 #else
   paged_decode_cuda_cores<T, kHeadDim, kPageSize, kGroup, kFlags>(p, smem_raw);
 #endif
+}
+
+template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
+__global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const PagedDecodeParams p) {
+  paged_decode_entry<T, kHeadDim, kPageSize, kGroup, kFlags>(p);
+}
+
+// The direct FP8 path with bf16 Q at head dim 128 on tensor cores (decode_entry_holds_4_ctas):
+// the score factors of Q rows scaled into f16's range took ptxas from 128 to 148 registers, 3
+// CTAs an SM instead of 4, 4% slower at batch 64 x 8192 (H200); held to 4 CTAs it needs no spill.
+template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
+__global__ void __launch_bounds__(kDecodeThreads, 4) paged_decode_kernel_4ctas(const PagedDecodeParams p) {
+  paged_decode_entry<T, kHeadDim, kPageSize, kGroup, kFlags>(p);
 }
 
 }  // namespace astrai

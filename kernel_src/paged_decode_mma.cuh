@@ -137,7 +137,7 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
   const int warp = threadIdx.x >> 5;
   const int quad_row = lane >> 2;  // accumulator row g (and g + 8)
   const int quad_col = lane & 3;   // accumulator column pair 2t, 2t + 1
-  DecodeWarpSoftmax<kHeadDim, kFlags> state;
+  DecodeWarpSoftmax<kHeadDim, kFlags, kScaledQ> state;
   state.init(p, w);
 
   // Per-lane ldmatrix addresses (see the fragment layouts of mma.m16n8k16).
@@ -170,6 +170,7 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
     kv8_fragment_offsets<kHeadDim>(k_read, v_read, quad_row, quad_col);
     __syncthreads();  // the Q tile
     kv8_score_scales<T, kHeadDim>(smem.q, quad_row, k_scale, score_scale);
+    if constexpr (kScaledQ) state.set_row_scales(p, score_scale);
     step_loader.start(p, seq, batch_index, kv_head, ring, warp_begin, split_end, lane, k_scale, v_scale);
   } else {
     first_block_pages<T, kHeadDim, kPageSize, kFlags>(p, w, loader, pages);
@@ -222,11 +223,18 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
       } else {
         decode_scores_mma<T, kHeadDim>(s, q_address, k_address);
       }
-      if constexpr (kFp8) {  // scores as if K were dequantized
+      // Scores as if K were dequantized (and Q unscaled): the softmax applies the factors of
+      // scaled Q rows with its scale, except before a soft-cap, which needs the true scores.
+      if constexpr (kFp8 && !kScaledQ) {
 #pragma unroll
         for (int j = 0; j < 2; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[j][e] *= kScaledQ ? score_scale[e >> 1] : k_scale;
+          for (int e = 0; e < 4; ++e) s[j][e] *= k_scale;
+      } else if constexpr (kScaledQ && has_feature<kFlags>(kFeatureSoftCap)) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[j][e] *= score_scale[e >> 1];
       }
 
       // O += P V.

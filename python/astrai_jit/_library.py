@@ -56,8 +56,11 @@ _LATER_OPTIONS = [("alibi_slopes", "Tensor?", None)]
 _PAGED_DECODE_HEAD = [("q", "Tensor"), ("k_cache", "Tensor"), ("v_cache", "Tensor"), ("page_table", "Tensor"),
                       ("seq_lens", "Tensor?"), ("out", "Tensor"), ("lse", "Tensor?"), ("mask", "Tensor?"),
                       ("req_indices", "Tensor?")]
-_PAGED_DECODE_TAIL = [*_OPTIONS, *_KV_SCALES, ("stream", "int"), ("seq_lens_are_offsets", "bool", False),
-                      ("workspace", "Tensor?", None), *_LATER_OPTIONS]
+# No defaults up to the written workspace: a dispatcher drops trailing arguments equal to their
+# defaults before the in-place bookkeeping looks a written one up by position (PyTorch 2.11 failed
+# with "tuple index out of range" on a call that left the workspace out).
+_PAGED_DECODE_TAIL = [*_OPTIONS, *_KV_SCALES, ("stream", "int"), ("seq_lens_are_offsets", "bool"),
+                      ("workspace", "Tensor?"), *_LATER_OPTIONS]
 _PAGED_DECODE_EXT = ["q", "k_cache", "v_cache", "page_table", "seq_lens", "out", "lse", "mask", "req_indices",
                      "new_k", "new_v", "scale", "logit_cap", "sinks", "window_left", "k_scale", "v_scale", "stream",
                      "seq_lens_are_offsets", "workspace", "alibi_slopes"]

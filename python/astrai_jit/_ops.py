@@ -190,11 +190,11 @@ def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor
             torch.ops.astrai_jit.paged_decode_append(q, k_cache, v_cache, page_table, seq_lens, out, lse,
                                                      mask, req_indices, new_k, new_v, s, cap, sinks, window,
                                                      k_scale, v_scale, handle, offsets, workspace,
-                                                     alibi_slopes=alibi_slopes)
+                                                     alibi_slopes)
         else:
             torch.ops.astrai_jit.paged_decode(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
                                               req_indices, s, cap, sinks, window, k_scale, v_scale, handle,
-                                              offsets, workspace, alibi_slopes=alibi_slopes)
+                                              offsets, workspace, alibi_slopes)
     return (out, lse) if return_lse else out
 
 
@@ -218,7 +218,7 @@ def decode(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sca
                                v_scale, _stream(q, stream), alibi_slopes))
     else:
         torch.ops.astrai_jit.decode(q, k, v, out, lse, mask, int(causal_offset), s, cap, sinks, window, k_scale,
-                                    v_scale, _op_stream(q, stream), alibi_slopes=alibi_slopes)
+                                    v_scale, _op_stream(q, stream), alibi_slopes)
     return (out, lse) if return_lse else out
 
 
@@ -243,7 +243,7 @@ def prefill(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sc
                                 _stream(q, stream), alibi_slopes))
     else:
         torch.ops.astrai_jit.prefill(q, k, v, out, lse, mask, int(causal_offset), s, cap, sinks, window,
-                                     _op_stream(q, stream), alibi_slopes=alibi_slopes)
+                                     _op_stream(q, stream), alibi_slopes)
     return (out, lse) if return_lse else out
 
 
@@ -284,7 +284,7 @@ def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tenso
     else:
         torch.ops.astrai_jit.paged_prefill(q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse,
                                            mask, m, bool(causal), s, cap, sinks, window, k_scale, v_scale,
-                                           _op_stream(q, stream), req_indices, offsets, alibi_slopes=alibi_slopes)
+                                           _op_stream(q, stream), req_indices, offsets, alibi_slopes)
     return (out, lse) if return_lse else out
 
 

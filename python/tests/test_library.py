@@ -44,11 +44,11 @@ def example_args(name, device):
     if name == "paged_decode":
         sinks = torch.zeros(8, device=device)  # the optional tensor among the feature arguments
         return (q, kc, kc.clone(), table, lens, torch.empty_like(q), lse, None, None, 0.0, 0.0, sinks, -1, None,
-                None, -1)
+                None, -1, False, None)
     if name == "paged_decode_append":
         new = torch.randn(2, 2, 64, dtype=bf16, device=device)
         return (q, kc, kc.clone(), table, lens, torch.empty_like(q), lse, None, None, new, new.clone(), 0.0,
-                0.0, None, -1, None, None, -1)
+                0.0, None, -1, None, None, -1, False, None)
     if name in ("decode", "prefill"):
         q4 = torch.randn(2, 1 if name == "decode" else 5, 8, 64, dtype=bf16, device=device)
         k = torch.randn(2, 20, 2, 64, dtype=bf16, device=device)

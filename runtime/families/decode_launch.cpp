@@ -12,11 +12,23 @@
 
 namespace astrai::detail {
 
+namespace {
+
+// The entry held to 4 CTAs an SM (kernel_src/paged_decode.cuh): the direct FP8 path with bf16 Q
+// at head dim 128, on tensor cores.
+bool decode_entry_holds_4_ctas(const KernelSpec& spec) {
+  return spec.uses_mma() && spec.dtype == DType::bf16 && spec.head_dim == 128 &&
+         (spec.flags & (kFeatureKvE4m3 | kFeatureKvE5m2)) != 0;
+}
+
+}  // namespace
+
 std::vector<std::string> decode_instantiations(const KernelSpec& spec, int page_size) {
   const char* type = device_type_name(spec.dtype);
   const int q_len = decode_q_len(spec.flags);
-  return {fmt::format("astrai::paged_decode_kernel<{}, {}, {}, {}, {}>", type, spec.head_dim, page_size,
-                      spec.group_size, spec.flags),
+  return {fmt::format("astrai::{}<{}, {}, {}, {}, {}>",
+                      decode_entry_holds_4_ctas(spec) ? "paged_decode_kernel_4ctas" : "paged_decode_kernel", type,
+                      spec.head_dim, page_size, spec.group_size, spec.flags),
           q_len == 1 ? fmt::format("astrai::split_combine_kernel<{}, {}>", type, spec.head_dim)
                      : fmt::format("astrai::split_combine_tokens_kernel<{}, {}, {}>", type, spec.head_dim, q_len)};
 }

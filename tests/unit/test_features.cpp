@@ -228,7 +228,17 @@ TEST_CASE("an FP8 KV cache is the first feature field: .kv_e4m3 or .kv_e5m2, nam
   const KernelSpec e4m3 = with_flags(attention_spec(KernelKind::paged_decode), astrai::kFeatureKvE4m3);
   CHECK(e4m3.name() == "paged_decode.bf16.hd128.ps16.g4.kv_e4m3.sm_90a");
   CHECK(KernelSpec::parse(e4m3.name()) == e4m3);
-  CHECK(e4m3.instantiations().front() == "astrai::paged_decode_kernel<astrai::bf16_t, 128, 16, 4, 8>");
+  // The direct FP8 path with bf16 Q at head dim 128 runs the entry held to 4 CTAs an SM; fp16,
+  // other head dims and the CUDA-core path the plain one.
+  CHECK(e4m3.instantiations().front() == "astrai::paged_decode_kernel_4ctas<astrai::bf16_t, 128, 16, 4, 8>");
+  KernelSpec fp16 = e4m3;
+  fp16.dtype = astrai::DType::fp16;
+  CHECK(fp16.instantiations().front() == "astrai::paged_decode_kernel<astrai::fp16_t, 128, 16, 4, 8>");
+  KernelSpec hd64 = e4m3;
+  hd64.head_dim = 64;
+  CHECK(hd64.instantiations().front() == "astrai::paged_decode_kernel<astrai::bf16_t, 64, 16, 4, 8>");
+  const KernelSpec cores = with_flags(attention_spec(KernelKind::paged_decode, "sm_89", true), astrai::kFeatureKvE4m3);
+  CHECK(cores.instantiations().front() == "astrai::paged_decode_kernel<astrai::bf16_t, 128, 16, 4, 8>");
   const std::uint32_t all = astrai::kFeatureKvE5m2 | astrai::kFeatureWindow | astrai::kFeatureSoftCap |
                             astrai::kFeatureSink;
   for (KernelKind kind : {KernelKind::paged_decode, KernelKind::decode, KernelKind::paged_prefill}) {

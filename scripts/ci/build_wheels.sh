@@ -5,6 +5,7 @@
 #   --python VERSION  a CPython minor version (3.9 .. 3.13); repeat it, or give a comma list.
 #                     Default: 3.9 3.10 3.11 3.12 3.13.
 #   --no-smoke        build and repair only.
+# The astrai_jit wheels already in OUT_DIR are replaced.
 #
 # Wheels: one per version below 3.12 (cp39, cp310, cp311), and one stable-ABI wheel
 # (cp312-abi3, nanobind's STABLE_ABI) for every version from 3.12 on, built with the newest of

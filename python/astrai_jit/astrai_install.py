@@ -36,6 +36,11 @@ class InstallError(RuntimeError):
 
 def stand_in_path() -> Path:
     """The compiled stand-in module shipped in this package."""
+    # This interpreter's suffix, or .abi3.so in a stable-ABI wheel (CPython 3.12+).
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = Path(__file__).with_name("_astrai_kernel_module" + suffix)
+        if path.is_file():
+            return path
     path = Path(__file__).with_name("_astrai_kernel_module" + _SUFFIX)
     if not path.is_file():
         raise InstallError(f"{path} is missing: this astrai-jit was built without its AstrAI module "

@@ -122,8 +122,9 @@ const DlpackExchangeApi* exchange_api(PyTypeObject* type) {
   }
   if (api->version_major != 1 || !api->dltensor_from_py_object_no_sync || !api->current_work_stream)
     return nullptr;
-  Py_INCREF(type);
-  Py_XDECREF(last_type);
+  // PyTypeObject is opaque under the stable ABI (the cp312-abi3 wheel): cast to PyObject*.
+  Py_INCREF(reinterpret_cast<PyObject*>(type));
+  Py_XDECREF(reinterpret_cast<PyObject*>(last_type));
   last_type = type;
   last_api = api;
   return api;

@@ -1,4 +1,5 @@
 #include "bench_kernels.hpp"
+#include "bench_kernel_files.hpp"
 
 #include <map>
 #include <mutex>
@@ -9,9 +10,6 @@
 #include <fmt/format.h>
 
 namespace astrai::bench {
-
-// Generated from kernels/*.cuh and *.h by embed_bench_kernels.cmake (in the build tree).
-const std::vector<std::pair<std::string_view, std::string_view>>& bench_kernel_files();
 
 namespace {
 

@@ -110,22 +110,19 @@ Device::Device(int ordinal, const JitEngine& engine)
       workspaces_(primary_.get(), ordinal) {
   const int major = device_attribute(device_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ordinal);
   const int minor = device_attribute(device_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ordinal);
-  num_sms_ = device_attribute(device_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ordinal);
-  arch_ = engine.target_for_device(major, minor);
-  force_no_mma_ = engine.config().no_mma && arch_number(arch_) >= 80;
-  no_wgmma_ = engine.config().no_wgmma;
-  traits_.arch = arch_;
-  traits_.num_sms = num_sms_;
-  traits_.force_no_mma = force_no_mma_;
-  traits_.no_hopper = no_wgmma_;
+  traits_.num_sms = device_attribute(device_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ordinal);
+  traits_.arch = engine.target_for_device(major, minor);
+  traits_.force_no_mma = engine.config().no_mma && arch_number(traits_.arch) >= 80;
+  traits_.no_hopper = engine.config().no_wgmma;
   traits_.decode_tiles = engine.config().decode_tiles;
   traits_.prefill_tiles = engine.config().prefill_tiles;
   // The kernels wait for their predecessor (griddepcontrol) only when compiled for sm_90 or newer;
   // PTX of an older virtual arch (ASTRAI_JIT_ARCH=compute_80 on Hopper) has no wait, so it must
   // not be launched early.
-  programmatic_launch_ = major >= 9 && arch_number(arch_) >= 90 && driver().driver_version >= 12030;
-  log(LogLevel::debug, "device {}: sm_{}{}, {} SMs, target {}{}{}", ordinal, major, minor, num_sms_, arch_,
-      force_no_mma_ ? " (ASTRAI_JIT_NO_MMA)" : "", no_wgmma_ && arch_ == "sm_90a" ? " (ASTRAI_JIT_NO_WGMMA)" : "");
+  programmatic_launch_ = major >= 9 && arch_number(traits_.arch) >= 90 && driver().driver_version >= 12030;
+  log(LogLevel::debug, "device {}: sm_{}{}, {} SMs, target {}{}{}", ordinal, major, minor, traits_.num_sms,
+      traits_.arch, traits_.force_no_mma ? " (ASTRAI_JIT_NO_MMA)" : "",
+      traits_.no_hopper && traits_.arch == "sm_90a" ? " (ASTRAI_JIT_NO_WGMMA)" : "");
 }
 
 const LoadedVariant& Device::variant(JitEngine& engine, const KernelSpec& request, KernelShape shape) {
@@ -136,8 +133,8 @@ const LoadedVariant& Device::variant(JitEngine& engine, const KernelSpec& reques
     if (it != variants_.end()) return *it->second;
   }
   KernelSpec spec = request;
-  spec.force_no_mma = force_no_mma_;
-  spec.arch = arch_;
+  spec.force_no_mma = traits_.force_no_mma;
+  spec.arch = traits_.arch;
   auto compiled = engine.get(spec);
 
   std::unique_lock<std::shared_mutex> lock(variants_mutex_);
@@ -163,7 +160,7 @@ const LoadedVariant& Device::variant(JitEngine& engine, const KernelSpec& reques
           CUDA_SUCCESS ||
       per_sm < 1)
     per_sm = 1;
-  loaded->resident_ctas = per_sm * num_sms_;
+  loaded->resident_ctas = per_sm * traits_.num_sms;
   const LoadedVariant& result = *loaded;
   variants_.emplace(id, std::move(loaded));
   return result;

@@ -128,14 +128,14 @@ class Device {
   Device& operator=(const Device&) = delete;
 
   int ordinal() const { return ordinal_; }
-  int num_sms() const { return num_sms_; }
-  const std::string& arch() const { return arch_; }
-  bool force_no_mma() const { return force_no_mma_; }
-  bool uses_mma() const { return target_uses_mma(arch_, force_no_mma_); }
-  // Hopper implementations allowed: an sm_90a target, tensor cores on, no ASTRAI_JIT_NO_WGMMA.
-  bool uses_wgmma() const { return arch_ == "sm_90a" && uses_mma() && !no_wgmma_; }
-  // What a plan needs of this device (runtime/plan/attention_plan.hpp).
+  // What a plan needs of this device (runtime/plan/attention_plan.hpp), and the accessors to it.
   const DeviceTraits& traits() const { return traits_; }
+  int num_sms() const { return traits_.num_sms; }
+  const std::string& arch() const { return traits_.arch; }
+  bool force_no_mma() const { return traits_.force_no_mma; }
+  bool uses_mma() const { return traits_.uses_mma(); }
+  // Hopper implementations allowed: an sm_90a target, tensor cores on, no ASTRAI_JIT_NO_WGMMA.
+  bool uses_wgmma() const { return traits_.uses_hopper(); }
   CUcontext context() const { return primary_.get(); }
 
   // The variant `spec` names on this device (its arch and no-MMA fields are filled from the
@@ -153,11 +153,7 @@ class Device {
   // primary context they live in.
   int ordinal_;
   CUdevice device_ = 0;
-  int num_sms_ = 0;
-  std::string arch_;
-  bool force_no_mma_ = false;
-  bool no_wgmma_ = false;
-  DeviceTraits traits_;
+  DeviceTraits traits_;  // the target, SM count and the switches that steer the plans
   // Hopper and newer with a driver that captures it in graphs (12.3+).
   bool programmatic_launch_ = false;
   PrimaryContext primary_;

@@ -7,7 +7,13 @@ The model is AstrAI's own AutoRegressiveLM with random weights (seeded) at AstrA
 (hidden 1536, 24 query heads, 4 KV heads, head_dim 64), bf16; the prompts are random token ids.
 
     PYTHONPATH=CHECKOUT python bench/astrai_e2e.py --json FILE [--batch 16 --prompt 512 --tokens 128]
-    python bench/astrai_e2e.py --compare OWN.json JIT.json
+    PYTHONPATH=CHECKOUT python bench/astrai_e2e.py --backend torch --json TORCH.json
+    python bench/astrai_e2e.py --compare OWN.json JIT.json [TORCH.json]
+
+Random weights leave the top logits close, so two correct bf16 kernels can pick different greedy
+tokens. With a third run on AstrAI's torch backend (SDPA) as a reference, --compare says how
+often each kernel set agrees with it and where they part: astrai-jit's tokens are as close to
+the reference as AstrAI's own when their agreement and first divergences are alike.
 """
 from __future__ import annotations
 
@@ -46,7 +52,7 @@ def run(args) -> dict:
     sched = InferenceScheduler(model=model, tokenizer=FakeTokenizer(), max_batch_size=args.batch,
                                max_seq_len=max_seq, device="cuda", dtype=torch.bfloat16, cache=pool)
     times = []
-    with attn_backend(ATTN_BACKEND.CUDA):
+    with attn_backend(ATTN_BACKEND.TORCH_NATIVE if args.backend == "torch" else ATTN_BACKEND.CUDA):
         for _ in range(args.repeats + 1):  # the first run warms up (and captures graphs)
             torch.cuda.synchronize()
             start = time.perf_counter()
@@ -55,15 +61,34 @@ def run(args) -> dict:
             times.append(time.perf_counter() - start)
     sched.stop()
     tokens = json.dumps(out, sort_keys=True, default=str).encode()
-    return dict(kernels=served, seconds=times[1:], best_s=min(times[1:]), batch=args.batch, prompt=args.prompt,
+    return dict(kernels=served if args.backend == "cuda" else {"attention": "torch"}, seconds=times[1:], best_s=min(times[1:]), batch=args.batch, prompt=args.prompt,
                 tokens_per_request=args.tokens, layers=args.layers, tokens_sha256=hashlib.sha256(tokens).hexdigest(),
                 outputs=json.loads(json.dumps(out, default=str)), device=torch.cuda.get_device_name())
+
+
+def first_divergence(a, b):
+    """The first position where two requests' outputs differ, None where they agree."""
+    if a == b:
+        return None
+    a, b = (x if isinstance(x, list) else str(x).split() for x in (a, b))
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def agreement(one: dict, other: dict) -> str:
+    """How many requests two runs agree on, and where the others part (median first divergence)."""
+    parts = [first_divergence(a, b) for a, b in zip(one["outputs"], other["outputs"])]
+    apart = sorted(p for p in parts if p is not None)
+    median = apart[len(apart) // 2] if apart else None
+    return (f"{len(parts) - len(apart)} of {len(parts)} requests identical; the others part at tokens {apart}"
+            f" (median {median})")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json")
-    parser.add_argument("--compare", nargs=2, metavar=("OWN", "JIT"))
+    parser.add_argument("--compare", nargs="+", metavar="RUN", help="OWN.json JIT.json [TORCH.json]")
+    parser.add_argument("--backend", choices=("cuda", "torch"), default="cuda",
+                        help="cuda: the compiled kernels in astrai/extension/lib; torch: AstrAI's torch backend")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--prompt", type=int, default=512)
     parser.add_argument("--tokens", type=int, default=128)
@@ -72,12 +97,15 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
     if args.compare:
-        own, jit = (json.load(open(p)) for p in args.compare)
+        if len(args.compare) not in (2, 3):
+            parser.error(f"--compare takes OWN.json JIT.json [TORCH.json], got {len(args.compare)} files")
+        own, jit = (json.load(open(p)) for p in args.compare[:2])
         same = own["tokens_sha256"] == jit["tokens_sha256"]
-        # Where they differ: how many requests agree, and the first position of each disagreement.
-        pairs = list(zip(own["outputs"], jit["outputs"]))
-        agree = sum(1 for a, b in pairs if a == b)
-        print(f"requests with identical output: {agree} of {len(pairs)}")
+        print(f"own vs astrai-jit: {agreement(own, jit)}")
+        if len(args.compare) == 3:
+            reference = json.load(open(args.compare[2]))
+            print(f"own vs torch:      {agreement(own, reference)}")
+            print(f"astrai-jit vs torch: {agreement(jit, reference)}")
         print(f"AstrAI e2e ({own['batch']} requests, prompt {own['prompt']}, {own['tokens_per_request']} new tokens, "
               f"{own['layers']} layers): AstrAI's kernels {own['best_s']:.3f} s, astrai-jit {jit['best_s']:.3f} s "
               f"({own['best_s'] / jit['best_s']:.2f}x); greedy tokens {'identical' if same else 'DIFFER'}")

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -132,31 +133,39 @@ AttentionProblem decode_problem(const DecodeLaunch& launch, const PagedDecodePar
 void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeParams params) {
   Device& device = impl.current_device();
   // The plan is a pure function of the problem and the device: remember the last one per thread
-  // (the hot path compares a few fields instead of planning).
+  // (the hot path compares a few fields instead of planning). A second memo holds the plan for a
+  // problem whose TMA views the driver refused (addresses or strides the maps cannot take), so a
+  // caller that keeps passing such a cache does not re-plan twice on every call.
   struct PlanMemo {
     const Device* device = nullptr;
     AttentionProblem problem;
     Plan plan;
   };
   thread_local PlanMemo memo;
-  AttentionProblem problem = decode_problem(launch, params);
-  CUtensorMap map_k;
-  CUtensorMap map_v;
-  for (;;) {
-    if (memo.device != &device || memo.problem != problem) {
+  thread_local PlanMemo refused_memo;
+  auto planned = [&](PlanMemo& m, const AttentionProblem& asked) -> const Plan& {
+    if (m.device != &device || m.problem != asked) {
       // The portable kernels' occupancy is read off the loaded variant.
       const OccupancyQuery occupancy = [&](const KernelSpec& spec, int block, int smem) {
         return impl.variant(device, spec, {block, smem}).resident_ctas;
       };
-      memo.plan = plan_decode(problem, device.traits(), occupancy);
-      memo.problem = problem;
-      memo.device = &device;
-      log_plan(memo.plan);
+      m.plan = plan_decode(asked, device.traits(), occupancy);
+      m.problem = asked;
+      m.device = &device;
+      log_plan(m.plan);
     }
-    if (!memo.plan.spec.hopper || decode_sm90_maps(device, memo.plan.spec, params, &map_k, &map_v)) break;
+    return m.plan;
+  };
+  AttentionProblem problem = decode_problem(launch, params);
+  CUtensorMap map_k;
+  CUtensorMap map_v;
+  const Plan* chosen = &planned(memo, problem);
+  if (chosen->spec.hopper && !decode_sm90_maps(device, chosen->spec, params, &map_k, &map_v)) {
     problem.hopper_refused = true;
+    chosen = &planned(refused_memo, problem);
+    if (chosen->spec.hopper) throw std::logic_error("launch_decode: the plan for refused TMA views is a Hopper one");
   }
-  const Plan& plan = memo.plan;
+  const Plan& plan = *chosen;
   const LoadedVariant& launched = impl.planned_variant(device, plan);
   const int q_len = decode_q_len(launch.flags);
   params.tokens_per_split = plan.split.tokens_per_split;

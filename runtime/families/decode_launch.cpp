@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <array>
-#include <stdexcept>
 
 #include <fmt/format.h>
 
 #include "base/logging.hpp"
 #include "kernel_src/hopper_params.h"
 #include "runtime/launch_heuristics.hpp"
+#include "runtime/plan/plan_memo.hpp"
 #include "runtime/tensor_map.hpp"
 
 namespace astrai::detail {
@@ -132,38 +132,25 @@ AttentionProblem decode_problem(const DecodeLaunch& launch, const PagedDecodePar
 
 void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeParams params) {
   Device& device = impl.current_device();
-  // The plan is a pure function of the problem and the device: remember the last one per thread
-  // (the hot path compares a few fields instead of planning). A second memo holds the plan for a
-  // problem whose TMA views the driver refused (addresses or strides the maps cannot take), so a
-  // caller that keeps passing such a cache does not re-plan twice on every call.
-  struct PlanMemo {
-    const Device* device = nullptr;
-    AttentionProblem problem;
-    Plan plan;
-  };
+  // Plans remembered per thread (PlanMemo); the second one for a problem whose TMA views the
+  // driver refused (addresses or strides the maps cannot take), so that a caller that keeps
+  // passing such a cache does not plan twice on every call.
   thread_local PlanMemo memo;
   thread_local PlanMemo refused_memo;
-  auto planned = [&](PlanMemo& m, const AttentionProblem& asked) -> const Plan& {
-    if (m.device != &device || m.problem != asked) {
-      // The portable kernels' occupancy is read off the loaded variant.
-      const OccupancyQuery occupancy = [&](const KernelSpec& spec, int block, int smem) {
-        return impl.variant(device, spec, {block, smem}).resident_ctas;
-      };
-      m.plan = plan_decode(asked, device.traits(), occupancy);
-      m.problem = asked;
-      m.device = &device;
-      log_plan(m.plan);
-    }
-    return m.plan;
+  // The portable kernels' occupancy is read off the loaded variant.
+  auto planner = [&](const AttentionProblem& asked) {
+    const OccupancyQuery occupancy = [&](const KernelSpec& spec, int block, int smem) {
+      return impl.variant(device, spec, {block, smem}).resident_ctas;
+    };
+    return plan_decode(asked, device.traits(), occupancy);
   };
   AttentionProblem problem = decode_problem(launch, params);
   CUtensorMap map_k;
   CUtensorMap map_v;
-  const Plan* chosen = &planned(memo, problem);
+  const Plan* chosen = &memo.get(&device, problem, planner);
   if (chosen->spec.hopper && !decode_sm90_maps(device, chosen->spec, params, &map_k, &map_v)) {
     problem.hopper_refused = true;
-    chosen = &planned(refused_memo, problem);
-    if (chosen->spec.hopper) throw std::logic_error("launch_decode: the plan for refused TMA views is a Hopper one");
+    chosen = &refused_memo.get(&device, problem, planner);
   }
   const Plan& plan = *chosen;
   const LoadedVariant& launched = impl.planned_variant(device, plan);

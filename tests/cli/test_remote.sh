@@ -5,34 +5,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-REDIS=$(command -v redis-server || true)
-if [[ -z "$REDIS" ]]; then
-  if [[ "${ASTRAI_REQUIRE_SERVERS:-}" == 1 ]]; then
-    echo "FAIL: ASTRAI_REQUIRE_SERVERS=1 and redis-server is not installed" >&2
-    exit 1
-  fi
-  echo "skipped: redis-server is not installed (Debian package redis-server)"
-  exit 77
-fi
-
-# A free port is found by trying: redis-server exits at once when the port is taken.
-REDIS_PID=""
-stop_redis() { if [[ -n "$REDIS_PID" ]]; then kill "$REDIS_PID" 2>/dev/null || true; wait "$REDIS_PID" 2>/dev/null || true; REDIS_PID=""; fi; }
-trap 'stop_redis; rm -rf "$WORK"' EXIT
-for attempt in 1 2 3 4 5 6 7 8; do
-  PORT=$(( 20000 + RANDOM % 40000 ))
-  "$REDIS" --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" \
-    >"$WORK/redis.log" 2>&1 &
-  REDIS_PID=$!
-  for _ in $(seq 50); do
-    grep -q "Ready to accept connections" "$WORK/redis.log" && break
-    kill -0 "$REDIS_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  grep -q "Ready to accept connections" "$WORK/redis.log" && break
-  stop_redis
-done
-[[ -n "$REDIS_PID" ]] || { cat "$WORK/redis.log" >&2; fail "redis-server did not start"; }
+start_redis
 REMOTE="redis://127.0.0.1:$PORT/0"
 
 ROTARY=rotary_emb.bf16.hd64.sm_89

@@ -5,7 +5,10 @@
 #         tests/CMakeLists.txt lists once (ASTRAI_UNIT_SWEEPS_A/B) for both this run and CTest.
 #   tsan  ThreadSanitizer (build-tsan): astrai_concurrency_tests, the suites whose cases run
 #         threads or processes against shared state (the cache, the file lock, the JIT engine,
-#         cache sharing; tests/CMakeLists.txt lists them), every case of them.
+#         cache sharing; tests/CMakeLists.txt lists them), every case of them; and the remote
+#         tier's tests (astrai_remote_tests, against real redis-server and nginx) but the case of
+#         a forked child: TSan cannot follow a process that starts threads after a multi-threaded
+#         fork (it dies there), so that case runs in the Release and ASan trees only.
 # Why the sweeps are left out: they compile every family over archs, head dims, page sizes and
 # features (about 250 of the suite's 270 s in a Release build, 180 of 220 s under ASan, nearly
 # all of it inside NVRTC). NVRTC is not instrumented, so under ASan they repeat the same host
@@ -28,13 +31,14 @@ export PATH=/usr/local/cuda/bin:$PATH
 # the ASan tree built in 240 s against 531 s with -O1 -g and the whole script took 375 s against
 # 743 (so the TSan tree about 91 s against 140), while the tests ran 49 s against 43 and 21-24 s
 # against 23.
-configure_and_build() {  # dir flags target
-  local dir=$1 flags=$2 target=$3
+configure_and_build() {  # dir flags target...
+  local dir=$1 flags=$2
+  shift 2
   cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1" -DCMAKE_UNITY_BUILD=ON \
     -DCMAKE_CXX_FLAGS="$flags -fno-omit-frame-pointer" \
     -DCMAKE_EXE_LINKER_FLAGS="$flags -Wl,--as-needed" \
     -DASTRAI_JIT_BUILD_TOOLS=OFF -DASTRAI_JIT_INSTALL=OFF -DASTRAI_JIT_BUILD_TESTS=ON >/dev/null
-  cmake --build "$dir" --target "$target" -j "$(nproc)"
+  cmake --build "$dir" --target "$@" -j "$(nproc)"
 }
 
 status=0
@@ -61,9 +65,12 @@ fi
 
 if [ "$what" = tsan ] || [ "$what" = all ]; then
   dir=$build_root/build-tsan
-  configure_and_build "$dir" "-fsanitize=thread" astrai_concurrency_tests
+  configure_and_build "$dir" "-fsanitize=thread" astrai_concurrency_tests astrai_remote_tests
   run "tsan concurrency tests" env \
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     "$dir/tests/astrai_concurrency_tests"
+  run "tsan remote tier tests" env \
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    "$dir/tests/astrai_remote_tests" "-tce=*forked child*"
 fi
 exit $status

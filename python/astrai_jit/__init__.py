@@ -20,7 +20,7 @@ The JIT and its cache (no GPU and no PyTorch needed):
 Errors: Error and its subclasses InvalidArgument, CompileError, CudaError, ConfigError,
 CacheMissError. ``astrai_jit._C`` takes any DLPack tensor with the outputs given.
 AstrAI runs on these kernels through its own loader (``python -m astrai_jit.astrai_install``,
-``astrai_jit.astrai_csrc``); ``astrai_jit.astrai`` is an older attention interface.
+``astrai_jit.astrai_csrc``).
 
 Importing the package needs no GPU and no PyTorch; the kernels need PyTorch
 (``pip install 'astrai-jit[torch]'``). Each function's help() has its arguments.
@@ -65,14 +65,6 @@ def __getattr__(name):
                 raise
             raise _needs_torch(name) from error
         return getattr(_ops, name)
-    if name == "astrai":
-        import importlib
-        try:
-            return importlib.import_module(".astrai", __name__)
-        except ModuleNotFoundError as error:
-            if error.name != "torch":
-                raise
-            raise _needs_torch(name) from error
     raise AttributeError(f"module 'astrai_jit' has no attribute {name!r}")
 
 

@@ -72,7 +72,7 @@ def test_warm_counts_compiled_bytes_only(tmp_path):
     assert "1 variant," in again["output"]
 
 
-@pytest.mark.parametrize("name", ["paged_decode", "prefill", "astrai"])
+@pytest.mark.parametrize("name", ["paged_decode", "prefill"])
 def test_a_missing_torch_says_what_to_install(name):
     # A finder ahead of the others makes `import torch` fail as if it were not installed.
     code = ("import importlib.abc, sys\n"

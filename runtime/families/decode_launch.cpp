@@ -8,7 +8,6 @@
 #include "base/logging.hpp"
 #include "kernel_src/hopper_params.h"
 #include "runtime/launch_heuristics.hpp"
-#include "runtime/plan/plan_memo.hpp"
 #include "runtime/tensor_map.hpp"
 
 namespace astrai::detail {
@@ -132,27 +131,32 @@ AttentionProblem decode_problem(const DecodeLaunch& launch, const PagedDecodePar
 
 void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeParams params) {
   Device& device = impl.current_device();
-  // Plans remembered per thread (PlanMemo); the second one for a problem whose TMA views the
-  // driver refused (addresses or strides the maps cannot take), so that a caller that keeps
-  // passing such a cache does not plan twice on every call.
-  thread_local PlanMemo memo;
-  thread_local PlanMemo refused_memo;
-  // The portable kernels' occupancy is read off the loaded variant.
-  auto planner = [&](const AttentionProblem& asked) {
-    const OccupancyQuery occupancy = [&](const KernelSpec& spec, int block, int smem) {
-      return impl.variant(device, spec, {block, smem}).resident_ctas;
-    };
-    return plan_decode(asked, device.traits(), occupancy);
+  // The plan is a pure function of the problem and the device: remember the last one per thread
+  // (the hot path compares a few fields instead of planning).
+  struct PlanMemo {
+    const Device* device = nullptr;
+    AttentionProblem problem;
+    Plan plan;
   };
+  thread_local PlanMemo memo;
   AttentionProblem problem = decode_problem(launch, params);
   CUtensorMap map_k;
   CUtensorMap map_v;
-  const Plan* chosen = &memo.get(&device, problem, planner);
-  if (chosen->spec.hopper && !decode_sm90_maps(device, chosen->spec, params, &map_k, &map_v)) {
+  for (;;) {
+    if (memo.device != &device || memo.problem != problem) {
+      // The portable kernels' occupancy is read off the loaded variant.
+      const OccupancyQuery occupancy = [&](const KernelSpec& spec, int block, int smem) {
+        return impl.variant(device, spec, {block, smem}).resident_ctas;
+      };
+      memo.plan = plan_decode(problem, device.traits(), occupancy);
+      memo.problem = problem;
+      memo.device = &device;
+      log_plan(memo.plan);
+    }
+    if (!memo.plan.spec.hopper || decode_sm90_maps(device, memo.plan.spec, params, &map_k, &map_v)) break;
     problem.hopper_refused = true;
-    chosen = &refused_memo.get(&device, problem, planner);
   }
-  const Plan& plan = *chosen;
+  const Plan& plan = memo.plan;
   const LoadedVariant& launched = impl.planned_variant(device, plan);
   const int q_len = decode_q_len(launch.flags);
   params.tokens_per_split = plan.split.tokens_per_split;

@@ -9,7 +9,6 @@
 #include "kernel_src/hopper_params.h"
 #include "runtime/launch_heuristics.hpp"
 #include "runtime/plan/implementations.hpp"
-#include "runtime/plan/plan_memo.hpp"
 #include "runtime/tensor_map.hpp"
 
 namespace astrai::detail {
@@ -125,17 +124,12 @@ void launch_prefill(Runtime::Impl& impl, const KernelFamily& family, const char*
   problem.max_q_len = max_q_len;
   problem.total_q = page_size == 0 ? 1LL * params.q_len * params.batch : params.total_q;
   CUtensorMap maps[3];
-  // Plans remembered per thread (PlanMemo), the second for problems whose TMA views were refused.
-  thread_local PlanMemo memo;
-  thread_local PlanMemo refused_memo;
-  auto planner = [&](const AttentionProblem& asked) { return plan_prefill(asked, device.traits()); };
-  const Plan* chosen = &memo.get(&device, problem, planner);
-  if (chosen->spec.hopper &&
-      !prefill_sm90_maps(device, *chosen, launch_name, params, &maps[0], &maps[1], &maps[2])) {
+  Plan plan = plan_prefill(problem, device.traits());
+  if (plan.spec.hopper && !prefill_sm90_maps(device, plan, launch_name, params, &maps[0], &maps[1], &maps[2])) {
     problem.hopper_refused = true;
-    chosen = &refused_memo.get(&device, problem, planner);
+    plan = plan_prefill(problem, device.traits());
   }
-  const Plan& plan = *chosen;
+  log_plan(plan);
   const LoadedVariant& variant = impl.planned_variant(device, plan);
   PrefillParams launch_params = params;
   launch_params.tile_order = prefill_tile_order(plan.tiles.x, plan.tiles.y, plan.tiles.z);

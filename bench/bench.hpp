@@ -102,8 +102,9 @@ constexpr const char* kFooter =
     "is timed separately; then a CUDA graph of --calls back-to-back calls is replayed --reps\n"
     "times, each replay between two events. Reported: median us per call and the min..max\n"
     "over replays. Rates: decode kernels TB/s over K+V read for the real lengths + Q + O +\n"
-    "page table (percent of the read ceiling); rotary 2 x bytes(x) + bytes(freqs) (percent of\n"
-    "the copy ceiling); prefill 4*B*H*q*kv*D FLOPs, halved when causal (percent of the GEMM ceiling).\n"
+    "page table (percent of the read ceiling); rotary 2 x bytes(x) + bytes(freqs), merge_states\n"
+    "the states and their LSEs read + the output and its LSE written (percent of the copy\n"
+    "ceiling); prefill 4*B*H*q*kv*D FLOPs, halved when causal (percent of the GEMM ceiling).\n"
     "Feature rows (.swa, .cap, .sink) report their time over the plain row's; a window counts only\n"
     "the tokens (decode) or keys (prefill) inside it, and notes their share.\n"
     "\n"
@@ -268,7 +269,7 @@ inline Json stats_json(const Stats& stats) {
 // ---------------------------------------------------------------------------------------------
 // Cases
 
-enum class CaseKind { paged_decode, decode, prefill, paged_prefill, rotary, jit_compile, jit_load, jit_host };
+enum class CaseKind { paged_decode, decode, prefill, paged_prefill, rotary, merge_states, jit_compile, jit_load, jit_host };
 
 // How a case compares with its ratio_to case: rate over rate, calls per second over calls per
 // second (same work, e.g. tokens/s of an FP8 cache), or time over time (a feature's cost).
@@ -279,7 +280,8 @@ struct CaseDef {
   std::string kernel;  // table column "kernel"
   std::string label;   // table column "case"; name() = kernel/label is what --filter matches
   int batch = 0;
-  int len = 0;  // decode: kv length (ragged: the mean); prefill: q_len = kv_len; rotary: tokens
+  int len = 0;  // decode: kv length (ragged: the mean); prefill: q_len = kv_len; rotary, merge: tokens
+  int states = 2;  // merge_states: states merged a row
   int n_heads = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
@@ -346,6 +348,8 @@ struct CaseDef {
                            page_size, causal ? "causal" : "full");
       case CaseKind::rotary:
         return fmt::format("T{} H{} D{} in-place", len, n_heads, head_dim);
+      case CaseKind::merge_states:
+        return fmt::format("T{} H{} D{} {} states", len, n_heads, head_dim, states);
       case CaseKind::jit_compile: return "cold NVRTC compile of 5 variants, fresh cache dir (ms)";
       case CaseKind::jit_load: return "cached variant: JitEngine::get + cuModuleLoadData, fresh process (ms)";
       case CaseKind::jit_host: return "host us per hot paged_decode call vs raw cuLaunchKernel";
@@ -359,7 +363,8 @@ struct CaseDef {
       case CaseKind::decode: return "TB/s, % of read ceiling";
       case CaseKind::prefill:
       case CaseKind::paged_prefill: return "TFLOP/s, % of the GEMM ceiling";
-      case CaseKind::rotary: return "TB/s, % of copy ceiling";
+      case CaseKind::rotary:
+      case CaseKind::merge_states: return "TB/s, % of copy ceiling";
       default: return "";
     }
   }
@@ -506,6 +511,7 @@ struct BenchKernels {
   CUfunction fill_bf16 = nullptr;
   CUfunction fill_fp8 = nullptr;
   CUfunction fill_rotation = nullptr;
+  CUfunction fill_lse = nullptr;
   CUfunction stream_read = nullptr;
   CUfunction noop = nullptr;
   CUfunction dependent_noop = nullptr;
@@ -646,6 +652,7 @@ class Bench {
   // A cache of `count` elements (bf16, or bytes for an FP8 cache), filled with random values.
   void fill_kv(const DeviceBuffer& buffer, std::size_t count, std::uint64_t seed, KvDType kv_dtype);
   void fill_rotation(const DeviceBuffer& buffer, std::size_t pairs, std::uint64_t seed);
+  void fill_lse(const DeviceBuffer& buffer, std::size_t count, std::uint64_t seed);
   void launch(CUfunction function, unsigned grid, unsigned block, CUstream stream,
               std::vector<void*> params, const char* what);
   std::size_t free_memory() const;
@@ -667,6 +674,7 @@ class Bench {
   void case_prefill(const CaseDef& def, CaseResult* result);
   void case_paged_prefill(const CaseDef& def, CaseResult* result);
   void case_rotary(const CaseDef& def, CaseResult* result);
+  void case_merge_states(const CaseDef& def, CaseResult* result);
 
   void jit_compile();
   void jit_load();

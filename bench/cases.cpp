@@ -201,6 +201,25 @@ std::vector<CaseDef> all_cases() {
   rotary(16384);
   rotary(64);
 
+  // Cascade attention's merge: a shared prefix's pass and each request's own (2 states), and a
+  // caller's split passes (8), over a decode batch's rows and a prefill's.
+  auto merge = [&](int tokens, int states, int head_dim) {
+    CaseDef c;
+    c.kind = CaseKind::merge_states;
+    c.kernel = "merge_states";
+    c.label = fmt::format("hd{}.T{}.s{}", head_dim, tokens, states);
+    c.len = tokens;
+    c.states = states;
+    c.batch = 1;
+    c.n_heads = 32;
+    c.head_dim = head_dim;
+    cases.push_back(c);
+  };
+  merge(16384, 2, 128);
+  merge(16384, 8, 128);
+  merge(64, 2, 128);
+  merge(4096, 2, 512);
+
   auto jit = [&](CaseKind kind, const char* label) {
     CaseDef c;
     c.kind = kind;
@@ -619,6 +638,49 @@ void Bench::case_rotary(const CaseDef& def, CaseResult* result) {
   finish(result, timing, bytes, false);
 }
 
+void Bench::case_merge_states(const CaseDef& def, CaseResult* result) {
+  result->variant = variant_name(KernelKind::merge_states, def.head_dim, 0, 0);
+  const std::size_t rows = static_cast<std::size_t>(def.len) * def.n_heads;  // (token, head) rows
+  const std::size_t v_elems = rows * def.states * def.head_dim;
+  const std::size_t lse_elems = rows * def.states;
+  const std::size_t set_bytes = v_elems * 2 + lse_elems * 4 + rows * (def.head_dim * 2 + 4);
+  const int sets = choose_sets(set_bytes, 0, &result->notes);
+  result->sets = sets;
+  struct Set {
+    DeviceBuffer v, lse, out, out_lse;
+  };
+  std::vector<Set> buffers;
+  for (int s = 0; s < sets; ++s) {
+    Set set{DeviceBuffer(v_elems * 2), DeviceBuffer(lse_elems * 4), DeviceBuffer(rows * def.head_dim * 2),
+            DeviceBuffer(rows * 4)};
+    const std::uint64_t seed = seed_of(def.name()) + 2u * static_cast<std::uint64_t>(s);
+    fill_bf16(set.v, v_elems, seed);
+    fill_lse(set.lse, lse_elems, seed + 1);
+    buffers.push_back(std::move(set));
+  }
+  sync_all();
+  // a: the states stacked [tokens, states, heads, D]; no second source.
+  astrai::MergeStatesArgs base;
+  base.dtype = DType::bf16;
+  base.rows = def.len;
+  base.n_heads = def.n_heads;
+  base.head_dim = def.head_dim;
+  base.a.states = def.states;
+  base.b.states = 0;
+  const Call call = [&](int s, CUstream stream) {
+    astrai::MergeStatesArgs args = base;
+    const Set& set = buffers[static_cast<std::size_t>(s)];
+    args.a.v = set.v.ptr();
+    args.a.lse = set.lse.as<const float>();
+    args.out = set.out.ptr();
+    args.lse = set.out_lse.as<float>();
+    args.stream = stream;
+    Runtime::get().merge_states(args);
+  };
+  const Timing timing = time_calls(sets, call);
+  finish(result, timing, static_cast<double>(set_bytes), false);
+}
+
 CaseResult Bench::run_case(const CaseDef& def, const std::map<std::string, CaseResult>& earlier) {
   CaseResult result;
   result.def = def;
@@ -635,6 +697,7 @@ CaseResult Bench::run_case(const CaseDef& def, const std::map<std::string, CaseR
       case CaseKind::prefill: case_prefill(def, &result); break;
       case CaseKind::paged_prefill: case_paged_prefill(def, &result); break;
       case CaseKind::rotary: case_rotary(def, &result); break;
+      case CaseKind::merge_states: case_merge_states(def, &result); break;
       default: break;
     }
   } catch (const std::exception& error) {

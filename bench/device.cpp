@@ -62,6 +62,13 @@ extern "C" __global__ void bench_fill_rotation(float* out, u64 pairs, u64 seed) 
   }
 }
 
+// Log-sum-exps in [-4, 12): a merge's weights spread over a few orders of magnitude.
+extern "C" __global__ void bench_fill_lse(float* out, u64 count, u64 seed) {
+  const u64 stride = static_cast<u64>(gridDim.x) * blockDim.x;
+  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride)
+    out[i] = 4.0f + 8.0f * bench_uniform(i, seed);
+}
+
 // Reads `count` 16-byte vectors (grid-stride, four loads in flight per thread) and writes one
 // word per block, so that no load can be dropped.
 extern "C" __global__ void __launch_bounds__(256) bench_stream_read(const uint4* __restrict__ in,
@@ -179,6 +186,7 @@ void Bench::compile_kernels() {
   kernels_.fill_bf16 = get("bench_fill_bf16");
   kernels_.fill_fp8 = get("bench_fill_fp8");
   kernels_.fill_rotation = get("bench_fill_rotation");
+  kernels_.fill_lse = get("bench_fill_lse");
   kernels_.stream_read = get("bench_stream_read");
   kernels_.noop = get("bench_noop");
   kernels_.dependent_noop = get("bench_dependent_noop");
@@ -267,6 +275,14 @@ void Bench::fill_rotation(const DeviceBuffer& buffer, std::size_t pairs, std::ui
   unsigned long long s = seed;
   launch(kernels_.fill_rotation, static_cast<unsigned>(info_.sms * 8), kBenchThreads, stream_,
          {&pointer, &n, &s}, "cuLaunchKernel(bench_fill_rotation)");
+}
+
+void Bench::fill_lse(const DeviceBuffer& buffer, std::size_t count, std::uint64_t seed) {
+  CUdeviceptr pointer = buffer.get();
+  unsigned long long n = count;
+  unsigned long long s = seed;
+  launch(kernels_.fill_lse, static_cast<unsigned>(info_.sms * 8), kBenchThreads, stream_, {&pointer, &n, &s},
+         "cuLaunchKernel(bench_fill_lse)");
 }
 
 std::size_t Bench::free_memory() const {
@@ -445,7 +461,7 @@ void Bench::finish(CaseResult* result, const Timing& timing, double amount, bool
   } else {
     result->metric = "TB/s";
     result->bytes = amount;
-    const bool rotary = result->def.kind == CaseKind::rotary;
+    const bool rotary = result->def.kind == CaseKind::rotary || result->def.kind == CaseKind::merge_states;
     const Ceiling& ceiling = rotary ? copy_ : read_;
     result->ceiling = rotary ? "copy" : "read";
     result->ceiling_value = ceiling.tbps();

@@ -86,8 +86,8 @@ int main(int argc, char** argv) {
   app.add_option("--json", options.json_path, "Also write the results as JSON to this file");
   app.add_flag("--list", options.list, "List the cases (after --filter) and exit; needs no GPU");
   app.add_option("--child-load", options.child_load,
-                 "Internal: time one cached load (JitEngine::get + cuModuleLoadData) of VARIANT from "
-                 "cache DIR and print it")
+                 "Time one cached load (JitEngine::get + cuModuleLoadData) of VARIANT from cache DIR "
+                 "in this fresh process and print it; without a GPU, JitEngine::get alone")
       ->expected(2)
       ->type_name("DIR VARIANT")
       ->group("Internal");

@@ -99,6 +99,13 @@ template <typename T> __device__ __forceinline__ float high_half(unsigned packed
   return to_float(value);
 }
 
+// A 16-byte global store, spelled out: a uint4 assembled from separate words (or from
+// ld_shared_v4's result) compiles to four 4-byte stores.
+__device__ __forceinline__ void st_global_v4(void* pointer, uint4 v) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(pointer), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
 __device__ __forceinline__ float negative_infinity() { return __int_as_float(0xff800000); }
 
 // 1/log2(e): converts a base-2 log-sum-exp back to the natural log.

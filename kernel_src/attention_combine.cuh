@@ -1,7 +1,9 @@
-// Split-KV support: how a finished row is written, and the log-sum-exp merge of the splits.
+// Split-KV support: how a finished row is written, and the log-sum-exp merge of the splits
+// (lse_merge.cuh's rules over the split workspace).
 #pragma once
 
 #include "astrai_common.cuh"
+#include "lse_merge.cuh"
 
 namespace astrai {
 
@@ -124,29 +126,21 @@ __device__ __forceinline__ void combine_split_row(const CombineParams& p, long l
     for (int i = 0; i < kLsePerLane; ++i) {
       const int s = threadIdx.x + 32 * i;
       if (s >= num_splits) break;
-      // Empty splits carry -inf and weigh nothing; an all-empty row outputs zeros.
-      const float w = (max_lse == negative_infinity()) ? 0.f : __expf(lse[i] - max_lse);
+      const float w = lse_merge_weight(lse[i], max_lse);
       weights[s] = w;
       total += w;
     }
     total = warp_all_sum(total);
     if (threadIdx.x == 0) {
-      inverse_total = total > 0.f ? 1.f / total : 0.f;
-      if (p.lse) p.lse[row] = total > 0.f ? max_lse + __logf(total) : negative_infinity();
+      inverse_total = lse_merge_inverse(total);
+      if (p.lse) p.lse[row] = merged_lse(max_lse, total);
     }
   }
   __syncthreads();
 
   if (group < kGroups) {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    // A zero weight never lets a non-finite partial through.
-    auto add = [&](int s, const float4& v) {
-      const float w = weights[s];
-      acc.x += w != 0.f ? w * v.x : 0.f;
-      acc.y += w != 0.f ? w * v.y : 0.f;
-      acc.z += w != 0.f ? w * v.z : 0.f;
-      acc.w += w != 0.f ? w * v.w : 0.f;
-    };
+    auto add = [&](int s, const float4& v) { add_weighted(acc, weights[s], v); };
 #pragma unroll
     for (int i = 0; i < kHeld; ++i)
       if (group + i * kGroups < num_splits) add(group + i * kGroups, held[i]);

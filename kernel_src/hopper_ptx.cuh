@@ -164,12 +164,6 @@ __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsig
                "r"(r2), "r"(r3)
                : "memory");
 }
-// A 16-byte global store, spelled out: a uint4 assigned from ld_shared_v4's result compiled to
-// four 4-byte stores.
-__device__ __forceinline__ void st_global_v4(void* pointer, uint4 v) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(pointer), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
 // A 16-byte load from a shared-window address (through a generic pointer it compiles to LD.E).
 __device__ __forceinline__ uint4 ld_shared_v4(unsigned address) {
   uint4 v;

@@ -161,6 +161,36 @@ struct TokenCombineParams {
   long long out_stride_seq;
 };
 
+// merge_states (merge_states.cuh): a source of attention states, values [rows, states,
+// n_heads, head_dim] of the call's dtype and their LSEs [rows, states, n_heads] (f32, natural
+// log), strides in elements.
+struct MergeSourceParams {
+  const void* v;
+  const float* lse;
+  long long v_stride_row;
+  long long v_stride_state;
+  long long v_stride_head;
+  long long lse_stride_row;
+  long long lse_stride_state;
+  long long lse_stride_head;
+  int states;                    // 0: the source adds nothing
+};
+
+enum MergeStatesLaunch : int { kMergeStatesThreads = 128 };  // an enum: no device global
+
+struct MergeStatesParams {
+  MergeSourceParams a;
+  MergeSourceParams b;
+  void* out;                     // [rows, n_heads, head_dim]; may be a's or b's single state
+  long long out_stride_row;
+  long long out_stride_head;
+  float* lse;                    // optional [rows, n_heads]; may be a's or b's single state
+  long long lse_stride_row;
+  long long lse_stride_head;
+  int rows;
+  int n_heads;
+};
+
 struct RotaryParams {
   const void* x;                 // [batch, seq, n_heads, head_dim] (batch 1 for the 3D form)
   long long x_stride_batch;

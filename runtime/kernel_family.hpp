@@ -16,10 +16,15 @@
 namespace astrai::detail {
 
 // The order is the one `warm` compiles and lists families in.
-enum class KernelKind { paged_decode, rotary_emb, decode, prefill, paged_prefill };
+enum class KernelKind { paged_decode, rotary_emb, decode, prefill, paged_prefill, merge_states };
 // The decode kinds: one query row per head (or a few), their own tilings (ASTRAI_JIT_DECODE_TILES).
 constexpr bool is_decode_kind(KernelKind kind) {
   return kind == KernelKind::paged_decode || kind == KernelKind::decode;
+}
+
+// The attention kinds: the ones a Plan decides (runtime/plan/); the others have one kernel.
+constexpr bool is_attention_kind(KernelKind kind) {
+  return kind != KernelKind::rotary_emb && kind != KernelKind::merge_states;
 }
 
 struct KernelSpec;
@@ -125,6 +130,7 @@ const KernelFamily& rotary_emb_family();
 const KernelFamily& decode_family();
 const KernelFamily& prefill_family();
 const KernelFamily& paged_prefill_family();
+const KernelFamily& merge_states_family();
 
 // The NVRTC spelling of a dtype in instantiations: "astrai::bf16_t".
 const char* device_type_name(DType dtype);

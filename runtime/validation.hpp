@@ -11,6 +11,7 @@ namespace astrai::detail {
 PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& args);
 DecodeArgs resolve_decode_args(const DecodeArgs& args);
 RotaryArgs resolve_rotary_args(const RotaryArgs& args);
+MergeStatesArgs resolve_merge_states_args(const MergeStatesArgs& args);
 PrefillArgs resolve_prefill_args(const PrefillArgs& args);
 PagedPrefillArgs resolve_paged_prefill_args(const PagedPrefillArgs& args);
 

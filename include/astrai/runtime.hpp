@@ -283,6 +283,40 @@ struct RotaryArgs {
   void* stream = nullptr;
 };
 
+// merge_states: attention states of disjoint key sets merged into the attention over all of
+// them (the shared-prefix and per-request passes of cascade attention, or a caller's own
+// partial passes). A state is a normalized row with its LSE (natural log, as the attention
+// calls write it); merged, o = sum_i w_i o_i / sum_i w_i with w_i = exp(lse_i - max lse) and
+// lse = max + log(sum w). A state with LSE -inf (it saw no key) weighs nothing, whatever its
+// values; a row whose states are all empty is zeros with LSE -inf.
+//
+// One source: values [rows, states, n_heads, head_dim] in the call's dtype, LSEs [rows, states,
+// n_heads] in f32. A stride of 0 takes the contiguous value.
+struct MergeStatesSource {
+  const void* v = nullptr;
+  const float* lse = nullptr;
+  int states = 1;  // b may have 0: a's states merged alone
+  std::int64_t v_stride_row = 0, v_stride_state = 0, v_stride_head = 0;
+  std::int64_t lse_stride_row = 0, lse_stride_state = 0, lse_stride_head = 0;
+};
+
+// Merges every state of a and of b into out [rows, n_heads, head_dim] (and its LSE [rows,
+// n_heads] when lse is given). out may be a's or b's values when that source has one state, and
+// lse its LSEs (in place, with the same strides); out and lse overlap no input otherwise.
+struct MergeStatesArgs {
+  DType dtype = DType::bf16;
+  int rows = 0;
+  int n_heads = 0;
+  int head_dim = 0;  // multiple of 8 in [8, 1024]
+  MergeStatesSource a;
+  MergeStatesSource b;
+  void* out = nullptr;
+  std::int64_t out_stride_row = 0, out_stride_head = 0;
+  float* lse = nullptr;  // optional
+  std::int64_t lse_stride_row = 0, lse_stride_head = 0;
+  void* stream = nullptr;
+};
+
 // Bytes of split-KV workspace that is always enough for a paged_decode (or, with the same
 // shape, decode) call on a device with `num_sms` multiprocessors, whatever the kernel's
 // occupancy turns out to be (0 if it never splits). Lets callers provide their own workspace.
@@ -297,6 +331,7 @@ ASTRAI_API void validate_args(const DecodeArgs& args);
 ASTRAI_API void validate_args(const PrefillArgs& args);
 ASTRAI_API void validate_args(const PagedPrefillArgs& args);
 ASTRAI_API void validate_args(const RotaryArgs& args);
+ASTRAI_API void validate_args(const MergeStatesArgs& args);
 
 class ASTRAI_API Runtime {
  public:
@@ -308,6 +343,7 @@ class ASTRAI_API Runtime {
   void paged_decode(const PagedDecodeArgs& args);
   void paged_prefill(const PagedPrefillArgs& args);
   void rotary_emb(const RotaryArgs& args);
+  void merge_states(const MergeStatesArgs& args);
 
   // The readable variant names this process has loaded so far (for logs and tests).
   std::vector<std::string> loaded_variants() const;

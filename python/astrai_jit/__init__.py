@@ -9,6 +9,8 @@ Kernels (PyTorch tensors on one CUDA device; each also a custom op, ``torch.ops.
     prefill        prefill over contiguous K and V (causal or not)
     paged_prefill  prefill over a paged KV cache
     rotary_emb     rotary embedding of interleaved pairs, in place or not
+    merge_state, merge_state_in_place, merge_states
+                   attention states merged by their LSEs (cascade attention, split passes)
 The JIT and its cache (no GPU and no PyTorch needed):
     warm(...)          compile variants ahead of time, with the choices of ``astrai-jit warm``
     cache_info()       the disk cache: directory, mode, entries, total bytes, cap
@@ -44,7 +46,8 @@ from ._metrics import cache_metrics, cache_metrics_prometheus  # noqa: E402
 
 import sys as _sys
 
-_TORCH_API = ("paged_decode", "decode", "prefill", "paged_prefill", "rotary_emb")
+_TORCH_API = ("paged_decode", "decode", "prefill", "paged_prefill", "rotary_emb", "merge_state",
+              "merge_state_in_place", "merge_states")
 
 
 def _needs_torch(name: str) -> ModuleNotFoundError:
@@ -69,11 +72,13 @@ def __getattr__(name):
 
 
 if "torch" in _sys.modules:  # a PyTorch program: register torch.ops.astrai_jit.* now
-    from ._ops import decode, paged_decode, paged_prefill, prefill, rotary_emb  # noqa: E402,F401
+    from ._ops import (decode, merge_state, merge_state_in_place, merge_states, paged_decode,  # noqa: E402,F401
+                       paged_prefill, prefill, rotary_emb)
 
 __all__ = [
     "Error", "InvalidArgument", "CompileError", "CudaError", "ConfigError", "CacheMissError",
     "paged_decode", "decode", "prefill", "paged_prefill", "rotary_emb",
+    "merge_state", "merge_state_in_place", "merge_states",
     "warm", "cache_info", "loaded_variants", "cli_path",
     "cache_metrics", "cache_metrics_prometheus",
 ]

@@ -115,6 +115,12 @@ _TABLE = {
                       ("out",), ["x", "freqs_cis", "out", "stream"]),
     "rotary_emb_": _Op("rotary_emb", [("x", "Tensor"), ("freqs_cis", "Tensor"), ("stream", "int")], ("x",),
                        ["x", "freqs_cis", "x", "stream"]),
+    "merge_states": _Op("merge_states", [("v_a", "Tensor"), ("s_a", "Tensor"), ("v_b", "Tensor?"), ("s_b", "Tensor?"),
+                                         ("out", "Tensor"), ("lse", "Tensor?"), ("stream", "int")],
+                        ("out", "lse"), ["v_a", "s_a", "v_b", "s_b", "out", "lse", "stream"]),
+    "merge_state_": _Op("merge_states", [("v", "Tensor"), ("s", "Tensor"), ("v_other", "Tensor"),
+                                         ("s_other", "Tensor"), ("stream", "int")],
+                        ("v", "s"), ["v", "s", "v_other", "s_other", "v", "s", "stream"]),
 }
 
 

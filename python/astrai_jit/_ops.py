@@ -307,5 +307,73 @@ def rotary_emb(x: Tensor, freqs_cis: Tensor, out: Optional[Tensor] = None, *, st
     return out
 
 
+def _merge_outputs(call: str, name: str, v: Tensor, rank: int, s: Tensor, out: Optional[Tensor],
+                   lse: Optional[Tensor]):
+    # out [rows, n_heads, head_dim] and lse [rows, n_heads] for the states v [rows, (states,)
+    # n_heads, head_dim] and their LSEs s; the extension checks the rest.
+    _check_tensor(call, "s", s)
+    if v.dim() != rank:
+        layout = "[rows, n_heads, head_dim]" if rank == 3 else "[rows, states, n_heads, head_dim]"
+        raise _C.InvalidArgument(f"{call}: {name} has shape {list(v.shape)} (allowed: {layout})")
+    if out is None:
+        shape = (v.shape[0], *v.shape[-2:])
+        out = torch.empty(shape, dtype=v.dtype, device=v.device)
+    else:
+        _check_tensor(call, "out", out)
+    if lse is None:
+        lse = torch.empty(tuple(out.shape[:2]), dtype=torch.float32, device=out.device)
+    else:
+        _check_tensor(call, "lse", lse)
+    return out, lse
+
+
+def merge_state(v_a: Tensor, s_a: Tensor, v_b: Tensor, s_b: Tensor, *, out: Optional[Tensor] = None,
+                lse: Optional[Tensor] = None, stream=None) -> Tuple[Tensor, Tensor]:
+    """Two attention states of disjoint key sets merged into the attention over both.
+
+    v_a, v_b ``[rows, n_heads, head_dim]`` (bf16/fp16; head_dim a multiple of 8 up to 1024) are
+    normalized outputs, s_a, s_b f32 ``[rows, n_heads]`` their log-sum-exps (natural log, as
+    ``lse=`` of the attention calls gives them). Returns ``(out, lse)``: out = (w_a v_a + w_b
+    v_b) / (w_a + w_b) with w = exp(s - max(s_a, s_b)), lse = log(exp(s_a) + exp(s_b)). A state
+    with LSE -inf (it saw no key) weighs nothing; a row of two empty states is zeros with LSE
+    -inf. ``out=``/``lse=`` may be given (``out=v_a, lse=s_a`` merges in place).
+    """
+    call = "merge_states"
+    _check_tensor(call, "v_a", v_a)
+    out, lse = _merge_outputs(call, "v_a", v_a, 3, s_a, out, lse)
+    if type(v_a) is Tensor and not _compiling():
+        _launch(_C.merge_states, out, (v_a, s_a, v_b, s_b, out, lse, _stream(out, stream)))
+    else:
+        torch.ops.astrai_jit.merge_states(v_a, s_a, v_b, s_b, out, lse, _op_stream(out, stream))
+    return out, lse
+
+
+def merge_state_in_place(v: Tensor, s: Tensor, v_other: Tensor, s_other: Tensor, *, stream=None) -> None:
+    """merge_state with the result written over v and s (``[rows, n_heads, head_dim]`` and f32
+    ``[rows, n_heads]``)."""
+    call = "merge_states"
+    _check_tensor(call, "v", v)
+    _check_tensor(call, "s", s)
+    if type(v) is Tensor and not _compiling():
+        _launch(_C.merge_states, v, (v, s, v_other, s_other, v, s, _stream(v, stream)))
+    else:
+        torch.ops.astrai_jit.merge_state_(v, s, v_other, s_other, _op_stream(v, stream))
+
+
+def merge_states(v: Tensor, s: Tensor, *, out: Optional[Tensor] = None, lse: Optional[Tensor] = None,
+                 stream=None) -> Tuple[Tensor, Tensor]:
+    """Any number of attention states merged: v ``[rows, states, n_heads, head_dim]``
+    (bf16/fp16), s f32 ``[rows, states, n_heads]``; returns ``(out [rows, n_heads, head_dim],
+    lse [rows, n_heads])`` as merge_state does for two."""
+    call = "merge_states"
+    _check_tensor(call, "v", v)
+    out, lse = _merge_outputs(call, "v", v, 4, s, out, lse)
+    if type(v) is Tensor and not _compiling():
+        _launch(_C.merge_states, out, (v, s, None, None, out, lse, _stream(out, stream)))
+    else:
+        torch.ops.astrai_jit.merge_states(v, s, None, None, out, lse, _op_stream(out, stream))
+    return out, lse
+
+
 for _documented in (paged_decode, decode, prefill, paged_prefill):
     _documented.__doc__ += _FEATURES_DOC

@@ -388,6 +388,72 @@ void rotary_emb(const Input& x, const Input& freqs, const Output& out, Opt<std::
   launch(&astrai::Runtime::rotary_emb, a);
 }
 
+// One source of merge_states: values [rows, n_heads, head_dim] and LSEs [rows, n_heads] (one
+// state), or [rows, states, n_heads, head_dim] and [rows, states, n_heads] (stacked states); the
+// rows, heads and head dim are out's.
+void set_merge_source(Checker& c, const astrai::MergeStatesArgs& a, astrai::MergeStatesSource& source,
+                      const char* v_name, const Input& v, const char* lse_name, const Input& lse) {
+  const bool stacked = v.ndim() == 4;
+  c.rank(v_name, v, stacked ? 4 : 3, "[rows, n_heads, head_dim] or [rows, states, n_heads, head_dim]");
+  c.rank(lse_name, lse, v.ndim() - 1, stacked ? "[rows, states, n_heads], as its values" : "[rows, n_heads], as its values");
+  c.same_dtype(v_name, v, a.dtype, "out");
+  c.dtype(lse_name, lse, Kind::float32);
+  const std::size_t h = stacked ? 2 : 1;
+  c.dim(v_name, v, 0, a.rows, "rows of out");
+  c.dim(v_name, v, h, a.n_heads, "n_heads of out");
+  c.dim(v_name, v, h + 1, a.head_dim, "head_dim of out");
+  source.states = stacked ? as_int(c.call(), "states", v.shape(1)) : 1;
+  c.dim(lse_name, lse, 0, a.rows, "rows of out");
+  if (stacked) c.dim(lse_name, lse, 1, source.states, "states of its values");
+  c.dim(lse_name, lse, h, a.n_heads, "n_heads of out");
+  c.unit_last(v_name, v);
+  source.v = v.data();
+  source.v_stride_row = c.stride(v_name, v, 0);
+  source.v_stride_state = stacked ? c.stride(v_name, v, 1) : 0;
+  source.v_stride_head = c.stride(v_name, v, h);
+  source.lse = static_cast<const float*>(lse.data());
+  source.lse_stride_row = c.stride(lse_name, lse, 0);
+  source.lse_stride_state = stacked ? c.stride(lse_name, lse, 1) : 0;
+  source.lse_stride_head = c.stride(lse_name, lse, h);
+}
+
+void merge_states(const Input& v_a, const Input& s_a, const Opt<Input>& v_b, const Opt<Input>& s_b,
+                  const Output& out, const Opt<Output>& lse, Opt<std::uintptr_t> stream) {
+  constexpr const char* kCall = "merge_states";
+  Checker c(kCall);
+  astrai::MergeStatesArgs a;
+  c.rank("out", out, 3, "[rows, n_heads, head_dim]");
+  a.dtype = c.attention_dtype("out", out);
+  a.rows = as_int(kCall, "rows", out.shape(0));
+  a.n_heads = as_int(kCall, "n_heads", out.shape(1));
+  a.head_dim = as_int(kCall, "head_dim", out.shape(2));
+  set_merge_source(c, a, a.a, "v_a", v_a, "s_a", s_a);
+  if (v_b.has_value() != s_b.has_value())
+    invalid(kCall, "v_b and s_b come together (allowed: both, or neither for a's states alone)");
+  if (v_b) {
+    set_merge_source(c, a, a.b, "v_b", *v_b, "s_b", *s_b);
+  } else {
+    a.b.states = 0;
+  }
+  c.unit_last("out", out);
+  a.out = out.data();
+  a.out_stride_row = c.stride("out", out, 0);
+  a.out_stride_head = c.stride("out", out, 1);
+  if (lse) {
+    c.rank("lse", *lse, 2, "[rows, n_heads]");
+    c.dtype("lse", *lse, Kind::float32);
+    c.dim("lse", *lse, 0, a.rows, "rows of out");
+    c.dim("lse", *lse, 1, a.n_heads, "n_heads of out");
+    a.lse = static_cast<float*>(lse->data());
+    a.lse_stride_row = c.stride("lse", *lse, 0);
+    a.lse_stride_head = c.stride("lse", *lse, 1);
+  }
+  astrai::validate_args(a);
+  c.devices();
+  a.stream = launch_stream(kCall, stream, out);
+  launch(&astrai::Runtime::merge_states, a);
+}
+
 std::vector<std::string> loaded_variants() { return astrai::Runtime::get().loaded_variants(); }
 
 }  // namespace
@@ -460,6 +526,9 @@ NB_MODULE(_C, m) {
         "Prefill over a paged KV cache, ragged batch.");
   m.def("rotary_emb", &rotary_emb, nb::arg("x"), nb::arg("freqs_cis"), nb::arg("out"), nb::arg("stream").none(),
         "Rotary embedding over interleaved pairs (out may be x).");
+  m.def("merge_states", &merge_states, nb::arg("v_a"), nb::arg("s_a"), nb::arg("v_b").none(), nb::arg("s_b").none(),
+        nb::arg("out"), nb::arg("lse").none(), nb::arg("stream").none(),
+        "Attention states merged by their LSEs (out and lse may be a's or b's single state).");
   m.def("_time_paged_decode_calls", &time_paged_decode_calls, nb::arg("q"), nb::arg("k_cache"),
         nb::arg("v_cache"), nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("out"), nb::arg("scale"),
         nb::arg("stream").none(), nb::arg("calls"), "Benchmark helper: mean host us per C++ paged_decode call.");

@@ -268,11 +268,11 @@ class Checker {
   }
 
   template <typename T>
-  void same_dtype(const char* name, const T& t, astrai::DType expected) {
+  void same_dtype(const char* name, const T& t, astrai::DType expected, const char* reference = "q") {
     if (attention_dtype(name, t) != expected)
       throw nb::type_error((std::string(call_) + ": " + name + " has dtype " + dtype_string(t.dtype()) +
                             " (allowed: " + (expected == astrai::DType::bf16 ? "bfloat16" : "float16") +
-                            ", the dtype of q)").c_str());
+                            ", the dtype of " + reference + ")").c_str());
   }
 
   template <typename T>

@@ -17,6 +17,8 @@ MUTATED = {
     "paged_prefill": {"out", "lse"},
     "rotary_emb": {"out"},
     "rotary_emb_": {"x"},
+    "merge_states": {"out", "lse"},
+    "merge_state_": {"v", "s"},
 }
 
 
@@ -60,6 +62,13 @@ def example_args(name, device):
         indptr = torch.tensor([0, 3, 7], dtype=torch.int32, device=device)
         return (qp, kc, kc.clone(), table, lens, indptr, torch.empty_like(qp), None, None, -1, True, 0.0, 0.0,
                 None, -1, None, None, -1)
+    if name == "merge_states":
+        v = torch.randn(5, 3, 4, 64, dtype=bf16, device=device)
+        return (v, torch.randn(5, 3, 4, device=device), None, None, torch.empty(5, 4, 64, dtype=bf16, device=device),
+                torch.empty(5, 4, device=device), -1)
+    if name == "merge_state_":
+        v = torch.randn(5, 4, 64, dtype=bf16, device=device)
+        return (v, torch.randn(5, 4, device=device), v.clone(), torch.randn(5, 4, device=device), -1)
     x = torch.randn(6, 8, 64, dtype=bf16, device=device)
     f = torch.randn(6, 32, 2, device=device)
     return (x, f, torch.empty_like(x), -1) if name == "rotary_emb" else (x, f, -1)
@@ -87,6 +96,12 @@ def test_functional_api_infers_output_shapes_under_fake_tensors():
         assert out.shape == qp.shape and lse.shape == (2, 5, 8)
         x = torch.empty(2, 5, 8, 128, dtype=bf16, device="cuda")
         assert astrai_jit.rotary_emb(x, torch.empty(5, 64, 2, device="cuda")).shape == x.shape
+        v = torch.empty(7, 3, 4, 512, dtype=torch.float16, device="cuda")
+        out, lse = astrai_jit.merge_states(v, torch.empty(7, 3, 4, device="cuda"))
+        assert out.shape == (7, 4, 512) and out.dtype == torch.float16 and lse.shape == (7, 4)
+        out, lse = astrai_jit.merge_state(v[:, 0], torch.empty(7, 4, device="cuda"), v[:, 1],
+                                          torch.empty(7, 4, device="cuda"))
+        assert out.shape == (7, 4, 512) and lse.dtype == torch.float32
 
 
 def test_compile_fullgraph_records_the_ops_without_a_break():

@@ -68,8 +68,9 @@ Plan plan_prefill(const AttentionProblem& problem, const DeviceTraits& device) {
 }
 
 Plan plan_attention(const AttentionProblem& problem, const DeviceTraits& device, const OccupancyQuery& occupancy) {
-  if (problem.kind == KernelKind::rotary_emb)
-    throw Error("astrai-jit: rotary_emb has one implementation and no attention plan");
+  if (!is_attention_kind(problem.kind))
+    throw Error(fmt::format("astrai-jit: {} has one implementation and no attention plan",
+                            kernel_kind_name(problem.kind)));
   return is_decode_kind(problem.kind) ? plan_decode(problem, device, occupancy) : plan_prefill(problem, device);
 }
 

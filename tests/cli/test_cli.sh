@@ -212,6 +212,8 @@ done <<'HINTS'
 paged_decode.fp16.hd64.ps16.g6.sm_90a --arch sm_90a --kernels paged_decode --dtypes fp16 --head-dims 64 --page-sizes 16 --group-sizes 6 --no-hopper
 paged_decode.bf16.hd128.ps16.g4.tma.sm_90a --arch sm_90a --kernels paged_decode --dtypes bf16 --head-dims 128 --page-sizes 16 --group-sizes 4 --hopper
 rotary_emb.fp16.hd64.sm_90a --arch sm_90a --kernels rotary_emb --dtypes fp16 --head-dims 64
+merge_states.fp16.hd64.sm_90a --arch sm_90a --kernels merge_states --dtypes fp16 --head-dims 64
+merge_states.bf16.hd1024.sm_80 --arch sm_80 --kernels merge_states --dtypes bf16 --head-dims 1024
 decode.fp16.hd64.g6.sm_90a --arch sm_90a --kernels decode --dtypes fp16 --head-dims 64 --group-sizes 6 --no-hopper
 prefill.fp16.hd64.g6.sm_90a --arch sm_90a --kernels prefill --dtypes fp16 --head-dims 64 --group-sizes 6 --no-hopper
 paged_prefill.fp16.hd64.ps16.g6.sm_90a --arch sm_90a --kernels paged_prefill --dtypes fp16 --head-dims 64 --page-sizes 16 --group-sizes 6 --no-hopper

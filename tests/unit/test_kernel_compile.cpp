@@ -370,6 +370,26 @@ TEST_CASE("rotary embedding compiles for every arch, both dtypes and two head di
   }
 }
 
+TEST_CASE("merge_states compiles for every arch, both dtypes and head dims 8 to 1024") {
+  const std::vector<int> head_dims = {8, 24, 128, 512, 1024};
+  for (std::size_t i = 0; i < kArchs.size(); ++i) {
+    const int head_dim = head_dims[i % head_dims.size()];
+    for (const DType dtype : {DType::bf16, DType::fp16}) {
+      KernelSpec spec = rotary_spec(dtype, head_dim, kArchs[i]);
+      spec.kind = astrai::detail::KernelKind::merge_states;
+      CAPTURE(spec.name());
+      const CompileResult result = compile_and_check(spec);
+      // One 16-byte load a state and one 16-byte store an item, whatever the head dim.
+      CHECK(contains(result.ptx, "ld.global.v4.u32"));
+      CHECK(contains(result.ptx, "st.global.v4.b32"));
+      CHECK(contains(result.ptx, "bar.sync"));  // the in-place LSE barrier
+      CHECK(contains(result.ptx, "ex2.approx"));
+      CHECK_FALSE(contains(result.ptx, "mma.sync"));
+      CHECK(contains(result.ptx, "griddepcontrol.wait") == (kArchs[i] == "sm_90a"));
+    }
+  }
+}
+
 TEST_CASE("a compute target yields PTX text instead of a cubin") {
   const KernelSpec spec = rotary_spec(DType::bf16, 64, "compute_90");
   const CompileRequest request = request_for(spec);

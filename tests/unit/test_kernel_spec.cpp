@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "astrai/error.hpp"
+#include "runtime/kernel_family.hpp"
 #include "runtime/kernel_sources.hpp"
 #include "runtime/kernel_spec.hpp"
 #include "tests/support/specs.hpp"
@@ -387,7 +388,8 @@ TEST_CASE("kernel kind names parse back to their kinds") {
   CHECK(std::string(astrai::detail::kernel_kind_name(KernelKind::decode)) == "decode");
   CHECK(std::string(astrai::detail::kernel_kind_name(KernelKind::paged_prefill)) == "paged_prefill");
   const auto& names = astrai::detail::kernel_kind_names();
-  REQUIRE(names.size() == 5);
+  CHECK(std::string(astrai::detail::kernel_kind_name(KernelKind::merge_states)) == "merge_states");
+  REQUIRE(names.size() == 6);
   for (const auto& name : names) {
     KernelKind kind = KernelKind::rotary_emb;
     REQUIRE(astrai::detail::parse_kernel_kind(name, &kind));
@@ -429,6 +431,21 @@ TEST_CASE("the paged decode closure holds exactly its transitive includes") {
   for (std::size_t i = 1; i < closure.size(); ++i) CHECK(closure[i - 1].first < closure[i].first);
   // Memoized: the same vector on every call.
   CHECK(&kernel_source_closure("paged_decode.cuh") == &closure);
+}
+
+TEST_CASE("every family's closure, Hopper templates included, holds exactly its transitive includes") {
+  std::set<std::string> main_files;
+  for (const astrai::detail::KernelFamily* family : astrai::detail::kernel_families()) {
+    main_files.insert(family->main_file);
+    if (family->hopper.main_file != nullptr) main_files.insert(family->hopper.main_file);
+  }
+  CHECK(main_files.count("merge_states.cuh") == 1);
+  for (const std::string& main_file : main_files) {
+    CAPTURE(main_file);
+    std::set<std::string> names;
+    for (const auto& source : kernel_source_closure(main_file)) names.insert(std::string(source.first));
+    CHECK(names == transitive_includes(main_file));
+  }
 }
 
 TEST_CASE("no decode kernel source is over 800 lines") {

@@ -15,6 +15,7 @@ using astrai::detail::decode_workspace_bytes;
 using astrai::detail::DecodeSplitPlan;
 using astrai::detail::plan_decode_splits;
 using astrai::detail::prefill_prefers_wide_tiles;
+using astrai::detail::merge_states_grid_size;
 using astrai::detail::rotary_grid_size;
 
 namespace {
@@ -235,6 +236,30 @@ TEST_CASE("workspace is zero when unsplit and follows the documented formula oth
           CHECK(padded % 256 == 0);
           CHECK(padded - out_bytes < 256);
         }
+}
+
+TEST_CASE("the merge_states grid takes 128 / (head_dim / 8) items a CTA up to 16 CTAs an SM") {
+  CHECK(merge_states_grid_size(0, 128, 132) == 1);
+  CHECK(merge_states_grid_size(8, 128, 132) == 1);    // 8 items of 16 vectors fill one CTA
+  CHECK(merge_states_grid_size(9, 128, 132) == 2);
+  CHECK(merge_states_grid_size(128, 8, 132) == 1);    // one thread an item
+  CHECK(merge_states_grid_size(3, 1024, 132) == 3);   // an item a CTA
+  CHECK(merge_states_grid_size(42, 24, 132) == 1);    // 3 vectors an item: 42 items a CTA
+  CHECK(merge_states_grid_size(1LL << 40, 128, 132) == 16 * 132);
+  CHECK(merge_states_grid_size(1LL << 40, 128, 0) == 16);
+  for (const int head_dim : {8, 64, 128, 512, 1024})
+    for (const long long items : {1LL, 7LL, 1000LL, 1LL << 20}) {
+      const long long per_cta = 128 / (head_dim / 8);
+      const int grid = merge_states_grid_size(items, head_dim, 132);
+      CAPTURE(head_dim);
+      CAPTURE(items);
+      CHECK(grid >= 1);
+      CHECK(grid <= 16 * 132);
+      if (grid < 16 * 132) {
+        CHECK(per_cta * grid >= items);
+        CHECK(per_cta * (grid - 1) < items);
+      }
+    }
 }
 
 TEST_CASE("the rotary grid covers the vectors up to a cap of a few waves") {

@@ -79,8 +79,7 @@ void add_warm_command(CLI::App& app, Commands* commands) {
                                "Targets, e.g. sm_89,sm_90a,compute_80 [default: auto, each local GPU's]"),
               "LIST")->delimiter(',');
   placeholder(warm->add_option("--kernels", options.kernels,
-                               fmt::format("[default: {}]; also {}", join(default_kernels, ","),
-                                           join(other_kernels, ", "))),
+                               fmt::format("[default: {}]; also the others below", join(default_kernels, ","))),
               "LIST")->delimiter(',');
   placeholder(warm->add_option("--dtypes", options.dtypes, "bf16, fp16 [default: bf16]"), "LIST")
       ->delimiter(',');
@@ -117,6 +116,7 @@ void add_warm_command(CLI::App& app, Commands* commands) {
                                "[default: ASTRAI_JIT_CACHE_DIR, else ~/.cache/astrai-jit]"),
               "DIR");
   warm->footer(
+      fmt::format("Other kernels: {}.\n", join(other_kernels, ", ")) +
       "With no selection flag: paged_decode (pages 1,16) and rotary_emb at hd64 and hd128, bf16,\n"
       "for each local GPU's target (sm_90a without a GPU, with its Hopper variants too). Lists are\n"
       "comma-separated; given lists cross (head dims x groups x pages). A manifest alone warms its\n"

@@ -59,7 +59,7 @@ std::uint32_t feature_flags(const std::vector<std::string>& names, KernelKind ki
 
 int run_plan(const EnvConfig& config, const PlanOptions& options) {
   KernelKind kind;
-  if (!astrai::detail::parse_kernel_kind(options.kind, &kind) || kind == KernelKind::rotary_emb)
+  if (!astrai::detail::parse_kernel_kind(options.kind, &kind) || !astrai::detail::is_attention_kind(kind))
     throw astrai::InvalidArgument(fmt::format(
         "plan: '{}' is not an attention call (allowed: paged_decode, decode, prefill, paged_prefill)", options.kind));
   EnvConfig engine_config = config;

@@ -317,6 +317,63 @@ struct MergeStatesArgs {
   void* stream = nullptr;
 };
 
+// Cascade attention: requests that share KV prefixes (a system prompt, few-shot examples, a
+// search tree) read each shared part once. The KV is cut into levels; level l holds `groups`
+// page-table rows, and the query rows [qo_indptr[g], qo_indptr[g + 1]) of q attend to row g's
+// seq_lens[g] tokens. Typically level 0 has one group (every request's queries over the shared
+// prefix: one pass reads it for all of them, on tensor cores) and the last level one group a
+// request (its own suffix, which ends with its new tokens: causal). Each level runs as a
+// paged_prefill into its own output and LSE, and the levels merge by LSE (merge_states), so the
+// result is the attention of each query over the union of its levels' keys.
+struct CascadeLevel {
+  int groups = 0;
+  int max_q_len = 0;      // the largest group's query rows (sizes the grid)
+  IndexTable qo_indptr;   // [groups + 1] offsets into q's rows, device
+  IndexTable page_table;  // [groups, max_pages_per_seq], device
+  int max_pages_per_seq = 0;
+  std::int64_t page_table_stride = 0;  // 0: max_pages_per_seq
+  IndexTable seq_lens;    // [groups] tokens, device
+  // true: query i of a group of q_len rows sits at position seq_lens[g] - q_len + i of this
+  // level's keys and attends to those up to it (the level holding the new tokens); false: every
+  // query attends to all of the group's keys (a prefix that precedes every query).
+  bool causal = false;
+};
+
+inline constexpr int kMaxCascadeLevels = 4;
+
+// The serving options: the soft-cap and an FP8 cache apply to every level; sinks join the
+// softmax once (level 0's pass carries them). A window and ALiBi need each key's distance to
+// its query across levels and are refused.
+struct CascadeArgs : AttentionOptions {
+  DType dtype = DType::bf16;
+  int total_q = 0;  // rows of q
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int page_size = 0;
+  int num_pages = 0;
+  float scale = 0.f;  // <= 0 means 1/sqrt(head_dim)
+  const void* q = nullptr;  // [total_q, n_heads, head_dim]
+  std::int64_t q_stride_token = 0, q_stride_head = 0;
+  const void* k_cache = nullptr;  // [num_pages, page_size, n_kv_heads, head_dim], one pool for every level
+  std::int64_t k_stride_page = 0, k_stride_token = 0, k_stride_head = 0;
+  const void* v_cache = nullptr;
+  std::int64_t v_stride_page = 0, v_stride_token = 0, v_stride_head = 0;
+  int num_levels = 0;  // 1..kMaxCascadeLevels
+  CascadeLevel levels[kMaxCascadeLevels];
+  void* out = nullptr;  // like q
+  std::int64_t out_stride_token = 0, out_stride_head = 0;
+  float* lse = nullptr;  // optional f32 [total_q, n_heads]
+  // Scratch for the levels' partial results (cascade_workspace_bytes); null: the runtime's own
+  // per-stream workspace (which grows outside CUDA graph capture only).
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+  void* stream = nullptr;
+};
+
+// Bytes of workspace a cascade call needs (0 with one level).
+ASTRAI_API std::size_t cascade_workspace_bytes(const CascadeArgs& args);
+
 // Bytes of split-KV workspace that is always enough for a paged_decode (or, with the same
 // shape, decode) call on a device with `num_sms` multiprocessors, whatever the kernel's
 // occupancy turns out to be (0 if it never splits). Lets callers provide their own workspace.
@@ -332,6 +389,7 @@ ASTRAI_API void validate_args(const PrefillArgs& args);
 ASTRAI_API void validate_args(const PagedPrefillArgs& args);
 ASTRAI_API void validate_args(const RotaryArgs& args);
 ASTRAI_API void validate_args(const MergeStatesArgs& args);
+ASTRAI_API void validate_args(const CascadeArgs& args);
 
 class ASTRAI_API Runtime {
  public:
@@ -344,6 +402,7 @@ class ASTRAI_API Runtime {
   void paged_prefill(const PagedPrefillArgs& args);
   void rotary_emb(const RotaryArgs& args);
   void merge_states(const MergeStatesArgs& args);
+  void cascade(const CascadeArgs& args);
 
   // The readable variant names this process has loaded so far (for logs and tests).
   std::vector<std::string> loaded_variants() const;

@@ -11,6 +11,8 @@ Kernels (PyTorch tensors on one CUDA device; each also a custom op, ``torch.ops.
     rotary_emb     rotary embedding of interleaved pairs, in place or not
     merge_state, merge_state_in_place, merge_states
                    attention states merged by their LSEs (cascade attention, split passes)
+    cascade, CascadeLevel, CascadeAttention
+                   attention over KV levels shared by groups of requests (shared prefixes)
 The JIT and its cache (no GPU and no PyTorch needed):
     warm(...)          compile variants ahead of time, with the choices of ``astrai-jit warm``
     cache_info()       the disk cache: directory, mode, entries, total bytes, cap
@@ -48,6 +50,7 @@ import sys as _sys
 
 _TORCH_API = ("paged_decode", "decode", "prefill", "paged_prefill", "rotary_emb", "merge_state",
               "merge_state_in_place", "merge_states")
+_CASCADE_API = ("cascade", "CascadeLevel", "CascadeAttention")
 
 
 def _needs_torch(name: str) -> ModuleNotFoundError:
@@ -60,25 +63,26 @@ def _needs_torch(name: str) -> ModuleNotFoundError:
 def __getattr__(name):
     # PyTorch is imported on first use of the functional API (the CLI and the DLPack module
     # don't need it); importing it registers the custom ops.
-    if name in _TORCH_API:
+    if name in _TORCH_API or name in _CASCADE_API:
         try:
-            from . import _ops
+            from . import _cascade, _ops
         except ModuleNotFoundError as error:
             if error.name != "torch":
                 raise
             raise _needs_torch(name) from error
-        return getattr(_ops, name)
+        return getattr(_ops if name in _TORCH_API else _cascade, name)
     raise AttributeError(f"module 'astrai_jit' has no attribute {name!r}")
 
 
 if "torch" in _sys.modules:  # a PyTorch program: register torch.ops.astrai_jit.* now
     from ._ops import (decode, merge_state, merge_state_in_place, merge_states, paged_decode,  # noqa: E402,F401
                        paged_prefill, prefill, rotary_emb)
+    from ._cascade import CascadeAttention, CascadeLevel, cascade  # noqa: E402,F401
 
 __all__ = [
     "Error", "InvalidArgument", "CompileError", "CudaError", "ConfigError", "CacheMissError",
     "paged_decode", "decode", "prefill", "paged_prefill", "rotary_emb",
-    "merge_state", "merge_state_in_place", "merge_states",
+    "merge_state", "merge_state_in_place", "merge_states", "cascade", "CascadeLevel", "CascadeAttention",
     "warm", "cache_info", "loaded_variants", "cli_path",
     "cache_metrics", "cache_metrics_prometheus",
 ]

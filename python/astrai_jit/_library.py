@@ -27,10 +27,17 @@ def _stream(device: torch.device, stream: int) -> int:
     return torch._C._cuda_getCurrentRawStream(device.index)
 
 
-def _same_device(call: str, **tensors: Optional[Tensor]) -> None:
-    # The extension's device check, on fake tensors while tracing (same message).
-    first_name, first = next(iter(tensors.items()))
+def _same_device(call: str, **tensors) -> None:
+    # The extension's device check, on fake tensors while tracing (same message); a list of
+    # tensors (cascade's levels) counts entry by entry.
+    flat = {}
     for name, t in tensors.items():
+        if isinstance(t, (list, tuple)):
+            flat.update({f"{name}[{i}]": entry for i, entry in enumerate(t)})
+        else:
+            flat[name] = t
+    first_name, first = next(iter(flat.items()))
+    for name, t in flat.items():
         if t is not None and t.device != first.device:
             raise ValueError(f"{call}: {name} is on {t.device} but {first_name} is on {first.device} "
                              f"(allowed: every tensor on one CUDA device)")
@@ -115,6 +122,14 @@ _TABLE = {
                       ("out",), ["x", "freqs_cis", "out", "stream"]),
     "rotary_emb_": _Op("rotary_emb", [("x", "Tensor"), ("freqs_cis", "Tensor"), ("stream", "int")], ("x",),
                        ["x", "freqs_cis", "x", "stream"]),
+    "cascade": _Op("cascade", [("q", "Tensor"), ("k_cache", "Tensor"), ("v_cache", "Tensor"), ("qo_indptrs", "Tensor[]"),
+                               ("page_tables", "Tensor[]"), ("seq_lens", "Tensor[]"), ("causal", "bool[]"),
+                               ("max_q_lens", "int[]"), ("out", "Tensor"), ("lse", "Tensor?"), ("scale", "float"),
+                               ("logit_cap", "float"), ("sinks", "Tensor?"), ("k_scale", "Tensor?"),
+                               ("v_scale", "Tensor?"), ("workspace", "Tensor?"), ("stream", "int")],
+                   ("out", "lse", "workspace"),
+                   ["q", "k_cache", "v_cache", "qo_indptrs", "page_tables", "seq_lens", "causal", "max_q_lens", "out",
+                    "lse", "scale", "logit_cap", "sinks", "k_scale", "v_scale", "workspace", "stream"]),
     "merge_states": _Op("merge_states", [("v_a", "Tensor"), ("s_a", "Tensor"), ("v_b", "Tensor?"), ("s_b", "Tensor?"),
                                          ("out", "Tensor"), ("lse", "Tensor?"), ("stream", "int")],
                         ("out", "lse"), ["v_a", "s_a", "v_b", "s_b", "out", "lse", "stream"]),

@@ -454,6 +454,79 @@ void merge_states(const Input& v_a, const Input& s_a, const Opt<Input>& v_b, con
   launch(&astrai::Runtime::merge_states, a);
 }
 
+// Cascade levels come as parallel lists (one entry a level): qo_indptr [groups + 1], page
+// table [groups, max_pages], seq_lens [groups], causal, max_q_len (-1: total_q).
+void cascade(const Input& q, const Input& k_cache, const Input& v_cache, const std::vector<Input>& qo_indptrs,
+             const std::vector<Input>& page_tables, const std::vector<Input>& seq_lens,
+             const std::vector<bool>& causal, const std::vector<int>& max_q_lens, const Output& out,
+             const Opt<Output>& lse, double scale, double logit_cap, const Opt<Input>& sinks,
+             const Opt<Input>& k_scale, const Opt<Input>& v_scale, const Opt<Output>& workspace,
+             Opt<std::uintptr_t> stream) {
+  constexpr const char* kCall = "cascade";
+  Checker c(kCall);
+  astrai::CascadeArgs a;
+  const std::size_t levels = qo_indptrs.size();
+  if (levels < 1 || levels > static_cast<std::size_t>(astrai::kMaxCascadeLevels))
+    invalid(kCall, "levels has " + std::to_string(levels) + " entries (allowed: 1.." +
+                       std::to_string(astrai::kMaxCascadeLevels) + ")");
+  if (page_tables.size() != levels || seq_lens.size() != levels || causal.size() != levels ||
+      max_q_lens.size() != levels)
+    invalid(kCall, "the level lists differ in length (allowed: one qo_indptr, page_table, seq_lens, causal and "
+                   "max_q_len a level)");
+  c.rank("q", q, 3, "[total_q, n_heads, head_dim]");
+  c.rank("out", out, 3, "[total_q, n_heads, head_dim]");
+  a.dtype = c.attention_dtype("q", q);
+  c.same_dtype("out", out, a.dtype);
+  c.same_shape("out", out, "q", q);
+  a.total_q = as_int(kCall, "total_q", q.shape(0));
+  a.n_heads = as_int(kCall, "n_heads", q.shape(1));
+  a.head_dim = as_int(kCall, "head_dim", q.shape(2));
+  set_paged_cache(c, a, k_cache, v_cache, k_scale, v_scale);
+  a.num_levels = static_cast<int>(levels);
+  static const char* const kNames[][3] = {{"levels[0].qo_indptr", "levels[0].page_table", "levels[0].seq_lens"},
+                                          {"levels[1].qo_indptr", "levels[1].page_table", "levels[1].seq_lens"},
+                                          {"levels[2].qo_indptr", "levels[2].page_table", "levels[2].seq_lens"},
+                                          {"levels[3].qo_indptr", "levels[3].page_table", "levels[3].seq_lens"}};
+  for (std::size_t l = 0; l < levels; ++l) {
+    const char* const* names = kNames[l];
+    astrai::CascadeLevel& level = a.levels[l];
+    c.rank(names[0], qo_indptrs[l], 1, "[groups + 1]");
+    c.rank(names[1], page_tables[l], 2, "[groups, max_pages_per_seq]");
+    c.rank(names[2], seq_lens[l], 1, "[groups]");
+    for (std::size_t i = 0; i < 3; ++i)
+      c.dtype(names[i], i == 0 ? qo_indptrs[l] : i == 1 ? page_tables[l] : seq_lens[l], Kind::index);
+    level.groups = as_int(kCall, "groups", qo_indptrs[l].shape(0)) - 1;
+    if (level.groups < 0) invalid(kCall, std::string(names[0]) + " has shape [0] (allowed: [groups + 1])");
+    c.dim(names[1], page_tables[l], 0, level.groups, "groups, from qo_indptr");
+    c.dim(names[2], seq_lens[l], 0, level.groups, "groups, from qo_indptr");
+    c.contiguous(names[0], qo_indptrs[l]);
+    c.contiguous(names[2], seq_lens[l]);
+    c.unit_last(names[1], page_tables[l]);
+    level.qo_indptr = index_table(qo_indptrs[l]);
+    level.page_table = index_table(page_tables[l]);
+    level.max_pages_per_seq = as_int(kCall, "max_pages_per_seq", page_tables[l].shape(1));
+    level.page_table_stride = c.stride(names[1], page_tables[l], 0);
+    level.seq_lens = index_table(seq_lens[l]);
+    level.causal = causal[l];
+    level.max_q_len = max_q_lens[l] < 0 ? a.total_q : max_q_lens[l];
+  }
+  c.unit_last("q", q);
+  c.unit_last("out", out);
+  a.q = q.data();
+  a.q_stride_token = c.stride("q", q, 0);
+  a.q_stride_head = c.stride("q", q, 1);
+  a.out = out.data();
+  a.out_stride_token = c.stride("out", out, 0);
+  a.out_stride_head = c.stride("out", out, 1);
+  a.lse = lse_pointer(c, lse, "[total_q, n_heads]", {{a.total_q, "total_q of q"}, {a.n_heads, "n_heads of q"}});
+  if (workspace) {
+    a.workspace_bytes = c.scratch("workspace", *workspace);
+    a.workspace = workspace->data();
+  }
+  finish_attention_args(c, a, q, scale, logit_cap, sinks, -1, std::nullopt, stream);
+  launch(&astrai::Runtime::cascade, a);
+}
+
 std::vector<std::string> loaded_variants() { return astrai::Runtime::get().loaded_variants(); }
 
 }  // namespace
@@ -529,6 +602,11 @@ NB_MODULE(_C, m) {
   m.def("merge_states", &merge_states, nb::arg("v_a"), nb::arg("s_a"), nb::arg("v_b").none(), nb::arg("s_b").none(),
         nb::arg("out"), nb::arg("lse").none(), nb::arg("stream").none(),
         "Attention states merged by their LSEs (out and lse may be a's or b's single state).");
+  m.def("cascade", &cascade, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("qo_indptrs"),
+        nb::arg("page_tables"), nb::arg("seq_lens"), nb::arg("causal"), nb::arg("max_q_lens"), nb::arg("out"),
+        nb::arg("lse").none(), nb::arg("scale"), nb::arg("logit_cap"), nb::arg("sinks").none(),
+        nb::arg("k_scale").none(), nb::arg("v_scale").none(), nb::arg("workspace").none(), nb::arg("stream").none(),
+        "Cascade attention over KV levels shared by groups of query rows.");
   m.def("_time_paged_decode_calls", &time_paged_decode_calls, nb::arg("q"), nb::arg("k_cache"),
         nb::arg("v_cache"), nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("out"), nb::arg("scale"),
         nb::arg("stream").none(), nb::arg("calls"), "Benchmark helper: mean host us per C++ paged_decode call.");

@@ -382,7 +382,7 @@ class Checker {
 
   const char* call_;
   // Room for the call with the most tensors (paged_decode: 14), so checking allocates nothing.
-  std::array<Seen, 16> tensors_;
+  std::array<Seen, 32> tensors_;
   std::size_t count_ = 0;
 };
 

@@ -18,6 +18,7 @@ MUTATED = {
     "rotary_emb": {"out"},
     "rotary_emb_": {"x"},
     "merge_states": {"out", "lse"},
+    "cascade": {"out", "lse", "workspace"},
     "merge_state_": {"v", "s"},
 }
 
@@ -62,6 +63,13 @@ def example_args(name, device):
         indptr = torch.tensor([0, 3, 7], dtype=torch.int32, device=device)
         return (qp, kc, kc.clone(), table, lens, indptr, torch.empty_like(qp), None, None, -1, True, 0.0, 0.0,
                 None, -1, None, None, -1)
+    if name == "cascade":
+        qc = torch.randn(3, 8, 64, dtype=bf16, device=device)
+        i32 = dict(dtype=torch.int32, device=device)
+        return (qc, kc, kc.clone(), [torch.tensor([0, 3], **i32), torch.tensor([0, 1, 2, 3], **i32)],
+                [torch.zeros(1, 4, **i32), torch.zeros(3, 2, **i32)], [torch.ones(1, **i32), torch.ones(3, **i32)],
+                [False, True], [3, 1], torch.empty_like(qc), torch.empty(3, 8, device=device), 0.0, 0.0, None, None,
+                None, None, -1)
     if name == "merge_states":
         v = torch.randn(5, 3, 4, 64, dtype=bf16, device=device)
         return (v, torch.randn(5, 3, 4, device=device), None, None, torch.empty(5, 4, 64, dtype=bf16, device=device),

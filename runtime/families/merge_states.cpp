@@ -37,7 +37,7 @@ const KernelFamily& merge_states_family() {
 
 namespace {
 
-constexpr const char* kCall = "merge_states";
+constexpr const char* kMergeCall = "merge_states";
 
 // The bytes a tensor's elements span: [begin, end).
 struct Span {
@@ -70,7 +70,7 @@ void resolve_stride(std::int64_t* stride, std::int64_t extent, std::int64_t cont
 void resolve_source(const char* name, MergeStatesSource& s, const MergeStatesArgs& a, bool optional) {
   const std::string prefix(name);
   if (optional ? s.states < 0 : s.states < 1)
-    fail_argument(kCall, fmt::format("{}.states {} is not valid (allowed: {})", name, s.states,
+    fail_argument(kMergeCall, fmt::format("{}.states {} is not valid (allowed: {})", name, s.states,
                                      optional ? ">= 0, 0 for no second source" : ">= 1"));
   if (s.states == 0) {
     s = MergeStatesSource{};
@@ -84,15 +84,15 @@ void resolve_source(const char* name, MergeStatesSource& s, const MergeStatesArg
   resolve_stride(&s.lse_stride_head, a.n_heads, 1);
   resolve_stride(&s.lse_stride_state, s.states, a.n_heads * s.lse_stride_head);
   resolve_stride(&s.lse_stride_row, a.rows, s.states * s.lse_stride_state);
-  require_stride(kCall, (prefix + ".v_stride_head").c_str(), s.v_stride_head, d, false);
-  require_stride(kCall, (prefix + ".v_stride_state").c_str(), s.v_stride_state, d, false);
-  require_stride(kCall, (prefix + ".v_stride_row").c_str(), s.v_stride_row, d, false);
-  require_positive(kCall, (prefix + ".lse_stride_head").c_str(), s.lse_stride_head);
-  require_positive(kCall, (prefix + ".lse_stride_state").c_str(), s.lse_stride_state);
-  require_positive(kCall, (prefix + ".lse_stride_row").c_str(), s.lse_stride_row);
+  require_stride(kMergeCall, (prefix + ".v_stride_head").c_str(), s.v_stride_head, d, false);
+  require_stride(kMergeCall, (prefix + ".v_stride_state").c_str(), s.v_stride_state, d, false);
+  require_stride(kMergeCall, (prefix + ".v_stride_row").c_str(), s.v_stride_row, d, false);
+  require_positive(kMergeCall, (prefix + ".lse_stride_head").c_str(), s.lse_stride_head);
+  require_positive(kMergeCall, (prefix + ".lse_stride_state").c_str(), s.lse_stride_state);
+  require_positive(kMergeCall, (prefix + ".lse_stride_row").c_str(), s.lse_stride_row);
   if (1LL * a.rows * a.n_heads > 0) {
-    require_pointer(kCall, (prefix + ".v").c_str(), s.v, 16);
-    require_pointer(kCall, (prefix + ".lse").c_str(), s.lse, 4);
+    require_pointer(kMergeCall, (prefix + ".v").c_str(), s.v, 16);
+    require_pointer(kMergeCall, (prefix + ".lse").c_str(), s.lse, 4);
   }
 }
 
@@ -112,7 +112,7 @@ void require_apart(const char* output, const Span& out, const void* out_data, st
                    const void* in_data, std::int64_t in_row, std::int64_t in_head) {
   if (s.states == 0 || !out.overlaps(in)) return;
   if (s.states == 1 && out_data == in_data && out_row == in_row && out_head == in_head) return;
-  fail_argument(kCall, fmt::format("{} overlaps {} (allowed: {} is {} itself when that source has one state "
+  fail_argument(kMergeCall, fmt::format("{} overlaps {} (allowed: {} is {} itself when that source has one state "
                                    "and the same strides, in place, or apart from it)",
                                    output, input, output, input));
 }
@@ -122,32 +122,32 @@ void require_apart(const char* output, const Span& out, const void* out_data, st
 MergeStatesArgs resolve_merge_states_args(const MergeStatesArgs& input) {
   const KernelFamily& family = merge_states_family();
   MergeStatesArgs a = input;
-  require_dtype(kCall, a.dtype);
-  require_non_negative(kCall, "rows", a.rows);
-  require_positive(kCall, "n_heads", a.n_heads);
+  require_dtype(kMergeCall, a.dtype);
+  require_non_negative(kMergeCall, "rows", a.rows);
+  require_positive(kMergeCall, "n_heads", a.n_heads);
   if (!family.limits.head_dim.contains(a.head_dim))
-    fail_argument(kCall, fmt::format("head_dim {} is not supported (allowed: {})", a.head_dim,
+    fail_argument(kMergeCall, fmt::format("head_dim {} is not supported (allowed: {})", a.head_dim,
                                      family.limits.head_dim.allowed()));
   resolve_source("a", a.a, a, false);
   resolve_source("b", a.b, a, true);
   const std::int64_t d = a.head_dim;
   resolve_stride(&a.out_stride_head, a.n_heads, d);
   resolve_stride(&a.out_stride_row, a.rows, a.n_heads * a.out_stride_head);
-  require_stride(kCall, "out_stride_head", a.out_stride_head, d, false);
-  require_stride(kCall, "out_stride_row", a.out_stride_row, d, false);
-  require_disjoint_rows(kCall, d, {{"out_stride_row", a.out_stride_row, a.rows},
+  require_stride(kMergeCall, "out_stride_head", a.out_stride_head, d, false);
+  require_stride(kMergeCall, "out_stride_row", a.out_stride_row, d, false);
+  require_disjoint_rows(kMergeCall, d, {{"out_stride_row", a.out_stride_row, a.rows},
                                    {"out_stride_head", a.out_stride_head, a.n_heads}});
   resolve_stride(&a.lse_stride_head, a.n_heads, 1);
   resolve_stride(&a.lse_stride_row, a.rows, a.n_heads * a.lse_stride_head);
   if (a.lse != nullptr) {
-    require_positive(kCall, "lse_stride_head", a.lse_stride_head);
-    require_positive(kCall, "lse_stride_row", a.lse_stride_row);
-    require_disjoint_rows(kCall, 1, {{"lse_stride_row", a.lse_stride_row, a.rows},
+    require_positive(kMergeCall, "lse_stride_head", a.lse_stride_head);
+    require_positive(kMergeCall, "lse_stride_row", a.lse_stride_row);
+    require_disjoint_rows(kMergeCall, 1, {{"lse_stride_row", a.lse_stride_row, a.rows},
                                      {"lse_stride_head", a.lse_stride_head, a.n_heads}});
   }
   if (1LL * a.rows * a.n_heads == 0) return a;
-  require_pointer(kCall, "out", a.out, 16);
-  require_optional_alignment(kCall, "lse", a.lse, 4);
+  require_pointer(kMergeCall, "out", a.out, 16);
+  require_optional_alignment(kMergeCall, "lse", a.lse, 4);
 
   const Span out = span_of(a.out, 2, d, {{a.rows, a.out_stride_row}, {a.n_heads, a.out_stride_head}});
   const Span lse = a.lse == nullptr ? Span{}
@@ -163,13 +163,13 @@ MergeStatesArgs resolve_merge_states_args(const MergeStatesArgs& input) {
     require_apart("out", out, a.out, a.out_stride_row, a.out_stride_head, values_names[i], s, v, s.v, s.v_stride_row,
                   s.v_stride_head);
     // Apart from the other kind's tensors: no state is both.
-    if (out.overlaps(s_lse)) fail_argument(kCall, fmt::format("out overlaps {} (allowed: apart from it)", lse_names[i]));
+    if (out.overlaps(s_lse)) fail_argument(kMergeCall, fmt::format("out overlaps {} (allowed: apart from it)", lse_names[i]));
     if (a.lse == nullptr) continue;
     require_apart("lse", lse, a.lse, a.lse_stride_row, a.lse_stride_head, lse_names[i], s, s_lse, s.lse,
                   s.lse_stride_row, s.lse_stride_head);
-    if (lse.overlaps(v)) fail_argument(kCall, fmt::format("lse overlaps {} (allowed: apart from it)", values_names[i]));
+    if (lse.overlaps(v)) fail_argument(kMergeCall, fmt::format("lse overlaps {} (allowed: apart from it)", values_names[i]));
   }
-  if (a.lse != nullptr && out.overlaps(lse)) fail_argument(kCall, "out overlaps lse (allowed: apart from it)");
+  if (a.lse != nullptr && out.overlaps(lse)) fail_argument(kMergeCall, "out overlaps lse (allowed: apart from it)");
   return a;
 }
 

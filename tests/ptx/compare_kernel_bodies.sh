@@ -13,6 +13,9 @@
 #   RENAMED    the same instructions in the same order and the same data flow, apart from the
 #              numbering of virtual registers and labels and the order of the two sources of a
 #              commutative operation (with the line count that differs before normalizing)
+#   SASS-SAME  the PTX differs (reordered or renamed instructions), but ptxas made the same
+#              machine code of it: every kernel's .text section, its .nv.info attributes and its
+#              shared and constant-bank sizes are byte-identical in the two cubins
 #   DIFFERS    instructions differ (the count of differing lines after normalizing)
 # Exit 0 when nothing DIFFERS, 1 otherwise, 2 on usage errors.
 set -uo pipefail
@@ -72,6 +75,22 @@ for line in sys.stdin:
     print(line)
 '
 }
+# The machine code of a cubin: each kernel section's name with the digest of its bytes (the size
+# of a NOBITS section, which has none), listed by readelf.
+machine_code() {
+  readelf -SW "$1" 2>/dev/null | sed -n 's/^ *\[ *[0-9]*\] //p' |
+    awk '$1 ~ /^\.(text|nv\.info|nv\.shared|nv\.constant0)\./ {print $1, $2, $4, $5}' |
+    while read -r section type offset size; do
+      if [ "$type" = NOBITS ]; then
+        echo "$section nobits $size"
+      else
+        echo "$section $(tail -c +$((0x$offset + 1)) "$1" | head -c $((0x$size)) | sha256sum | cut -c1-16)"
+      fi
+    done
+}
+same_machine_code() {
+  [ -f "$1" ] && [ -f "$2" ] && [ -n "$(machine_code "$1")" ] && [ "$(machine_code "$1")" = "$(machine_code "$2")" ]
+}
 status=0
 count=0
 for name in $(sed 's/#.*//' "$3"); do
@@ -90,6 +109,8 @@ for name in $(sed 's/#.*//' "$3"); do
     changed=$(diff <(body "$ptx" | normalize) <(body "$other" | normalize) | grep -c '^[<>]')
     if [ "$changed" -eq 0 ]; then
       echo "RENAMED    $name ($raw lines before normalizing)"
+    elif same_machine_code "$work/old/$name.cubin" "$work/new/$name.cubin"; then
+      echo "SASS-SAME  $name ($changed instruction lines of PTX differ)"
     else
       echo "DIFFERS    $name ($changed instruction lines)"
       status=1

@@ -1,9 +1,12 @@
-// Argument checks of merge_states: shapes, strides, pointers, and which overlaps of an output
-// with an input are in place (allowed) or a race (refused).
+// Argument checks of merge_states (shapes, strides, pointers, and which overlaps of an output
+// with an input are in place or a race) and of cascade (its levels as paged_prefill calls, the
+// options each level carries, its workspace).
 #include "tests/unit/validation_support.hpp"
 
 using namespace astrai::testing;
 using astrai::MergeStatesArgs;
+using astrai::CascadeArgs;
+using astrai::detail::resolve_cascade_args;
 using astrai::detail::resolve_merge_states_args;
 
 namespace {
@@ -34,9 +37,99 @@ MergeStatesArgs in_place_on_b() {
   return a;
 }
 
+// 6 decode requests of 8 query heads over 2 KV heads (hd128, pages of 16) sharing one prefix:
+// level 0 one group of all 6 rows, level 1 one group a request.
+CascadeArgs valid_cascade() {
+  CascadeArgs a;
+  a.dtype = DType::bf16;
+  a.total_q = 6;
+  a.n_heads = 8;
+  a.n_kv_heads = 2;
+  a.head_dim = 128;
+  a.page_size = 16;
+  a.num_pages = 64;
+  a.q = fake_pointer<const void>(0x100000);
+  a.k_cache = fake_pointer<const void>(0x200000);
+  a.v_cache = fake_pointer<const void>(0x300000);
+  a.out = fake_pointer<void>(0x400000);
+  a.num_levels = 2;
+  a.levels[0].groups = 1;
+  a.levels[0].max_q_len = 6;
+  a.levels[0].qo_indptr = fake_pointer<const std::int32_t>(0x500000);
+  a.levels[0].page_table = fake_pointer<const std::int32_t>(0x510000);
+  a.levels[0].max_pages_per_seq = 32;
+  a.levels[0].seq_lens = fake_pointer<const std::int32_t>(0x520000);
+  a.levels[1].groups = 6;
+  a.levels[1].max_q_len = 1;
+  a.levels[1].qo_indptr = fake_pointer<const std::int64_t>(0x530000);
+  a.levels[1].page_table = fake_pointer<const std::int64_t>(0x540000);
+  a.levels[1].max_pages_per_seq = 4;
+  a.levels[1].seq_lens = fake_pointer<const std::int32_t>(0x550000);
+  a.levels[1].causal = true;
+  return a;
+}
+
 }  // namespace
 
 TEST_SUITE("validation") {
+
+TEST_CASE("cascade resolves each level as the paged_prefill call that computes it") {
+  CascadeArgs args = valid_cascade();
+  const float* sinks = fake_pointer<const float>(0x600000);
+  args.sinks = sinks;
+  args.logit_cap = 30.f;
+  const auto plan = resolve_cascade_args(args);
+  REQUIRE(plan.levels.size() == 2);
+  CHECK(plan.levels[0].batch == 1);
+  CHECK(plan.levels[0].max_q_len == 6);
+  CHECK_FALSE(plan.levels[0].causal);
+  CHECK(plan.levels[1].batch == 6);
+  CHECK(plan.levels[1].causal);
+  CHECK(plan.levels[1].qo_indptr.wide);
+  CHECK(plan.levels[0].total_q == 6);
+  CHECK(plan.levels[1].total_q == 6);
+  // The soft-cap on every level, the sinks on level 0 only (they join the softmax once).
+  CHECK(plan.levels[0].logit_cap == 30.f);
+  CHECK(plan.levels[1].logit_cap == 30.f);
+  CHECK(plan.levels[0].sinks == sinks);
+  CHECK(plan.levels[1].sinks == nullptr);
+  CHECK(plan.args.q_stride_token == 8 * 128);
+  // Scratch: a level's output and LSE, and level 0's LSE when the caller asks for none.
+  const std::size_t rows = 6 * 8;
+  CHECK(plan.workspace_bytes == rows * 128 * 2 + 256 + 256);
+  args.lse = fake_pointer<float>(0x700000);
+  CHECK(resolve_cascade_args(args).workspace_bytes == rows * 128 * 2 + 256);
+  CHECK(astrai::cascade_workspace_bytes(args) == rows * 128 * 2 + 256);
+  args.num_levels = 1;
+  CHECK(astrai::cascade_workspace_bytes(args) == 0);
+}
+
+TEST_CASE("every cascade argument rejects a bad value and the message names it") {
+  using A = CascadeArgs;
+  const std::vector<BadCase<A>> cases = {
+      {"num_levels", [](A& a) { a.num_levels = 0; }, {"num_levels 0 is not valid (allowed: 1..4)"}},
+      {"num_levels", [](A& a) { a.num_levels = 5; }, {"num_levels 5 is not valid"}},
+      {"window_left", [](A& a) { a.window_left = 128; }, {"window_left 128 is not served (allowed: -1"}},
+      {"alibi_slopes", [](A& a) { a.alibi_slopes = fake_pointer<const float>(0x600000); },
+       {"alibi_slopes is not served"}},
+      {"total_q", [](A& a) { a.total_q = -1; }, {"total_q -1 is not valid"}},
+      // A level's own checks, reported as the cascade's with the level's index.
+      {"levels[1]", [](A& a) { a.levels[1].max_q_len = 7; }, {"levels[1]: max_q_len 7 is not valid for total_q 6"}},
+      {"levels[0]", [](A& a) { a.levels[0].seq_lens = nullptr; }, {"levels[0]: seq_lens is null"}},
+      {"levels[1]", [](A& a) { a.levels[1].groups = -1; }, {"levels[1]: batch -1"}},
+      {"levels[0]", [](A& a) { a.head_dim = 100; }, {"levels[0]: head_dim 100"}},
+      {"workspace", [](A& a) { a.workspace = fake_pointer<void>(0x800010); a.workspace_bytes = 1 << 20; },
+       {"workspace = 0x800010 is not 256-byte aligned"}},
+      {"workspace_bytes", [](A& a) { a.workspace = fake_pointer<void>(0x800000); a.workspace_bytes = 1000; },
+       {"workspace_bytes 1000 is too small (allowed: >= 12800"}},
+      {"workspace", [](A& a) { a.workspace = fake_pointer<void>(0x400000); a.workspace_bytes = 1 << 20; },
+       {"workspace [0x400000, 0x403200) overlaps out or lse"}},
+  };
+  const CascadeArgs valid = valid_cascade();
+  REQUIRE_NOTHROW(resolve_cascade_args(valid));
+  for (const auto& c : cases) check_rejected(valid, c, resolve_cascade_args, "cascade");
+}
+
 
 TEST_CASE("merge_states fills contiguous strides: [rows, states, heads, dim] sources, [rows, heads, dim] out") {
   const MergeStatesArgs r = resolve_merge_states_args(valid_merge());

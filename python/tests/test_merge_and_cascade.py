@@ -1,6 +1,6 @@
-"""merge_state, merge_state_in_place and merge_states: argument errors on the CPU, and on the GPU
-(marked `gpu`) the merge against a float64 reference, the two halves of an attention call merged
-back into the whole, and in-place merges."""
+"""merge_state, merge_state_in_place, merge_states and cascade: argument errors on the CPU; on the
+GPU (marked `gpu`) the merge against a float64 reference, the two halves of an attention call
+merged back into the whole, in-place merges, and a cascade against attention over the joined keys."""
 import re
 
 import pytest
@@ -123,3 +123,92 @@ class TestGpu:
         want, want_lse = attention_ref(q, k, v)
         assert_rows_close(out, rows(want), slack=1.5)
         assert_lse_close(lse, rows(want_lse))
+
+
+def cascade_inputs(device="cpu", dtype=bf16, prefix_len=40, suffix_lens=(5, 0, 17), q_lens=(1, 2, 1), page_size=16):
+    """A pool holding a shared prefix and each request's suffix, and the two levels over it."""
+    pages = lambda n: (n + page_size - 1) // page_size  # noqa: E731
+    total_pages = pages(prefix_len) + sum(pages(n) for n in suffix_lens)
+    k = torch.randn(total_pages + 1, page_size, 2, 64, device=device).to(dtype)
+    v = torch.randn_like(k)
+    order = torch.randperm(total_pages)
+    prefix_pages, used = order[: pages(prefix_len)], pages(prefix_len)
+    width = max(1, max(pages(n) for n in suffix_lens))
+    table = torch.full((len(suffix_lens), width), -1, dtype=torch.int32)
+    for b, n in enumerate(suffix_lens):
+        table[b, : pages(n)] = order[used: used + pages(n)]
+        used += pages(n)
+    i32 = dict(dtype=torch.int32, device=device)
+    indptr = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], **i32)
+    total_q = int(indptr[-1])
+    levels = [astrai_jit.CascadeLevel(torch.tensor([0, total_q], **i32),
+                                      prefix_pages.reshape(1, -1).to(**i32) if prefix_len else torch.full((1, 1), -1, **i32),
+                                      torch.tensor([prefix_len], **i32)),
+              astrai_jit.CascadeLevel(indptr, table.to(device), torch.tensor(suffix_lens, **i32), causal=True)]
+    q = torch.randn(total_q, 8, 64, device=device).to(dtype)
+    return q, k, v, levels, prefix_pages, table
+
+
+class TestCascadeErrors:
+    def test_cpu_tensors_reach_the_device_check(self):
+        q, k, v, levels, *_ = cascade_inputs()
+        with raises(ValueError, "cascade: q is on cpu (allowed: a CUDA device)"):
+            astrai_jit.cascade(q, k, v, levels)
+
+    def test_a_level_check_names_the_level(self):
+        q, k, v, levels, *_ = cascade_inputs()
+        levels[1] = levels[1]._replace(max_q_len=9)
+        with raises(ValueError, "cascade: levels[1]: max_q_len 9 is not valid for total_q 4 over batch 3"):
+            astrai_jit.cascade(q, k, v, levels)
+
+    def test_levels_must_be_cascade_levels(self):
+        q, k, v, levels, *_ = cascade_inputs()
+        with raises(TypeError, "cascade: levels[0] is a tuple (allowed: astrai_jit.CascadeLevel)"):
+            astrai_jit.cascade(q, k, v, [tuple(levels[0])])
+        with raises(TypeError, "cascade: levels is a CascadeLevel (allowed: a list of CascadeLevel)"):
+            astrai_jit.cascade(q, k, v, levels[0])
+
+    def test_five_levels_are_refused(self):
+        q, k, v, levels, *_ = cascade_inputs()
+        with raises(ValueError, "cascade: levels has 5 entries (allowed: 1..4)"):
+            astrai_jit.cascade(q, k, v, levels * 2 + levels[:1])
+
+    def test_a_level_table_of_the_wrong_width_names_it(self):
+        q, k, v, levels, *_ = cascade_inputs()
+        levels[0] = levels[0]._replace(seq_lens=torch.tensor([40, 1], dtype=torch.int32))
+        with raises(ValueError, "cascade: levels[0].seq_lens has shape [2]: dim 0 is 2 (allowed: 1, groups, from "
+                                "qo_indptr)"):
+            astrai_jit.cascade(q, k, v, levels)
+
+    def test_run_before_plan(self):
+        with raises(RuntimeError, "cascade: run() before plan()"):
+            astrai_jit.CascadeAttention().run(*cascade_inputs()[:3])
+
+
+@pytest.mark.gpu
+class TestCascadeGpu:
+    @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+    def test_cascade_matches_attention_over_the_joined_keys(self, dtype):
+        q, k, v, levels, prefix_pages, table = cascade_inputs("cuda", dtype, prefix_len=300, suffix_lens=(37, 3, 1, 90),
+                                                              q_lens=(1, 3, 1, 8))
+        attention = astrai_jit.CascadeAttention()
+        attention.plan(levels)
+        out, lse = attention.run(q, k, v, return_lse=True)
+        indptr = levels[1].qo_indptr.tolist()
+        suffix_lens = levels[1].seq_lens.tolist()
+        for b in range(len(suffix_lens)):
+            q_len = indptr[b + 1] - indptr[b]
+            if q_len == 0:
+                continue
+            # The prefix's 300 tokens, then the request's own (each from its own pages).
+            own = table[b][table[b] >= 0].long().cuda()
+            kb = torch.cat([k[prefix_pages.cuda()].reshape(-1, 2, 64)[:300], k[own].reshape(-1, 2, 64)[:suffix_lens[b]]])
+            vb = torch.cat([v[prefix_pages.cuda()].reshape(-1, 2, 64)[:300], v[own].reshape(-1, 2, 64)[:suffix_lens[b]]])
+            keys = kb.shape[0]
+            keep = torch.ones(1, q_len, keys, dtype=torch.bool, device="cuda")
+            for i in range(q_len):  # every prefix key; own keys up to the query's position
+                keep[0, i, 300 + suffix_lens[b] - q_len + i + 1:] = False
+            rows = slice(indptr[b], indptr[b + 1])
+            want, want_lse = attention_ref(q[rows][None], kb[None], vb[None], keep)
+            assert_rows_close(out[rows], want[0], slack=1.5)
+            assert_lse_close(lse[rows], want_lse[0])

@@ -1,0 +1,210 @@
+// cascade: attention over KV levels shared by groups of requests, as one paged_prefill pass a
+// level and an in-place merge of each further level into the first (merge_states). It has no
+// kernel of its own: its checks, its workspace and the order of the calls.
+#include <cstdint>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "runtime/families/arg_checks.hpp"
+#include "runtime/runtime_impl.hpp"
+#include "runtime/validation.hpp"
+
+namespace astrai {
+
+namespace detail {
+
+namespace {
+
+constexpr const char* kCascadeCall = "cascade";
+constexpr std::size_t kCascadeAlign = 256;
+
+std::size_t aligned(std::size_t bytes) { return (bytes + kCascadeAlign - 1) / kCascadeAlign * kCascadeAlign; }
+
+// The scratch of a call with more than one level: a level's output (q's dtype, contiguous) and
+// LSE, and level 0's LSE when the caller asks for none (the merges need it).
+struct CascadeScratch {
+  std::size_t out = 0, lse = 0, first_lse = 0, bytes = 0;
+};
+
+CascadeScratch cascade_scratch(const CascadeArgs& a) {
+  CascadeScratch s;
+  if (a.num_levels <= 1) return s;
+  const std::size_t rows = static_cast<std::size_t>(a.total_q) * static_cast<std::size_t>(a.n_heads);
+  s.out = 0;
+  s.lse = aligned(rows * static_cast<std::size_t>(a.head_dim) * 2);
+  s.first_lse = s.lse + aligned(rows * 4);
+  s.bytes = s.first_lse + (a.lse == nullptr ? aligned(rows * 4) : 0);
+  return s;
+}
+
+// Level `l` as the paged_prefill call that computes it (outputs set by the caller).
+PagedPrefillArgs level_call(const CascadeArgs& a, int l) {
+  const CascadeLevel& level = a.levels[l];
+  PagedPrefillArgs p;
+  static_cast<AttentionOptions&>(p) = a;
+  if (l > 0) p.sinks = nullptr;  // a sink joins the softmax once: level 0's pass carries it
+  p.dtype = a.dtype;
+  p.batch = level.groups;
+  p.total_q = a.total_q;
+  p.max_q_len = level.max_q_len;
+  p.n_heads = a.n_heads;
+  p.n_kv_heads = a.n_kv_heads;
+  p.head_dim = a.head_dim;
+  p.page_size = a.page_size;
+  p.num_pages = a.num_pages;
+  p.max_pages_per_seq = level.max_pages_per_seq;
+  p.scale = a.scale;
+  p.causal = level.causal;
+  p.q = a.q;
+  p.q_stride_token = a.q_stride_token;
+  p.q_stride_head = a.q_stride_head;
+  p.qo_indptr = level.qo_indptr;
+  p.k_cache = a.k_cache;
+  p.k_stride_page = a.k_stride_page;
+  p.k_stride_token = a.k_stride_token;
+  p.k_stride_head = a.k_stride_head;
+  p.v_cache = a.v_cache;
+  p.v_stride_page = a.v_stride_page;
+  p.v_stride_token = a.v_stride_token;
+  p.v_stride_head = a.v_stride_head;
+  p.page_table = level.page_table;
+  p.page_table_stride = level.page_table_stride;
+  p.seq_lens = level.seq_lens;
+  p.out = a.out;
+  p.out_stride_token = a.out_stride_token;
+  p.out_stride_head = a.out_stride_head;
+  p.lse = a.lse;
+  p.stream = a.stream;
+  return p;
+}
+
+// The merge of a level's result (level_out, level_lse) into the result so far (out, first_lse),
+// in place.
+MergeStatesArgs level_merge(const CascadeArgs& a, void* level_out, float* level_lse, float* first_lse) {
+  MergeStatesArgs merge;
+  merge.dtype = a.dtype;
+  merge.rows = a.total_q;
+  merge.n_heads = a.n_heads;
+  merge.head_dim = a.head_dim;
+  merge.a.v = a.out;
+  merge.a.lse = first_lse;
+  merge.a.v_stride_row = a.out_stride_token;
+  merge.a.v_stride_head = a.out_stride_head;
+  merge.b.v = level_out;
+  merge.b.lse = level_lse;
+  merge.out = a.out;
+  merge.out_stride_row = a.out_stride_token;
+  merge.out_stride_head = a.out_stride_head;
+  merge.lse = first_lse;
+  merge.stream = a.stream;
+  return merge;
+}
+
+// Where the scratch lies: the caller's workspace, or (null) the device's.
+struct ScratchPointers {
+  void* level_out;
+  float* level_lse;
+  float* first_lse;
+};
+
+ScratchPointers scratch_pointers(const CascadeArgs& a, std::uintptr_t base) {
+  const CascadeScratch s = cascade_scratch(a);
+  return {reinterpret_cast<void*>(base + s.out), reinterpret_cast<float*>(base + s.lse),
+          a.lse != nullptr ? a.lse : reinterpret_cast<float*>(base + s.first_lse)};
+}
+
+// A level's checks are paged_prefill's, reported as this call's: "cascade: levels[1]: ...".
+PagedPrefillArgs resolve_level(const PagedPrefillArgs& call, int l) {
+  try {
+    return resolve_paged_prefill_args(call);
+  } catch (const InvalidArgument& error) {
+    std::string message = error.what();
+    const std::string prefix = std::string(paged_prefill_family().name) + ": ";
+    if (message.rfind(prefix, 0) == 0) message.erase(0, prefix.size());
+    fail_argument(kCascadeCall, fmt::format("levels[{}]: {}", l, message));
+  }
+}
+
+}  // namespace
+
+CascadePlan resolve_cascade_args(const CascadeArgs& input) {
+  CascadePlan plan;
+  CascadeArgs& a = plan.args;
+  a = input;
+  if (a.num_levels < 1 || a.num_levels > kMaxCascadeLevels)
+    fail_argument(kCascadeCall, fmt::format("num_levels {} is not valid (allowed: 1..{})", a.num_levels, kMaxCascadeLevels));
+  if (a.window_left != -1)
+    fail_argument(kCascadeCall, fmt::format("window_left {} is not served (allowed: -1; a window needs each key's "
+                                     "distance to its query across levels)", a.window_left));
+  if (a.alibi_slopes != nullptr)
+    fail_argument(kCascadeCall, "alibi_slopes is not served (allowed: null; ALiBi needs each key's distance to its "
+                         "query across levels)");
+  require_non_negative(kCascadeCall, "total_q", a.total_q);
+  for (int l = 0; l < a.num_levels; ++l) plan.levels.push_back(resolve_level(level_call(a, l), l));
+  // The levels' resolved strides are the call's (each level resolved the same q, caches and out).
+  const PagedPrefillArgs& first = plan.levels.front();
+  a.scale = first.scale;
+  a.q_stride_token = first.q_stride_token;
+  a.q_stride_head = first.q_stride_head;
+  a.out_stride_token = first.out_stride_token;
+  a.out_stride_head = first.out_stride_head;
+  const CascadeScratch scratch = cascade_scratch(a);
+  plan.workspace_bytes = scratch.bytes;
+  if (a.workspace != nullptr && a.num_levels > 1 && 1LL * a.total_q * a.n_heads > 0) {
+    require_pointer(kCascadeCall, "workspace", a.workspace, kCascadeAlign);
+    if (a.workspace_bytes < scratch.bytes)
+      fail_argument(kCascadeCall, fmt::format("workspace_bytes {} is too small (allowed: >= {}, cascade_workspace_bytes)",
+                                       a.workspace_bytes, scratch.bytes));
+    // The levels' passes write the scratch while out holds the result so far: apart, or the
+    // merge would read what a pass overwrote.
+    const auto begin = reinterpret_cast<std::uintptr_t>(a.workspace);
+    const std::uintptr_t end = begin + scratch.bytes;
+    const auto out = reinterpret_cast<std::uintptr_t>(a.out);
+    const std::uintptr_t out_end =
+        out + 2 * static_cast<std::uintptr_t>((a.total_q - 1) * a.out_stride_token + (a.n_heads - 1) * a.out_stride_head +
+                                              a.head_dim);
+    const auto lse = reinterpret_cast<std::uintptr_t>(a.lse);
+    const std::uintptr_t lse_end = lse + 4 * static_cast<std::uintptr_t>(a.total_q) * a.n_heads;
+    if ((begin < out_end && out < end) || (a.lse != nullptr && begin < lse_end && lse < end))
+      fail_argument(kCascadeCall, fmt::format("workspace [{:#x}, {:#x}) overlaps out or lse (allowed: apart from both)",
+                                              begin, end));
+  }
+  return plan;
+}
+
+}  // namespace detail
+
+std::size_t cascade_workspace_bytes(const CascadeArgs& args) {
+  return detail::resolve_cascade_args(args).workspace_bytes;
+}
+
+void Runtime::cascade(const CascadeArgs& input) {
+  detail::CascadePlan plan = detail::resolve_cascade_args(input);
+  const CascadeArgs& a = plan.args;
+  if (a.num_levels == 1) {
+    paged_prefill(plan.levels[0]);
+    return;
+  }
+  const long long rows = 1LL * a.total_q * a.n_heads;
+  if (rows == 0) return;
+  auto base = reinterpret_cast<std::uintptr_t>(a.workspace);
+  if (base == 0)
+    base = impl_->current_device().workspace(static_cast<CUstream>(a.stream), plan.workspace_bytes, "cascade");
+  const detail::ScratchPointers scratch = detail::scratch_pointers(a, base);
+  PagedPrefillArgs first = plan.levels[0];
+  first.lse = scratch.first_lse;
+  paged_prefill(first);
+  const MergeStatesArgs merge = detail::level_merge(a, scratch.level_out, scratch.level_lse, scratch.first_lse);
+  for (int l = 1; l < a.num_levels; ++l) {
+    PagedPrefillArgs level = plan.levels[static_cast<std::size_t>(l)];
+    level.out = scratch.level_out;
+    level.out_stride_token = 1LL * a.n_heads * a.head_dim;
+    level.out_stride_head = a.head_dim;
+    level.lse = scratch.level_lse;
+    paged_prefill(level);
+    merge_states(merge);
+  }
+}
+
+}  // namespace astrai

@@ -269,7 +269,9 @@ inline Json stats_json(const Stats& stats) {
 // ---------------------------------------------------------------------------------------------
 // Cases
 
-enum class CaseKind { paged_decode, decode, prefill, paged_prefill, rotary, merge_states, jit_compile, jit_load, jit_host };
+enum class CaseKind {
+  paged_decode, decode, prefill, paged_prefill, rotary, merge_states, cascade, jit_compile, jit_load, jit_host
+};
 
 // How a case compares with its ratio_to case: rate over rate, calls per second over calls per
 // second (same work, e.g. tokens/s of an FP8 cache), or time over time (a feature's cost).
@@ -282,6 +284,8 @@ struct CaseDef {
   int batch = 0;
   int len = 0;  // decode: kv length (ragged: the mean); prefill: q_len = kv_len; rotary, merge: tokens
   int states = 2;  // merge_states: states merged a row
+  int prefix = 0;  // cascade: tokens of the prefix every request shares (len: each one's own)
+  bool cascade_as_decode = false;  // cascade: the same requests as one plain paged_decode
   int n_heads = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
@@ -350,6 +354,9 @@ struct CaseDef {
         return fmt::format("T{} H{} D{} in-place", len, n_heads, head_dim);
       case CaseKind::merge_states:
         return fmt::format("T{} H{} D{} {} states", len, n_heads, head_dim, states);
+      case CaseKind::cascade:
+        return fmt::format("B{} prefix {} + {} own H{}/{} D{} ps{}{}", batch, prefix, len, n_heads, n_kv_heads,
+                           head_dim, page_size, cascade_as_decode ? " as paged_decode" : "");
       case CaseKind::jit_compile: return "cold NVRTC compile of 5 variants, fresh cache dir (ms)";
       case CaseKind::jit_load: return "cached variant: JitEngine::get + cuModuleLoadData, fresh process (ms)";
       case CaseKind::jit_host: return "host us per hot paged_decode call vs raw cuLaunchKernel";
@@ -361,6 +368,7 @@ struct CaseDef {
     switch (kind) {
       case CaseKind::paged_decode:
       case CaseKind::decode: return "TB/s, % of read ceiling";
+      case CaseKind::cascade: return "TB/s of the KV read once, % of read ceiling";
       case CaseKind::prefill:
       case CaseKind::paged_prefill: return "TFLOP/s, % of the GEMM ceiling";
       case CaseKind::rotary:
@@ -390,6 +398,11 @@ struct PagedLayout {
 };
 
 PagedLayout make_paged_layout(std::vector<std::int32_t> lens, int page_size, std::mt19937& rng, bool shuffle = true);
+// A case's seed, from its name.
+std::uint64_t seed_of(const std::string& name);
+// The decode variant the runtime launched last (on sm_90a its tiling follows the split plan,
+// which the bench does not repeat), else the expected one.
+std::string launched_decode_variant(const std::string& expected);
 
 // ---------------------------------------------------------------------------------------------
 // Options
@@ -675,6 +688,7 @@ class Bench {
   void case_paged_prefill(const CaseDef& def, CaseResult* result);
   void case_rotary(const CaseDef& def, CaseResult* result);
   void case_merge_states(const CaseDef& def, CaseResult* result);
+  void case_cascade(const CaseDef& def, CaseResult* result);
 
   void jit_compile();
   void jit_load();

@@ -4,14 +4,10 @@
 
 namespace astrai::bench {
 
-namespace {
-// The decode variant the runtime launched last (on sm_90a its tiling follows the split plan,
-// which the bench does not repeat), else the expected one.
 std::string launched_decode_variant(const std::string& expected) {
   const std::string& launched = astrai::detail::last_decode_variant();
   return launched.empty() ? expected : launched;
 }
-}  // namespace
 
 std::vector<CaseDef> all_cases() {
   std::vector<CaseDef> cases;
@@ -219,6 +215,32 @@ std::vector<CaseDef> all_cases() {
   merge(16384, 8, 128);
   merge(64, 2, 128);
   merge(4096, 2, 512);
+
+  // Shared prefixes: 64 requests over one 8192-token prefix and 512 tokens each of their own,
+  // as cascade levels, and as a plain paged_decode of the same requests over the same pages
+  // (whose tables repeat the prefix's pages): the cascade row's ratio is its speedup.
+  auto shared_prefix = [&](bool decode) {
+    CaseDef c;
+    c.kind = CaseKind::cascade;
+    c.kernel = "cascade";
+    c.label = std::string("hd128.B64.P8192.U512") + (decode ? ".decode" : "");
+    c.batch = 64;
+    c.prefix = 8192;
+    c.len = 512;
+    c.n_heads = 32;
+    c.n_kv_heads = 8;
+    c.head_dim = 128;
+    c.page_size = 16;
+    c.cascade_as_decode = decode;
+    if (!decode) {
+      c.ratio_to = "cascade/hd128.B64.P8192.U512.decode";
+      c.ratio_label = "x paged_decode";
+      c.ratio_of = RatioOf::calls;
+    }
+    cases.push_back(c);
+  };
+  shared_prefix(true);
+  shared_prefix(false);
 
   auto jit = [&](CaseKind kind, const char* label) {
     CaseDef c;
@@ -638,49 +660,6 @@ void Bench::case_rotary(const CaseDef& def, CaseResult* result) {
   finish(result, timing, bytes, false);
 }
 
-void Bench::case_merge_states(const CaseDef& def, CaseResult* result) {
-  result->variant = variant_name(KernelKind::merge_states, def.head_dim, 0, 0);
-  const std::size_t rows = static_cast<std::size_t>(def.len) * def.n_heads;  // (token, head) rows
-  const std::size_t v_elems = rows * def.states * def.head_dim;
-  const std::size_t lse_elems = rows * def.states;
-  const std::size_t set_bytes = v_elems * 2 + lse_elems * 4 + rows * (def.head_dim * 2 + 4);
-  const int sets = choose_sets(set_bytes, 0, &result->notes);
-  result->sets = sets;
-  struct Set {
-    DeviceBuffer v, lse, out, out_lse;
-  };
-  std::vector<Set> buffers;
-  for (int s = 0; s < sets; ++s) {
-    Set set{DeviceBuffer(v_elems * 2), DeviceBuffer(lse_elems * 4), DeviceBuffer(rows * def.head_dim * 2),
-            DeviceBuffer(rows * 4)};
-    const std::uint64_t seed = seed_of(def.name()) + 2u * static_cast<std::uint64_t>(s);
-    fill_bf16(set.v, v_elems, seed);
-    fill_lse(set.lse, lse_elems, seed + 1);
-    buffers.push_back(std::move(set));
-  }
-  sync_all();
-  // a: the states stacked [tokens, states, heads, D]; no second source.
-  astrai::MergeStatesArgs base;
-  base.dtype = DType::bf16;
-  base.rows = def.len;
-  base.n_heads = def.n_heads;
-  base.head_dim = def.head_dim;
-  base.a.states = def.states;
-  base.b.states = 0;
-  const Call call = [&](int s, CUstream stream) {
-    astrai::MergeStatesArgs args = base;
-    const Set& set = buffers[static_cast<std::size_t>(s)];
-    args.a.v = set.v.ptr();
-    args.a.lse = set.lse.as<const float>();
-    args.out = set.out.ptr();
-    args.lse = set.out_lse.as<float>();
-    args.stream = stream;
-    Runtime::get().merge_states(args);
-  };
-  const Timing timing = time_calls(sets, call);
-  finish(result, timing, static_cast<double>(set_bytes), false);
-}
-
 CaseResult Bench::run_case(const CaseDef& def, const std::map<std::string, CaseResult>& earlier) {
   CaseResult result;
   result.def = def;
@@ -698,6 +677,7 @@ CaseResult Bench::run_case(const CaseDef& def, const std::map<std::string, CaseR
       case CaseKind::paged_prefill: case_paged_prefill(def, &result); break;
       case CaseKind::rotary: case_rotary(def, &result); break;
       case CaseKind::merge_states: case_merge_states(def, &result); break;
+      case CaseKind::cascade: case_cascade(def, &result); break;
       default: break;
     }
   } catch (const std::exception& error) {

@@ -62,7 +62,8 @@ void Bench::case_cascade(const CaseDef& def, CaseResult* result) {
   std::iota(physical.begin(), physical.end(), 0);
   std::shuffle(physical.begin(), physical.end(), rng);
   const std::vector<std::int32_t> prefix(physical.begin(), physical.begin() + prefix_pages);
-  std::vector<std::int32_t> own_table, whole_table, own_lens(def.batch, def.len), whole_lens(def.batch, def.prefix + def.len);
+  std::vector<std::int32_t> own_table, whole_table;
+  const std::vector<std::int32_t> own_lens(def.batch, def.len), whole_lens(def.batch, def.prefix + def.len);
   std::vector<std::int32_t> request_indptr(def.batch + 1);
   for (int b = 0; b < def.batch; ++b) {
     const auto first = physical.begin() + prefix_pages + b * own_pages;

@@ -75,7 +75,8 @@ __global__ void __launch_bounds__(kMergeStatesThreads) merge_states_kernel(const
       for (int j = 0; j < 4; ++j) words[j] = pack2<T>(acc[2 * j] * inverse, acc[2 * j + 1] * inverse);
       T* out = static_cast<T*>(p.out) + row * p.out_stride_row + head * p.out_stride_head + vector * 8;
       st_global_v4(out, make_uint4(words[0], words[1], words[2], words[3]));
-      if (p.lse != nullptr && vector == 0) p.lse[row * p.lse_stride_row + head * p.lse_stride_head] = merged_lse(max_lse, total);
+      if (p.lse != nullptr && vector == 0)
+        p.lse[row * p.lse_stride_row + head * p.lse_stride_head] = merged_lse(max_lse, total);
     }
   }
 }

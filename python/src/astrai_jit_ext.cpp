@@ -395,7 +395,8 @@ void set_merge_source(Checker& c, const astrai::MergeStatesArgs& a, astrai::Merg
                       const char* v_name, const Input& v, const char* lse_name, const Input& lse) {
   const bool stacked = v.ndim() == 4;
   c.rank(v_name, v, stacked ? 4 : 3, "[rows, n_heads, head_dim] or [rows, states, n_heads, head_dim]");
-  c.rank(lse_name, lse, v.ndim() - 1, stacked ? "[rows, states, n_heads], as its values" : "[rows, n_heads], as its values");
+  c.rank(lse_name, lse, v.ndim() - 1,
+         stacked ? "[rows, states, n_heads], as its values" : "[rows, n_heads], as its values");
   c.same_dtype(v_name, v, a.dtype, "out");
   c.dtype(lse_name, lse, Kind::float32);
   const std::size_t h = stacked ? 2 : 1;

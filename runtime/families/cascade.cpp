@@ -133,7 +133,8 @@ CascadePlan resolve_cascade_args(const CascadeArgs& input) {
   CascadeArgs& a = plan.args;
   a = input;
   if (a.num_levels < 1 || a.num_levels > kMaxCascadeLevels)
-    fail_argument(kCascadeCall, fmt::format("num_levels {} is not valid (allowed: 1..{})", a.num_levels, kMaxCascadeLevels));
+    fail_argument(kCascadeCall,
+                  fmt::format("num_levels {} is not valid (allowed: 1..{})", a.num_levels, kMaxCascadeLevels));
   if (a.window_left != -1)
     fail_argument(kCascadeCall, fmt::format("window_left {} is not served (allowed: -1; a window needs each key's "
                                      "distance to its query across levels)", a.window_left));
@@ -154,16 +155,15 @@ CascadePlan resolve_cascade_args(const CascadeArgs& input) {
   if (a.workspace != nullptr && a.num_levels > 1 && 1LL * a.total_q * a.n_heads > 0) {
     require_pointer(kCascadeCall, "workspace", a.workspace, kCascadeAlign);
     if (a.workspace_bytes < scratch.bytes)
-      fail_argument(kCascadeCall, fmt::format("workspace_bytes {} is too small (allowed: >= {}, cascade_workspace_bytes)",
-                                       a.workspace_bytes, scratch.bytes));
+      fail_argument(kCascadeCall, fmt::format("workspace_bytes {} is too small (allowed: >= {}, "
+                                              "cascade_workspace_bytes)", a.workspace_bytes, scratch.bytes));
     // The levels' passes write the scratch while out holds the result so far: apart, or the
     // merge would read what a pass overwrote.
     const auto begin = reinterpret_cast<std::uintptr_t>(a.workspace);
     const std::uintptr_t end = begin + scratch.bytes;
     const auto out = reinterpret_cast<std::uintptr_t>(a.out);
-    const std::uintptr_t out_end =
-        out + 2 * static_cast<std::uintptr_t>((a.total_q - 1) * a.out_stride_token + (a.n_heads - 1) * a.out_stride_head +
-                                              a.head_dim);
+    const std::int64_t out_last = (a.total_q - 1) * a.out_stride_token + (a.n_heads - 1) * a.out_stride_head;
+    const std::uintptr_t out_end = out + 2 * static_cast<std::uintptr_t>(out_last + a.head_dim);
     const auto lse = reinterpret_cast<std::uintptr_t>(a.lse);
     const std::uintptr_t lse_end = lse + 4 * static_cast<std::uintptr_t>(a.total_q) * a.n_heads;
     if ((begin < out_end && out < end) || (a.lse != nullptr && begin < lse_end && lse < end))

@@ -102,7 +102,8 @@ Span values_span(const MergeStatesSource& s, const MergeStatesArgs& a) {
 }
 
 Span lse_span(const MergeStatesSource& s, const MergeStatesArgs& a) {
-  return span_of(s.lse, 4, 1, {{a.rows, s.lse_stride_row}, {s.states, s.lse_stride_state}, {a.n_heads, s.lse_stride_head}});
+  return span_of(s.lse, 4, 1,
+                 {{a.rows, s.lse_stride_row}, {s.states, s.lse_stride_state}, {a.n_heads, s.lse_stride_head}});
 }
 
 // An output may be the very tensor of a source's single state (in place); otherwise it must not
@@ -150,8 +151,8 @@ MergeStatesArgs resolve_merge_states_args(const MergeStatesArgs& input) {
   require_optional_alignment(kMergeCall, "lse", a.lse, 4);
 
   const Span out = span_of(a.out, 2, d, {{a.rows, a.out_stride_row}, {a.n_heads, a.out_stride_head}});
-  const Span lse = a.lse == nullptr ? Span{}
-                                    : span_of(a.lse, 4, 1, {{a.rows, a.lse_stride_row}, {a.n_heads, a.lse_stride_head}});
+  const Span lse =
+      a.lse == nullptr ? Span{} : span_of(a.lse, 4, 1, {{a.rows, a.lse_stride_row}, {a.n_heads, a.lse_stride_head}});
   const MergeStatesSource* sources[] = {&a.a, &a.b};
   const char* values_names[] = {"a.v", "b.v"};
   const char* lse_names[] = {"a.lse", "b.lse"};
@@ -163,11 +164,13 @@ MergeStatesArgs resolve_merge_states_args(const MergeStatesArgs& input) {
     require_apart("out", out, a.out, a.out_stride_row, a.out_stride_head, values_names[i], s, v, s.v, s.v_stride_row,
                   s.v_stride_head);
     // Apart from the other kind's tensors: no state is both.
-    if (out.overlaps(s_lse)) fail_argument(kMergeCall, fmt::format("out overlaps {} (allowed: apart from it)", lse_names[i]));
+    if (out.overlaps(s_lse))
+      fail_argument(kMergeCall, fmt::format("out overlaps {} (allowed: apart from it)", lse_names[i]));
     if (a.lse == nullptr) continue;
     require_apart("lse", lse, a.lse, a.lse_stride_row, a.lse_stride_head, lse_names[i], s, s_lse, s.lse,
                   s.lse_stride_row, s.lse_stride_head);
-    if (lse.overlaps(v)) fail_argument(kMergeCall, fmt::format("lse overlaps {} (allowed: apart from it)", values_names[i]));
+    if (lse.overlaps(v))
+      fail_argument(kMergeCall, fmt::format("lse overlaps {} (allowed: apart from it)", values_names[i]));
   }
   if (a.lse != nullptr && out.overlaps(lse)) fail_argument(kMergeCall, "out overlaps lse (allowed: apart from it)");
   return a;

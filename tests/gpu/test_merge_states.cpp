@@ -127,10 +127,12 @@ void check_merge(const MergeCase& c) {
   DeviceBuffer b_v = DeviceBuffer::from(b.v), b_lse = DeviceBuffer::from(b.lse);
 
   // Out of place: out [rows, heads, d] and lse [rows, heads] (padded when strided), poisoned.
-  const std::int64_t out_head = c.in_place == 1 ? a.v_head : c.in_place == 2 ? b.v_head : d + (c.strided ? 8 : 0);
-  const std::int64_t out_row = c.in_place == 1 ? a.v_row : c.in_place == 2 ? b.v_row : c.n_heads * out_head + (c.strided ? 16 : 0);
-  const std::int64_t lse_head = c.in_place == 1 ? a.l_head : c.in_place == 2 ? b.l_head : 1;
-  const std::int64_t lse_row = c.in_place == 1 ? a.l_row : c.in_place == 2 ? b.l_row : c.n_heads + (c.strided ? 5 : 0);
+  // In place: the source whose single state out and lse are.
+  const Source* target = c.in_place == 1 ? &a : c.in_place == 2 ? &b : nullptr;
+  const std::int64_t out_head = target ? target->v_head : d + (c.strided ? 8 : 0);
+  const std::int64_t out_row = target ? target->v_row : c.n_heads * out_head + (c.strided ? 16 : 0);
+  const std::int64_t lse_head = target ? target->l_head : 1;
+  const std::int64_t lse_row = target ? target->l_row : c.n_heads + (c.strided ? 5 : 0);
   const std::size_t out_elems = static_cast<std::size_t>(std::max<std::int64_t>(8, c.rows * out_row));
   const std::size_t lse_elems = static_cast<std::size_t>(std::max<std::int64_t>(1, c.rows * lse_row));
   DeviceBuffer out_buffer(out_elems * 2), lse_buffer(lse_elems * 4);
@@ -154,8 +156,8 @@ void check_merge(const MergeCase& c) {
   args.lse_stride_head = lse_head;
   Runtime::get().merge_states(args);
   synchronize();
-  const std::size_t got_elems = c.in_place == 1 ? a.v.size() : c.in_place == 2 ? b.v.size() : out_elems;
-  const std::size_t got_lse_elems = c.in_place == 1 ? a.lse.size() : c.in_place == 2 ? b.lse.size() : lse_elems;
+  const std::size_t got_elems = target ? target->v.size() : out_elems;
+  const std::size_t got_lse_elems = target ? target->lse.size() : lse_elems;
   const auto got = out_v.to_host<std::uint16_t>(got_elems);
   const auto got_lse = out_lse.to_host<float>(got_lse_elems);
 
@@ -190,8 +192,8 @@ void check_merge(const MergeCase& c) {
       }
     }
   // Everything else as it was: the poison, or in place the source's other elements.
-  const std::vector<std::uint16_t>& before = c.in_place == 1 ? a.v : b.v;
-  const std::vector<float>& lse_before = c.in_place == 1 ? a.lse : b.lse;
+  const std::vector<std::uint16_t>& before = target ? target->v : b.v;
+  const std::vector<float>& lse_before = target ? target->lse : b.lse;
   for (std::size_t i = 0; i < got.size(); ++i)
     if (!written[i] && got[i] != (c.in_place ? before[i] : std::uint16_t{0xffff})) {
       check.expect(false, [&] { return fmt::format("element {} outside every row was written", i); });

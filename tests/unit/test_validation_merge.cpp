@@ -174,7 +174,8 @@ TEST_CASE("every merge_states argument rejects a bad value and the message names
       {"out", [](A& a) { a.out = fake_pointer<void>(0x500004); }, {"is not 16-byte aligned"}},
       {"lse", [](A& a) { a.lse = fake_pointer<float>(0x600001); }, {"is not 4-byte aligned"}},
       {"out_stride_head", [](A& a) { a.out_stride_head = 32; }, {"out_stride_head 32 makes rows overlap"}},
-      {"out_stride_row", [](A& a) { a.out_stride_row = 128; }, {"out_stride_row 128 makes rows overlap (allowed: >= 256)"}},
+      {"out_stride_row", [](A& a) { a.out_stride_row = 128; },
+       {"out_stride_row 128 makes rows overlap (allowed: >= 256)"}},
       {"lse_stride_row", [](A& a) { a.lse_stride_row = 2; }, {"lse_stride_row 2 makes rows overlap (allowed: >= 4)"}},
       // An output reaching into an input without being it: a CTA could read another's result.
       {"out", [](A& a) { a.out = fake_pointer<void>(0x100000 + 64 * 2); }, {"out overlaps a.v"}},

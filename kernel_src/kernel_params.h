@@ -191,6 +191,24 @@ struct MergeStatesParams {
   int n_heads;
 };
 
+// cascade's split of a shared level into chunks of its keys (merge_states.cuh): the chunks'
+// query offsets and lengths, and one copy of q's rows a chunk (chunk s's group reads copy s).
+struct CascadeChunkParams {
+  const int* seq_lens;           // the level's one length (int32, or int64 when wide)
+  int* indptr;                   // [chunks + 1]: s * rows
+  int* lens;                     // [chunks]: the level's keys in chunk s
+  const void* q;                 // [rows, n_heads, head_dim], strided
+  void* q_copies;                // [chunks, rows, n_heads, head_dim], contiguous
+  long long q_stride_token;
+  long long q_stride_head;
+  int rows;
+  int n_heads;
+  int chunks;
+  int chunk_tokens;
+  int capacity;                  // tokens the level's table row holds: its length is clamped to it
+  int wide;
+};
+
 struct RotaryParams {
   const void* x;                 // [batch, seq, n_heads, head_dim] (batch 1 for the 3D form)
   long long x_stride_batch;

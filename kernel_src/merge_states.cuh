@@ -81,4 +81,37 @@ __global__ void __launch_bounds__(kMergeStatesThreads) merge_states_kernel(const
   }
 }
 
+// cascade's split of a shared level (runtime/families/cascade.cpp): writes the chunks' query
+// offsets and lengths (block 0) and copies q's rows once a chunk, so that one paged_prefill
+// over `chunks` groups reads the level's keys on `chunks` times more CTAs; merge_states then
+// merges the chunks' states.
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kMergeStatesThreads) cascade_chunks_kernel(const CascadeChunkParams p) {
+  constexpr int kVectors = kHeadDim / 8;
+  wait_for_previous_grid();
+  allow_dependent_grid();
+  if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) <= p.chunks) {
+    const int s = threadIdx.x;
+    p.indptr[s] = s * p.rows;
+    if (s < p.chunks) {
+      // An int64 length outside the int range reads as -1: no keys.
+      const int len = min(load_index(p.seq_lens, 0, p.wide != 0), p.capacity);
+      const long long left = static_cast<long long>(len) - static_cast<long long>(s) * p.chunk_tokens;
+      p.lens[s] = static_cast<int>(max(0LL, min(left, static_cast<long long>(p.chunk_tokens))));
+    }
+  }
+  const long long per_copy = static_cast<long long>(p.rows) * p.n_heads * kVectors;
+  const long long total = per_copy * p.chunks;
+  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long within = i % per_copy;
+    const int vector = static_cast<int>(within % kVectors);
+    const long long row_head = within / kVectors;
+    const int head = static_cast<int>(row_head % p.n_heads);
+    const long long row = row_head / p.n_heads;
+    const T* src = static_cast<const T*>(p.q) + row * p.q_stride_token + head * p.q_stride_head + vector * 8;
+    st_global_v4(static_cast<T*>(p.q_copies) + i * 8, *reinterpret_cast<const uint4*>(src));
+  }
+}
+
 }  // namespace astrai

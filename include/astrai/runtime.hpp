@@ -371,8 +371,9 @@ struct CascadeArgs : AttentionOptions {
   void* stream = nullptr;
 };
 
-// Bytes of workspace a cascade call needs (0 with one level).
-ASTRAI_API std::size_t cascade_workspace_bytes(const CascadeArgs& args);
+// Bytes of workspace a cascade call needs on a device with `num_sms` multiprocessors (0 with one
+// level); a long shared level 0 is spread over the SMs, with scratch of its own.
+ASTRAI_API std::size_t cascade_workspace_bytes(const CascadeArgs& args, int num_sms);
 
 // Bytes of split-KV workspace that is always enough for a paged_decode (or, with the same
 // shape, decode) call on a device with `num_sms` multiprocessors, whatever the kernel's

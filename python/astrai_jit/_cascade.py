@@ -54,9 +54,10 @@ def cascade(q: Tensor, k_cache: Tensor, v_cache: Tensor, levels: Sequence[Cascad
     shared prefix (read once for all of them, on tensor cores) and the last level one group a
     request over its own pages, causal. 1 to 4 levels. ``logit_cap`` and an FP8 cache apply to
     every level, ``sinks`` join the softmax once; a window and ALiBi are not served.
+    A long shared level 0 is read in chunks by more CTAs and its chunks merged first.
     ``workspace`` (a contiguous scratch tensor of at least the bytes the C++
-    ``cascade_workspace_bytes`` gives) is needed under CUDA graph capture; without it the
-    runtime's per-stream workspace serves."""
+    ``cascade_workspace_bytes(args, num_sms)`` gives) is needed under CUDA graph capture;
+    without it the runtime's per-stream workspace serves."""
     call = "cascade"
     out = _out_like(call, q, out)
     lse = _lse(q, q.shape[:2]) if return_lse else None

@@ -1,12 +1,15 @@
 // cascade: attention over KV levels shared by groups of requests, as one paged_prefill pass a
 // level and an in-place merge of each further level into the first (merge_states). It has no
 // kernel of its own: its checks, its workspace and the order of the calls.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
 #include <fmt/format.h>
 
+#include "kernel_src/kernel_params.h"
 #include "runtime/families/arg_checks.hpp"
+#include "runtime/launch_heuristics.hpp"
 #include "runtime/runtime_impl.hpp"
 #include "runtime/validation.hpp"
 
@@ -22,19 +25,32 @@ constexpr std::size_t kCascadeAlign = 256;
 std::size_t aligned(std::size_t bytes) { return (bytes + kCascadeAlign - 1) / kCascadeAlign * kCascadeAlign; }
 
 // The scratch of a call with more than one level: a level's output (q's dtype, contiguous) and
-// LSE, and level 0's LSE when the caller asks for none (the merges need it).
+// LSE, level 0's LSE when the caller asks for none (the merges need it), and with a split shared
+// level its q copies, its chunks' states, their query offsets and lengths.
 struct CascadeScratch {
-  std::size_t out = 0, lse = 0, first_lse = 0, bytes = 0;
+  std::size_t out = 0, lse = 0, first_lse = 0, q_copies = 0, chunk_out = 0, chunk_lse = 0, indptr = 0, lens = 0;
+  std::size_t bytes = 0;
 };
 
-CascadeScratch cascade_scratch(const CascadeArgs& a) {
+CascadeScratch cascade_scratch(const CascadeArgs& a, const CascadeSplit& split) {
   CascadeScratch s;
   if (a.num_levels <= 1) return s;
   const std::size_t rows = static_cast<std::size_t>(a.total_q) * static_cast<std::size_t>(a.n_heads);
+  const std::size_t row_bytes = static_cast<std::size_t>(a.head_dim) * 2;
+  const std::size_t chunks = static_cast<std::size_t>(split.chunks);
   s.out = 0;
-  s.lse = aligned(rows * static_cast<std::size_t>(a.head_dim) * 2);
+  s.lse = aligned(rows * row_bytes);
   s.first_lse = s.lse + aligned(rows * 4);
-  s.bytes = s.first_lse + (a.lse == nullptr ? aligned(rows * 4) : 0);
+  s.q_copies = s.first_lse + (a.lse == nullptr ? aligned(rows * 4) : 0);
+  if (chunks <= 1) {
+    s.bytes = s.q_copies;
+    return s;
+  }
+  s.chunk_out = s.q_copies + aligned(chunks * rows * row_bytes);
+  s.chunk_lse = s.chunk_out + aligned(chunks * rows * row_bytes);
+  s.indptr = s.chunk_lse + aligned(chunks * rows * 4);
+  s.lens = s.indptr + aligned((chunks + 1) * 4);
+  s.bytes = s.lens + aligned(chunks * 4);
   return s;
 }
 
@@ -108,8 +124,8 @@ struct ScratchPointers {
   float* first_lse;
 };
 
-ScratchPointers scratch_pointers(const CascadeArgs& a, std::uintptr_t base) {
-  const CascadeScratch s = cascade_scratch(a);
+ScratchPointers scratch_pointers(const CascadeArgs& a, const CascadeSplit& split, std::uintptr_t base) {
+  const CascadeScratch s = cascade_scratch(a, split);
   return {reinterpret_cast<void*>(base + s.out), reinterpret_cast<float*>(base + s.lse),
           a.lse != nullptr ? a.lse : reinterpret_cast<float*>(base + s.first_lse)};
 }
@@ -126,9 +142,75 @@ PagedPrefillArgs resolve_level(const PagedPrefillArgs& call, int l) {
   }
 }
 
+// Level 0 split into chunks: one group a chunk over copies of q (contiguous), each group's
+// table row `chunk_pages` further into the level's one row, its outputs the chunks' states.
+PagedPrefillArgs chunked_level(const PagedPrefillArgs& level, const CascadeSplit& split, const CascadeArgs& a,
+                               std::uintptr_t base, const CascadeScratch& s) {
+  PagedPrefillArgs p = level;
+  p.batch = split.chunks;
+  p.total_q = split.chunks * a.total_q;
+  p.max_q_len = a.total_q;
+  p.q = reinterpret_cast<const void*>(base + s.q_copies);
+  p.q_stride_token = 1LL * a.n_heads * a.head_dim;
+  p.q_stride_head = a.head_dim;
+  p.qo_indptr = reinterpret_cast<const std::int32_t*>(base + s.indptr);
+  p.max_pages_per_seq = split.chunk_pages;
+  p.page_table_stride = split.chunk_pages;
+  p.seq_lens = reinterpret_cast<const std::int32_t*>(base + s.lens);
+  p.out = reinterpret_cast<void*>(base + s.chunk_out);
+  p.out_stride_token = 1LL * a.n_heads * a.head_dim;
+  p.out_stride_head = a.head_dim;
+  p.lse = reinterpret_cast<float*>(base + s.chunk_lse);
+  return p;
+}
+
+// The merge of the chunks' states ([chunk, row, head] in the scratch) into out and level 0's LSE.
+MergeStatesArgs chunk_merge(const CascadeArgs& a, const CascadeSplit& split, std::uintptr_t base,
+                            const CascadeScratch& s, float* first_lse) {
+  MergeStatesArgs merge;
+  merge.dtype = a.dtype;
+  merge.rows = a.total_q;
+  merge.n_heads = a.n_heads;
+  merge.head_dim = a.head_dim;
+  merge.a.v = reinterpret_cast<const void*>(base + s.chunk_out);
+  merge.a.lse = reinterpret_cast<const float*>(base + s.chunk_lse);
+  merge.a.states = split.chunks;
+  merge.a.v_stride_row = 1LL * a.n_heads * a.head_dim;
+  merge.a.v_stride_state = 1LL * a.total_q * a.n_heads * a.head_dim;
+  merge.a.v_stride_head = a.head_dim;
+  merge.a.lse_stride_row = a.n_heads;
+  merge.a.lse_stride_state = 1LL * a.total_q * a.n_heads;
+  merge.a.lse_stride_head = 1;
+  merge.b.states = 0;
+  merge.out = a.out;
+  merge.out_stride_row = a.out_stride_token;
+  merge.out_stride_head = a.out_stride_head;
+  merge.lse = first_lse;
+  merge.stream = a.stream;
+  return merge;
+}
+
 }  // namespace
 
-CascadePlan resolve_cascade_args(const CascadeArgs& input) {
+CascadeSplit cascade_split(const CascadeArgs& a, int num_sms) {
+  CascadeSplit none;
+  const CascadeLevel& shared = a.levels[0];
+  if (num_sms <= 0 || a.num_levels < 2 || a.sinks != nullptr || shared.groups != 1 || shared.causal ||
+      a.total_q <= 0 || a.n_kv_heads <= 0 || a.page_size <= 0)
+    return none;
+  // The single group's pass: its rows (each query head of a KV head) in tiles of up to 128.
+  const long long rows = 1LL * a.total_q * (a.n_heads / a.n_kv_heads);
+  const long long ctas = (rows + 127) / 128 * a.n_kv_heads;
+  const int min_chunk_pages = (256 + a.page_size - 1) / a.page_size;
+  long long chunks = std::min<long long>({num_sms / ctas, 16, shared.max_pages_per_seq / min_chunk_pages});
+  if (chunks < 2) return none;
+  CascadeSplit split;
+  split.chunk_pages = static_cast<int>((shared.max_pages_per_seq + chunks - 1) / chunks);
+  split.chunks = (shared.max_pages_per_seq + split.chunk_pages - 1) / split.chunk_pages;
+  return split.chunks >= 2 ? split : none;
+}
+
+CascadePlan resolve_cascade_args(const CascadeArgs& input, int num_sms) {
   CascadePlan plan;
   CascadeArgs& a = plan.args;
   a = input;
@@ -136,11 +218,11 @@ CascadePlan resolve_cascade_args(const CascadeArgs& input) {
     fail_argument(kCascadeCall,
                   fmt::format("num_levels {} is not valid (allowed: 1..{})", a.num_levels, kMaxCascadeLevels));
   if (a.window_left != -1)
-    fail_argument(kCascadeCall, fmt::format("window_left {} is not served (allowed: -1; a window needs each key's "
-                                     "distance to its query across levels)", a.window_left));
+    fail_argument(kCascadeCall, fmt::format("window_left {} is not served (allowed: -1; a window needs each "
+                                            "key's distance to its query across levels)", a.window_left));
   if (a.alibi_slopes != nullptr)
-    fail_argument(kCascadeCall, "alibi_slopes is not served (allowed: null; ALiBi needs each key's distance to its "
-                         "query across levels)");
+    fail_argument(kCascadeCall, "alibi_slopes is not served (allowed: null; ALiBi needs each key's distance to "
+                                "its query across levels)");
   require_non_negative(kCascadeCall, "total_q", a.total_q);
   for (int l = 0; l < a.num_levels; ++l) plan.levels.push_back(resolve_level(level_call(a, l), l));
   // The levels' resolved strides are the call's (each level resolved the same q, caches and out).
@@ -150,7 +232,8 @@ CascadePlan resolve_cascade_args(const CascadeArgs& input) {
   a.q_stride_head = first.q_stride_head;
   a.out_stride_token = first.out_stride_token;
   a.out_stride_head = first.out_stride_head;
-  const CascadeScratch scratch = cascade_scratch(a);
+  plan.split = cascade_split(a, num_sms);
+  const CascadeScratch scratch = cascade_scratch(a, plan.split);
   plan.workspace_bytes = scratch.bytes;
   if (a.workspace != nullptr && a.num_levels > 1 && 1LL * a.total_q * a.n_heads > 0) {
     require_pointer(kCascadeCall, "workspace", a.workspace, kCascadeAlign);
@@ -167,34 +250,75 @@ CascadePlan resolve_cascade_args(const CascadeArgs& input) {
     const auto lse = reinterpret_cast<std::uintptr_t>(a.lse);
     const std::uintptr_t lse_end = lse + 4 * static_cast<std::uintptr_t>(a.total_q) * a.n_heads;
     if ((begin < out_end && out < end) || (a.lse != nullptr && begin < lse_end && lse < end))
-      fail_argument(kCascadeCall, fmt::format("workspace [{:#x}, {:#x}) overlaps out or lse (allowed: apart from both)",
-                                              begin, end));
+      fail_argument(kCascadeCall, fmt::format("workspace [{:#x}, {:#x}) overlaps out or lse (allowed: apart from "
+                                              "both)", begin, end));
   }
   return plan;
 }
 
+// Level 0 over `chunks` CTAs as many: the chunks' offsets, lengths and q copies (the
+// merge_states module's second kernel), one paged_prefill over the chunks, their merge.
+void run_split_level(Runtime& runtime, Runtime::Impl& impl, const CascadePlan& plan, std::uintptr_t base) {
+  const CascadeArgs& a = plan.args;
+  const CascadeScratch s = cascade_scratch(a, plan.split);
+  Device& device = impl.current_device();
+  KernelSpec spec;
+  spec.kind = KernelKind::merge_states;
+  spec.dtype = a.dtype;
+  spec.head_dim = a.head_dim;
+  const auto& variant = impl.variant(device, spec, {kMergeStatesThreads, 0});
+  CascadeChunkParams chunks{};
+  chunks.seq_lens = static_cast<const int*>(a.levels[0].seq_lens.data);
+  chunks.wide = a.levels[0].seq_lens.wide ? 1 : 0;
+  chunks.indptr = reinterpret_cast<int*>(base + s.indptr);
+  chunks.lens = reinterpret_cast<int*>(base + s.lens);
+  chunks.q = a.q;
+  chunks.q_copies = reinterpret_cast<void*>(base + s.q_copies);
+  chunks.q_stride_token = a.q_stride_token;
+  chunks.q_stride_head = a.q_stride_head;
+  chunks.rows = a.total_q;
+  chunks.n_heads = a.n_heads;
+  chunks.chunks = plan.split.chunks;
+  chunks.chunk_tokens = plan.split.chunk_pages * a.page_size;
+  chunks.capacity = a.levels[0].max_pages_per_seq * a.page_size;
+  const long long vectors = 1LL * plan.split.chunks * a.total_q * a.n_heads * (a.head_dim / 8);
+  LaunchConfig config{};
+  config.name = "cuLaunchKernel(cascade_chunks)";
+  config.grid = {static_cast<unsigned>(merge_states_grid_size(vectors, 8, device.num_sms())), 1, 1};
+  config.block = kMergeStatesThreads;
+  config.stream = static_cast<CUstream>(a.stream);
+  device.launch(variant.functions[1], config, &chunks);
+  const ScratchPointers scratch = scratch_pointers(a, plan.split, base);
+  runtime.paged_prefill(chunked_level(plan.levels[0], plan.split, a, base, s));
+  runtime.merge_states(chunk_merge(a, plan.split, base, s, scratch.first_lse));
+}
+
 }  // namespace detail
 
-std::size_t cascade_workspace_bytes(const CascadeArgs& args) {
-  return detail::resolve_cascade_args(args).workspace_bytes;
+std::size_t cascade_workspace_bytes(const CascadeArgs& args, int num_sms) {
+  return detail::resolve_cascade_args(args, num_sms).workspace_bytes;
 }
 
 void Runtime::cascade(const CascadeArgs& input) {
-  detail::CascadePlan plan = detail::resolve_cascade_args(input);
+  detail::resolve_cascade_args(input);  // every check before the device is touched
+  detail::Device& device = impl_->current_device();
+  const detail::CascadePlan plan = detail::resolve_cascade_args(input, device.num_sms());
   const CascadeArgs& a = plan.args;
   if (a.num_levels == 1) {
     paged_prefill(plan.levels[0]);
     return;
   }
-  const long long rows = 1LL * a.total_q * a.n_heads;
-  if (rows == 0) return;
+  if (1LL * a.total_q * a.n_heads == 0) return;
   auto base = reinterpret_cast<std::uintptr_t>(a.workspace);
-  if (base == 0)
-    base = impl_->current_device().workspace(static_cast<CUstream>(a.stream), plan.workspace_bytes, "cascade");
-  const detail::ScratchPointers scratch = detail::scratch_pointers(a, base);
-  PagedPrefillArgs first = plan.levels[0];
-  first.lse = scratch.first_lse;
-  paged_prefill(first);
+  if (base == 0) base = device.workspace(static_cast<CUstream>(a.stream), plan.workspace_bytes, "cascade");
+  const detail::ScratchPointers scratch = detail::scratch_pointers(a, plan.split, base);
+  if (plan.split.chunks > 1) {
+    detail::run_split_level(*this, *impl_, plan, base);
+  } else {
+    PagedPrefillArgs first = plan.levels[0];
+    first.lse = scratch.first_lse;
+    paged_prefill(first);
+  }
   const MergeStatesArgs merge = detail::level_merge(a, scratch.level_out, scratch.level_lse, scratch.first_lse);
   for (int l = 1; l < a.num_levels; ++l) {
     PagedPrefillArgs level = plan.levels[static_cast<std::size_t>(l)];

@@ -25,7 +25,9 @@ const KernelFamily& merge_states_family() {
       /*warm_by_default=*/false,
       "merge_states.cuh",
       [](const KernelSpec& spec) -> std::vector<std::string> {
-        return {fmt::format("astrai::merge_states_kernel<{}, {}>", device_type_name(spec.dtype), spec.head_dim)};
+        const char* type = device_type_name(spec.dtype);
+        return {fmt::format("astrai::merge_states_kernel<{}, {}>", type, spec.head_dim),
+                fmt::format("astrai::cascade_chunks_kernel<{}, {}>", type, spec.head_dim)};
       },
       /*limits=*/{{8, 1024, 8}, 0, 0},
       /*supported_flags=*/0,
@@ -71,7 +73,7 @@ void resolve_source(const char* name, MergeStatesSource& s, const MergeStatesArg
   const std::string prefix(name);
   if (optional ? s.states < 0 : s.states < 1)
     fail_argument(kMergeCall, fmt::format("{}.states {} is not valid (allowed: {})", name, s.states,
-                                     optional ? ">= 0, 0 for no second source" : ">= 1"));
+                                          optional ? ">= 0, 0 for no second source" : ">= 1"));
   if (s.states == 0) {
     s = MergeStatesSource{};
     s.states = 0;
@@ -113,9 +115,9 @@ void require_apart(const char* output, const Span& out, const void* out_data, st
                    const void* in_data, std::int64_t in_row, std::int64_t in_head) {
   if (s.states == 0 || !out.overlaps(in)) return;
   if (s.states == 1 && out_data == in_data && out_row == in_row && out_head == in_head) return;
-  fail_argument(kMergeCall, fmt::format("{} overlaps {} (allowed: {} is {} itself when that source has one state "
-                                   "and the same strides, in place, or apart from it)",
-                                   output, input, output, input));
+  fail_argument(kMergeCall, fmt::format("{} overlaps {} (allowed: {} is {} itself when that source has one "
+                                        "state and the same strides, in place, or apart from it)",
+                                        output, input, output, input));
 }
 
 }  // namespace
@@ -128,7 +130,7 @@ MergeStatesArgs resolve_merge_states_args(const MergeStatesArgs& input) {
   require_positive(kMergeCall, "n_heads", a.n_heads);
   if (!family.limits.head_dim.contains(a.head_dim))
     fail_argument(kMergeCall, fmt::format("head_dim {} is not supported (allowed: {})", a.head_dim,
-                                     family.limits.head_dim.allowed()));
+                                          family.limits.head_dim.allowed()));
   resolve_source("a", a.a, a, false);
   resolve_source("b", a.b, a, true);
   const std::int64_t d = a.head_dim;
@@ -137,14 +139,14 @@ MergeStatesArgs resolve_merge_states_args(const MergeStatesArgs& input) {
   require_stride(kMergeCall, "out_stride_head", a.out_stride_head, d, false);
   require_stride(kMergeCall, "out_stride_row", a.out_stride_row, d, false);
   require_disjoint_rows(kMergeCall, d, {{"out_stride_row", a.out_stride_row, a.rows},
-                                   {"out_stride_head", a.out_stride_head, a.n_heads}});
+                                        {"out_stride_head", a.out_stride_head, a.n_heads}});
   resolve_stride(&a.lse_stride_head, a.n_heads, 1);
   resolve_stride(&a.lse_stride_row, a.rows, a.n_heads * a.lse_stride_head);
   if (a.lse != nullptr) {
     require_positive(kMergeCall, "lse_stride_head", a.lse_stride_head);
     require_positive(kMergeCall, "lse_stride_row", a.lse_stride_row);
     require_disjoint_rows(kMergeCall, 1, {{"lse_stride_row", a.lse_stride_row, a.rows},
-                                     {"lse_stride_head", a.lse_stride_head, a.n_heads}});
+                                          {"lse_stride_head", a.lse_stride_head, a.n_heads}});
   }
   if (1LL * a.rows * a.n_heads == 0) return a;
   require_pointer(kMergeCall, "out", a.out, 16);

@@ -1,7 +1,8 @@
 // cascade against a float64 reference over the union of each query's levels: a shared prefix,
 // a middle level shared by half of the requests, and each request's own suffix (causal), with
 // ragged query counts (multi-token), prefixes that end inside a page, empty levels, the soft-cap
-// and sinks (counted once), the caller's workspace or the runtime's. Outputs poisoned first.
+// and sinks (counted once), a long prefix spread over the SMs in chunks, the caller's workspace
+// or the runtime's. Outputs poisoned first.
 #include <algorithm>
 #include <numeric>
 
@@ -143,7 +144,8 @@ void check_cascade(const CascadeCase& c) {
   d_lse.fill_byte(0xff);
   args.out = d_out.get();
   if (c.lse) args.lse = static_cast<float*>(d_lse.get());
-  DeviceBuffer workspace(std::max<std::size_t>(cascade_workspace_bytes(args), 256));
+  // Enough for any SM count (the split of a long prefix, and its scratch, grow with it).
+  DeviceBuffer workspace(std::max<std::size_t>(cascade_workspace_bytes(args, 1 << 20), 256));
   if (c.own_workspace) {
     args.workspace = workspace.get();
     args.workspace_bytes = workspace.bytes();
@@ -251,6 +253,26 @@ TEST_CASE("cascade with the soft-cap and sinks (counted once), and an empty pref
     c.suffix_lens = {16, 33, 0};
     c.prefix_len = prefix_len;
     c.middle_len = 48;
+    c.seed = rng();
+    check_cascade(c);
+  }
+}
+
+TEST_CASE("cascade spreads a long shared prefix over the SMs (chunked level 0), with the cap and 3 levels") {
+  // Level 0 is split in chunks when its pass alone would leave SMs idle (cascade_split): these
+  // prefixes hold 4 to 16 chunks of at least 256 keys on any GPU of 32 SMs or more, the last one
+  // partial or empty.
+  std::mt19937 rng(test_seed(67));
+  for (const int page_size : {1, 16, 64}) {
+    CascadeCase c;
+    c.page_size = page_size;
+    c.q_lens = {1, 4, 1, 2};
+    c.suffix_lens = {30, 4, 1, 200};
+    c.prefix_len = 1024 + static_cast<int>(rng() % 3000);
+    c.middle_len = page_size == 16 ? 70 : 0;
+    c.features.logit_cap = page_size == 64 ? 25.f : 0.f;
+    c.lse = page_size != 1;
+    c.own_workspace = page_size == 16;
     c.seed = rng();
     check_cascade(c);
   }

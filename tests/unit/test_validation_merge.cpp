@@ -6,6 +6,7 @@
 using namespace astrai::testing;
 using astrai::MergeStatesArgs;
 using astrai::CascadeArgs;
+using astrai::detail::cascade_split;
 using astrai::detail::resolve_cascade_args;
 using astrai::detail::resolve_merge_states_args;
 
@@ -99,9 +100,55 @@ TEST_CASE("cascade resolves each level as the paged_prefill call that computes i
   CHECK(plan.workspace_bytes == rows * 128 * 2 + 256 + 256);
   args.lse = fake_pointer<float>(0x700000);
   CHECK(resolve_cascade_args(args).workspace_bytes == rows * 128 * 2 + 256);
-  CHECK(astrai::cascade_workspace_bytes(args) == rows * 128 * 2 + 256);
+  CHECK(astrai::cascade_workspace_bytes(args, 0) == rows * 128 * 2 + 256);
   args.num_levels = 1;
-  CHECK(astrai::cascade_workspace_bytes(args) == 0);
+  CHECK(astrai::cascade_workspace_bytes(args, 132) == 0);
+}
+
+TEST_CASE("cascade spreads a long shared level over the SMs in chunks, and only then") {
+  // 6 rows x 4 heads a KV head: one tile on each of 2 KV heads; 32 pages of 16: two chunks of 256.
+  const CascadeArgs args = valid_cascade();
+  auto split = cascade_split(args, 132);
+  CHECK(split.chunks == 2);
+  CHECK(split.chunk_pages == 16);
+  // The shape the bench compares with paged_decode: 64 requests, 32/8 heads, an 8192-token
+  // prefix: 2 tiles x 8 KV heads fill 16 SMs, so 8 chunks of 64 pages (1024 keys) fill 128.
+  CascadeArgs bench = args;
+  bench.total_q = 64;
+  bench.n_heads = 32;
+  bench.n_kv_heads = 8;
+  bench.levels[0].max_q_len = 64;
+  bench.levels[0].max_pages_per_seq = 512;
+  bench.levels[1].groups = 64;
+  split = cascade_split(bench, 132);
+  CHECK(split.chunks == 8);
+  CHECK(split.chunk_pages == 64);
+  CHECK(cascade_split(bench, 1000).chunks == 16);  // at most 16
+  CHECK(cascade_split(bench, 16).chunks == 1);     // the pass fills the SMs already
+  // No split: no device, sinks, one level, level 0 causal or of several groups, a short table.
+  CHECK(cascade_split(args, 0).chunks == 1);
+  CascadeArgs no = args;
+  no.sinks = fake_pointer<const float>(0x600000);
+  CHECK(cascade_split(no, 132).chunks == 1);
+  no = args;
+  no.num_levels = 1;
+  CHECK(cascade_split(no, 132).chunks == 1);
+  no = args;
+  no.levels[0].causal = true;
+  CHECK(cascade_split(no, 132).chunks == 1);
+  no = args;
+  no.levels[0].groups = 2;
+  CHECK(cascade_split(no, 132).chunks == 1);
+  no = args;
+  no.levels[0].max_pages_per_seq = 31;  // under two chunks of 256 keys
+  CHECK(cascade_split(no, 132).chunks == 1);
+  // The split's scratch: q copies, the chunks' states, their offsets and lengths.
+  const std::size_t rows = 6 * 8, row_bytes = 128 * 2;
+  const std::size_t plain = rows * row_bytes + 256 + 256;
+  CHECK(astrai::cascade_workspace_bytes(args, 132) ==
+        plain + 2 * (2 * rows * row_bytes) + 512 + 256 + 256);  // 2 x 48 LSEs, 3 offsets, 2 lengths
+  CHECK(resolve_cascade_args(args, 132).split.chunks == 2);
+  CHECK(resolve_cascade_args(args).split.chunks == 1);
 }
 
 TEST_CASE("every cascade argument rejects a bad value and the message names it") {
@@ -127,7 +174,8 @@ TEST_CASE("every cascade argument rejects a bad value and the message names it")
   };
   const CascadeArgs valid = valid_cascade();
   REQUIRE_NOTHROW(resolve_cascade_args(valid));
-  for (const auto& c : cases) check_rejected(valid, c, resolve_cascade_args, "cascade");
+  for (const auto& c : cases)
+    check_rejected(valid, c, [](const CascadeArgs& a) { return resolve_cascade_args(a); }, "cascade");
 }
 
 

@@ -33,7 +33,11 @@ CascadeSplit cascade_split(const CascadeArgs& args, int num_sms);
 struct CascadePlan {
   CascadeArgs args;
   std::vector<PagedPrefillArgs> levels;
+  // Levels of q_len rows a group holding each request's new tokens run as paged_decode instead.
+  std::vector<bool> as_decode;
+  std::vector<PagedDecodeArgs> decodes;  // resolved where as_decode
   CascadeSplit split;
+  std::size_t decode_workspace = 0;  // the decode levels' split-KV workspace, in the scratch
   std::size_t workspace_bytes = 0;
 };
 CascadePlan resolve_cascade_args(const CascadeArgs& args, int num_sms = 0);

@@ -28,11 +28,14 @@ std::size_t aligned(std::size_t bytes) { return (bytes + kCascadeAlign - 1) / kC
 // LSE, level 0's LSE when the caller asks for none (the merges need it), and with a split shared
 // level its q copies, its chunks' states, their query offsets and lengths.
 struct CascadeScratch {
-  std::size_t out = 0, lse = 0, first_lse = 0, q_copies = 0, chunk_out = 0, chunk_lse = 0, indptr = 0, lens = 0;
+  std::size_t out = 0, lse = 0, first_lse = 0, decode = 0, q_copies = 0, chunk_out = 0, chunk_lse = 0, indptr = 0,
+              lens = 0;
   std::size_t bytes = 0;
 };
 
-CascadeScratch cascade_scratch(const CascadeArgs& a, const CascadeSplit& split) {
+// `decode_bytes`: the split-KV workspace of the levels paged_decode serves (they run one after
+// another and share it).
+CascadeScratch cascade_scratch(const CascadeArgs& a, const CascadeSplit& split, std::size_t decode_bytes) {
   CascadeScratch s;
   if (a.num_levels <= 1) return s;
   const std::size_t rows = static_cast<std::size_t>(a.total_q) * static_cast<std::size_t>(a.n_heads);
@@ -41,7 +44,8 @@ CascadeScratch cascade_scratch(const CascadeArgs& a, const CascadeSplit& split) 
   s.out = 0;
   s.lse = aligned(rows * row_bytes);
   s.first_lse = s.lse + aligned(rows * 4);
-  s.q_copies = s.first_lse + (a.lse == nullptr ? aligned(rows * 4) : 0);
+  s.decode = s.first_lse + (a.lse == nullptr ? aligned(rows * 4) : 0);
+  s.q_copies = s.decode + aligned(decode_bytes);
   if (chunks <= 1) {
     s.bytes = s.q_copies;
     return s;
@@ -95,6 +99,56 @@ PagedPrefillArgs level_call(const CascadeArgs& a, int l) {
   return p;
 }
 
+// A causal level of q_len rows a group (groups x q_len = total_q, q_len <= 8) holds each
+// request's new tokens: paged_decode serves it (the multi-token decode, which splits long keys
+// over the SMs), where a paged_prefill tile would hold only group x q_len live rows.
+bool level_as_decode(const CascadeArgs& a, int l) {
+  const CascadeLevel& level = a.levels[l];
+  return l > 0 && level.causal && level.max_q_len >= 1 && level.max_q_len <= kMaxDecodeQLen &&
+         1LL * level.groups * level.max_q_len == a.total_q;
+}
+
+// Level `l` as the paged_decode call that computes it (outputs set by the caller). Group b's
+// rows are q's rows b * q_len .. b * q_len + q_len - 1.
+PagedDecodeArgs decode_call(const CascadeArgs& a, int l) {
+  const CascadeLevel& level = a.levels[l];
+  PagedDecodeArgs d;
+  static_cast<AttentionOptions&>(d) = a;
+  d.sinks = nullptr;  // level 0's pass carries them
+  d.dtype = a.dtype;
+  d.batch = level.groups;
+  d.n_heads = a.n_heads;
+  d.n_kv_heads = a.n_kv_heads;
+  d.head_dim = a.head_dim;
+  d.page_size = a.page_size;
+  d.num_pages = a.num_pages;
+  d.max_pages_per_seq = level.max_pages_per_seq;
+  d.scale = a.scale;
+  d.q_len = level.max_q_len;
+  d.q = a.q;
+  d.q_stride_batch = level.max_q_len * a.q_stride_token;
+  d.q_stride_seq = a.q_stride_token;
+  d.q_stride_head = a.q_stride_head;
+  d.k_cache = a.k_cache;
+  d.k_stride_page = a.k_stride_page;
+  d.k_stride_token = a.k_stride_token;
+  d.k_stride_head = a.k_stride_head;
+  d.v_cache = a.v_cache;
+  d.v_stride_page = a.v_stride_page;
+  d.v_stride_token = a.v_stride_token;
+  d.v_stride_head = a.v_stride_head;
+  d.page_table = level.page_table;
+  d.page_table_stride = level.page_table_stride;
+  d.seq_lens = level.seq_lens;
+  d.out = a.out;
+  d.out_stride_batch = level.max_q_len * a.out_stride_token;
+  d.out_stride_seq = a.out_stride_token;
+  d.out_stride_head = a.out_stride_head;
+  d.lse = a.lse;
+  d.stream = a.stream;
+  return d;
+}
+
 // The merge of a level's result (level_out, level_lse) into the result so far (out, first_lse),
 // in place.
 MergeStatesArgs level_merge(const CascadeArgs& a, void* level_out, float* level_lse, float* first_lse) {
@@ -122,12 +176,15 @@ struct ScratchPointers {
   void* level_out;
   float* level_lse;
   float* first_lse;
+  void* decode_workspace;
 };
 
-ScratchPointers scratch_pointers(const CascadeArgs& a, const CascadeSplit& split, std::uintptr_t base) {
-  const CascadeScratch s = cascade_scratch(a, split);
+ScratchPointers scratch_pointers(const CascadeArgs& a, const CascadeSplit& split, std::size_t decode_bytes,
+                                 std::uintptr_t base) {
+  const CascadeScratch s = cascade_scratch(a, split, decode_bytes);
   return {reinterpret_cast<void*>(base + s.out), reinterpret_cast<float*>(base + s.lse),
-          a.lse != nullptr ? a.lse : reinterpret_cast<float*>(base + s.first_lse)};
+          a.lse != nullptr ? a.lse : reinterpret_cast<float*>(base + s.first_lse),
+          reinterpret_cast<void*>(base + s.decode)};
 }
 
 // A level's checks are paged_prefill's, reported as this call's: "cascade: levels[1]: ...".
@@ -224,7 +281,21 @@ CascadePlan resolve_cascade_args(const CascadeArgs& input, int num_sms) {
     fail_argument(kCascadeCall, "alibi_slopes is not served (allowed: null; ALiBi needs each key's distance to "
                                 "its query across levels)");
   require_non_negative(kCascadeCall, "total_q", a.total_q);
-  for (int l = 0; l < a.num_levels; ++l) plan.levels.push_back(resolve_level(level_call(a, l), l));
+  for (int l = 0; l < a.num_levels; ++l) {
+    plan.levels.push_back(resolve_level(level_call(a, l), l));
+    // A level the decode does not serve (a feature it lacks with several tokens) stays a prefill.
+    bool decode = level_as_decode(a, l);
+    PagedDecodeArgs call;
+    if (decode) {
+      try {
+        call = resolve_paged_decode_args(decode_call(a, l));
+      } catch (const InvalidArgument&) {
+        decode = false;
+      }
+    }
+    plan.as_decode.push_back(decode);
+    plan.decodes.push_back(call);
+  }
   // The levels' resolved strides are the call's (each level resolved the same q, caches and out).
   const PagedPrefillArgs& first = plan.levels.front();
   a.scale = first.scale;
@@ -233,7 +304,16 @@ CascadePlan resolve_cascade_args(const CascadeArgs& input, int num_sms) {
   a.out_stride_token = first.out_stride_token;
   a.out_stride_head = first.out_stride_head;
   plan.split = cascade_split(a, num_sms);
-  const CascadeScratch scratch = cascade_scratch(a, plan.split);
+  for (int l = 0; l < a.num_levels; ++l)
+    if (plan.as_decode[l]) {
+      PagedDecodeArgs scratch_call = plan.decodes[l];  // as it runs: out contiguous in the scratch
+      scratch_call.out_stride_head = a.head_dim;
+      scratch_call.out_stride_seq = 1LL * a.n_heads * a.head_dim;
+      scratch_call.out_stride_batch = scratch_call.q_len * scratch_call.out_stride_seq;
+      plan.decode_workspace =
+          std::max(plan.decode_workspace, paged_decode_workspace_bytes(scratch_call, std::max(num_sms, 1)));
+    }
+  const CascadeScratch scratch = cascade_scratch(a, plan.split, plan.decode_workspace);
   plan.workspace_bytes = scratch.bytes;
   if (a.workspace != nullptr && a.num_levels > 1 && 1LL * a.total_q * a.n_heads > 0) {
     require_pointer(kCascadeCall, "workspace", a.workspace, kCascadeAlign);
@@ -260,7 +340,7 @@ CascadePlan resolve_cascade_args(const CascadeArgs& input, int num_sms) {
 // merge_states module's second kernel), one paged_prefill over the chunks, their merge.
 void run_split_level(Runtime& runtime, Runtime::Impl& impl, const CascadePlan& plan, std::uintptr_t base) {
   const CascadeArgs& a = plan.args;
-  const CascadeScratch s = cascade_scratch(a, plan.split);
+  const CascadeScratch s = cascade_scratch(a, plan.split, plan.decode_workspace);
   Device& device = impl.current_device();
   KernelSpec spec;
   spec.kind = KernelKind::merge_states;
@@ -288,7 +368,7 @@ void run_split_level(Runtime& runtime, Runtime::Impl& impl, const CascadePlan& p
   config.block = kMergeStatesThreads;
   config.stream = static_cast<CUstream>(a.stream);
   device.launch(variant.functions[1], config, &chunks);
-  const ScratchPointers scratch = scratch_pointers(a, plan.split, base);
+  const ScratchPointers scratch = scratch_pointers(a, plan.split, plan.decode_workspace, base);
   runtime.paged_prefill(chunked_level(plan.levels[0], plan.split, a, base, s));
   runtime.merge_states(chunk_merge(a, plan.split, base, s, scratch.first_lse));
 }
@@ -311,7 +391,7 @@ void Runtime::cascade(const CascadeArgs& input) {
   if (1LL * a.total_q * a.n_heads == 0) return;
   auto base = reinterpret_cast<std::uintptr_t>(a.workspace);
   if (base == 0) base = device.workspace(static_cast<CUstream>(a.stream), plan.workspace_bytes, "cascade");
-  const detail::ScratchPointers scratch = detail::scratch_pointers(a, plan.split, base);
+  const detail::ScratchPointers scratch = detail::scratch_pointers(a, plan.split, plan.decode_workspace, base);
   if (plan.split.chunks > 1) {
     detail::run_split_level(*this, *impl_, plan, base);
   } else {
@@ -320,13 +400,27 @@ void Runtime::cascade(const CascadeArgs& input) {
     paged_prefill(first);
   }
   const MergeStatesArgs merge = detail::level_merge(a, scratch.level_out, scratch.level_lse, scratch.first_lse);
+  const std::int64_t row = 1LL * a.n_heads * a.head_dim;  // the scratch output's rows
   for (int l = 1; l < a.num_levels; ++l) {
-    PagedPrefillArgs level = plan.levels[static_cast<std::size_t>(l)];
-    level.out = scratch.level_out;
-    level.out_stride_token = 1LL * a.n_heads * a.head_dim;
-    level.out_stride_head = a.head_dim;
-    level.lse = scratch.level_lse;
-    paged_prefill(level);
+    const auto at = static_cast<std::size_t>(l);
+    if (plan.as_decode[at]) {
+      PagedDecodeArgs level = plan.decodes[at];
+      level.out = scratch.level_out;
+      level.out_stride_batch = level.q_len * row;
+      level.out_stride_seq = row;
+      level.out_stride_head = a.head_dim;
+      level.lse = scratch.level_lse;
+      level.workspace = scratch.decode_workspace;
+      level.workspace_bytes = plan.decode_workspace;
+      paged_decode(level);
+    } else {
+      PagedPrefillArgs level = plan.levels[at];
+      level.out = scratch.level_out;
+      level.out_stride_token = row;
+      level.out_stride_head = a.head_dim;
+      level.lse = scratch.level_lse;
+      paged_prefill(level);
+    }
     merge_states(merge);
   }
 }

@@ -1,8 +1,8 @@
 // cascade against a float64 reference over the union of each query's levels: a shared prefix,
 // a middle level shared by half of the requests, and each request's own suffix (causal), with
 // ragged query counts (multi-token), prefixes that end inside a page, empty levels, the soft-cap
-// and sinks (counted once), a long prefix spread over the SMs in chunks, the caller's workspace
-// or the runtime's. Outputs poisoned first.
+// and sinks (counted once), a long prefix spread over the SMs in chunks, a last level of uniform
+// new tokens run as paged_decode, the caller's workspace or the runtime's. Outputs poisoned first.
 #include <algorithm>
 #include <numeric>
 
@@ -275,6 +275,25 @@ TEST_CASE("cascade spreads a long shared prefix over the SMs (chunked level 0), 
     c.own_workspace = page_size == 16;
     c.seed = rng();
     check_cascade(c);
+  }
+}
+
+TEST_CASE("cascade runs a level of every request's new tokens (1 or 3 each) as paged_decode") {
+  // Uniform query counts make the last level a (multi-token) paged_decode, whose split-KV
+  // workspace sits in the cascade's scratch; a 6000-key suffix splits.
+  std::mt19937 rng(test_seed(68));
+  for (const int q_len : {1, 3}) {
+    for (const bool own_workspace : {false, true}) {
+      CascadeCase c;
+      c.q_lens.assign(5, q_len);
+      c.suffix_lens = {q_len, 100, 6000, 17, 64};
+      c.prefix_len = 700;
+      c.middle_len = q_len == 3 ? 33 : 0;
+      c.features.logit_cap = own_workspace ? 30.f : 0.f;
+      c.own_workspace = own_workspace;
+      c.seed = rng();
+      check_cascade(c);
+    }
   }
 }
 

@@ -105,6 +105,46 @@ TEST_CASE("cascade resolves each level as the paged_prefill call that computes i
   CHECK(astrai::cascade_workspace_bytes(args, 132) == 0);
 }
 
+TEST_CASE("cascade runs a level of each request's new tokens as paged_decode, and only such a level") {
+  CascadeArgs args = valid_cascade();
+  auto plan = resolve_cascade_args(args, 132);
+  CHECK_FALSE(plan.as_decode[0]);  // level 0 is the shared prefix
+  REQUIRE(plan.as_decode[1]);      // 6 groups of one row, causal
+  CHECK(plan.decodes[1].batch == 6);
+  CHECK(plan.decodes[1].q_len == 1);
+  CHECK(plan.decodes[1].sinks == nullptr);
+  // Three requests of two new tokens each: the multi-token decode, rows b * 2 and b * 2 + 1.
+  args.levels[1].groups = 3;
+  args.levels[1].max_q_len = 2;
+  plan = resolve_cascade_args(args, 132);
+  REQUIRE(plan.as_decode[1]);
+  CHECK(plan.decodes[1].q_len == 2);
+  CHECK(plan.decodes[1].q_stride_batch == 2 * plan.decodes[1].q_stride_seq);
+  // Ragged rows (max_q_len 3 over 3 groups is 9 rows, not 6), a level that is not causal, or
+  // more than 8 tokens a request: paged_prefill.
+  args.levels[1].max_q_len = 3;
+  CHECK_FALSE(resolve_cascade_args(args, 132).as_decode[1]);
+  args = valid_cascade();
+  args.levels[1].causal = false;
+  CHECK_FALSE(resolve_cascade_args(args, 132).as_decode[1]);
+  args = valid_cascade();
+  args.total_q = 18;
+  args.levels[0].max_q_len = 18;
+  args.levels[1].groups = 2;
+  args.levels[1].max_q_len = 9;
+  CHECK_FALSE(resolve_cascade_args(args, 132).as_decode[1]);
+  // Long suffixes split their keys over the SMs: their split-KV workspace joins the scratch.
+  args = valid_cascade();
+  args.total_q = 2;
+  args.levels[0].max_q_len = 2;
+  args.levels[1].groups = 2;
+  args.levels[1].max_pages_per_seq = 1024;  // 16384 keys
+  plan = resolve_cascade_args(args, 132);
+  REQUIRE(plan.as_decode[1]);
+  CHECK(plan.decode_workspace > 0);
+  CHECK(plan.workspace_bytes >= plan.decode_workspace + 2 * 8 * 128 * 2);
+}
+
 TEST_CASE("cascade spreads a long shared level over the SMs in chunks, and only then") {
   // 6 rows x 4 heads a KV head: one tile on each of 2 KV heads; 32 pages of 16: two chunks of 256.
   const CascadeArgs args = valid_cascade();

@@ -58,28 +58,20 @@ CascadeScratch cascade_scratch(const CascadeArgs& a, const CascadeSplit& split, 
   return s;
 }
 
-// Level `l` as the paged_prefill call that computes it (outputs set by the caller).
-PagedPrefillArgs level_call(const CascadeArgs& a, int l) {
-  const CascadeLevel& level = a.levels[l];
-  PagedPrefillArgs p;
+// What every level's call shares with the cascade: the options, the shape, the KV pool.
+template <typename Args>
+void copy_cascade_fields(const CascadeArgs& a, int l, Args* call) {
+  Args& p = *call;
   static_cast<AttentionOptions&>(p) = a;
   if (l > 0) p.sinks = nullptr;  // a sink joins the softmax once: level 0's pass carries it
   p.dtype = a.dtype;
-  p.batch = level.groups;
-  p.total_q = a.total_q;
-  p.max_q_len = level.max_q_len;
   p.n_heads = a.n_heads;
   p.n_kv_heads = a.n_kv_heads;
   p.head_dim = a.head_dim;
   p.page_size = a.page_size;
   p.num_pages = a.num_pages;
-  p.max_pages_per_seq = level.max_pages_per_seq;
+  p.max_pages_per_seq = a.levels[l].max_pages_per_seq;
   p.scale = a.scale;
-  p.causal = level.causal;
-  p.q = a.q;
-  p.q_stride_token = a.q_stride_token;
-  p.q_stride_head = a.q_stride_head;
-  p.qo_indptr = level.qo_indptr;
   p.k_cache = a.k_cache;
   p.k_stride_page = a.k_stride_page;
   p.k_stride_token = a.k_stride_token;
@@ -88,14 +80,29 @@ PagedPrefillArgs level_call(const CascadeArgs& a, int l) {
   p.v_stride_page = a.v_stride_page;
   p.v_stride_token = a.v_stride_token;
   p.v_stride_head = a.v_stride_head;
-  p.page_table = level.page_table;
-  p.page_table_stride = level.page_table_stride;
-  p.seq_lens = level.seq_lens;
+  p.page_table = a.levels[l].page_table;
+  p.page_table_stride = a.levels[l].page_table_stride;
+  p.seq_lens = a.levels[l].seq_lens;
+  p.lse = a.lse;
+  p.stream = a.stream;
+}
+
+// Level `l` as the paged_prefill call that computes it (outputs set by the caller).
+PagedPrefillArgs level_call(const CascadeArgs& a, int l) {
+  const CascadeLevel& level = a.levels[l];
+  PagedPrefillArgs p;
+  copy_cascade_fields(a, l, &p);
+  p.batch = level.groups;
+  p.total_q = a.total_q;
+  p.max_q_len = level.max_q_len;
+  p.causal = level.causal;
+  p.q = a.q;
+  p.q_stride_token = a.q_stride_token;
+  p.q_stride_head = a.q_stride_head;
+  p.qo_indptr = level.qo_indptr;
   p.out = a.out;
   p.out_stride_token = a.out_stride_token;
   p.out_stride_head = a.out_stride_head;
-  p.lse = a.lse;
-  p.stream = a.stream;
   return p;
 }
 
@@ -113,39 +120,17 @@ bool level_as_decode(const CascadeArgs& a, int l) {
 PagedDecodeArgs decode_call(const CascadeArgs& a, int l) {
   const CascadeLevel& level = a.levels[l];
   PagedDecodeArgs d;
-  static_cast<AttentionOptions&>(d) = a;
-  d.sinks = nullptr;  // level 0's pass carries them
-  d.dtype = a.dtype;
+  copy_cascade_fields(a, l, &d);
   d.batch = level.groups;
-  d.n_heads = a.n_heads;
-  d.n_kv_heads = a.n_kv_heads;
-  d.head_dim = a.head_dim;
-  d.page_size = a.page_size;
-  d.num_pages = a.num_pages;
-  d.max_pages_per_seq = level.max_pages_per_seq;
-  d.scale = a.scale;
   d.q_len = level.max_q_len;
   d.q = a.q;
   d.q_stride_batch = level.max_q_len * a.q_stride_token;
   d.q_stride_seq = a.q_stride_token;
   d.q_stride_head = a.q_stride_head;
-  d.k_cache = a.k_cache;
-  d.k_stride_page = a.k_stride_page;
-  d.k_stride_token = a.k_stride_token;
-  d.k_stride_head = a.k_stride_head;
-  d.v_cache = a.v_cache;
-  d.v_stride_page = a.v_stride_page;
-  d.v_stride_token = a.v_stride_token;
-  d.v_stride_head = a.v_stride_head;
-  d.page_table = level.page_table;
-  d.page_table_stride = level.page_table_stride;
-  d.seq_lens = level.seq_lens;
   d.out = a.out;
   d.out_stride_batch = level.max_q_len * a.out_stride_token;
   d.out_stride_seq = a.out_stride_token;
   d.out_stride_head = a.out_stride_head;
-  d.lse = a.lse;
-  d.stream = a.stream;
   return d;
 }
 

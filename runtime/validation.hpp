@@ -41,6 +41,10 @@ struct CascadePlan {
   std::size_t workspace_bytes = 0;
 };
 CascadePlan resolve_cascade_args(const CascadeArgs& args, int num_sms = 0);
+// The split, the decode levels' workspace and the scratch of a resolved plan for `num_sms`
+// multiprocessors, and the caller's workspace checked against them (resolve_cascade_args ends
+// with it; a launch sizes again once it knows the device).
+void size_cascade_plan(CascadePlan* plan, int num_sms);
 PrefillArgs resolve_prefill_args(const PrefillArgs& args);
 PagedPrefillArgs resolve_paged_prefill_args(const PagedPrefillArgs& args);
 

@@ -327,6 +327,14 @@ def _merge_outputs(call: str, name: str, v: Tensor, rank: int, s: Tensor, out: O
     return out, lse
 
 
+def _merge(v_a, s_a, v_b, s_b, out: Tensor, lse: Tensor, stream) -> None:
+    # The extension eagerly, the custom op when traced (as every call here).
+    if type(v_a) is Tensor and not _compiling():
+        _launch(_C.merge_states, out, (v_a, s_a, v_b, s_b, out, lse, _stream(out, stream)))
+    else:
+        torch.ops.astrai_jit.merge_states(v_a, s_a, v_b, s_b, out, lse, _op_stream(out, stream))
+
+
 def merge_state(v_a: Tensor, s_a: Tensor, v_b: Tensor, s_b: Tensor, *, out: Optional[Tensor] = None,
                 lse: Optional[Tensor] = None, stream=None) -> Tuple[Tensor, Tensor]:
     """Two attention states of disjoint key sets merged into the attention over both.
@@ -341,10 +349,7 @@ def merge_state(v_a: Tensor, s_a: Tensor, v_b: Tensor, s_b: Tensor, *, out: Opti
     call = "merge_states"
     _check_tensor(call, "v_a", v_a)
     out, lse = _merge_outputs(call, "v_a", v_a, 3, s_a, out, lse)
-    if type(v_a) is Tensor and not _compiling():
-        _launch(_C.merge_states, out, (v_a, s_a, v_b, s_b, out, lse, _stream(out, stream)))
-    else:
-        torch.ops.astrai_jit.merge_states(v_a, s_a, v_b, s_b, out, lse, _op_stream(out, stream))
+    _merge(v_a, s_a, v_b, s_b, out, lse, stream)
     return out, lse
 
 
@@ -368,10 +373,7 @@ def merge_states(v: Tensor, s: Tensor, *, out: Optional[Tensor] = None, lse: Opt
     call = "merge_states"
     _check_tensor(call, "v", v)
     out, lse = _merge_outputs(call, "v", v, 4, s, out, lse)
-    if type(v) is Tensor and not _compiling():
-        _launch(_C.merge_states, out, (v, s, None, None, out, lse, _stream(out, stream)))
-    else:
-        torch.ops.astrai_jit.merge_states(v, s, None, None, out, lse, _op_stream(out, stream))
+    _merge(v, s, None, None, out, lse, stream)
     return out, lse
 
 

@@ -484,6 +484,7 @@ void cascade(const Input& q, const Input& k_cache, const Input& v_cache, const s
   a.head_dim = as_int(kCall, "head_dim", q.shape(2));
   set_paged_cache(c, a, k_cache, v_cache, k_scale, v_scale);
   a.num_levels = static_cast<int>(levels);
+  static_assert(astrai::kMaxCascadeLevels == 4, "one row of argument names a level");
   static const char* const kNames[][3] = {{"levels[0].qo_indptr", "levels[0].page_table", "levels[0].seq_lens"},
                                           {"levels[1].qo_indptr", "levels[1].page_table", "levels[1].seq_lens"},
                                           {"levels[2].qo_indptr", "levels[2].page_table", "levels[2].seq_lens"},

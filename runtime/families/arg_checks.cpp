@@ -179,4 +179,15 @@ void require_disjoint_rows(const char* call, std::int64_t head_dim, std::vector<
   }
 }
 
+ByteSpan byte_span(const void* data, std::int64_t element_bytes, std::int64_t row_elements,
+                   std::initializer_list<SpanDim> dims) {
+  std::int64_t last = row_elements;
+  for (const SpanDim& dim : dims) {
+    if (dim.extent == 0) return {};
+    last += (dim.extent - 1) * dim.stride;
+  }
+  const auto begin = reinterpret_cast<std::uintptr_t>(data);
+  return {begin, begin + static_cast<std::uintptr_t>(last * element_bytes)};
+}
+
 }  // namespace astrai::detail

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -74,5 +75,19 @@ struct RowDim {
   std::int64_t extent;
 };
 void require_disjoint_rows(const char* call, std::int64_t head_dim, std::vector<RowDim> dims);
+
+// The bytes a tensor's elements span, [begin, end): rows of `row_elements` elements stepped over
+// by `dims` (extent, stride in elements); empty when a dimension is.
+struct ByteSpan {
+  std::uintptr_t begin = 0;
+  std::uintptr_t end = 0;
+  bool overlaps(const ByteSpan& other) const { return begin < other.end && other.begin < end; }
+};
+struct SpanDim {
+  std::int64_t extent;
+  std::int64_t stride;
+};
+ByteSpan byte_span(const void* data, std::int64_t element_bytes, std::int64_t row_elements,
+                   std::initializer_list<SpanDim> dims);
 
 }  // namespace astrai::detail

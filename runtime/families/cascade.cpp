@@ -190,6 +190,7 @@ PagedPrefillArgs chunked_level(const PagedPrefillArgs& level, const CascadeSplit
                                std::uintptr_t base, const CascadeScratch& s) {
   PagedPrefillArgs p = level;
   p.batch = split.chunks;
+  p.page_table_rows = split.chunks;  // rows chunk_pages apart within the level's one row
   p.total_q = split.chunks * a.total_q;
   p.max_q_len = a.total_q;
   p.q = reinterpret_cast<const void*>(base + s.q_copies);
@@ -288,6 +289,14 @@ CascadePlan resolve_cascade_args(const CascadeArgs& input, int num_sms) {
   a.q_stride_head = first.q_stride_head;
   a.out_stride_token = first.out_stride_token;
   a.out_stride_head = first.out_stride_head;
+  size_cascade_plan(&plan, num_sms);
+  return plan;
+}
+
+void size_cascade_plan(CascadePlan* plan_ptr, int num_sms) {
+  CascadePlan& plan = *plan_ptr;
+  const CascadeArgs& a = plan.args;
+  plan.decode_workspace = 0;
   plan.split = cascade_split(a, num_sms);
   for (int l = 0; l < a.num_levels; ++l)
     if (plan.as_decode[l]) {
@@ -307,18 +316,14 @@ CascadePlan resolve_cascade_args(const CascadeArgs& input, int num_sms) {
                                               "cascade_workspace_bytes)", a.workspace_bytes, scratch.bytes));
     // The levels' passes write the scratch while out holds the result so far: apart, or the
     // merge would read what a pass overwrote.
-    const auto begin = reinterpret_cast<std::uintptr_t>(a.workspace);
-    const std::uintptr_t end = begin + scratch.bytes;
-    const auto out = reinterpret_cast<std::uintptr_t>(a.out);
-    const std::int64_t out_last = (a.total_q - 1) * a.out_stride_token + (a.n_heads - 1) * a.out_stride_head;
-    const std::uintptr_t out_end = out + 2 * static_cast<std::uintptr_t>(out_last + a.head_dim);
-    const auto lse = reinterpret_cast<std::uintptr_t>(a.lse);
-    const std::uintptr_t lse_end = lse + 4 * static_cast<std::uintptr_t>(a.total_q) * a.n_heads;
-    if ((begin < out_end && out < end) || (a.lse != nullptr && begin < lse_end && lse < end))
+    const ByteSpan workspace = byte_span(a.workspace, 1, static_cast<std::int64_t>(scratch.bytes), {});
+    const ByteSpan out =
+        byte_span(a.out, 2, a.head_dim, {{a.total_q, a.out_stride_token}, {a.n_heads, a.out_stride_head}});
+    const ByteSpan lse = a.lse == nullptr ? ByteSpan{} : byte_span(a.lse, 4, 1LL * a.total_q * a.n_heads, {});
+    if (workspace.overlaps(out) || workspace.overlaps(lse))
       fail_argument(kCascadeCall, fmt::format("workspace [{:#x}, {:#x}) overlaps out or lse (allowed: apart from "
-                                              "both)", begin, end));
+                                              "both)", workspace.begin, workspace.end));
   }
-  return plan;
 }
 
 // Level 0 over `chunks` CTAs as many: the chunks' offsets, lengths and q copies (the
@@ -365,9 +370,9 @@ std::size_t cascade_workspace_bytes(const CascadeArgs& args, int num_sms) {
 }
 
 void Runtime::cascade(const CascadeArgs& input) {
-  detail::resolve_cascade_args(input);  // every check before the device is touched
+  detail::CascadePlan plan = detail::resolve_cascade_args(input);  // every check before the device
   detail::Device& device = impl_->current_device();
-  const detail::CascadePlan plan = detail::resolve_cascade_args(input, device.num_sms());
+  detail::size_cascade_plan(&plan, device.num_sms());
   const CascadeArgs& a = plan.args;
   if (a.num_levels == 1) {
     paged_prefill(plan.levels[0]);

@@ -41,28 +41,6 @@ namespace {
 
 constexpr const char* kMergeCall = "merge_states";
 
-// The bytes a tensor's elements span: [begin, end).
-struct Span {
-  std::uintptr_t begin = 0;
-  std::uintptr_t end = 0;
-  bool overlaps(const Span& other) const { return begin < other.end && other.begin < end; }
-};
-
-struct Dim {
-  std::int64_t extent;
-  std::int64_t stride;
-};
-
-Span span_of(const void* data, std::int64_t element_bytes, std::int64_t row_elements, std::initializer_list<Dim> dims) {
-  std::int64_t last = row_elements;
-  for (const Dim& dim : dims) {
-    if (dim.extent == 0) return {};
-    last += (dim.extent - 1) * dim.stride;
-  }
-  const auto begin = reinterpret_cast<std::uintptr_t>(data);
-  return {begin, begin + static_cast<std::uintptr_t>(last * element_bytes)};
-}
-
 // A dimension of extent 1 is never stepped over: its stride takes the contiguous value, so a
 // caller's arbitrary stride there (PyTorch keeps one) is not checked.
 void resolve_stride(std::int64_t* stride, std::int64_t extent, std::int64_t contiguous) {
@@ -98,20 +76,20 @@ void resolve_source(const char* name, MergeStatesSource& s, const MergeStatesArg
   }
 }
 
-Span values_span(const MergeStatesSource& s, const MergeStatesArgs& a) {
-  return span_of(s.v, 2, a.head_dim,
+ByteSpan values_span(const MergeStatesSource& s, const MergeStatesArgs& a) {
+  return byte_span(s.v, 2, a.head_dim,
                  {{a.rows, s.v_stride_row}, {s.states, s.v_stride_state}, {a.n_heads, s.v_stride_head}});
 }
 
-Span lse_span(const MergeStatesSource& s, const MergeStatesArgs& a) {
-  return span_of(s.lse, 4, 1,
+ByteSpan lse_span(const MergeStatesSource& s, const MergeStatesArgs& a) {
+  return byte_span(s.lse, 4, 1,
                  {{a.rows, s.lse_stride_row}, {s.states, s.lse_stride_state}, {a.n_heads, s.lse_stride_head}});
 }
 
 // An output may be the very tensor of a source's single state (in place); otherwise it must not
 // overlap any input, or a CTA could read what another has written.
-void require_apart(const char* output, const Span& out, const void* out_data, std::int64_t out_row,
-                   std::int64_t out_head, const char* input, const MergeStatesSource& s, const Span& in,
+void require_apart(const char* output, const ByteSpan& out, const void* out_data, std::int64_t out_row,
+                   std::int64_t out_head, const char* input, const MergeStatesSource& s, const ByteSpan& in,
                    const void* in_data, std::int64_t in_row, std::int64_t in_head) {
   if (s.states == 0 || !out.overlaps(in)) return;
   if (s.states == 1 && out_data == in_data && out_row == in_row && out_head == in_head) return;
@@ -152,17 +130,17 @@ MergeStatesArgs resolve_merge_states_args(const MergeStatesArgs& input) {
   require_pointer(kMergeCall, "out", a.out, 16);
   require_optional_alignment(kMergeCall, "lse", a.lse, 4);
 
-  const Span out = span_of(a.out, 2, d, {{a.rows, a.out_stride_row}, {a.n_heads, a.out_stride_head}});
-  const Span lse =
-      a.lse == nullptr ? Span{} : span_of(a.lse, 4, 1, {{a.rows, a.lse_stride_row}, {a.n_heads, a.lse_stride_head}});
+  const ByteSpan out = byte_span(a.out, 2, d, {{a.rows, a.out_stride_row}, {a.n_heads, a.out_stride_head}});
+  const ByteSpan lse =
+      a.lse == nullptr ? ByteSpan{} : byte_span(a.lse, 4, 1, {{a.rows, a.lse_stride_row}, {a.n_heads, a.lse_stride_head}});
   const MergeStatesSource* sources[] = {&a.a, &a.b};
   const char* values_names[] = {"a.v", "b.v"};
   const char* lse_names[] = {"a.lse", "b.lse"};
   for (int i = 0; i < 2; ++i) {
     const MergeStatesSource& s = *sources[i];
     if (s.states == 0) continue;
-    const Span v = values_span(s, a);
-    const Span s_lse = lse_span(s, a);
+    const ByteSpan v = values_span(s, a);
+    const ByteSpan s_lse = lse_span(s, a);
     require_apart("out", out, a.out, a.out_stride_row, a.out_stride_head, values_names[i], s, v, s.v, s.v_stride_row,
                   s.v_stride_head);
     // Apart from the other kind's tensors: no state is both.

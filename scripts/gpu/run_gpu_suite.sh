@@ -6,8 +6,8 @@
 # share one cache directory. Jobs (each under `timeout STEP_TIMEOUT`; logs $OUT/NAME.log):
 #   default_decode   decode, paged_decode, kv_fp8 and multi_token suites on the default path
 #                    (tensor cores; on sm_90a the TMA decode), ASTRAI_TEST_SWEEP random cases;
-#   default_prefill  prefill, paged_prefill and rotary_emb suites (on sm_90a the Hopper prefill,
-#                    tilings chosen by grid size);
+#   default_prefill  prefill, paged_prefill, rotary_emb, merge_states and cascade suites (on
+#                    sm_90a the Hopper prefill, tilings chosen by grid size);
 #   multi_gpu        the multi_gpu suite with every GPU visible, only where two or more are (else
 #                    listed as NOT RUN in the verdicts, never as passed);
 #   nomma            the whole suite on CUDA cores (ASTRAI_JIT_NO_MMA=1), half the sweep;
@@ -18,7 +18,7 @@
 #   (ASTRAI_JIT_DECODE_TILES=wide: the decode suites on wide CTAs, half the sweep) and sm90_check
 #   (astrai-sm90-check --check-only, when BUILD_DIR/bench has it);
 #   memcheck, racecheck, synccheck and initcheck over the decode suites, over the prefill
-#   suites and over kv_fp8 and rotary_emb (the FP8 append writes the cache; default path,
+#   suites and over kv_fp8, rotary_emb, merge_states and cascade (the FP8 append writes the cache; default path,
 #   SAN_SWEEP random cases), and on sm_90a racecheck and synccheck with the wide decode CTAs and
 #   the wide prefill tiles forced.
 # Nothing skips silently: ASTRAI_REQUIRE_GPU=1 turns a missing GPU (exit 77) and a filter that
@@ -50,7 +50,7 @@ three_quarters=$(( sweep * 3 / 4 > 0 ? sweep * 3 / 4 : 1 ))
 san_sweep=${SAN_SWEEP:-1}
 limit=${STEP_TIMEOUT:-480}
 decode_suites=--test-suite=decode,paged_decode,kv_fp8,multi_token
-prefill_suites=--test-suite=prefill,paged_prefill,rotary_emb
+prefill_suites=--test-suite=prefill,paged_prefill,rotary_emb,merge_states,cascade
 status=0
 names=()
 pids=()
@@ -119,7 +119,7 @@ if [ $hopper = 1 ]; then
   start_job narrow ASTRAI_TEST_SWEEP=$half ASTRAI_JIT_PREFILL_TILES=narrow -- "$bin" \
     --test-suite=prefill,paged_prefill
   start_job nowgmma ASTRAI_TEST_SWEEP=$three_quarters ASTRAI_JIT_NO_WGMMA=1 -- "$bin" \
-    --test-suite=decode,paged_decode,multi_token,prefill,paged_prefill
+    --test-suite=decode,paged_decode,multi_token,prefill,paged_prefill,cascade
   # The Hopper decode's wide CTAs (a request's splits merged in one CTA) wherever they serve,
   # and the two sanitizers that watch their named barriers.
   start_job wide_decode ASTRAI_TEST_SWEEP=$half ASTRAI_JIT_DECODE_TILES=wide -- "$bin" \
@@ -137,8 +137,8 @@ if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
       compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --test-suite=decode,paged_decode,multi_token
     start_job "${tool}_prefill" ASTRAI_TEST_SWEEP=$san_sweep -- \
       compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --test-suite=prefill,paged_prefill
-    start_job "${tool}_fp8_rotary" ASTRAI_TEST_SWEEP=$san_sweep -- \
-      compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --test-suite=kv_fp8,rotary_emb
+    start_job "${tool}_fp8_rotary_merge" ASTRAI_TEST_SWEEP=$san_sweep -- \
+      compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --test-suite=kv_fp8,rotary_emb,merge_states,cascade
   done
   if [ $hopper = 1 ]; then
     for tool in racecheck synccheck; do

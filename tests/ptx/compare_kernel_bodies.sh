@@ -11,8 +11,9 @@
 #   SAME       byte-identical PTX
 #   BODY-SAME  identical apart from the `.global` constant definitions, none of them referenced
 #   RENAMED    the same instructions in the same order and the same data flow, apart from the
-#              numbering of virtual registers and labels and the order of the two sources of a
-#              commutative operation (with the line count that differs before normalizing)
+#              numbering of virtual registers and labels, the order of the two sources of a
+#              commutative operation, and the way round of a comparison (a >= b as b <= a)
+#              (with the line count that differs before normalizing)
 #   SASS-SAME  the PTX differs (reordered or renamed instructions), but ptxas made the same
 #              machine code of it: every kernel's .text section, its .nv.info attributes and its
 #              shared and constant-bank sizes are byte-identical in the two cubins
@@ -51,8 +52,10 @@ body() {
   done
   grep -v '^\.global \.align' <<< "$ptx"
 }
-# Virtual registers and labels renamed in order of first appearance (so that data flow must
-# match, not only the instruction sequence), then the two sources of commutative operations sorted.
+# A comparison written either way round (a >= b as b <= a) in one form: the greater-than kinds
+# as their mirrored less-than kinds with the sources swapped, the symmetric kinds with them sorted.
+# Then virtual registers and labels renamed in order of first appearance (so that data flow must
+# match, not only the instruction sequence), and the two sources of commutative operations sorted.
 normalize() {
   python3 -c '
 import re, sys
@@ -65,9 +68,19 @@ def rename(m):
     return names[key]
 token = re.compile(r"%(?:rd|rs|fd|r|p|f)[0-9]+|[$]L__BB[0-9_]+")
 commutative = re.compile(r"^(\s*(?:add|mul|and|or|xor|min|max)[.a-z0-9]*\s+[^,]+,\s*)([^,]+),\s*([^,;]+);$")
+compare = re.compile(r"^(\s*setp\.)([a-z]+)(\.[a-z0-9]+\s+[^,]+,\s*)([^,]+),\s*([^,;]+);$")
+mirrored = {"gt": "lt", "ge": "le", "hi": "lo", "hs": "ls", "gtu": "ltu", "geu": "leu"}
+symmetric = {"eq", "ne", "equ", "neu", "num", "nan"}
 for line in sys.stdin:
     line = re.sub(r"%(r|rd|p|f|rs|fd)<[0-9]+>", r"%\1<N>", line.rstrip("\n"))
+    m = compare.match(line)
+    if m and m.group(2) in mirrored:
+        line = "%s%s%s%s, %s;" % (m.group(1), mirrored[m.group(2)], m.group(3), m.group(5).strip(), m.group(4).strip())
     line = token.sub(rename, line)
+    m = compare.match(line)
+    if m and m.group(2) in symmetric:
+        a, b = sorted([m.group(4).strip(), m.group(5).strip()])
+        line = "%s%s%s%s, %s;" % (m.group(1), m.group(2), m.group(3), a, b)
     m = commutative.match(line)
     if m:
         a, b = sorted([m.group(2).strip(), m.group(3).strip()])

@@ -38,10 +38,11 @@ template <typename T, int kHeadDim, int kPageSize, int kFlags = 0>
 __device__ void append_new_token(const PagedDecodeParams& p, const DecodeSequence& seq,
                                  int batch_index, int kv_head, unsigned thread = threadIdx.x,
                                  unsigned threads = blockDim.x) {
+  using Kv = KvLayout<kPageSize>;
   const int token = seq.append_token;
-  const int page = table_page(p, seq.table_row, token >> PagedDecodeTiles<T, 32, kPageSize>::kPageShift);
+  const int page = Kv::page(p, seq.table_row, token);
   if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) return;
-  const int slot = token & (kPageSize - 1);
+  const int slot = Kv::slot(token);  // a paged cache's: the contiguous decode appends nothing
   if constexpr (has_fp8_kv<kFlags>()) {
     append_new_token_fp8<T, kHeadDim, has_feature<kFlags>(kFeatureKvE5m2)>(
         p, batch_index, kv_head, page * p.k_stride_page + slot * p.k_stride_token + kv_head * p.k_stride_head,

@@ -24,7 +24,7 @@ __device__ __forceinline__ void load_kv8_block_async(const PagedDecodeParams& p,
     const int token = block_start + row;
     unsigned char* k_dst = stage_k + row * kHeadDim + col;
     unsigned char* v_dst = stage_v + row * kHeadDim + col;
-    if (kPageSize > 0 && token == seq.append_token && token < end) {  // contiguous decode appends nothing
+    if (KvLayout<kPageSize>::kPaged && token == seq.append_token && token < end) {  // contiguous: no append
       const T* k_src = static_cast<const T*>(p.new_k) + batch_index * p.new_k_stride_batch +
                        kv_head * p.new_k_stride_head + col;
       const T* v_src = static_cast<const T*>(p.new_v) + batch_index * p.new_v_stride_batch +
@@ -71,10 +71,8 @@ struct Kv8StepLoader {
     for (int i = 0; i < Layout::kChunksPerLane; ++i) dst[i] = Layout::offset(row0 + i * kRowStep, chunk);
     k_base = static_cast<const unsigned char*>(p.k_cache) + kv_head * p.k_stride_head + chunk * 16;
     v_base = static_cast<const unsigned char*>(p.v_cache) + kv_head * p.v_stride_head + chunk * 16;
-    if (kPageSize == 0) {
-      k_base += batch_index * p.k_stride_page;
-      v_base += batch_index * p.v_stride_page;
-    }
+    k_base += KvLayout<kPageSize>::template sequence_offset<false>(p, batch_index);
+    v_base += KvLayout<kPageSize>::template sequence_offset<true>(p, batch_index);
     k_stride_token = p.k_stride_token;
     v_stride_token = p.v_stride_token;
     k_row_step = kRowStep * k_stride_token;
@@ -86,14 +84,7 @@ struct Kv8StepLoader {
                                          int lane) {
     const int token = first + lane;
     int id = -1;
-    if (lane < 16 && token < end) {
-      if (kPageSize == 0) {
-        id = 0;
-      } else {
-        id = table_page(p, seq.table_row, token >> Log2<(kPageSize > 0 ? kPageSize : 1)>::value);
-        if (static_cast<unsigned>(id) >= static_cast<unsigned>(p.num_pages)) id = -1;
-      }
-    }
+    if (lane < 16 && token < end) id = KvLayout<kPageSize>::mapped_page(p, seq.table_row, token);
     page = id;
   }
 
@@ -128,7 +119,7 @@ struct Kv8StepLoader {
   __device__ __forceinline__ void issue(const PagedDecodeParams& p, const DecodeSequence& seq, int batch_index,
                                         int kv_head, unsigned char* stage, int first, int end, int step_page,
                                         float k_scale, float v_scale) const {
-    if (kPageSize > 0 && static_cast<unsigned>(seq.append_token - first) < 16u) {  // warp-uniform, rare
+    if (KvLayout<kPageSize>::kPaged && static_cast<unsigned>(seq.append_token - first) < 16u) {  // warp-uniform
       issue_with_append(p, seq, batch_index, kv_head, stage, first, end, step_page, k_scale, v_scale);
       return;
     }
@@ -136,7 +127,7 @@ struct Kv8StepLoader {
     if constexpr (kPageSize >= 16) {
       // The page holds the whole step (steps start at multiples of 16): one id, row strides.
       const int id = __shfl_sync(0xffffffffu, step_page, 0);
-      const int slot = (first & (kPageSize - 1)) + row0;
+      const int slot = KvLayout<kPageSize>::slot(first) + row0;
       const unsigned char* k_row = k_base + static_cast<long long>(id) * p.k_stride_page + slot * k_stride_token;
       const unsigned char* v_row = v_base + static_cast<long long>(id) * p.v_stride_page + slot * v_stride_token;
 #pragma unroll
@@ -161,13 +152,13 @@ struct Kv8StepLoader {
       long long k_offset;
       long long v_offset;
       bool valid;
-      if (kPageSize == 0) {
+      if (!KvLayout<kPageSize>::kPaged) {  // the sequence's offset is in the bases
         k_offset = static_cast<long long>(token) * k_stride_token;
         v_offset = static_cast<long long>(token) * v_stride_token;
         valid = token < end;
       } else {
         const int id = __shfl_sync(0xffffffffu, step_page, row);
-        const int slot = token & (kPageSize > 0 ? kPageSize - 1 : 0);
+        const int slot = KvLayout<kPageSize>::slot(token);
         k_offset = static_cast<long long>(id) * p.k_stride_page + slot * k_stride_token;
         v_offset = static_cast<long long>(id) * p.v_stride_page + slot * v_stride_token;
         valid = id >= 0;  // -1 past `end` too
@@ -197,7 +188,7 @@ struct Kv8StepLoader {
         continue;
       }
       const bool valid = id >= 0 && token < end;
-      const int slot = token & (kPageSize > 0 ? kPageSize - 1 : 0);
+      const int slot = KvLayout<kPageSize>::slot(token);
       const long long k_offset = static_cast<long long>(id) * p.k_stride_page + slot * k_stride_token;
       const long long v_offset = static_cast<long long>(id) * p.v_stride_page + slot * v_stride_token;
       cp_async_16(shared_address(k_dst), valid ? k_base + k_offset : k_base, valid ? 16 : 0);

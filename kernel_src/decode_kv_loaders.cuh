@@ -26,11 +26,10 @@ struct BlockPages {
     for (int i = 0; i < kIters; ++i) {
       const int token = block_start + (threadIdx.x + i * kDecodeThreads) / (kHeadDim / 8);
       int value = -1;
-      if (kPageSize == 0) {
+      if (!KvLayout<kPageSize>::kPaged) {
         value = token < end ? 0 : -1;
       } else if (token < end) {
-        value = table_page(p, seq.table_row, token >> PagedDecodeTiles<T, kHeadDim, kPageSize>::kPageShift);
-        if (static_cast<unsigned>(value) >= static_cast<unsigned>(p.num_pages)) value = -1;
+        value = KvLayout<kPageSize>::mapped_page(p, seq.table_row, token);
       }
       page[i] = value;
     }
@@ -45,6 +44,7 @@ __device__ __forceinline__ void load_kv_block_async(const PagedDecodeParams& p, 
                                                     int block_start, int end, int kv_head,
                                                     const BlockPages<T, kHeadDim, kPageSize>& pages) {
   using Tiles = PagedDecodeTiles<T, kHeadDim, kPageSize>;
+  using Kv = KvLayout<kPageSize>;
 #pragma unroll
   for (int i = 0; i < BlockPages<T, kHeadDim, kPageSize>::kIters; ++i) {
     const int chunk = threadIdx.x + i * kDecodeThreads;
@@ -56,10 +56,10 @@ __device__ __forceinline__ void load_kv_block_async(const PagedDecodeParams& p, 
     int page;
     if (kPrefetched) {
       page = pages.page[i];
-    } else if (kPageSize == 0) {
+    } else if (!Kv::kPaged) {
       page = token < end ? 0 : -1;
     } else {
-      page = token < end ? table_page(p, seq.table_row, token >> Tiles::kPageShift) : -1;
+      page = token < end ? Kv::page(p, seq.table_row, token) : -1;
       if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) page = -1;
     }
     const T* k_row = static_cast<const T*>(p.k_cache);
@@ -70,13 +70,9 @@ __device__ __forceinline__ void load_kv_block_async(const PagedDecodeParams& p, 
                 kv_head * p.new_k_stride_head;
         v_row = static_cast<const T*>(p.new_v) + batch_index * p.new_v_stride_batch +
                 kv_head * p.new_v_stride_head;
-      } else if (kPageSize == 0) {
-        k_row += batch_index * p.k_stride_page + token * p.k_stride_token + kv_head * p.k_stride_head;
-        v_row += batch_index * p.v_stride_page + token * p.v_stride_token + kv_head * p.v_stride_head;
       } else {
-        const int slot = token & (kPageSize > 0 ? kPageSize - 1 : 0);
-        k_row += page * p.k_stride_page + slot * p.k_stride_token + kv_head * p.k_stride_head;
-        v_row += page * p.v_stride_page + slot * p.v_stride_token + kv_head * p.v_stride_head;
+        k_row += Kv::template row_offset<false>(p, page, batch_index, token) + kv_head * p.k_stride_head;
+        v_row += Kv::template row_offset<true>(p, page, batch_index, token) + kv_head * p.v_stride_head;
       }
     }
     // Past the end, or an unmapped page: zero-fill without reading global memory.
@@ -116,24 +112,19 @@ struct FullBlockLoader {
     const int col = (threadIdx.x % kChunks) * 8;
     k_base = static_cast<const T*>(p.k_cache) + kv_head * p.k_stride_head + col;
     v_base = static_cast<const T*>(p.v_cache) + kv_head * p.v_stride_head + col;
-    if (kPageSize == 0) {
-      k_base += batch_index * p.k_stride_page;
-      v_base += batch_index * p.v_stride_page;
-    }
+    k_base += KvLayout<kPageSize>::template sequence_offset<false>(p, batch_index);
+    v_base += KvLayout<kPageSize>::template sequence_offset<true>(p, batch_index);
   }
 
   // Page ids of block `block_start` (tokens past `end` read as unmapped; unused then).
   __device__ __forceinline__ void fetch(const PagedDecodeParams& p, const DecodeSequence& seq,
                                         int block_start, int end) {
-    if constexpr (kPageSize > 0) {
+    if constexpr (KvLayout<kPageSize>::kPaged) {
 #pragma unroll
       for (int l = 0; l < kLookups; ++l) {
         const int token = block_start + row0 + l * kPassesPerLookup * kPassRows;
         int id = -1;
-        if (token < end) {
-          id = table_page(p, seq.table_row, token >> PagedDecodeTiles<T, kHeadDim, kPageSize>::kPageShift);
-          if (static_cast<unsigned>(id) >= static_cast<unsigned>(p.num_pages)) id = -1;
-        }
+        if (token < end) id = KvLayout<kPageSize>::mapped_page(p, seq.table_row, token);
         page[l] = id;
       }
     }
@@ -150,11 +141,11 @@ struct FullBlockLoader {
       const T* k_src;
       const T* v_src;
       int bytes = 16;
-      if (kPageSize == 0) {
+      if (!KvLayout<kPageSize>::kPaged) {  // the sequence's offset is in the bases
         k_src = k_base + token * p.k_stride_token;
         v_src = v_base + token * p.v_stride_token;
       } else {
-        const int slot = token & (kPageSize - 1);
+        const int slot = KvLayout<kPageSize>::slot(token);
         const long long id = page[l];
         k_src = k_base + id * p.k_stride_page + slot * p.k_stride_token;
         v_src = v_base + id * p.v_stride_page + slot * p.v_stride_token;

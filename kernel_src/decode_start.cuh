@@ -31,7 +31,8 @@ __device__ __forceinline__ bool decode_work_begin(const PagedDecodeParams& p, co
         p, w.split, w.batch_index, w.first_head, w.first_row, w.rows);
     return false;
   }
-  if (kPageSize > 0 && w.head_tile == 0 && w.seq.append_token >= w.split_begin && w.seq.append_token < w.split_end)
+  if (KvLayout<kPageSize>::kPaged && w.head_tile == 0 && w.seq.append_token >= w.split_begin &&
+      w.seq.append_token < w.split_end)
     append_new_token<T, kHeadDim, kPageSize, kFlags>(p, w.seq, w.batch_index, w.kv_head);
   return true;
 }
@@ -70,7 +71,7 @@ __device__ __forceinline__ void prefetch_decode_start(const PagedDecodeParams& p
     if (token >= min(split_begin + p.tokens_per_split, p.kv_capacity)) return;
     const bool is_v = thread >= kDecodeBlockTokens;
     long long offset;
-    if constexpr (kPageSize == 0) {
+    if constexpr (!KvLayout<kPageSize>::kPaged) {
       offset = blockIdx.z * (is_v ? p.v_stride_page : p.k_stride_page) +
                token * (is_v ? p.v_stride_token : p.k_stride_token);
     } else {

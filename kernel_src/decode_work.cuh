@@ -4,6 +4,7 @@
 #pragma once
 
 #include "astrai_common.cuh"
+#include "decode_kv_layout.cuh"
 
 namespace astrai {
 
@@ -12,9 +13,8 @@ struct PagedDecodeTiles {
   static constexpr int kRowStride = kHeadDim + 8;  // elements; see paged_decode_smem_bytes
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per K/V row
   static constexpr int kStageElems = kDecodeBlockTokens * kRowStride;
-  static constexpr int kPageShift = Log2<(kPageSize > 0 ? kPageSize : 1)>::value;
+  static constexpr int kPageShift = KvLayout<kPageSize>::kPageShift;
   static_assert(kHeadDim % 16 == 0 && kHeadDim >= 32 && kHeadDim <= 256, "head_dim");
-  static_assert((kPageSize & (kPageSize - 1)) == 0, "page_size must be a power of two");
 };
 
 // What one CTA needs to know about its sequence.
@@ -24,36 +24,13 @@ struct DecodeSequence {
   int append_token;      // position whose K/V come from new_k/new_v (-1: none)
 };
 
-// The page-table row of a request (paged KV), null for a row index outside the table.
-// kL2Only: read through L2 alone (ld.global.cg), for a read ahead of the wait for the previous
-// kernel that must leave no L1 line behind.
-template <bool kL2Only = false>
-__device__ __forceinline__ const int* decode_table_row(const PagedDecodeParams& p, int batch_index) {
-  const bool wide_rows = (p.layout_bits & kWideReqIndices) != 0;
-  const int row = p.req_indices ? load_index<kL2Only>(p.req_indices, batch_index, wide_rows) : batch_index;
-  return row < 0 || row >= p.page_table_rows
-             ? nullptr
-             : index_at(p.page_table, row * p.page_table_stride, (p.layout_bits & kWidePageTable) != 0);
-}
-
-// Entry `logical` of a page-table row (decode_table_row): an int32 entry, or the low half of an
-// int64 one. One lookup a token at small pages: a shift, where choosing the width per lookup cost
-// a third of the ps1 decode's speed. Ids of 2^31 and above are never valid, and read as
-// negative (out of range) up to 2^32.
-template <bool kL2Only = false>
-__device__ __forceinline__ int table_page(const PagedDecodeParams& p, const int* table_row, int logical) {
-  static_assert(kWidePageTable == 1u, "the bit is the shift");
-  const int* entry = table_row + (static_cast<long long>(logical) << (p.layout_bits & kWidePageTable));
-  return kL2Only ? __ldcg(entry) : __ldg(entry);
-}
-
 template <int kPageSize>
 __device__ __forceinline__ DecodeSequence decode_sequence(const PagedDecodeParams& p, int batch_index) {
   DecodeSequence seq;
   seq.table_row = nullptr;
   seq.length = 0;
   seq.append_token = -1;
-  if (kPageSize > 0) {
+  if (KvLayout<kPageSize>::kPaged) {
     seq.table_row = decode_table_row(p, batch_index);
     if (seq.table_row == nullptr) return seq;  // bad row: empty, never out of bounds
   }
@@ -76,18 +53,14 @@ __device__ __forceinline__ bool kv_rows(const PagedDecodeParams& p, const Decode
              kv_head * p.new_v_stride_head;
     return true;
   }
-  long long k_offset;
-  long long v_offset;
-  if (kPageSize == 0) {
-    k_offset = batch_index * p.k_stride_page + token * p.k_stride_token;
-    v_offset = batch_index * p.v_stride_page + token * p.v_stride_token;
-  } else {
-    const int page = table_page(p, seq.table_row, token >> PagedDecodeTiles<T, 32, kPageSize>::kPageShift);
+  using Kv = KvLayout<kPageSize>;
+  int page = 0;
+  if (Kv::kPaged) {
+    page = Kv::page(p, seq.table_row, token);
     if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) return false;
-    const int slot = token & (kPageSize - 1);
-    k_offset = page * p.k_stride_page + slot * p.k_stride_token;
-    v_offset = page * p.v_stride_page + slot * p.v_stride_token;
   }
+  const long long k_offset = Kv::template row_offset<false>(p, page, batch_index, token);
+  const long long v_offset = Kv::template row_offset<true>(p, page, batch_index, token);
   *k_row = static_cast<const T*>(p.k_cache) + k_offset + kv_head * p.k_stride_head;
   *v_row = static_cast<const T*>(p.v_cache) + v_offset + kv_head * p.v_stride_head;
   return true;

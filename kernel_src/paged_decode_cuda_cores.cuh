@@ -115,7 +115,7 @@ __device__ void paged_decode_cuda_cores(const PagedDecodeParams& p, unsigned cha
         // The appended token as the cache receives it: quantized, then widened like the rest.
         const unsigned char* k_row;
         const unsigned char* v_row;
-        if (kPageSize > 0 && token < split_end && token == seq.append_token) {
+        if (KvLayout<kPageSize>::kPaged && token < split_end && token == seq.append_token) {
           const T* k_src = static_cast<const T*>(p.new_k) + batch_index * p.new_k_stride_batch +
                            kv_head * p.new_k_stride_head + col;
           const T* v_src = static_cast<const T*>(p.new_v) + batch_index * p.new_v_stride_batch +

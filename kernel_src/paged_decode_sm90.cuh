@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   // the sequence. Ids of boxes past the split's real end are dropped at issue. l2_only: the
   // read ahead of the wait (see decode_table_row).
   auto lookup = [&](const int* table_row, int begin, int end, int block, bool l2_only) {
-    if constexpr (kPageSize == 0) {
+    if constexpr (!KvLayout<kPageSize>::kPaged) {  // the box's page coordinate is the sequence
       return static_cast<int>(blockIdx.z);
     } else {
       const int token = begin + block * kDecodeBlockTokens + copy_box * Shape::kBoxRows;
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
     // read after the wait.
     const DecodeWork tile = decode_work_tile<kGroup, kFlags>(split);
     if (warp == 0) {
-      const int* table_row = kPageSize > 0 ? decode_table_row<true>(p, blockIdx.z) : nullptr;
+      const int* table_row = KvLayout<kPageSize>::kPaged ? decode_table_row<true>(p, blockIdx.z) : nullptr;
       for (int block = 0; block < kStages - 1 && launch_begin + block * kDecodeBlockTokens < launch_end; ++block) {
         const int guess = lookup(table_row, launch_begin, launch_end, block, true);
         const int token = launch_begin + block * kDecodeBlockTokens + copy_box * Shape::kBoxRows;
@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
           has_feature<kFlags>(kFeatureSink) && w.split == 0
               ? p.features.sinks[row_head<kQLen>(w.first_head, w.first_row, thread)]
               : negative_infinity();
-  } else if (kPageSize > 0 && w.head_tile == 0 && w.seq.append_token >= w.split_begin &&
+  } else if (KvLayout<kPageSize>::kPaged && w.head_tile == 0 && w.seq.append_token >= w.split_begin &&
              w.seq.append_token < w.split_end) {
     append_new_token<T, kHeadDim, kPageSize, kFlags>(p, w.seq, w.batch_index, w.kv_head, thread, kDecodeThreads);
   }

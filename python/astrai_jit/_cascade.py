@@ -6,9 +6,10 @@ from typing import NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
-from ._ops import _C, _check_tensor, _compiling, _launch, _lse, _op_stream, _options, _out_like, _stream
+from ._ops import _call, _check_tensor, _lse, _options, _out_like
 
 Tensor = torch.Tensor
+_CASCADE = _call("cascade")
 
 
 class CascadeLevel(NamedTuple):
@@ -61,16 +62,12 @@ def cascade(q: Tensor, k_cache: Tensor, v_cache: Tensor, levels: Sequence[Cascad
     call = "cascade"
     out = _out_like(call, q, out)
     lse = _lse(q, q.shape[:2]) if return_lse else None
-    s, cap, _ = _options(call, scale, logit_cap, -1, sinks, k_scale, v_scale)
-    qo, tables, lens, causal, max_q = _level_lists(call, levels)
+    scale, logit_cap, _ = _options(call, scale, logit_cap, -1, sinks, k_scale, v_scale)
+    qo_indptrs, page_tables, seq_lens, causal, max_q_lens = _level_lists(call, levels)
     if workspace is not None:
         _check_tensor(call, "workspace", workspace)
-    if type(q) is Tensor and not _compiling():
-        _launch(_C.cascade, q, (q, k_cache, v_cache, qo, tables, lens, causal, max_q, out, lse, s, cap, sinks,
-                                k_scale, v_scale, workspace, _stream(q, stream)))
-    else:
-        torch.ops.astrai_jit.cascade(q, k_cache, v_cache, qo, tables, lens, causal, max_q, out, lse, s, cap, sinks,
-                                     k_scale, v_scale, workspace, _op_stream(q, stream))
+    _CASCADE(q, k_cache, v_cache, qo_indptrs, page_tables, seq_lens, causal, max_q_lens, out, lse, scale, logit_cap,
+             sinks, k_scale, v_scale, workspace, stream)
     return (out, lse) if return_lse else out
 
 

@@ -53,8 +53,9 @@ def _run(fn, device: torch.device, *args) -> None:
 
 # The ops as one table: each argument's name and schema type in the op's order, what the op
 # writes, and the extension call it makes (its arguments by name; None for an argument the op
-# does not take; "stream" resolved when the op runs). The schemas, the implementations and the
-# fake implementations are made from it, so an argument is written down once here.
+# does not take; "stream" resolved when the op runs). The schemas, the implementations, the
+# fake implementations and the Python API's calls (_ops._call) are made from it, so an argument
+# is written down once here.
 _OPTIONS = [("scale", "float"), ("logit_cap", "float"), ("sinks", "Tensor?"), ("window_left", "int")]
 _KV_SCALES = [("k_scale", "Tensor?"), ("v_scale", "Tensor?")]
 # Options added after the first ops' schemas, as trailing arguments with defaults (so that calls

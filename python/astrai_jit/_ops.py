@@ -8,6 +8,7 @@ unless ``stream=`` is given. Eager calls go straight to the extension; under ``t
 """
 from __future__ import annotations
 
+import linecache
 import math
 import numbers
 from typing import Optional, Tuple, Union
@@ -21,9 +22,9 @@ _C = import_extension()
 
 Tensor = torch.Tensor
 # A call is eager, and goes straight to the extension, for a plain tensor outside torch.compile:
-# `type(q) is Tensor and not _compiling()`, tested inline (a helper's call costs more than the
-# test). Under torch.compile, or for a tensor subclass (fake, functional, proxy tensors while
-# tracing), it goes through the custom op so it is recorded.
+# `type(q) is Tensor and not _compiling()`, tested inline in the calls _call makes (a helper's
+# call costs more than the test). Under torch.compile, or for a tensor subclass (fake,
+# functional, proxy tensors while tracing), it goes through the custom op so it is recorded.
 _compiling = torch.compiler.is_compiling
 
 
@@ -65,20 +66,67 @@ def _stream(t: Tensor, stream):
     return None if stream is None and _EXTENSION_FINDS_STREAM else stream_handle(t.device, stream)
 
 
-def _launch(fn, t: Tensor, args: tuple) -> None:
-    # The runtime launches on the current device's primary context: switch when the tensors live
-    # on another GPU (the extension refuses tensors that are not on one). The arguments come as
-    # one tuple, stream included: calling fn(*args) then builds no second tuple.
-    if t.is_cuda and t.get_device() != _cuda_device():
-        with torch.cuda.device(t.get_device()):
-            fn(*args)
-    else:
-        fn(*args)
-
-
 def _op_stream(t: Tensor, stream) -> int:
     # The custom ops take -1 for the current stream when the op runs.
     return -1 if stream is None else stream_handle(t.device, stream)
+
+
+def _call(*entries: str, runs_on: Optional[str] = None):
+    """The call of one extension that the op table's ``entries`` serve, generated from the table
+    (_library._TABLE), where the argument orders are written. It takes the extension's arguments
+    by position, in the extension's order, and the stream as the public call got it; ``runs_on``
+    names the tensor whose device and stream it uses (default the first). Generated, not written
+    with *args or **kwargs: keywords, or one more frame, would cost more than the rest of a call."""
+    ops = [_library._TABLE[entry] for entry in entries]
+    given = ops[0].ext_args
+    params = list(dict.fromkeys(given))
+    on = runs_on or params[0]
+    ext_args = ", ".join(f"_stream({on}, stream)" if a == "stream" else a for a in given)
+    # Traced, the first op that fits the values records the call: an extension argument it does not
+    # take is None, one it fills with another of its arguments is that one (rotary_emb_: out is x).
+    branches = []
+    for i, op in enumerate(ops):
+        assert op.ext == ops[0].ext and set(op.names) <= set(params), entries
+        fits = []
+        for name, taken in zip(given, op.ext_args):
+            if taken not in op.names:
+                fits.append(f"{name} is None")
+            elif taken != name:
+                fits.append(f"{name} is {taken}")
+        op_args = ", ".join(f"_op_stream({on}, stream)" if a == "stream" else a for a in op.names)
+        branches.append((" and ".join(fits), f"_op{i}({op_args})"))
+    branches.sort(key=lambda branch: not branch[0])  # the op that always fits last
+    assert [fits for fits, _ in branches].count("") == 1, entries
+    # The runtime launches on the current device's primary context: switch when the tensors live
+    # on another GPU (the extension refuses tensors that are not on one).
+    lines = [f"def {entries[0]}({', '.join(params)}):",
+             f"    if type({params[0]}) is Tensor and not _compiling():",
+             f"        if {on}.is_cuda and {on}.get_device() != _cuda_device():",
+             f"            with _device({on}.get_device()):",
+             f"                _ext({ext_args})",
+             "        else:",
+             f"            _ext({ext_args})"]
+    for fits, op_call in branches:
+        lines += [f"    elif {fits}:" if fits else "    else:", f"        {op_call}"]
+    source = "\n".join(lines) + "\n"
+    filename = f"<astrai_jit call {entries[0]}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for tracebacks
+    namespace = {"Tensor": Tensor, "_compiling": _compiling, "_stream": _stream, "_op_stream": _op_stream,
+                 "_cuda_device": _cuda_device, "_device": torch.cuda.device, "_ext": getattr(_C, ops[0].ext),
+                 **{f"_op{i}": getattr(torch.ops.astrai_jit, entry) for i, entry in enumerate(entries)}}
+    exec(compile(source, filename, "exec"), namespace)
+    call = namespace[entries[0]]
+    call.entries = entries
+    return call
+
+
+_PAGED_DECODE = _call("paged_decode", "paged_decode_append")
+_DECODE = _call("decode")
+_PREFILL = _call("prefill")
+_PAGED_PREFILL = _call("paged_prefill")
+_ROTARY_EMB = _call("rotary_emb", "rotary_emb_")
+_MERGE_STATES = _call("merge_states", runs_on="out")
+_MERGE_STATE_ = _call("merge_state_")
 
 
 def _not_a_tensor(call: str, name: str, value) -> TypeError:
@@ -174,27 +222,16 @@ def paged_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tensor
     call = "paged_decode"
     out = _out_like(call, q, out)
     lse = _lse(q, q.shape[:-1]) if return_lse else None
-    s, cap, window = _options(call, scale, logit_cap, window_left, sinks, k_scale, v_scale, alibi_slopes)
-    offsets = kv_indptr is not None
-    if offsets:
+    scale, logit_cap, window_left = _options(call, scale, logit_cap, window_left, sinks, k_scale, v_scale,
+                                             alibi_slopes)
+    seq_lens_are_offsets = kv_indptr is not None
+    if seq_lens_are_offsets:
         if seq_lens is not None:
             raise ValueError(f"{call}: seq_lens and kv_indptr are both given (allowed: one of them)")
         seq_lens = kv_indptr
-    if type(q) is Tensor and not _compiling():
-        _launch(_C.paged_decode, q, (q, k_cache, v_cache, page_table, seq_lens, out, lse, mask, req_indices,
-                                     new_k, new_v, s, cap, sinks, window, k_scale, v_scale, _stream(q, stream),
-                                     offsets, workspace, alibi_slopes))
-    else:
-        handle = _op_stream(q, stream)
-        if new_k is not None or new_v is not None:
-            torch.ops.astrai_jit.paged_decode_append(q, k_cache, v_cache, page_table, seq_lens, out, lse,
-                                                     mask, req_indices, new_k, new_v, s, cap, sinks, window,
-                                                     k_scale, v_scale, handle, offsets, workspace,
-                                                     alibi_slopes)
-        else:
-            torch.ops.astrai_jit.paged_decode(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
-                                              req_indices, s, cap, sinks, window, k_scale, v_scale, handle,
-                                              offsets, workspace, alibi_slopes)
+    _PAGED_DECODE(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask, req_indices, new_k, new_v, scale,
+                  logit_cap, sinks, window_left, k_scale, v_scale, stream, seq_lens_are_offsets, workspace,
+                  alibi_slopes)
     return (out, lse) if return_lse else out
 
 
@@ -212,13 +249,11 @@ def decode(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sca
     call = "decode"
     out = _out_like(call, q, out)
     lse = _lse(q, (q.shape[0], q.shape[-2])) if return_lse else None
-    s, cap, window = _options(call, scale, logit_cap, window_left, sinks, k_scale, v_scale, alibi_slopes)
-    if type(q) is Tensor and not _compiling():
-        _launch(_C.decode, q, (q, k, v, out, lse, mask, int(causal_offset), s, cap, sinks, window, k_scale,
-                               v_scale, _stream(q, stream), alibi_slopes))
-    else:
-        torch.ops.astrai_jit.decode(q, k, v, out, lse, mask, int(causal_offset), s, cap, sinks, window, k_scale,
-                                    v_scale, _op_stream(q, stream), alibi_slopes)
+    scale, logit_cap, window_left = _options(call, scale, logit_cap, window_left, sinks, k_scale, v_scale,
+                                             alibi_slopes)
+    causal_offset = int(causal_offset)
+    _DECODE(q, k, v, out, lse, mask, causal_offset, scale, logit_cap, sinks, window_left, k_scale, v_scale, stream,
+            alibi_slopes)
     return (out, lse) if return_lse else out
 
 
@@ -237,13 +272,9 @@ def prefill(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sc
     call = "prefill"
     out = _out_like(call, q, out)
     lse = _lse(q, q.shape[:3]) if return_lse else None
-    s, cap, window = _options(call, scale, logit_cap, window_left, sinks, alibi_slopes=alibi_slopes)
-    if type(q) is Tensor and not _compiling():
-        _launch(_C.prefill, q, (q, k, v, out, lse, mask, int(causal_offset), s, cap, sinks, window,
-                                _stream(q, stream), alibi_slopes))
-    else:
-        torch.ops.astrai_jit.prefill(q, k, v, out, lse, mask, int(causal_offset), s, cap, sinks, window,
-                                     _op_stream(q, stream), alibi_slopes)
+    scale, logit_cap, window_left = _options(call, scale, logit_cap, window_left, sinks, alibi_slopes=alibi_slopes)
+    causal_offset = int(causal_offset)
+    _PREFILL(q, k, v, out, lse, mask, causal_offset, scale, logit_cap, sinks, window_left, stream, alibi_slopes)
     return (out, lse) if return_lse else out
 
 
@@ -268,23 +299,20 @@ def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tenso
     call = "paged_prefill"
     out = _out_like(call, q, out)
     lse = _lse(q, q.shape[:2]) if return_lse else None
-    s, cap, window = _options(call, scale, logit_cap, window_left, sinks, k_scale, v_scale, alibi_slopes)
-    m = -1 if max_q_len is None else int(max_q_len)
-    offsets = kv_indptr is not None
-    if offsets:
+    scale, logit_cap, window_left = _options(call, scale, logit_cap, window_left, sinks, k_scale, v_scale,
+                                             alibi_slopes)
+    max_q_len = -1 if max_q_len is None else int(max_q_len)
+    seq_lens_are_offsets = kv_indptr is not None
+    if seq_lens_are_offsets:
         if seq_lens is not None:
             raise ValueError(f"{call}: seq_lens and kv_indptr are both given (allowed: one of them)")
         seq_lens = kv_indptr
     elif seq_lens is None:
         raise ValueError(f"{call}: seq_lens is None (allowed: [batch] lengths, or kv_indptr offsets)")
-    if type(q) is Tensor and not _compiling():
-        _launch(_C.paged_prefill, q, (q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse, mask, m,
-                                      bool(causal), s, cap, sinks, window, k_scale, v_scale, _stream(q, stream),
-                                      req_indices, offsets, alibi_slopes))
-    else:
-        torch.ops.astrai_jit.paged_prefill(q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse,
-                                           mask, m, bool(causal), s, cap, sinks, window, k_scale, v_scale,
-                                           _op_stream(q, stream), req_indices, offsets, alibi_slopes)
+    causal = bool(causal)
+    _PAGED_PREFILL(q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse, mask, max_q_len, causal, scale,
+                   logit_cap, sinks, window_left, k_scale, v_scale, stream, req_indices, seq_lens_are_offsets,
+                   alibi_slopes)
     return (out, lse) if return_lse else out
 
 
@@ -298,12 +326,7 @@ def rotary_emb(x: Tensor, freqs_cis: Tensor, out: Optional[Tensor] = None, *, st
     call = "rotary_emb"
     _check_tensor(call, "x", x)
     out = _out_like(call, x, out)
-    if type(x) is Tensor and not _compiling():
-        _launch(_C.rotary_emb, x, (x, freqs_cis, out, _stream(x, stream)))
-    elif out is x:
-        torch.ops.astrai_jit.rotary_emb_(x, freqs_cis, _op_stream(x, stream))
-    else:
-        torch.ops.astrai_jit.rotary_emb(x, freqs_cis, out, _op_stream(x, stream))
+    _ROTARY_EMB(x, freqs_cis, out, stream)
     return out
 
 
@@ -327,14 +350,6 @@ def _merge_outputs(call: str, name: str, v: Tensor, rank: int, s: Tensor, out: O
     return out, lse
 
 
-def _merge(v_a, s_a, v_b, s_b, out: Tensor, lse: Tensor, stream) -> None:
-    # The extension eagerly, the custom op when traced (as every call here).
-    if type(v_a) is Tensor and not _compiling():
-        _launch(_C.merge_states, out, (v_a, s_a, v_b, s_b, out, lse, _stream(out, stream)))
-    else:
-        torch.ops.astrai_jit.merge_states(v_a, s_a, v_b, s_b, out, lse, _op_stream(out, stream))
-
-
 def merge_state(v_a: Tensor, s_a: Tensor, v_b: Tensor, s_b: Tensor, *, out: Optional[Tensor] = None,
                 lse: Optional[Tensor] = None, stream=None) -> Tuple[Tensor, Tensor]:
     """Two attention states of disjoint key sets merged into the attention over both.
@@ -349,7 +364,7 @@ def merge_state(v_a: Tensor, s_a: Tensor, v_b: Tensor, s_b: Tensor, *, out: Opti
     call = "merge_states"
     _check_tensor(call, "v_a", v_a)
     out, lse = _merge_outputs(call, "v_a", v_a, 3, s_a, out, lse)
-    _merge(v_a, s_a, v_b, s_b, out, lse, stream)
+    _MERGE_STATES(v_a, s_a, v_b, s_b, out, lse, stream)
     return out, lse
 
 
@@ -359,10 +374,7 @@ def merge_state_in_place(v: Tensor, s: Tensor, v_other: Tensor, s_other: Tensor,
     call = "merge_states"
     _check_tensor(call, "v", v)
     _check_tensor(call, "s", s)
-    if type(v) is Tensor and not _compiling():
-        _launch(_C.merge_states, v, (v, s, v_other, s_other, v, s, _stream(v, stream)))
-    else:
-        torch.ops.astrai_jit.merge_state_(v, s, v_other, s_other, _op_stream(v, stream))
+    _MERGE_STATE_(v, s, v_other, s_other, stream)
 
 
 def merge_states(v: Tensor, s: Tensor, *, out: Optional[Tensor] = None, lse: Optional[Tensor] = None,
@@ -373,7 +385,8 @@ def merge_states(v: Tensor, s: Tensor, *, out: Optional[Tensor] = None, lse: Opt
     call = "merge_states"
     _check_tensor(call, "v", v)
     out, lse = _merge_outputs(call, "v", v, 4, s, out, lse)
-    _merge(v, s, None, None, out, lse, stream)
+    v_a, s_a, v_b, s_b = v, s, None, None  # the extension's names for the states
+    _MERGE_STATES(v_a, s_a, v_b, s_b, out, lse, stream)
     return out, lse
 
 

@@ -75,7 +75,7 @@ __device__ __forceinline__ void prefetch_decode_start(const PagedDecodeParams& p
       offset = blockIdx.z * (is_v ? p.v_stride_page : p.k_stride_page) +
                token * (is_v ? p.v_stride_token : p.k_stride_token);
     } else {
-      const int* table_row = decode_table_row<true>(p, blockIdx.z);
+      const int* table_row = kv_table_row<true>(p, blockIdx.z);
       if (table_row == nullptr) return;
       const int page = table_page<true>(p, table_row, token / kPageSize);
       if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) return;

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "astrai_common.cuh"
-#include "decode_kv_layout.cuh"
+#include "kv_layout.cuh"
 
 namespace astrai {
 
@@ -31,7 +31,7 @@ __device__ __forceinline__ DecodeSequence decode_sequence(const PagedDecodeParam
   seq.length = 0;
   seq.append_token = -1;
   if (KvLayout<kPageSize>::kPaged) {
-    seq.table_row = decode_table_row(p, batch_index);
+    seq.table_row = kv_table_row(p, batch_index);
     if (seq.table_row == nullptr) return seq;  // bad row: empty, never out of bounds
   }
   const int length = p.seq_lens ? load_seq_len(p.seq_lens, batch_index, p.layout_bits) : p.kv_capacity;

@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   // The page of this lane's box in `block` of a split starting at `begin`, looked up for tokens
   // below `end` (the table has a slot for every token below kv_capacity), else -1; contiguous:
   // the sequence. Ids of boxes past the split's real end are dropped at issue. l2_only: the
-  // read ahead of the wait (see decode_table_row).
+  // read ahead of the wait (see kv_table_row).
   auto lookup = [&](const int* table_row, int begin, int end, int block, bool l2_only) {
     if constexpr (!KvLayout<kPageSize>::kPaged) {  // the box's page coordinate is the sequence
       return static_cast<int>(blockIdx.z);
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
     // read after the wait.
     const DecodeWork tile = decode_work_tile<kGroup, kFlags>(split);
     if (warp == 0) {
-      const int* table_row = KvLayout<kPageSize>::kPaged ? decode_table_row<true>(p, blockIdx.z) : nullptr;
+      const int* table_row = KvLayout<kPageSize>::kPaged ? kv_table_row<true>(p, blockIdx.z) : nullptr;
       for (int block = 0; block < kStages - 1 && launch_begin + block * kDecodeBlockTokens < launch_end; ++block) {
         const int guess = lookup(table_row, launch_begin, launch_end, block, true);
         const int token = launch_begin + block * kDecodeBlockTokens + copy_box * Shape::kBoxRows;
@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   // memory latency less before the first copy (what a split of one or two blocks waits on).
   int page = 0;
   if (!kWindow && warp == 0)
-    page = lookup(decode_table_row(p, blockIdx.z), launch_begin, launch_end, 0, false);
+    page = lookup(kv_table_row(p, blockIdx.z), launch_begin, launch_end, 0, false);
   const DecodeWork w = decode_work<kPageSize, kGroup, kFlags>(p, split);
   const int lookup_end = kWindow ? w.split_end : min(w.split_begin + p.tokens_per_split, p.kv_capacity);
   auto box_page = [&](int block) { return lookup(w.seq.table_row, w.split_begin, lookup_end, block, false); };

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "astrai_common.cuh"
+#include "kv_layout.cuh"
 
 namespace astrai {
 
@@ -15,7 +16,7 @@ template <int kHeadDim, int kPageSize>
 struct PrefillShape {
   static constexpr int kRowStride = kHeadDim + 8;     // elements; see prefill_smem_bytes
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per row
-  static constexpr int kPageShift = Log2<(kPageSize > 0 ? kPageSize : 1)>::value;
+  static constexpr int kPageShift = KvLayout<kPageSize>::kPageShift;
   static_assert(kHeadDim % 16 == 0 && kHeadDim >= 32 && kHeadDim <= 256, "head_dim");
   static_assert(kPageSize >= 0 && (kPageSize & (kPageSize - 1)) == 0,
                 "page_size must be 0 (contiguous) or a power of two");
@@ -31,22 +32,6 @@ struct PrefillRequest {
   bool causal;
   long long lse_row;  // row of query 0 in lse
 };
-
-// The page-table row of request b (paged KV), null for a row outside the table: req_indices
-// picks the row when given.
-__device__ __forceinline__ const int* prefill_table_row(const PrefillParams& p, int batch_index) {
-  const int row =
-      p.req_indices ? load_index(p.req_indices, batch_index, (p.layout_bits & kWideReqIndices) != 0) : batch_index;
-  return row < 0 || row >= p.page_table_rows
-             ? nullptr
-             : index_at(p.page_table, row * p.page_table_stride, (p.layout_bits & kWidePageTable) != 0);
-}
-
-// Entry `logical` of a page-table row: int32, or the low half of an int64 entry (as table_page
-// in paged_decode.cuh, a shift rather than a choice per lookup).
-__device__ __forceinline__ int prefill_page(const PrefillParams& p, const int* table_row, int logical) {
-  return __ldg(table_row + (static_cast<long long>(logical) << (p.layout_bits & kWidePageTable)));
-}
 
 template <int kPageSize>
 __device__ __forceinline__ PrefillRequest prefill_request(const PrefillParams& p, int batch_index) {
@@ -69,9 +54,9 @@ __device__ __forceinline__ PrefillRequest prefill_request(const PrefillParams& p
     r.mask_start = (p.layout_bits & kMaskRowsLocal) != 0 ? 0 : r.q_start;
     r.q_len = sane ? end - begin : 0;
     const long long capacity = static_cast<long long>(p.max_pages_per_seq) * kPageSize;
-    // A request whose page-table row is out of range has no KV (prefill_table_row).
+    // A request whose page-table row is out of range has no KV (kv_table_row).
     const long long seq_len =
-        prefill_table_row(p, batch_index) == nullptr ? 0 : load_seq_len(p.seq_lens, batch_index, p.layout_bits);
+        kv_table_row(p, batch_index) == nullptr ? 0 : load_seq_len(p.seq_lens, batch_index, p.layout_bits);
     r.kv_len = static_cast<int>(min(max(seq_len, 0LL), capacity));
     r.causal_base = r.kv_len - r.q_len;
     r.lse_row = r.q_start;
@@ -139,18 +124,15 @@ template <int kPageSize>
 __device__ __forceinline__ bool prefill_kv_offsets(const PrefillParams& p, const int* table_row,
                                                    int token, long long* k_offset,
                                                    long long* v_offset) {
-  if constexpr (kPageSize == 0) {
-    *k_offset = token * p.k_stride_seq;
-    *v_offset = token * p.v_stride_seq;
-    return true;
-  } else {
-    const int page = prefill_page(p, table_row, token >> PrefillShape<64, kPageSize>::kPageShift);
+  using Kv = KvLayout<kPageSize>;
+  int page = 0;
+  if constexpr (Kv::kPaged) {
+    page = Kv::page(p, table_row, token);
     if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) return false;
-    const int slot = token & (kPageSize - 1);
-    *k_offset = page * p.k_stride_page + slot * p.k_stride_seq;
-    *v_offset = page * p.v_stride_page + slot * p.v_stride_seq;
-    return true;
   }
+  *k_offset = Kv::template token_offset<false>(p, page, token);
+  *v_offset = Kv::template token_offset<true>(p, page, token);
+  return true;
 }
 
 // Base pointers of the CTA's KV head (contiguous: of its request too) and its page-table row.
@@ -160,12 +142,12 @@ __device__ __forceinline__ void prefill_kv_bases(const PrefillParams& p, int bat
                                                  const T** v_head, const int** table_row) {
   const T* k = static_cast<const T*>(p.k) + kv_head * p.k_stride_head;
   const T* v = static_cast<const T*>(p.v) + kv_head * p.v_stride_head;
-  if constexpr (kPageSize == 0) {
-    k += batch_index * p.k_stride_batch;
-    v += batch_index * p.v_stride_batch;
+  if constexpr (!KvLayout<kPageSize>::kPaged) {
+    k += KvLayout<kPageSize>::template sequence_offset<false>(p, batch_index);
+    v += KvLayout<kPageSize>::template sequence_offset<true>(p, batch_index);
     *table_row = nullptr;
   } else {
-    *table_row = prefill_table_row(p, batch_index);
+    *table_row = kv_table_row(p, batch_index);
   }
   *k_head = k;
   *v_head = v;

@@ -36,16 +36,13 @@ struct PrefillPageIds {
 
   __device__ __forceinline__ void fetch(const PrefillParams& p, const int* table_row,
                                         int block_start, int kv_end) {
-    if constexpr (kPageSize > 0) {
+    if constexpr (KvLayout<kPageSize>::kPaged) {
       const int row0 = threadIdx.x / Copy::kChunksPerRow;
 #pragma unroll
       for (int l = 0; l < Copy::kLookups; ++l) {
         const int token = block_start + row0 + l * Copy::kPassesPerLookup * Copy::kRowsPerPass;
         int page = -1;
-        if (token < kv_end) {
-          page = prefill_page(p, table_row, token >> PrefillShape<64, kPageSize>::kPageShift);
-          if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) page = -1;
-        }
+        if (token < kv_end) page = KvLayout<kPageSize>::mapped_page(p, table_row, token);
         id[l] = page;
       }
     }
@@ -91,6 +88,8 @@ __device__ __forceinline__ void prefill_load_kv_async(const PrefillParams& p, co
       const int first_pass = l * Copy::kPassesPerLookup;
       const int first_token = block_start + row0 + first_pass * kRowsPerPass;
       const long long page = pages.id[l];
+      // PagedKv::slot written out: through the call NVVM scheduled this loop's address
+      // arithmetic otherwise (other PTX for the same math).
       const int slot = first_token & (kPageSize - 1);
       const T* k_src = k_head + page * p.k_stride_page + slot * p.k_stride_seq + col;
       const T* v_src = v_head + page * p.v_stride_page + slot * p.v_stride_seq + col;

@@ -48,7 +48,7 @@ struct PrefillSm90Producer {
       return 0;
     } else {
       const int box_token = token + lane * C::kBoxRows;
-      return lane < C::kBoxes && box_token < r.kv_len ? prefill_page(p, table_row, box_token / C::kPageSize) : -1;
+      return lane < C::kBoxes && box_token < r.kv_len ? table_page(p, table_row, box_token / C::kPageSize) : -1;
     }
   }
 
@@ -96,7 +96,7 @@ __device__ __forceinline__ void prefill_sm90_produce_walk(const PrefillParams& p
   const PrefillRequest& r = w.r;
   const int n_blocks = w.n_blocks;
   const int block_count = w.block_count;
-  const int* table_row = C::kPageSize == 0 ? nullptr : prefill_table_row(p, batch_index);
+  const int* table_row = C::kPageSize == 0 ? nullptr : kv_table_row(p, batch_index);
   const PrefillSm90Producer<C> loads{p, lane, g, batch_index, kv_head, r, n_blocks, table_row};
   // Page ids are fetched a block ahead: the lookup's latency hides behind the waits.
   int page = loads.box_page((n_blocks - 1) * C::kBlockN);

@@ -417,7 +417,7 @@ TEST_CASE("the paged decode closure holds exactly its transitive includes") {
   // The decode's rooms, both paths' (the closure follows every #include line, #if or not).
   for (const char* expected :
        {"paged_decode.cuh", "kernel_params.h", "astrai_common.cuh", "mma_utils.cuh", "attention_combine.cuh",
-        "decode_kv_layout.cuh", "decode_work.cuh", "decode_append.cuh", "decode_start.cuh", "decode_kv_loaders.cuh", "decode_kv8_layout.cuh",
+        "kv_layout.cuh", "decode_work.cuh", "decode_append.cuh", "decode_start.cuh", "decode_kv_loaders.cuh", "decode_kv8_layout.cuh",
         "decode_kv8_loaders.cuh", "decode_q_tile.cuh", "decode_softmax.cuh", "decode_mma_steps.cuh",
         "decode_merge.cuh", "paged_decode_mma.cuh", "paged_decode_cuda_cores.cuh"}) {
     CAPTURE(expected);

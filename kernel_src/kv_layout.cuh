@@ -84,17 +84,17 @@ struct PagedKv {
     return id;
   }
   __device__ __forceinline__ static int slot(int token) { return token & (kPageSize - 1); }
-  // The offset of token's K (kV false) or V row, of KV head 0, on `page`.
-  template <bool kV, typename Params>
-  __device__ __forceinline__ static long long row_offset(const Params& p, int page, int /*batch_index*/, int token) {
-    const int in_page = slot(token);
-    return page * page_stride<kV>(p) + in_page * token_stride<kV>(p);
-  }
-  // The same, relative to the sequence's rows (sequence_offset): a page's rows are the pool's.
+  // The offset of token's K (kV false) or V row, of KV head 0, on `page`, relative to the
+  // sequence's rows (sequence_offset: a page's rows are the pool's).
   template <bool kV, typename Params>
   __device__ __forceinline__ static long long token_offset(const Params& p, int page, int token) {
     const int in_page = slot(token);
     return page * page_stride<kV>(p) + in_page * token_stride<kV>(p);
+  }
+  // The same from the cache's start: for pages, the same offset.
+  template <bool kV, typename Params>
+  __device__ __forceinline__ static long long row_offset(const Params& p, int page, int /*batch_index*/, int token) {
+    return token_offset<kV>(p, page, token);
   }
   // What every K or V row of a sequence is offset by before its page: nothing.
   template <bool kV, typename Params>

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 import astrai_jit.astrai_csrc as jit
+from timing import time_call  # bench/, the script's own directory
 
 bf16 = torch.bfloat16
 DEV = "cuda"
@@ -40,16 +41,6 @@ def load_own(checkout: Path, name: str):
             if getattr(module, "served_by", "") != "astrai-jit":
                 return module
     raise SystemExit(f"astrai_side_by_side: no AstrAI build of {name} in {lib} (run harness.py build-own)")
-
-
-def time_call(fn, burst: int) -> float:
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(burst):
-        fn()
-    stop.record()
-    stop.synchronize()
-    return start.elapsed_time(stop) * 1000.0 / burst  # microseconds
 
 
 def compare(own, ours, rounds: int = 7, burst: int = 20):

@@ -25,19 +25,13 @@ import time
 
 import torch
 
+from timing import time_call  # bench/, the script's own directory
+
 
 def timed(fn, calls: int = 20, windows: int = 7):
     fn()
     torch.cuda.synchronize()
-    per_call = []
-    for _ in range(windows):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        per_call.append(start.elapsed_time(end) * 1e3 / calls)
+    per_call = [time_call(fn, calls) for _ in range(windows)]
     return statistics.median(per_call), min(per_call), max(per_call)
 
 

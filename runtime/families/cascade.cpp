@@ -207,9 +207,11 @@ PagedPrefillArgs chunked_level(const PagedPrefillArgs& level, const CascadeSplit
   return p;
 }
 
-// The merge of the chunks' states ([chunk, row, head] in the scratch) into out and level 0's LSE.
+// The merge of the chunks' states ([chunk, row, head] in the scratch), and of level 1's state
+// (level_out, level_lse: one read of every state and one write of out where a merge of the chunks
+// and then one of level 1 would write out twice), into out and level 0's LSE.
 MergeStatesArgs chunk_merge(const CascadeArgs& a, const CascadeSplit& split, std::uintptr_t base,
-                            const CascadeScratch& s, float* first_lse) {
+                            const CascadeScratch& s, const ScratchPointers& scratch) {
   MergeStatesArgs merge;
   merge.dtype = a.dtype;
   merge.rows = a.total_q;
@@ -224,11 +226,12 @@ MergeStatesArgs chunk_merge(const CascadeArgs& a, const CascadeSplit& split, std
   merge.a.lse_stride_row = a.n_heads;
   merge.a.lse_stride_state = 1LL * a.total_q * a.n_heads;
   merge.a.lse_stride_head = 1;
-  merge.b.states = 0;
+  merge.b.v = scratch.level_out;
+  merge.b.lse = scratch.level_lse;
   merge.out = a.out;
   merge.out_stride_row = a.out_stride_token;
   merge.out_stride_head = a.out_stride_head;
-  merge.lse = first_lse;
+  merge.lse = scratch.first_lse;
   merge.stream = a.stream;
   return merge;
 }
@@ -327,7 +330,8 @@ void size_cascade_plan(CascadePlan* plan_ptr, int num_sms) {
 }
 
 // Level 0 over `chunks` CTAs as many: the chunks' offsets, lengths and q copies (the
-// merge_states module's second kernel), one paged_prefill over the chunks, their merge.
+// merge_states module's second kernel) and one paged_prefill over the chunks into their states,
+// which level 1's merge takes in (chunk_merge).
 void run_split_level(Runtime& runtime, Runtime::Impl& impl, const CascadePlan& plan, std::uintptr_t base) {
   const CascadeArgs& a = plan.args;
   const CascadeScratch s = cascade_scratch(a, plan.split, plan.decode_workspace);
@@ -358,9 +362,7 @@ void run_split_level(Runtime& runtime, Runtime::Impl& impl, const CascadePlan& p
   config.block = kMergeStatesThreads;
   config.stream = static_cast<CUstream>(a.stream);
   device.launch(variant.functions[1], config, &chunks);
-  const ScratchPointers scratch = scratch_pointers(a, plan.split, plan.decode_workspace, base);
   runtime.paged_prefill(chunked_level(plan.levels[0], plan.split, a, base, s));
-  runtime.merge_states(chunk_merge(a, plan.split, base, s, scratch.first_lse));
 }
 
 }  // namespace detail
@@ -382,7 +384,9 @@ void Runtime::cascade(const CascadeArgs& input) {
   auto base = reinterpret_cast<std::uintptr_t>(a.workspace);
   if (base == 0) base = device.workspace(static_cast<CUstream>(a.stream), plan.workspace_bytes, "cascade");
   const detail::ScratchPointers scratch = detail::scratch_pointers(a, plan.split, plan.decode_workspace, base);
-  if (plan.split.chunks > 1) {
+  const bool split = plan.split.chunks > 1;
+  const detail::CascadeScratch layout = detail::cascade_scratch(a, plan.split, plan.decode_workspace);
+  if (split) {
     detail::run_split_level(*this, *impl_, plan, base);
   } else {
     PagedPrefillArgs first = plan.levels[0];
@@ -411,7 +415,10 @@ void Runtime::cascade(const CascadeArgs& input) {
       level.lse = scratch.level_lse;
       paged_prefill(level);
     }
-    merge_states(merge);
+    if (split && l == 1)
+      merge_states(detail::chunk_merge(a, plan.split, base, layout, scratch));
+    else
+      merge_states(merge);
   }
 }
 

@@ -209,6 +209,42 @@ struct CascadeChunkParams {
   int wide;
 };
 
+// MLA decode (mla_decode.cuh), the absorbed form DeepSeek-V2/V3 serve: each query row is a
+// 576-wide vector (512 latent dims, then 64 rotary dims) against one shared latent KV head whose
+// rows are [latent 512 | rope 64]; V is a row's first 512 dims, so K and V are one cache.
+enum MlaDims : int { kMlaQkDim = 576, kMlaVDim = 512 };
+struct MlaDecodeParams {
+  const void* q;                 // [batch, q_len, n_heads, 576]
+  long long q_stride_batch;
+  long long q_stride_seq;
+  long long q_stride_head;
+  const void* kv_cache;          // [num_pages, page_size, 576], rows contiguous
+  long long kv_stride_page;
+  long long kv_stride_token;
+  const int* page_table;         // [batch, max_pages_per_seq] logical -> physical page
+  long long page_table_stride;
+  const int* seq_lens;           // [batch] (or [batch + 1] offsets), the new tokens included
+  unsigned layout_bits;          // LayoutBit: int64 tables, seq_lens as offsets
+  int kv_capacity;               // max_pages_per_seq x page_size: longer lengths are clamped
+  int num_pages;                 // page ids outside [0, num_pages) read as zeros
+  float* lse;                    // optional [batch, q_len, n_heads] natural-log LSE
+  void* out;                     // [batch, q_len, n_heads, 512]
+  long long out_stride_batch;
+  long long out_stride_seq;
+  long long out_stride_head;
+  int batch;
+  int n_heads;
+  int tokens_per_split;          // multiple of the kernel's token block
+  float scale_log2;              // softmax scale * log2(e)
+  SplitWorkspace workspace;      // rows (split, batch, token, head) of 512 floats
+};
+// Shared memory of an MLA decode CTA: the query rows, two stages of KV rows (576 wide, padded
+// by 16 bytes so ldmatrix rows fall in distinct banks), the probabilities and the row exchange.
+constexpr int mla_row_bytes() { return (kMlaQkDim + 8) * 2; }
+constexpr int mla_decode_smem_bytes(int rows, int block_n) {
+  return rows * mla_row_bytes() + 2 * block_n * mla_row_bytes() + rows * (block_n + 8) * 2 + 4 * rows * 4;
+}
+
 struct RotaryParams {
   const void* x;                 // [batch, seq, n_heads, head_dim] (batch 1 for the 3D form)
   long long x_stride_batch;

@@ -85,7 +85,8 @@ const std::vector<const KernelFamily*>& kernel_families() {
   static const std::vector<const KernelFamily*> families = [] {
     std::vector<const KernelFamily*> list = {&paged_decode_family(), &rotary_emb_family(),
                                              &decode_family(), &prefill_family(),
-                                             &paged_prefill_family(), &merge_states_family()};
+                                             &paged_prefill_family(), &merge_states_family(),
+                                             &mla_decode_family()};
     // Indexed by KernelKind: each descriptor sits at its own kind's position.
     for (std::size_t i = 0; i < list.size(); ++i)
       if (static_cast<std::size_t>(list[i]->kind) != i) throw std::logic_error("kernel family table order");

@@ -16,15 +16,16 @@
 namespace astrai::detail {
 
 // The order is the one `warm` compiles and lists families in.
-enum class KernelKind { paged_decode, rotary_emb, decode, prefill, paged_prefill, merge_states };
+enum class KernelKind { paged_decode, rotary_emb, decode, prefill, paged_prefill, merge_states, mla_decode };
 // The decode kinds: one query row per head (or a few), their own tilings (ASTRAI_JIT_DECODE_TILES).
 constexpr bool is_decode_kind(KernelKind kind) {
   return kind == KernelKind::paged_decode || kind == KernelKind::decode;
 }
 
-// The attention kinds: the ones a Plan decides (runtime/plan/); the others have one kernel.
+// The attention kinds: the ones plan_attention decides (runtime/plan/); the others have one
+// kernel, or a plan of their own (mla_decode: runtime/plan/mla_plan.hpp).
 constexpr bool is_attention_kind(KernelKind kind) {
-  return kind != KernelKind::rotary_emb && kind != KernelKind::merge_states;
+  return kind != KernelKind::rotary_emb && kind != KernelKind::merge_states && kind != KernelKind::mla_decode;
 }
 
 struct KernelSpec;
@@ -86,6 +87,9 @@ struct KernelFamily {
   std::uint32_t supported_flags = 0;
   WarmDefaults warm;
   HopperImplementation hopper = {};
+  // The kernels are written for tensor cores only (no CUDA-core path): variants need sm_80+
+  // without .nomma.
+  bool needs_mma = false;
 };
 
 // A compile-time feature of the attention templates (a bit of KernelSpec::flags, defined in
@@ -131,6 +135,7 @@ const KernelFamily& decode_family();
 const KernelFamily& prefill_family();
 const KernelFamily& paged_prefill_family();
 const KernelFamily& merge_states_family();
+const KernelFamily& mla_decode_family();
 
 // The NVRTC spelling of a dtype in instantiations: "astrai::bf16_t".
 const char* device_type_name(DType dtype);

@@ -205,6 +205,9 @@ void KernelSpec::validate() const {
   if (info.grouped && !limits.group_ok(group_size))
     throw InvalidArgument(fmt::format("{}: group size {} is not supported (allowed: {})", variant,
                                       group_size, limits.group_allowed()));
+  if (info.needs_mma && !uses_mma())
+    throw InvalidArgument(fmt::format("{}: {} needs tensor cores (allowed: sm_80 or newer, without .nomma)", variant,
+                                      info.name));
   const std::uint32_t refused = flags & ~info.supported_flags;
   if (refused != 0) {
     const std::string allowed =

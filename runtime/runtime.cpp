@@ -14,6 +14,7 @@ void validate_args(const PrefillArgs& args) { detail::resolve_prefill_args(args)
 void validate_args(const PagedPrefillArgs& args) { detail::resolve_paged_prefill_args(args); }
 void validate_args(const RotaryArgs& args) { detail::resolve_rotary_args(args); }
 void validate_args(const MergeStatesArgs& args) { detail::resolve_merge_states_args(args); }
+void validate_args(const MlaDecodeArgs& args) { detail::resolve_mla_decode_args(args); }
 void validate_args(const CascadeArgs& args) { detail::resolve_cascade_args(args); }
 
 Runtime& Runtime::get() {

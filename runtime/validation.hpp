@@ -14,6 +14,7 @@ PagedDecodeArgs resolve_paged_decode_args(const PagedDecodeArgs& args);
 DecodeArgs resolve_decode_args(const DecodeArgs& args);
 RotaryArgs resolve_rotary_args(const RotaryArgs& args);
 MergeStatesArgs resolve_merge_states_args(const MergeStatesArgs& args);
+MlaDecodeArgs resolve_mla_decode_args(const MlaDecodeArgs& args);
 // How a cascade's shared level 0 (one group over the keys every row sees, not causal) is
 // spread over a device's SMs: its keys cut into `chunks` chunks of `chunk_pages` pages, each a
 // group of one paged_prefill over `chunks` copies of q's rows, the chunks' states then merged.

@@ -371,6 +371,49 @@ struct CascadeArgs : AttentionOptions {
   void* stream = nullptr;
 };
 
+// MLA decode in the absorbed form (DeepSeek-V2/V3/R1, Kimi K2): every query head attends to one
+// shared latent KV head. A query row is 576 wide (the 512-dim latent part, then the 64 rotary
+// dims); a cache row is [latent 512 | rope 64] and V is its first 512 dims, so keys and values
+// are one paged cache. out[b, t, h] = softmax(scale * q[b, t, h] . K^T) V over the request's
+// keys, 512 wide. Multi-token decode (MTP, speculative verification) as in paged_decode: query
+// token i of q_len sits at position seq_len - q_len + i and sees the keys up to it.
+struct MlaDecodeArgs {
+  DType dtype = DType::bf16;
+  int batch = 0;
+  int q_len = 1;          // 1..8 query tokens per request
+  int n_heads = 0;        // query heads, 1..128 (the model's heads on this GPU)
+  int page_size = 0;      // power of two in [1, 64]
+  int num_pages = 0;      // pages in the pool; page ids outside [0, num_pages) read as zeros
+  int max_pages_per_seq = 0;  // width of the page table
+  // The model's softmax scale, required: the absorbed form's head is 576 wide but the model's
+  // scale is not 1/sqrt(576) (DeepSeek-V3: 1/sqrt(192), times its YaRN factor squared).
+  float scale = 0.f;
+
+  const void* q = nullptr;  // [batch, q_len, n_heads, 576]
+  std::int64_t q_stride_batch = 0, q_stride_seq = 0, q_stride_head = 0;
+  const void* kv_cache = nullptr;  // [num_pages, page_size, 576], each row contiguous
+  std::int64_t kv_stride_page = 0, kv_stride_token = 0;
+  IndexTable page_table;               // [batch, max_pages_per_seq] logical -> physical
+  std::int64_t page_table_stride = 0;  // elements between rows (0: max_pages_per_seq)
+  // [batch], the new tokens included; read on the device, clamped to [0, table capacity].
+  IndexTable seq_lens;
+  bool seq_lens_are_offsets = false;  // seq_lens holds [batch + 1] offsets (a kv_indptr)
+  void* out = nullptr;  // [batch, q_len, n_heads, 512]
+  std::int64_t out_stride_batch = 0, out_stride_seq = 0, out_stride_head = 0;
+  // Optional: natural-log LSE of each query row's scaled scores, f32 [batch, q_len, n_heads]
+  // contiguous; -inf for a row with nothing to attend to (its output is zeros).
+  float* lse = nullptr;
+
+  void* stream = nullptr;  // CUstream
+  // Optional caller-owned split-KV workspace, as paged_decode's (mla_decode_workspace_bytes).
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+};
+
+// Bytes of split-KV workspace that is always enough for an mla_decode call of this shape on a
+// device with `num_sms` multiprocessors (0 if it never splits).
+ASTRAI_API std::size_t mla_decode_workspace_bytes(const MlaDecodeArgs& args, int num_sms);
+
 // Bytes of workspace a cascade call needs on a device with `num_sms` multiprocessors (0 with one
 // level); a long shared level 0 is spread over the SMs, with scratch of its own.
 ASTRAI_API std::size_t cascade_workspace_bytes(const CascadeArgs& args, int num_sms);
@@ -391,6 +434,7 @@ ASTRAI_API void validate_args(const PagedPrefillArgs& args);
 ASTRAI_API void validate_args(const RotaryArgs& args);
 ASTRAI_API void validate_args(const MergeStatesArgs& args);
 ASTRAI_API void validate_args(const CascadeArgs& args);
+ASTRAI_API void validate_args(const MlaDecodeArgs& args);
 
 class ASTRAI_API Runtime {
  public:
@@ -404,6 +448,7 @@ class ASTRAI_API Runtime {
   void rotary_emb(const RotaryArgs& args);
   void merge_states(const MergeStatesArgs& args);
   void cascade(const CascadeArgs& args);
+  void mla_decode(const MlaDecodeArgs& args);
 
   // The readable variant names this process has loaded so far (for logs and tests).
   std::vector<std::string> loaded_variants() const;

@@ -16,6 +16,7 @@ enum class ImplementationId {
   sm90_wgmma_prefill,  // kernel_src/prefill_sm90.cuh: TMA and wgmma, persistent CTAs
   portable_decode,     // kernel_src/paged_decode.cuh: mma.sync from sm_80, CUDA cores below
   portable_prefill,    // kernel_src/prefill.cuh: mma.sync from sm_80, CUDA cores below
+  portable_mla_decode, // kernel_src/mla_decode.cuh: its own Plan (mla_plan.hpp), not in implementations()
 };
 
 struct Implementation {

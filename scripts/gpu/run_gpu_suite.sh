@@ -4,7 +4,7 @@
 # 326-395 s, the longest job (nomma) setting the whole. The suites' time goes mostly to
 # NVRTC compiles of fresh variants, so the jobs run at once, spread over the visible GPUs, and
 # share one cache directory. Jobs (each under `timeout STEP_TIMEOUT`; logs $OUT/NAME.log):
-#   default_decode   decode, paged_decode, kv_fp8 and multi_token suites on the default path
+#   default_decode   decode, paged_decode, kv_fp8, multi_token and mla_decode suites on the default path
 #                    (tensor cores; on sm_90a the TMA decode), ASTRAI_TEST_SWEEP random cases;
 #   default_prefill  prefill, paged_prefill, rotary_emb, merge_states and cascade suites (on
 #                    sm_90a the Hopper prefill, tilings chosen by grid size);
@@ -18,7 +18,7 @@
 #   (ASTRAI_JIT_DECODE_TILES=wide: the decode suites on wide CTAs, half the sweep) and sm90_check
 #   (astrai-sm90-check --check-only, when BUILD_DIR/bench has it);
 #   memcheck, racecheck, synccheck and initcheck over the decode suites, over the prefill
-#   suites and over kv_fp8, rotary_emb, merge_states and cascade (the FP8 append writes the cache; default path,
+#   suites and over kv_fp8, rotary_emb, merge_states, cascade and mla_decode (the FP8 append writes the cache; default path,
 #   SAN_SWEEP random cases), and on sm_90a racecheck and synccheck with the wide decode CTAs and
 #   the wide prefill tiles forced.
 # Nothing skips silently: ASTRAI_REQUIRE_GPU=1 turns a missing GPU (exit 77) and a filter that
@@ -49,7 +49,7 @@ half=$(( sweep / 2 > 0 ? sweep / 2 : 1 ))
 three_quarters=$(( sweep * 3 / 4 > 0 ? sweep * 3 / 4 : 1 ))
 san_sweep=${SAN_SWEEP:-1}
 limit=${STEP_TIMEOUT:-480}
-decode_suites=--test-suite=decode,paged_decode,kv_fp8,multi_token
+decode_suites=--test-suite=decode,paged_decode,kv_fp8,multi_token,mla_decode
 prefill_suites=--test-suite=prefill,paged_prefill,rotary_emb,merge_states,cascade
 status=0
 names=()
@@ -138,7 +138,7 @@ if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
     start_job "${tool}_prefill" ASTRAI_TEST_SWEEP=$san_sweep -- \
       compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --test-suite=prefill,paged_prefill
     start_job "${tool}_fp8_rotary_merge" ASTRAI_TEST_SWEEP=$san_sweep -- \
-      compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --test-suite=kv_fp8,rotary_emb,merge_states,cascade
+      compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --test-suite=kv_fp8,rotary_emb,merge_states,cascade,mla_decode
   done
   if [ $hopper = 1 ]; then
     for tool in racecheck synccheck; do

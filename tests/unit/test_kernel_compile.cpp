@@ -390,6 +390,42 @@ TEST_CASE("merge_states compiles for every arch, both dtypes and head dims 8 to 
   }
 }
 
+TEST_CASE("mla_decode compiles from sm_80 on tensor cores, every page size, q_len and tiling; refuses below") {
+  struct Case {
+    DType dtype;
+    int page_size, heads, q_len;
+  };
+  const std::vector<Case> cases = {{DType::bf16, 64, 128, 1}, {DType::fp16, 1, 16, 2}, {DType::bf16, 16, 20, 8},
+                                   {DType::fp16, 32, 1, 1}};
+  for (std::size_t i = 1; i < kArchs.size(); ++i) {
+    const Case& c = cases[i - 1];
+    KernelSpec spec;
+    spec.kind = astrai::detail::KernelKind::mla_decode;
+    spec.dtype = c.dtype;
+    spec.head_dim = 576;
+    spec.page_size = c.page_size;
+    spec.group_size = c.heads;
+    spec.flags = astrai::decode_q_len_flags(c.q_len);
+    spec.arch = kArchs[i];
+    CAPTURE(spec.name());
+    REQUIRE_NOTHROW(spec.validate());
+    const CompileResult result = compile_and_check(spec);
+    check_tensor_core_ptx(result.ptx);
+    CHECK(contains(result.ptx, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));  // V as the B operand
+    CHECK(contains(result.ptx, "cp.async.cg.shared.global"));
+    CHECK(contains(result.ptx, "ex2.approx"));
+    CHECK(contains(result.ptx, "griddepcontrol.wait") == (kArchs[i] == "sm_90a"));
+    KernelSpec no_mma = spec;
+    no_mma.force_no_mma = true;
+    CHECK_THROWS_WITH_AS(no_mma.validate(), doctest::Contains("needs tensor cores"), astrai::InvalidArgument);
+  }
+  KernelSpec turing = KernelSpec::parse("mla_decode.bf16.hd576.ps64.g16.sm_80");
+  turing.arch = "sm_75";
+  CHECK_THROWS_WITH_AS(turing.validate(), doctest::Contains("needs tensor cores"), astrai::InvalidArgument);
+  CHECK_THROWS_AS(KernelSpec::parse("mla_decode.bf16.hd512.ps64.g16.sm_90a"), astrai::InvalidArgument);
+  CHECK_THROWS_AS(KernelSpec::parse("mla_decode.bf16.hd576.ps128.g16.sm_90a"), astrai::InvalidArgument);
+}
+
 TEST_CASE("a compute target yields PTX text instead of a cubin") {
   const KernelSpec spec = rotary_spec(DType::bf16, 64, "compute_90");
   const CompileRequest request = request_for(spec);

@@ -50,7 +50,7 @@ TEST_CASE("the family table lists every kind once, in kind order, with distinct 
     CHECK(names.insert(family.name).second);
   }
   CHECK(names == std::set<std::string>{"paged_decode", "rotary_emb", "decode", "prefill", "paged_prefill",
-                                       "merge_states"});
+                                       "merge_states", "mla_decode"});
   CHECK(astrai::detail::find_kernel_family("attention") == nullptr);
 }
 
@@ -83,6 +83,7 @@ TEST_CASE("variant names carry exactly the fields their family declares") {
       {KernelKind::prefill, "prefill.fp16.hd64.g6.sm_90a"},
       {KernelKind::paged_prefill, "paged_prefill.fp16.hd64.ps16.g6.sm_90a"},
       {KernelKind::merge_states, "merge_states.fp16.hd64.sm_90a"},
+      {KernelKind::mla_decode, "mla_decode.fp16.hd576.ps64.g16.sm_90a"},
   };
   for (const auto& [kind, name] : cases) {
     CHECK(default_spec(astrai::detail::kernel_family(kind), "sm_90a").name() == name);
@@ -134,6 +135,8 @@ TEST_CASE("the strict-mode hint names the warm flags of every family") {
                                   "--head-dims 64 --page-sizes 16 --group-sizes 6 --no-hopper"},
       {KernelKind::merge_states, "astrai-jit warm --arch sm_90a --kernels merge_states --dtypes fp16 "
                                  "--head-dims 64"},
+      {KernelKind::mla_decode, "astrai-jit warm --arch sm_90a --kernels mla_decode --dtypes fp16 "
+                               "--head-dims 576 --page-sizes 64 --group-sizes 16"},
   };
   TempDir dir;
   EnvConfig config;

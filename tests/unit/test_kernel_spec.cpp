@@ -389,7 +389,8 @@ TEST_CASE("kernel kind names parse back to their kinds") {
   CHECK(std::string(astrai::detail::kernel_kind_name(KernelKind::paged_prefill)) == "paged_prefill");
   const auto& names = astrai::detail::kernel_kind_names();
   CHECK(std::string(astrai::detail::kernel_kind_name(KernelKind::merge_states)) == "merge_states");
-  REQUIRE(names.size() == 6);
+  CHECK(std::string(astrai::detail::kernel_kind_name(KernelKind::mla_decode)) == "mla_decode");
+  REQUIRE(names.size() == 7);
   for (const auto& name : names) {
     KernelKind kind = KernelKind::rotary_emb;
     REQUIRE(astrai::detail::parse_kernel_kind(name, &kind));
@@ -440,6 +441,7 @@ TEST_CASE("every family's closure, Hopper templates included, holds exactly its 
     if (family->hopper.main_file != nullptr) main_files.insert(family->hopper.main_file);
   }
   CHECK(main_files.count("merge_states.cuh") == 1);
+  CHECK(main_files.count("mla_decode.cuh") == 1);
   for (const std::string& main_file : main_files) {
     CAPTURE(main_file);
     std::set<std::string> names;

@@ -1,0 +1,77 @@
+#include "runtime/plan/mla_plan.hpp"
+
+#include <algorithm>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "astrai/error.hpp"
+#include "kernel_src/kernel_params.h"
+#include "runtime/plan/implementations.hpp"
+
+namespace astrai::detail {
+
+namespace {
+
+// Targets whose CTAs may take 160 KB of shared memory (A100, Orin, Hopper, Blackwell data
+// center); the others offer about 99 KB.
+bool large_shared_memory(const std::string& arch) {
+  const int number = arch_number(arch);
+  return number == 80 || number == 87 || number == 90 || number == 100 || number == 103 || number == 110;
+}
+
+const char* refuses_no_tensor_cores(const MlaProblem&, const DeviceTraits& device) {
+  return device.uses_mma() ? nullptr : "needs tensor cores (sm_80 or newer, without ASTRAI_JIT_NO_MMA)";
+}
+
+const Implementation& portable_mla() {
+  static const Implementation implementation{ImplementationId::portable_mla_decode, "portable_mla_decode", false,
+                                             true, nullptr, nullptr};
+  return implementation;
+}
+
+}  // namespace
+
+MlaTiling mla_tiling(const std::string& arch, int n_heads, int q_len) {
+  const bool large = large_shared_memory(arch);
+  const int rows = std::max(n_heads, 1) * std::max(q_len, 1);
+  MlaTiling tiling;
+  tiling.row_groups = std::clamp((rows + 15) / 16, 1, large ? 4 : 2);
+  tiling.block_n = large ? 32 : 16;
+  return tiling;
+}
+
+bool MlaProblem::operator==(const MlaProblem& o) const {
+  return std::tie(dtype, batch, q_len, n_heads, page_size, capacity, caller_workspace, workspace_bytes) ==
+         std::tie(o.dtype, o.batch, o.q_len, o.n_heads, o.page_size, o.capacity, o.caller_workspace,
+                  o.workspace_bytes);
+}
+
+Plan plan_mla_decode(const MlaProblem& problem, const DeviceTraits& device) {
+  if (const char* why = refuses_no_tensor_cores(problem, device))
+    throw InvalidArgument(fmt::format("mla_decode: {} (device target {})", why, device.arch));
+  Plan plan;
+  plan.implementation = &portable_mla();
+  plan.spec.kind = KernelKind::mla_decode;
+  plan.spec.dtype = problem.dtype;
+  plan.spec.head_dim = kMlaQkDim;
+  plan.spec.page_size = problem.page_size;
+  plan.spec.group_size = problem.n_heads;
+  plan.spec.flags = decode_q_len_flags(problem.q_len);
+  plan.spec.arch = device.arch;
+  const MlaTiling tiling = mla_tiling(device.arch, problem.n_heads, problem.q_len);
+  plan.block = tiling.threads();
+  plan.smem = mla_decode_smem_bytes(tiling.rows(), tiling.block_n);
+  const int row_tiles = (problem.n_heads * problem.q_len + tiling.rows() - 1) / tiling.rows();
+  // One CTA an SM (its shared memory); the split plan fills the SMs a few times over.
+  plan.split = plan_decode_splits(problem.batch, 1, row_tiles, problem.capacity, std::max(device.num_sms, 1));
+  if (problem.caller_workspace)
+    plan.split = cap_decode_splits(plan.split, problem.capacity, problem.workspace_bytes, problem.batch,
+                                   problem.n_heads * problem.q_len, kMlaVDim);
+  plan.workspace_bytes = decode_workspace_bytes(plan.split, problem.batch, problem.n_heads * problem.q_len, kMlaVDim);
+  plan.grid = {static_cast<unsigned>(row_tiles), static_cast<unsigned>(problem.batch),
+               static_cast<unsigned>(plan.split.num_splits)};
+  return plan;
+}
+
+}  // namespace astrai::detail

@@ -1,0 +1,190 @@
+// MLA decode on the CPU: its argument checks (each bad value named), its plan (the tiling by the
+// target's shared memory, the split plan, the caller's workspace) and the workspace bound.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "kernel_src/kernel_params.h"
+#include "runtime/plan/mla_plan.hpp"
+#include "tests/unit/validation_support.hpp"
+
+using namespace astrai;
+using namespace astrai::detail;
+using astrai::testing::BadCase;
+using astrai::testing::check_rejected;
+using astrai::testing::fake_pointer;
+
+namespace {
+
+// 2 requests of one token, 16 heads, pages of 64, 8 pages a request.
+MlaDecodeArgs valid_mla() {
+  MlaDecodeArgs a;
+  a.batch = 2;
+  a.n_heads = 16;
+  a.page_size = 64;
+  a.num_pages = 32;
+  a.max_pages_per_seq = 8;
+  a.scale = 0.0721f;
+  a.q = fake_pointer<const void>(0x100000);
+  a.kv_cache = fake_pointer<const void>(0x200000);
+  a.page_table = fake_pointer<const std::int32_t>(0x300000);
+  a.seq_lens = fake_pointer<const std::int32_t>(0x400000);
+  a.out = fake_pointer<void>(0x500000);
+  return a;
+}
+
+DeviceTraits device(const char* arch, int sms = 132) {
+  DeviceTraits traits;
+  traits.arch = arch;
+  traits.num_sms = sms;
+  return traits;
+}
+
+MlaProblem problem(int batch, int heads, int q_len, long long capacity) {
+  MlaProblem p;
+  p.batch = batch;
+  p.n_heads = heads;
+  p.q_len = q_len;
+  p.page_size = 64;
+  p.capacity = capacity;
+  return p;
+}
+
+}  // namespace
+
+TEST_SUITE("mla_decode") {
+
+TEST_CASE("mla_decode fills contiguous strides: q [b, t, h, 576], cache [pages, ps, 576], out [b, t, h, 512]") {
+  MlaDecodeArgs a = valid_mla();
+  a.q_len = 3;
+  const MlaDecodeArgs r = resolve_mla_decode_args(a);
+  CHECK(r.q_stride_head == 576);
+  CHECK(r.q_stride_seq == 16 * 576);
+  CHECK(r.q_stride_batch == 3 * 16 * 576);
+  CHECK(r.kv_stride_token == 576);
+  CHECK(r.kv_stride_page == 64 * 576);
+  CHECK(r.out_stride_head == 512);
+  CHECK(r.out_stride_seq == 16 * 512);
+  CHECK(r.out_stride_batch == 3 * 16 * 512);
+  CHECK(r.page_table_stride == 8);
+}
+
+TEST_CASE("every mla_decode argument rejects a bad value and the message names it") {
+  using A = MlaDecodeArgs;
+  const std::vector<BadCase<A>> cases = {
+      {"dtype", [](A& a) { a.dtype = static_cast<DType>(3); }, {"dtype 3 is not valid"}},
+      {"batch", [](A& a) { a.batch = -1; }, {"batch -1"}},
+      {"q_len", [](A& a) { a.q_len = 0; }, {"q_len 0 is not valid (allowed: 1..8)"}},
+      {"q_len", [](A& a) { a.q_len = 9; }, {"q_len 9 is not valid (allowed: 1..8)"}},
+      {"n_heads", [](A& a) { a.n_heads = 0; }, {"n_heads 0 is not supported (allowed: 1..128)"}},
+      {"n_heads", [](A& a) { a.n_heads = 129; }, {"n_heads 129 is not supported"}},
+      {"page_size", [](A& a) { a.page_size = 128; }, {"page_size 128"}},
+      {"page_size", [](A& a) { a.page_size = 24; }, {"page_size 24"}},
+      {"num_pages", [](A& a) { a.num_pages = 0; }, {"num_pages 0"}},
+      {"max_pages_per_seq", [](A& a) { a.max_pages_per_seq = 0; }, {"max_pages_per_seq 0"}},
+      {"scale", [](A& a) { a.scale = 0.f; }, {"scale 0 is not valid", "1/sqrt(192)"}},
+      {"scale", [](A& a) { a.scale = -1.f; }, {"scale -1 is not valid"}},
+      {"scale", [](A& a) { a.scale = std::numeric_limits<float>::infinity(); }, {"scale inf is not valid"}},
+      {"scale", [](A& a) { a.scale = std::numeric_limits<float>::quiet_NaN(); }, {"scale nan is not valid"}},
+      {"page_table_stride", [](A& a) { a.page_table_stride = 4; }, {"page_table_stride 4 is smaller"}},
+      {"q_stride_head", [](A& a) { a.q_stride_head = 500; }, {"q_stride_head 500"}},
+      {"q_stride_head", [](A& a) { a.q_stride_head = 580; }, {"q_stride_head 580 is not a multiple of 8"}},
+      {"kv_stride_token", [](A& a) { a.kv_stride_token = 577; }, {"kv_stride_token 577 is not a multiple of 8"}},
+      {"kv_stride_page", [](A& a) { a.kv_stride_page = -8; }, {"kv_stride_page -8"}},
+      {"out_stride_head", [](A& a) { a.out_stride_head = 256; }, {"out_stride_head 256"}},
+      {"out_stride_batch", [](A& a) { a.out_stride_batch = 512; }, {"out_stride_batch 512"}},
+      {"q", [](A& a) { a.q = nullptr; }, {"q is null"}},
+      {"q", [](A& a) { a.q = fake_pointer<const void>(0x100008); }, {"is not 16-byte aligned"}},
+      {"kv_cache", [](A& a) { a.kv_cache = nullptr; }, {"kv_cache is null"}},
+      {"out", [](A& a) { a.out = fake_pointer<void>(0x500002); }, {"is not 16-byte aligned"}},
+      {"page_table", [](A& a) { a.page_table = nullptr; }, {"page_table is null"}},
+      {"seq_lens", [](A& a) { a.seq_lens = nullptr; }, {"seq_lens is null"}},
+      {"lse", [](A& a) { a.lse = fake_pointer<float>(0x600001); }, {"is not 4-byte aligned"}},
+      {"workspace", [](A& a) { a.workspace_bytes = 64; }, {"workspace_bytes 64 with a null workspace"}},
+      {"max_pages_per_seq", [](A& a) { a.max_pages_per_seq = 1 << 30; }, {"exceeds the limit"}},
+  };
+  const MlaDecodeArgs valid = valid_mla();
+  REQUIRE_NOTHROW(resolve_mla_decode_args(valid));
+  for (const auto& c : cases) check_rejected(valid, c, resolve_mla_decode_args, "mla_decode");
+}
+
+TEST_CASE("an empty batch needs no pointers") {
+  MlaDecodeArgs a = valid_mla();
+  a.batch = 0;
+  a.q = nullptr;
+  a.kv_cache = nullptr;
+  a.out = nullptr;
+  a.page_table = nullptr;
+  a.seq_lens = nullptr;
+  CHECK_NOTHROW(resolve_mla_decode_args(a));
+}
+
+TEST_CASE("the MLA tiling follows the target's shared memory and the rows") {
+  // 160 KB targets: up to 64 rows a CTA and blocks of 32 keys; 99 KB targets: 32 rows, 16 keys.
+  for (const char* arch : {"sm_80", "sm_90a", "sm_100"}) {
+    CAPTURE(arch);
+    CHECK(mla_tiling(arch, 128, 1).rows() == 64);
+    CHECK(mla_tiling(arch, 128, 1).block_n == 32);
+    CHECK(mla_tiling(arch, 16, 1).rows() == 16);
+    CHECK(mla_tiling(arch, 16, 3).rows() == 48);
+    CHECK(mla_tiling(arch, 1, 1).rows() == 16);
+    CHECK(mla_decode_smem_bytes(64, 32) <= 163 * 1024);
+  }
+  for (const char* arch : {"sm_86", "sm_89", "sm_120"}) {
+    CAPTURE(arch);
+    CHECK(mla_tiling(arch, 128, 1).rows() == 32);
+    CHECK(mla_tiling(arch, 128, 1).block_n == 16);
+    CHECK(mla_decode_smem_bytes(32, 16) <= 99 * 1024);
+  }
+  CHECK(mla_tiling("sm_90a", 20, 1).threads() == 128);  // 2 row groups of 16, two warps each
+}
+
+TEST_CASE("the MLA plan: variant, grid over row tiles, requests and splits, and its workspace") {
+  const Plan big = plan_mla_decode(problem(64, 128, 1, 8192), device("sm_90a"));
+  CHECK(big.spec.name() == "mla_decode.bf16.hd576.ps64.g128.sm_90a");
+  CHECK(big.block == 256);
+  CHECK(big.smem == mla_decode_smem_bytes(64, 32));
+  CHECK(big.grid.x == 2);
+  CHECK(big.grid.y == 64);
+  CHECK_FALSE(big.split_kv());  // 128 CTAs on 132 SMs: one wave already
+  CHECK(big.workspace_bytes == 0);
+
+  // Batch 1: the keys split across the SMs, and the workspace holds every split's rows.
+  const Plan one = plan_mla_decode(problem(1, 16, 2, 32768), device("sm_90a"));
+  CHECK(one.spec.name() == "mla_decode.bf16.hd576.ps64.g16.q2.sm_90a");
+  CHECK(one.grid.x == 1);  // 16 heads x 2 tokens: one tile of 32 rows
+  CHECK(one.split_kv());
+  CHECK(one.grid.z == static_cast<unsigned>(one.split.num_splits));
+  CHECK(one.split.tokens_per_split % 32 == 0);
+  CHECK(1LL * one.split.num_splits * one.split.tokens_per_split >= 32768);
+  CHECK(one.workspace_bytes >= static_cast<std::size_t>(one.split.num_splits) * 32 * 512 * 4);
+
+  // A caller's workspace too small for any split: one split, no workspace.
+  MlaProblem capped = problem(1, 16, 2, 32768);
+  capped.caller_workspace = true;
+  capped.workspace_bytes = 1024;
+  CHECK_FALSE(plan_mla_decode(capped, device("sm_90a")).split_kv());
+
+  // No tensor cores: refused by name, never a wrong path.
+  DeviceTraits forced = device("sm_90a");
+  forced.force_no_mma = true;
+  CHECK_THROWS_WITH_AS(plan_mla_decode(problem(1, 16, 1, 64), forced), doctest::Contains("needs tensor cores"),
+                       InvalidArgument);
+  CHECK_THROWS_AS(plan_mla_decode(problem(1, 16, 1, 64), device("sm_75")), InvalidArgument);
+}
+
+TEST_CASE("mla_decode_workspace_bytes bounds every plan of the shape") {
+  MlaDecodeArgs a = valid_mla();
+  a.batch = 1;
+  a.max_pages_per_seq = 512;  // 32768 keys
+  for (int sms : {8, 78, 132}) {
+    const std::size_t bound = mla_decode_workspace_bytes(a, sms);
+    CHECK(bound > 0);
+    for (const char* arch : {"sm_80", "sm_89", "sm_90a"}) {
+      MlaProblem p = problem(1, 16, 1, 32768);
+      CHECK(plan_mla_decode(p, device(arch, sms)).workspace_bytes <= bound);
+    }
+  }
+}
+
+}  // TEST_SUITE

@@ -270,7 +270,8 @@ inline Json stats_json(const Stats& stats) {
 // Cases
 
 enum class CaseKind {
-  paged_decode, decode, prefill, paged_prefill, rotary, merge_states, cascade, jit_compile, jit_load, jit_host
+  paged_decode, decode, prefill, paged_prefill, rotary, merge_states, cascade, mla_decode, jit_compile, jit_load,
+  jit_host
 };
 
 // How a case compares with its ratio_to case: rate over rate, calls per second over calls per
@@ -357,6 +358,8 @@ struct CaseDef {
       case CaseKind::cascade:
         return fmt::format("B{} prefix {} + {} own H{}/{} D{} ps{}{}", batch, prefix, len, n_heads, n_kv_heads,
                            head_dim, page_size, cascade_as_decode ? " as paged_decode" : "");
+      case CaseKind::mla_decode:
+        return fmt::format("B{} L{} H{} q{} ps{} latent 512+64", batch, len, n_heads, q_len, page_size);
       case CaseKind::jit_compile: return "cold NVRTC compile of 5 variants, fresh cache dir (ms)";
       case CaseKind::jit_load: return "cached variant: JitEngine::get + cuModuleLoadData, fresh process (ms)";
       case CaseKind::jit_host: return "host us per hot paged_decode call vs raw cuLaunchKernel";
@@ -367,7 +370,8 @@ struct CaseDef {
   std::string basis() const {
     switch (kind) {
       case CaseKind::paged_decode:
-      case CaseKind::decode: return "TB/s, % of read ceiling";
+      case CaseKind::decode:
+      case CaseKind::mla_decode: return "TB/s, % of read ceiling";
       case CaseKind::cascade: return "TB/s of the KV read once, % of read ceiling";
       case CaseKind::prefill:
       case CaseKind::paged_prefill: return "TFLOP/s, % of the GEMM ceiling";
@@ -689,6 +693,7 @@ class Bench {
   void case_rotary(const CaseDef& def, CaseResult* result);
   void case_merge_states(const CaseDef& def, CaseResult* result);
   void case_cascade(const CaseDef& def, CaseResult* result);
+  void case_mla_decode(const CaseDef& def, CaseResult* result);
 
   void jit_compile();
   void jit_load();

@@ -242,6 +242,26 @@ std::vector<CaseDef> all_cases() {
   shared_prefix(true);
   shared_prefix(false);
 
+  // MLA decode (DeepSeek-V3 shapes): 128 heads on one GPU and 16 (8-way tensor parallel), a
+  // batch of one for latency, and two new tokens (MTP) a request.
+  auto mla = [&](int batch, int len, int heads, int q_len) {
+    CaseDef c;
+    c.kind = CaseKind::mla_decode;
+    c.kernel = "mla_decode";
+    c.label = fmt::format("B{}.L{}.H{}{}", batch, len, heads, q_len > 1 ? fmt::format(".q{}", q_len) : "");
+    c.batch = batch;
+    c.len = len;
+    c.n_heads = heads;
+    c.q_len = q_len;
+    c.head_dim = 576;
+    c.page_size = 64;
+    cases.push_back(c);
+  };
+  mla(64, 8192, 128, 1);
+  mla(64, 8192, 16, 1);
+  mla(1, 8192, 128, 1);
+  mla(32, 4096, 128, 2);
+
   auto jit = [&](CaseKind kind, const char* label) {
     CaseDef c;
     c.kind = kind;
@@ -678,6 +698,7 @@ CaseResult Bench::run_case(const CaseDef& def, const std::map<std::string, CaseR
       case CaseKind::rotary: case_rotary(def, &result); break;
       case CaseKind::merge_states: case_merge_states(def, &result); break;
       case CaseKind::cascade: case_cascade(def, &result); break;
+      case CaseKind::mla_decode: case_mla_decode(def, &result); break;
       default: break;
     }
   } catch (const std::exception& error) {

@@ -8,6 +8,7 @@ Kernels (PyTorch tensors on one CUDA device; each also a custom op, ``torch.ops.
     decode         decode over a contiguous KV cache
     prefill        prefill over contiguous K and V (causal or not)
     paged_prefill  prefill over a paged KV cache
+    mla_decode     MLA decode, absorbed form (576-wide q against one paged latent head)
     rotary_emb     rotary embedding of interleaved pairs, in place or not
     merge_state, merge_state_in_place, merge_states
                    attention states merged by their LSEs (cascade attention, split passes)
@@ -48,7 +49,7 @@ from ._metrics import cache_metrics, cache_metrics_prometheus  # noqa: E402
 
 import sys as _sys
 
-_TORCH_API = ("paged_decode", "decode", "prefill", "paged_prefill", "rotary_emb", "merge_state",
+_TORCH_API = ("paged_decode", "decode", "prefill", "paged_prefill", "mla_decode", "rotary_emb", "merge_state",
               "merge_state_in_place", "merge_states")
 _CASCADE_API = ("cascade", "CascadeLevel", "CascadeAttention")
 
@@ -75,13 +76,13 @@ def __getattr__(name):
 
 
 if "torch" in _sys.modules:  # a PyTorch program: register torch.ops.astrai_jit.* now
-    from ._ops import (decode, merge_state, merge_state_in_place, merge_states, paged_decode,  # noqa: E402,F401
-                       paged_prefill, prefill, rotary_emb)
+    from ._ops import (decode, merge_state, merge_state_in_place, merge_states, mla_decode,  # noqa: E402,F401
+                       paged_decode, paged_prefill, prefill, rotary_emb)
     from ._cascade import CascadeAttention, CascadeLevel, cascade  # noqa: E402,F401
 
 __all__ = [
     "Error", "InvalidArgument", "CompileError", "CudaError", "ConfigError", "CacheMissError",
-    "paged_decode", "decode", "prefill", "paged_prefill", "rotary_emb",
+    "paged_decode", "decode", "prefill", "paged_prefill", "mla_decode", "rotary_emb",
     "merge_state", "merge_state_in_place", "merge_states", "cascade", "CascadeLevel", "CascadeAttention",
     "warm", "cache_info", "loaded_variants", "cli_path",
     "cache_metrics", "cache_metrics_prometheus",

@@ -127,6 +127,7 @@ _PAGED_PREFILL = _call("paged_prefill")
 _ROTARY_EMB = _call("rotary_emb", "rotary_emb_")
 _MERGE_STATES = _call("merge_states", runs_on="out")
 _MERGE_STATE_ = _call("merge_state_")
+_MLA_DECODE = _call("mla_decode")
 
 
 def _not_a_tensor(call: str, name: str, value) -> TypeError:
@@ -388,6 +389,42 @@ def merge_states(v: Tensor, s: Tensor, *, out: Optional[Tensor] = None, lse: Opt
     v_a, s_a, v_b, s_b = v, s, None, None  # the extension's names for the states
     _MERGE_STATES(v_a, s_a, v_b, s_b, out, lse, stream)
     return out, lse
+
+
+def mla_decode(q: Tensor, kv_cache: Tensor, page_table: Tensor, seq_lens: Optional[Tensor], *, scale: float,
+               out: Optional[Tensor] = None, return_lse: bool = False, kv_indptr: Optional[Tensor] = None,
+               workspace: Optional[Tensor] = None, stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """MLA decode in the absorbed form (DeepSeek-V2/V3/R1, Kimi): every query head attends to one
+    shared latent KV head.
+
+    q ``[batch, n_heads, 576]`` or ``[batch, q_len, n_heads, 576]`` (512 latent dims, then the 64
+    rotary dims; q_len 1..8 new tokens, token i at position ``seq_len - q_len + i``); kv_cache
+    ``[num_pages, page_size, 576]`` (or ``[num_pages, page_size, 1, 576]``), rows [latent | rope],
+    whose first 512 dims are the values; page_table ``[batch, max_pages_per_seq]``; seq_lens
+    ``[batch]`` with the new tokens included, or ``kv_indptr`` ``[batch + 1]`` offsets; int32 or
+    int64. ``scale`` is required: the model's softmax scale (DeepSeek-V3: 1/sqrt(192) times its
+    YaRN factor squared), not 1/sqrt(576). Returns out ``[..., n_heads, 512]`` like q, and with
+    ``return_lse`` the f32 log-sum-exp ``[batch, (q_len,) n_heads]``. bf16 or fp16, heads 1..128,
+    page sizes 1..64; tensor cores only (sm_80+).
+    """
+    call = "mla_decode"
+    if not isinstance(q, Tensor):
+        raise _not_a_tensor(call, "q", q)
+    if out is None:
+        out = torch.empty((*q.shape[:-1], 512), dtype=q.dtype, device=q.device)
+    elif not isinstance(out, Tensor):
+        raise _not_a_tensor(call, "out", out)
+    lse = _lse(q, q.shape[:-1]) if return_lse else None
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"{call}: scale is a {type(scale).__name__} (allowed: the model's softmax scale, a float > 0)")
+    scale = float(scale)  # its value is the runtime's to check
+    seq_lens_are_offsets = kv_indptr is not None
+    if seq_lens_are_offsets:
+        if seq_lens is not None:
+            raise ValueError(f"{call}: seq_lens and kv_indptr are both given (allowed: one of them)")
+        seq_lens = kv_indptr
+    _MLA_DECODE(q, kv_cache, page_table, seq_lens, out, lse, scale, stream, seq_lens_are_offsets, workspace)
+    return (out, lse) if return_lse else out
 
 
 for _documented in (paged_decode, decode, prefill, paged_prefill):

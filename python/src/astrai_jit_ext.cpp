@@ -455,6 +455,77 @@ void merge_states(const Input& v_a, const Input& s_a, const Opt<Input>& v_b, con
   launch(&astrai::Runtime::merge_states, a);
 }
 
+// MLA decode: q [batch, n_heads, 576] or [batch, q_len, n_heads, 576], one latent cache
+// [pages, page_size, 576] (or [pages, page_size, 1, 576]), out like q with 512-wide rows.
+void mla_decode(const Input& q, const Input& kv_cache, const Input& page_table, const Input& seq_lens,
+                const Output& out, const Opt<Output>& lse, double scale, Opt<std::uintptr_t> stream,
+                bool seq_lens_are_offsets, const Opt<Output>& workspace) {
+  constexpr const char* kCall = "mla_decode";
+  constexpr const char* kLayout = "[batch, n_heads, 576] or [batch, q_len, n_heads, 576]";
+  Checker c(kCall);
+  astrai::MlaDecodeArgs a;
+  const bool tokens = q.ndim() == 4;
+  const std::size_t h = tokens ? 2 : 1;
+  c.rank("q", q, tokens ? 4 : 3, kLayout);
+  c.rank("out", out, q.ndim(), tokens ? "[batch, q_len, n_heads, 512]" : "[batch, n_heads, 512]");
+  const bool headed = kv_cache.ndim() == 4;
+  c.rank("kv_cache", kv_cache, headed ? 4 : 3, "[num_pages, page_size, 576] or [num_pages, page_size, 1, 576]");
+  c.rank("page_table", page_table, 2, "[batch, max_pages_per_seq]");
+  const char* lens_name = seq_lens_are_offsets ? "kv_indptr" : "seq_lens";
+  c.rank(lens_name, seq_lens, 1, seq_lens_are_offsets ? "[batch + 1]" : "[batch]");
+  a.dtype = c.attention_dtype("q", q);
+  c.same_dtype("kv_cache", kv_cache, a.dtype);
+  c.same_dtype("out", out, a.dtype);
+  c.dtype("page_table", page_table, Kind::index);
+  c.dtype(lens_name, seq_lens, Kind::index);
+  a.batch = as_int(kCall, "batch", q.shape(0));
+  a.q_len = tokens ? as_int(kCall, "q_len", q.shape(1)) : 1;
+  a.n_heads = as_int(kCall, "n_heads", q.shape(h));
+  c.dim("q", q, h + 1, 576, "576 (512 latent + 64 rotary dims)");
+  c.dim("out", out, 0, a.batch, "batch of q");
+  if (tokens) c.dim("out", out, 1, a.q_len, "q_len of q");
+  c.dim("out", out, h, a.n_heads, "n_heads of q");
+  c.dim("out", out, h + 1, 512, "512 (V's latent dims)");
+  if (headed) c.dim("kv_cache", kv_cache, 2, 1, "1 (one latent head)");
+  c.dim("kv_cache", kv_cache, kv_cache.ndim() - 1, 576, "576 (512 latent + 64 rotary dims)");
+  a.num_pages = as_int(kCall, "num_pages", kv_cache.shape(0));
+  a.page_size = as_int(kCall, "page_size", kv_cache.shape(1));
+  a.max_pages_per_seq = as_int(kCall, "max_pages_per_seq", page_table.shape(1));
+  c.dim("page_table", page_table, 0, a.batch, "batch of q");
+  c.dim(lens_name, seq_lens, 0, a.batch + (seq_lens_are_offsets ? 1 : 0),
+        seq_lens_are_offsets ? "batch of q + 1" : "batch of q");
+  c.contiguous(lens_name, seq_lens);
+  for (auto [name, t] : {std::pair{"q", &q}, {"kv_cache", &kv_cache}, {"page_table", &page_table}}) c.unit_last(name, *t);
+  c.unit_last("out", out);
+  a.q = q.data();
+  a.q_stride_batch = c.stride("q", q, 0);
+  if (tokens) a.q_stride_seq = c.stride("q", q, 1);
+  a.q_stride_head = c.stride("q", q, h);
+  a.kv_cache = kv_cache.data();
+  a.kv_stride_page = c.stride("kv_cache", kv_cache, 0);
+  a.kv_stride_token = c.stride("kv_cache", kv_cache, 1);
+  a.page_table = index_table(page_table);
+  a.page_table_stride = c.stride("page_table", page_table, 0);
+  a.seq_lens = index_table(seq_lens);
+  a.seq_lens_are_offsets = seq_lens_are_offsets;
+  a.out = out.data();
+  a.out_stride_batch = c.stride("out", out, 0);
+  if (tokens) a.out_stride_seq = c.stride("out", out, 1);
+  a.out_stride_head = c.stride("out", out, h);
+  a.lse = tokens ? lse_pointer(c, lse, "[batch, q_len, n_heads]",
+                               {{a.batch, "batch of q"}, {a.q_len, "q_len of q"}, {a.n_heads, "n_heads of q"}})
+                 : lse_pointer(c, lse, "[batch, n_heads]", {{a.batch, "batch of q"}, {a.n_heads, "n_heads of q"}});
+  if (workspace) {
+    a.workspace_bytes = c.scratch("workspace", *workspace);
+    a.workspace = workspace->data();
+  }
+  a.scale = static_cast<float>(scale);
+  astrai::validate_args(a);
+  c.devices();
+  a.stream = launch_stream(kCall, stream, q);
+  launch(&astrai::Runtime::mla_decode, a);
+}
+
 // Cascade levels come as parallel lists (one entry a level): qo_indptr [groups + 1], page
 // table [groups, max_pages], seq_lens [groups], causal, max_q_len (-1: total_q).
 void cascade(const Input& q, const Input& k_cache, const Input& v_cache, const std::vector<Input>& qo_indptrs,
@@ -604,6 +675,10 @@ NB_MODULE(_C, m) {
   m.def("merge_states", &merge_states, nb::arg("v_a"), nb::arg("s_a"), nb::arg("v_b").none(), nb::arg("s_b").none(),
         nb::arg("out"), nb::arg("lse").none(), nb::arg("stream").none(),
         "Attention states merged by their LSEs (out and lse may be a's or b's single state).");
+  m.def("mla_decode", &mla_decode, nb::arg("q"), nb::arg("kv_cache"), nb::arg("page_table"), nb::arg("seq_lens"),
+        nb::arg("out"), nb::arg("lse").none(), nb::arg("scale"), nb::arg("stream").none(),
+        nb::arg("seq_lens_are_offsets") = false, nb::arg("workspace").none() = nb::none(),
+        "MLA decode (absorbed form) over one paged latent cache.");
   m.def("cascade", &cascade, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("qo_indptrs"),
         nb::arg("page_tables"), nb::arg("seq_lens"), nb::arg("causal"), nb::arg("max_q_lens"), nb::arg("out"),
         nb::arg("lse").none(), nb::arg("scale"), nb::arg("logit_cap"), nb::arg("sinks").none(),

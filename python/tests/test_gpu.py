@@ -374,7 +374,7 @@ def test_torch_compile_fullgraph():
 
 
 @pytest.mark.parametrize("name", ["paged_decode", "paged_decode_append", "decode", "prefill", "paged_prefill",
-                                  "rotary_emb", "rotary_emb_"])
+                                  "rotary_emb", "rotary_emb_", "mla_decode"])
 def test_opcheck(name):
     from test_library import example_args
     args = example_args(name, "cuda")

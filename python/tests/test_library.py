@@ -20,6 +20,7 @@ MUTATED = {
     "merge_states": {"out", "lse"},
     "cascade": {"out", "lse", "workspace"},
     "merge_state_": {"v", "s"},
+    "mla_decode": {"out", "lse", "workspace"},
 }
 
 
@@ -70,6 +71,11 @@ def example_args(name, device):
                 [torch.zeros(1, 4, **i32), torch.zeros(3, 2, **i32)], [torch.ones(1, **i32), torch.ones(3, **i32)],
                 [False, True], [3, 1], torch.empty_like(qc), torch.empty(3, 8, device=device), 0.0, 0.0, None, None,
                 None, None, -1)
+    if name == "mla_decode":
+        qm = torch.randn(2, 16, 576, dtype=bf16, device=device)
+        cache = torch.randn(10, 16, 576, dtype=bf16, device=device)
+        return (qm, cache, table, lens, torch.empty(2, 16, 512, dtype=bf16, device=device),
+                torch.empty(2, 16, device=device), 0.0721, -1, False, None)
     if name == "merge_states":
         v = torch.randn(5, 3, 4, 64, dtype=bf16, device=device)
         return (v, torch.randn(5, 3, 4, device=device), None, None, torch.empty(5, 4, 64, dtype=bf16, device=device),

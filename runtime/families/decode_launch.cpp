@@ -8,6 +8,7 @@
 #include "base/logging.hpp"
 #include "kernel_src/hopper_params.h"
 #include "runtime/launch_heuristics.hpp"
+#include "runtime/plan/plan_memo.hpp"
 #include "runtime/tensor_map.hpp"
 
 namespace astrai::detail {
@@ -131,32 +132,24 @@ AttentionProblem decode_problem(const DecodeLaunch& launch, const PagedDecodePar
 
 void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeParams params) {
   Device& device = impl.current_device();
-  // The plan is a pure function of the problem and the device: remember the last one per thread
-  // (the hot path compares a few fields instead of planning).
-  struct PlanMemo {
-    const Device* device = nullptr;
-    AttentionProblem problem;
-    Plan plan;
-  };
-  thread_local PlanMemo memo;
+  thread_local PlanMemo<AttentionProblem> memo;
   AttentionProblem problem = decode_problem(launch, params);
   CUtensorMap map_k;
   CUtensorMap map_v;
+  const auto make = [&] {
+    // The portable kernels' occupancy is read off the loaded variant.
+    const OccupancyQuery occupancy = [&](const KernelSpec& spec, int block, int smem) {
+      return impl.variant(device, spec, {block, smem}).resident_ctas;
+    };
+    return plan_decode(problem, device.traits(), occupancy);
+  };
+  const Plan* planned = nullptr;
   for (;;) {
-    if (memo.device != &device || memo.problem != problem) {
-      // The portable kernels' occupancy is read off the loaded variant.
-      const OccupancyQuery occupancy = [&](const KernelSpec& spec, int block, int smem) {
-        return impl.variant(device, spec, {block, smem}).resident_ctas;
-      };
-      memo.plan = plan_decode(problem, device.traits(), occupancy);
-      memo.problem = problem;
-      memo.device = &device;
-      log_plan(memo.plan);
-    }
-    if (!memo.plan.spec.hopper || decode_sm90_maps(device, memo.plan.spec, params, &map_k, &map_v)) break;
+    planned = &memo.get(&device, problem, make);
+    if (!planned->spec.hopper || decode_sm90_maps(device, planned->spec, params, &map_k, &map_v)) break;
     problem.hopper_refused = true;
   }
-  const Plan& plan = memo.plan;
+  const Plan& plan = *planned;
   const LoadedVariant& launched = impl.planned_variant(device, plan);
   const int q_len = decode_q_len(launch.flags);
   params.tokens_per_split = plan.split.tokens_per_split;

@@ -9,6 +9,7 @@
 #include "runtime/families/arg_checks.hpp"
 #include "runtime/launch_heuristics.hpp"
 #include "runtime/plan/mla_plan.hpp"
+#include "runtime/plan/plan_memo.hpp"
 #include "runtime/runtime_impl.hpp"
 #include "runtime/validation.hpp"
 
@@ -132,20 +133,9 @@ void Runtime::mla_decode(const MlaDecodeArgs& input) {
   const MlaDecodeArgs args = detail::resolve_mla_decode_args(input);
   if (args.batch == 0) return;
   detail::Device& device = impl_->current_device();
-  struct PlanMemo {
-    const detail::Device* device = nullptr;
-    detail::MlaProblem problem;
-    detail::Plan plan;
-  };
-  thread_local PlanMemo memo;
+  thread_local detail::PlanMemo<detail::MlaProblem> memo;
   const detail::MlaProblem problem = detail::mla_problem(args);
-  if (memo.device != &device || memo.problem != problem) {
-    memo.plan = detail::plan_mla_decode(problem, device.traits());
-    memo.problem = problem;
-    memo.device = &device;
-    detail::log_plan(memo.plan);
-  }
-  const detail::Plan& plan = memo.plan;
+  const detail::Plan& plan = memo.get(&device, problem, [&] { return detail::plan_mla_decode(problem, device.traits()); });
   const detail::LoadedVariant& launched = impl_->planned_variant(device, plan);
   const CUstream stream = static_cast<CUstream>(args.stream);
   MlaDecodeParams params{};

@@ -9,6 +9,7 @@
 #include "kernel_src/hopper_params.h"
 #include "runtime/launch_heuristics.hpp"
 #include "runtime/plan/implementations.hpp"
+#include "runtime/plan/plan_memo.hpp"
 #include "runtime/tensor_map.hpp"
 
 namespace astrai::detail {
@@ -124,12 +125,15 @@ void launch_prefill(Runtime::Impl& impl, const KernelFamily& family, const char*
   problem.max_q_len = max_q_len;
   problem.total_q = page_size == 0 ? 1LL * params.q_len * params.batch : params.total_q;
   CUtensorMap maps[3];
-  Plan plan = plan_prefill(problem, device.traits());
-  if (plan.spec.hopper && !prefill_sm90_maps(device, plan, launch_name, params, &maps[0], &maps[1], &maps[2])) {
+  thread_local PlanMemo<AttentionProblem> memo;
+  const auto make = [&] { return plan_prefill(problem, device.traits()); };
+  const Plan* planned = &memo.get(&device, problem, make);
+  if (planned->spec.hopper &&
+      !prefill_sm90_maps(device, *planned, launch_name, params, &maps[0], &maps[1], &maps[2])) {
     problem.hopper_refused = true;
-    plan = plan_prefill(problem, device.traits());
+    planned = &memo.get(&device, problem, make);
   }
-  log_plan(plan);
+  const Plan& plan = *planned;
   const LoadedVariant& variant = impl.planned_variant(device, plan);
   PrefillParams launch_params = params;
   launch_params.tile_order = prefill_tile_order(plan.tiles.x, plan.tiles.y, plan.tiles.z);

@@ -8,6 +8,7 @@
 #include "kernel_src/kernel_params.h"
 #include "runtime/plan/attention_plan.hpp"
 #include "runtime/plan/implementations.hpp"
+#include "runtime/plan/plan_memo.hpp"
 
 using namespace astrai;
 using namespace astrai::detail;
@@ -252,4 +253,27 @@ TEST_CASE("plan: ALiBi runs on the TMA decode (its softmax has the hook) and on 
   CHECK(plan.implementation->id == ImplementationId::portable_prefill);
   CHECK(reason_of(plan, ImplementationId::sm90_wgmma_prefill) == "a requested feature is not served");
   CHECK(plan.spec.name() == "prefill.bf16.hd128.g4.alibi.sm_90a");
+}
+
+TEST_CASE("a launcher's plan memo plans again only when the problem or the device changes") {
+  PlanMemo<AttentionProblem> memo;
+  int made = 0;
+  AttentionProblem problem = decode_problem(4, 4096);
+  const auto make = [&] {
+    ++made;
+    return plan_decode(problem, h200(), [](const KernelSpec&, int, int) { return 2; });
+  };
+  const int device_a = 0, device_b = 0;
+  const Plan& first = memo.get(&device_a, problem, make);
+  CHECK(made == 1);
+  CHECK(&memo.get(&device_a, problem, make) == &first);
+  CHECK(made == 1);
+  problem.batch = 8;
+  CHECK(memo.get(&device_a, problem, make).spec.name() == first.spec.name());
+  CHECK(made == 2);
+  memo.get(&device_b, problem, make);
+  CHECK(made == 3);
+  problem.hopper_refused = true;
+  CHECK_FALSE(memo.get(&device_b, problem, make).spec.hopper);
+  CHECK(made == 4);
 }

@@ -30,6 +30,7 @@ try:
     import torch
 
     from . import _ops
+    from ._ops import _PAGED_DECODE
 except ImportError as error:  # AstrAI's loader takes an ImportError as "kernel not built"
     raise ImportError(f"astrai-jit's AstrAI kernels need PyTorch ({error})") from error
 
@@ -120,11 +121,15 @@ def _paged_decode_pages(q: Tensor, page_table: Tensor, k_cache: Tensor, v_cache:
         mask = _mask_rows(call, mask)
         mask = mask.reshape(mask.shape[0], mask.shape[-1]) if mask.dim() == 3 else mask
         mask = _fit_mask(mask, pages * page_size)
-    if layout == 1:
-        _ops.paged_decode(q, k_cache, v_cache, table, seq_lens, out=out, mask=mask, scale=_scale(scale))
+    # The generated call itself, without the public wrapper's checks and defaults: AstrAI's
+    # arguments are already the kernel's (a scale <= 0 is the default 1/sqrt(D) there too).
+    scale = float(scale) if scale and scale > 0.0 else 0.0
+    if layout != 1:
+        q, kernel_out = _blhd(q, layout), _blhd(out, layout)
     else:
-        _ops.paged_decode(_blhd(q, layout), k_cache, v_cache, table, seq_lens, out=_blhd(out, layout), mask=mask,
-                          scale=_scale(scale))
+        kernel_out = out
+    _PAGED_DECODE(q, k_cache, v_cache, table, seq_lens, kernel_out, None, mask, None, None, None, scale, 0.0, None,
+                  -1, None, None, None, False, None, None)
     return out
 
 
@@ -172,6 +177,8 @@ def attn_paged_decode(q: Tensor, *args, **kwargs) -> Tensor:
     """AstrAI's paged decode, in the form of the call: ``(q, page_table, k_cache, v_cache,
     page_size, kv_len, ...)`` (2026-07) or ``(q, k_cache, v_cache, req_to_token,
     req_pool_indices, kv_indptr, ...)`` (2026-08)."""
+    if not kwargs and args and type(args[0]) is Tensor and args[0].dtype in _INDEX_DTYPES:
+        return _paged_decode_pages(q, *args)  # AstrAI's 2026-07 call, all positional
     second = args[0] if args else kwargs.get("page_table", kwargs.get("k_cache"))
     if "page_table" in kwargs or (isinstance(second, Tensor) and second.dtype in _INDEX_DTYPES):
         return _paged_decode_pages(q, *args, **kwargs)

@@ -19,20 +19,12 @@ FlashInfer's first call compiles its kernels (minutes); MAX_JOBS bounds its nvcc
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 
 import torch
 
-from timing import time_call  # bench/, the script's own directory
-
-
-def timed(fn, calls: int = 20, windows: int = 7):
-    fn()
-    torch.cuda.synchronize()
-    per_call = [time_call(fn, calls) for _ in range(windows)]
-    return statistics.median(per_call), min(per_call), max(per_call)
+from timing import timed  # bench/, the script's own directory
 
 
 def row(name: str, t, bytes_moved: float = 0.0, ceiling: float = 0.0, base: float = 0.0) -> None:

@@ -108,6 +108,37 @@ thread_local std::string last_launched_name;
 
 const std::string& last_decode_variant() { return last_launched_name; }
 
+SplitWorkspace split_workspace_at(CUdeviceptr base, int num_splits, std::size_t rows, int head_dim) {
+  const std::size_t all_rows = static_cast<std::size_t>(num_splits) * rows;
+  const std::size_t out_bytes = ((all_rows * head_dim * sizeof(float) + 255) / 256) * 256;
+  SplitWorkspace workspace{};
+  workspace.partial_out = reinterpret_cast<float*>(base);
+  workspace.partial_lse = reinterpret_cast<float*>(base + out_bytes);
+  workspace.num_splits = num_splits;
+  return workspace;
+}
+
+void launch_split_combine(Device& device, CUfunction combine, const SplitWorkspace& workspace,
+                          const CombineTarget& target, CUstream stream, const char* name) {
+  CombineParams rows{};
+  rows.workspace = workspace;
+  rows.lse = target.lse;
+  rows.out = target.out;
+  rows.out_stride_batch = target.out_stride_batch;
+  rows.out_stride_head = target.out_stride_head;
+  rows.batch = target.batch;
+  rows.n_heads = target.n_heads;
+  TokenCombineParams tokens{rows, target.out_stride_seq};
+  LaunchConfig config{};
+  config.name = name;
+  config.grid = {static_cast<unsigned>(target.batch * target.n_heads * target.q_len), 1, 1};
+  config.block = 128;
+  config.smem = 0;
+  config.stream = stream;
+  config.programmatic_dependent = true;
+  device.launch(combine, config, target.q_len > 1 ? static_cast<void*>(&tokens) : &rows);
+}
+
 AttentionProblem decode_problem(const DecodeLaunch& launch, const PagedDecodeParams& params) {
   AttentionProblem problem;
   problem.kind = launch.family.kind;
@@ -155,16 +186,13 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   params.tokens_per_split = plan.split.tokens_per_split;
   params.workspace.num_splits = plan.split.num_splits;
   if (plan.split_kv()) {
-    CUdeviceptr base = 0;
-    if (launch.workspace) {
-      base = reinterpret_cast<CUdeviceptr>(launch.workspace);  // big enough: cap_decode_splits
-    } else {
-      base = device.workspace(launch.stream, plan.workspace_bytes, launch.family.name);
-    }
-    const std::size_t rows = static_cast<std::size_t>(plan.split.num_splits) * params.batch * params.n_heads * q_len;
-    const std::size_t out_bytes = ((rows * launch.head_dim * sizeof(float) + 255) / 256) * 256;
-    params.workspace.partial_out = reinterpret_cast<float*>(base);
-    params.workspace.partial_lse = reinterpret_cast<float*>(base + out_bytes);
+    // A caller's workspace is big enough: cap_decode_splits planned for it.
+    const CUdeviceptr base = launch.workspace != nullptr ? reinterpret_cast<CUdeviceptr>(launch.workspace)
+                                                         : device.workspace(launch.stream, plan.workspace_bytes,
+                                                                            launch.family.name);
+    params.workspace = split_workspace_at(base, plan.split.num_splits,
+                                          static_cast<std::size_t>(params.batch) * params.n_heads * q_len,
+                                          launch.head_dim);
   }
   LaunchConfig attention{};
   attention.name = launch.family.name;
@@ -181,29 +209,11 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
     device.launch(launched.functions[0], attention, &params);
   }
   if (last_launched_name != launched.name) last_launched_name = launched.name;  // copies only on a change
-  // The combine as a kernel of its own, a programmatic dependent: merging in the attention kernel
-  // instead (the last split CTA of each column, with per-stream counters) measured slower, batch
-  // 1 x 1024 7.17 -> 8.16 us a call: the dependent launch overlaps the next call's start
-  // (docs/decisions/0001).
-  if (plan.split_kv()) {
-    CombineParams combine{};
-    combine.workspace = params.workspace;
-    combine.lse = params.lse;
-    combine.out = params.out;
-    combine.out_stride_batch = params.out_stride_batch;
-    combine.out_stride_head = params.out_stride_head;
-    combine.batch = params.batch;
-    combine.n_heads = params.n_heads;
-    TokenCombineParams token_combine{combine, params.out_stride_seq};
-    LaunchConfig merge{};
-    merge.name = "cuLaunchKernel(split_combine)";
-    merge.grid = {static_cast<unsigned>(params.batch * params.n_heads * q_len), 1, 1};
-    merge.block = 128;
-    merge.smem = 0;
-    merge.stream = launch.stream;
-    merge.programmatic_dependent = true;
-    device.launch(launched.functions[1], merge, q_len > 1 ? static_cast<void*>(&token_combine) : &combine);
-  }
+  if (plan.split_kv())
+    launch_split_combine(device, launched.functions[1], params.workspace,
+                         {params.lse, params.out, params.out_stride_batch, params.out_stride_seq,
+                          params.out_stride_head, params.batch, params.n_heads, q_len},
+                         launch.stream, "cuLaunchKernel(split_combine)");
 }
 
 }  // namespace astrai::detail

@@ -29,6 +29,24 @@ struct DecodeLaunch {
 // (on sm_90a the Hopper one where it serves the call) and, when split, the combine kernel (a
 // programmatic dependent launch where supported).
 void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeParams params);
+// The split workspace of num_splits x `rows` rows of head_dim floats at `base`: the partial
+// outputs, then (256-byte aligned) their LSEs, as decode_workspace_bytes sizes it.
+SplitWorkspace split_workspace_at(CUdeviceptr base, int num_splits, std::size_t rows, int head_dim);
+
+// Where the split combine writes: rows (batch, token, head) of q_len tokens.
+struct CombineTarget {
+  float* lse;
+  void* out;
+  long long out_stride_batch, out_stride_seq, out_stride_head;
+  int batch, n_heads, q_len;
+};
+// The split combine (a variant's second kernel) of `workspace` into `target`, a programmatic
+// dependent of the attention kernel: merging in the attention kernel instead (the last split CTA
+// of each column, with per-stream counters) measured slower, batch 1 x 1024 7.17 -> 8.16 us a
+// call, since the dependent launch overlaps the next call's start (docs/decisions/0001).
+void launch_split_combine(Device& device, CUfunction combine, const SplitWorkspace& workspace,
+                          const CombineTarget& target, CUstream stream, const char* name);
+
 // The variant of the attention kernel launch_decode last launched on this thread (empty before
 // the first): the bench names it, since a Hopper call's tiling follows its split plan.
 const std::string& last_decode_variant();

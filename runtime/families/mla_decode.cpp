@@ -7,6 +7,7 @@
 
 #include "kernel_src/kernel_params.h"
 #include "runtime/families/arg_checks.hpp"
+#include "runtime/families/decode_launch.hpp"
 #include "runtime/launch_heuristics.hpp"
 #include "runtime/plan/mla_plan.hpp"
 #include "runtime/plan/plan_memo.hpp"
@@ -160,15 +161,13 @@ void Runtime::mla_decode(const MlaDecodeArgs& input) {
   params.batch = args.batch;
   params.n_heads = args.n_heads;
   params.tokens_per_split = plan.split.tokens_per_split;
-  params.scale_log2 = args.scale * 1.4426950408889634f;
+  params.scale_log2 = args.scale * detail::kLog2e;
   params.workspace.num_splits = plan.split.num_splits;
   if (plan.split_kv()) {
     const CUdeviceptr base = args.workspace != nullptr ? reinterpret_cast<CUdeviceptr>(args.workspace)
                                                        : device.workspace(stream, plan.workspace_bytes, "mla_decode");
-    const std::size_t rows = static_cast<std::size_t>(plan.split.num_splits) * args.batch * args.n_heads * args.q_len;
-    const std::size_t out_bytes = ((rows * kMlaVDim * sizeof(float) + 255) / 256) * 256;
-    params.workspace.partial_out = reinterpret_cast<float*>(base);
-    params.workspace.partial_lse = reinterpret_cast<float*>(base + out_bytes);
+    params.workspace = detail::split_workspace_at(
+        base, plan.split.num_splits, static_cast<std::size_t>(args.batch) * args.n_heads * args.q_len, kMlaVDim);
   }
   detail::LaunchConfig attention{};
   attention.name = "cuLaunchKernel(mla_decode)";
@@ -178,23 +177,11 @@ void Runtime::mla_decode(const MlaDecodeArgs& input) {
   attention.stream = stream;
   attention.programmatic_dependent = true;
   device.launch(launched.functions[0], attention, &params);
-  if (!plan.split_kv()) return;
-  CombineParams combine{};
-  combine.workspace = params.workspace;
-  combine.lse = params.lse;
-  combine.out = params.out;
-  combine.out_stride_batch = params.out_stride_batch;
-  combine.out_stride_head = params.out_stride_head;
-  combine.batch = params.batch;
-  combine.n_heads = params.n_heads;
-  TokenCombineParams token_combine{combine, params.out_stride_seq};
-  detail::LaunchConfig merge{};
-  merge.name = "cuLaunchKernel(mla_decode split_combine)";
-  merge.grid = {static_cast<unsigned>(args.batch * args.n_heads * args.q_len), 1, 1};
-  merge.block = 128;
-  merge.stream = stream;
-  merge.programmatic_dependent = true;
-  device.launch(launched.functions[1], merge, args.q_len > 1 ? static_cast<void*>(&token_combine) : &combine);
+  if (plan.split_kv())
+    detail::launch_split_combine(device, launched.functions[1], params.workspace,
+                                 {params.lse, params.out, params.out_stride_batch, params.out_stride_seq,
+                                  params.out_stride_head, params.batch, params.n_heads, args.q_len},
+                                 stream, "cuLaunchKernel(mla_decode split_combine)");
 }
 
 }  // namespace astrai

@@ -8,6 +8,7 @@
 
 #include "astrai/runtime.hpp"
 #include "kernel_src/kernel_params.h"
+#include "runtime/families/decode_launch.hpp"
 #include "runtime/launch_heuristics.hpp"
 #include "runtime/validation.hpp"
 
@@ -485,6 +486,31 @@ TEST_CASE("a caller's workspace caps the split count to what it holds, covering 
       CHECK(1LL * (capped.num_splits - 1) * capped.tokens_per_split < std::max(span, 1LL));
       CHECK(capped.tokens_per_split % astrai::kDecodeBlockTokens == 0);
       if (bytes >= need) CHECK(capped.num_splits == plan.num_splits);
+    }
+  }
+}
+
+TEST_CASE("the split workspace's layout fits what decode_workspace_bytes sized, outputs then aligned LSEs") {
+  for (int head_dim : {64, 128, 512}) {
+    for (int splits : {2, 7, 256}) {
+      for (int rows : {1, 3, 40}) {
+        CAPTURE(head_dim);
+        CAPTURE(splits);
+        CAPTURE(rows);
+        DecodeSplitPlan plan;
+        plan.num_splits = splits;
+        plan.tokens_per_split = 64;
+        const std::size_t bytes = decode_workspace_bytes(plan, rows, 1, head_dim);
+        const CUdeviceptr base = 1 << 20;
+        const astrai::SplitWorkspace ws = astrai::detail::split_workspace_at(base, splits, rows, head_dim);
+        const auto out = reinterpret_cast<std::uintptr_t>(ws.partial_out);
+        const auto lse = reinterpret_cast<std::uintptr_t>(ws.partial_lse);
+        CHECK(out == base);
+        CHECK(ws.num_splits == splits);
+        CHECK((lse - base) % 256 == 0);
+        CHECK(lse - base >= static_cast<std::uintptr_t>(splits) * rows * head_dim * 4);  // the outputs fit
+        CHECK(lse + static_cast<std::uintptr_t>(splits) * rows * 4 == base + bytes);       // the LSEs end it
+      }
     }
   }
 }

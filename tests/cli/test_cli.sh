@@ -693,5 +693,20 @@ expect_rc 2
 run plan rotary_emb --arch sm_90a
 expect_rc 2
 expect_err 'is not an attention call'
+run plan mla_decode --arch sm_90a --sms 132 --batch 1 --heads 16 --q-len 2 --page-size 64 --kv-len 32768
+expect_rc 0
+expect_out '^implementation: portable_mla_decode$'
+expect_out '^variant: mla_decode\.bf16\.hd576\.ps64\.g16\.q2\.sm_90a$'
+expect_out '^tiling: 32 query rows a CTA, blocks of 32 keys$'
+expect_out '^split-KV: [0-9]+ splits'
+run plan mla_decode --arch sm_89 --sms 128 --batch 64 --heads 128 --kv-len 8192 --page-size 64
+expect_rc 0
+expect_out '^tiling: 32 query rows a CTA, blocks of 16 keys$'
+run plan mla_decode --arch sm_90a --heads 256
+expect_rc 2
+expect_err 'group size 256 is not supported'
+run plan mla_decode --arch sm_75
+expect_rc 2
+expect_err 'needs tensor cores'
 
 echo "PASS: all astrai-jit CLI checks ($((SECONDS - START)) s)"

@@ -219,7 +219,7 @@ int run_cache_pull(const EnvConfig& config, const CacheOptions& options);
 // plan
 
 struct PlanOptions {
-  std::string kind;           // paged_decode | decode | prefill | paged_prefill
+  std::string kind;           // paged_decode | decode | prefill | paged_prefill | mla_decode
   std::string arch = "auto";
   int sms = 0;                // 0: the local GPU's, else a typical count for the target
   std::string dtype = "bf16";

@@ -229,12 +229,14 @@ void add_plan_command(CLI::App& app, Commands* commands) {
   PlanOptions& o = commands->plan_options;
   CLI::App* plan = commands->plan = app.add_subcommand(
       "plan", "How the runtime runs an attention call, and why (no GPU needed)");
-  placeholder(plan->add_option("kind", o.kind, "paged_decode, decode, prefill or paged_prefill"), "KIND")->required();
+  placeholder(plan->add_option("kind", o.kind, "paged_decode, decode, prefill, paged_prefill or mla_decode"), "KIND")
+      ->required();
   placeholder(plan->add_option("--arch", o.arch, "Target [default: auto, the local GPU's, else sm_90a]"), "TARGET");
   placeholder(plan->add_option("--sms", o.sms, "SM count [default: the local GPU's, else typical]"), "N");
   plan->add_option("--dtype", o.dtype, "bf16 or fp16 [default: bf16]")->check(CLI::IsMember({"bf16", "fp16"}));
   placeholder(plan->add_option("--head-dim", o.head_dim, "Head dim [default: 128]"), "D");
-  placeholder(plan->add_option("--heads", o.heads, "Query heads [default: 32]"), "N");
+  placeholder(plan->add_option("--heads", o.heads, "Query heads (mla_decode: of the one latent head) [default: 32]"),
+              "N");
   placeholder(plan->add_option("--kv-heads", o.kv_heads, "KV heads [default: --heads]"), "N");
   placeholder(plan->add_option("--batch", o.batch, "Requests [default: 1]"), "N");
   placeholder(plan->add_option("--kv-len", o.kv_len, "KV tokens a request (decode: the table's) [default: 4096]"),

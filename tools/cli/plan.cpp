@@ -8,6 +8,7 @@
 #include "runtime/families/attention_features.hpp"
 #include "runtime/plan/attention_plan.hpp"
 #include "runtime/plan/implementations.hpp"
+#include "runtime/plan/mla_plan.hpp"
 
 namespace astrai::cli {
 
@@ -55,13 +56,50 @@ std::uint32_t feature_flags(const std::vector<std::string>& names, KernelKind ki
   return flags;
 }
 
+void print_plan(const astrai::detail::Plan& plan, const astrai::detail::DeviceTraits& device, bool modeled_sms) {
+  fmt::print("target: {}, {} SMs{}\n", device.arch, device.num_sms, modeled_sms ? " (from the target)" : "");
+  fmt::print("implementation: {}\n", plan.implementation->name);
+  fmt::print("variant: {}\n", plan.spec.name());
+  fmt::print("launch: grid {}x{}x{}, block {}, shared memory {} bytes{}\n", plan.grid.x, plan.grid.y, plan.grid.z,
+             plan.block, plan.smem, plan.persistent ? ", persistent CTAs" : "");
+}
+
+// MLA decode's own plan: heads, q_len, page size, the table's tokens (--kv-len), the workspace.
+int run_mla_plan(const PlanOptions& options, const astrai::detail::DeviceTraits& device) {
+  if (!options.features.empty() || options.window >= 0 || options.mask)
+    throw astrai::InvalidArgument("plan mla_decode: --features, --window and --mask are not MLA options");
+  astrai::detail::MlaProblem problem;
+  problem.dtype = options.dtype == "fp16" ? DType::fp16 : DType::bf16;
+  problem.batch = options.batch;
+  problem.q_len = std::max(options.q_len, 1);
+  if (problem.q_len > astrai::kMaxDecodeQLen)
+    throw astrai::InvalidArgument(fmt::format("--q-len {} is not valid (allowed: 1..{})", problem.q_len,
+                                              int{astrai::kMaxDecodeQLen}));
+  problem.n_heads = options.heads;
+  problem.page_size = options.page_size;
+  problem.capacity = options.kv_len;
+  problem.caller_workspace = options.workspace >= 0;
+  problem.workspace_bytes = options.workspace >= 0 ? static_cast<std::size_t>(options.workspace) : 0;
+  const astrai::detail::Plan plan = astrai::detail::plan_mla_decode(problem, device);
+  plan.spec.validate();  // the heads and page size the family takes
+  print_plan(plan, device, options.sms <= 0);
+  const auto tiling = astrai::detail::mla_tiling(device.arch, problem.n_heads, problem.q_len);
+  fmt::print("tiling: {} query rows a CTA, blocks of {} keys\n", tiling.rows(), tiling.block_n);
+  fmt::print("split-KV: {} split{} of {} tokens, workspace {} bytes\n", plan.split.num_splits,
+             plan.split.num_splits == 1 ? "" : "s", plan.split.tokens_per_split, plan.workspace_bytes);
+  fmt::print("warm it with: {}\n", plan.spec.warm_command());
+  return kExitOk;
+}
+
 }  // namespace
 
 int run_plan(const EnvConfig& config, const PlanOptions& options) {
   KernelKind kind;
-  if (!astrai::detail::parse_kernel_kind(options.kind, &kind) || !astrai::detail::is_attention_kind(kind))
+  const bool known = astrai::detail::parse_kernel_kind(options.kind, &kind);
+  if (!known || (!astrai::detail::is_attention_kind(kind) && kind != KernelKind::mla_decode))
     throw astrai::InvalidArgument(fmt::format(
-        "plan: '{}' is not an attention call (allowed: paged_decode, decode, prefill, paged_prefill)", options.kind));
+        "plan: '{}' is not an attention call (allowed: paged_decode, decode, prefill, paged_prefill, mla_decode)",
+        options.kind));
   EnvConfig engine_config = config;
   engine_config.cache_mode = CacheMode::off;
   const JitEngine engine(engine_config);
@@ -72,6 +110,7 @@ int run_plan(const EnvConfig& config, const PlanOptions& options) {
   device.no_hopper = config.no_wgmma;
   device.decode_tiles = config.decode_tiles;
   device.prefill_tiles = config.prefill_tiles;
+  if (kind == KernelKind::mla_decode) return run_mla_plan(options, device);
 
   const bool paged = kind == KernelKind::paged_decode || kind == KernelKind::paged_prefill;
   astrai::detail::AttentionProblem problem;
@@ -104,11 +143,7 @@ int run_plan(const EnvConfig& config, const PlanOptions& options) {
     problem.total_q = 1LL * problem.max_q_len * problem.batch;
   }
   const astrai::detail::Plan plan = astrai::detail::plan_attention(problem, device, nullptr);
-  fmt::print("target: {}, {} SMs{}\n", device.arch, device.num_sms, options.sms > 0 ? "" : " (from the target)");
-  fmt::print("implementation: {}\n", plan.implementation->name);
-  fmt::print("variant: {}\n", plan.spec.name());
-  fmt::print("launch: grid {}x{}x{}, block {}, shared memory {} bytes{}\n", plan.grid.x, plan.grid.y, plan.grid.z,
-             plan.block, plan.smem, plan.persistent ? ", persistent CTAs" : "");
+  print_plan(plan, device, options.sms <= 0);
   if (plan.spec.wide && astrai::detail::is_decode_kind(kind))
     fmt::print("split-KV: {} splits of {} tokens side by side in each wide CTA, merged there (no workspace)\n",
                astrai::kDecodeSm90WideSplits, plan.split.tokens_per_split);

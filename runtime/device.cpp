@@ -112,6 +112,7 @@ Device::Device(int ordinal, const JitEngine& engine)
   const int minor = device_attribute(device_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ordinal);
   traits_.num_sms = device_attribute(device_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ordinal);
   traits_.arch = engine.target_for_device(major, minor);
+  traits_.max_smem_per_cta = device_attribute(device_, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, ordinal);
   traits_.force_no_mma = engine.config().no_mma && arch_number(traits_.arch) >= 80;
   traits_.no_hopper = engine.config().no_wgmma;
   traits_.decode_tiles = engine.config().decode_tiles;

@@ -27,6 +27,7 @@ struct GridSize {
 struct DeviceTraits {
   std::string arch;             // compile target: "sm_90a", "sm_89"
   int num_sms = 0;
+  int max_smem_per_cta = 0;     // the GPU's opt-in shared memory a CTA, bytes (0: unknown, the target's)
   bool force_no_mma = false;    // ASTRAI_JIT_NO_MMA on an arch with tensor cores
   bool no_hopper = false;       // ASTRAI_JIT_NO_WGMMA
   TileChoice decode_tiles = TileChoice::automatic;   // ASTRAI_JIT_DECODE_TILES

@@ -62,6 +62,13 @@ Plan plan_mla_decode(const MlaProblem& problem, const DeviceTraits& device) {
   const MlaTiling tiling = mla_tiling(device.arch, problem.n_heads, problem.q_len);
   plan.block = tiling.threads();
   plan.smem = mla_decode_smem_bytes(tiling.rows(), tiling.block_n);
+  // The tiling follows the compile target; a target chosen for another GPU (ASTRAI_JIT_ARCH=
+  // compute_80 on an sm_89) may ask for more than this one has.
+  if (device.max_smem_per_cta > 0 && plan.smem > device.max_smem_per_cta)
+    throw InvalidArgument(fmt::format("mla_decode: the {} variant's tiling needs {} bytes of shared memory a CTA, "
+                                      "this GPU offers {} (allowed: a target of the GPU's own shared memory; "
+                                      "leave ASTRAI_JIT_ARCH unset or name the GPU's own target)",
+                                      device.arch, plan.smem, device.max_smem_per_cta));
   const int row_tiles = (problem.n_heads * problem.q_len + tiling.rows() - 1) / tiling.rows();
   // One CTA an SM (its shared memory); the split plan fills the SMs a few times over.
   plan.split = plan_decode_splits(problem.batch, 1, row_tiles, problem.capacity, std::max(device.num_sms, 1));

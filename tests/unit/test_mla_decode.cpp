@@ -173,6 +173,20 @@ TEST_CASE("the MLA plan: variant, grid over row tiles, requests and splits, and 
   CHECK_THROWS_AS(plan_mla_decode(problem(1, 16, 1, 64), device("sm_75")), InvalidArgument);
 }
 
+TEST_CASE("a target whose tiling needs more shared memory than the GPU has is refused by name") {
+  DeviceTraits ada_as_ampere = device("compute_80", 128);
+  ada_as_ampere.max_smem_per_cta = 101376;  // an sm_89's 99 KB, running compute_80 PTX
+  CHECK_THROWS_WITH_AS(plan_mla_decode(problem(8, 128, 1, 4096), ada_as_ampere),
+                       doctest::Contains("needs 155648 bytes of shared memory a CTA, this GPU offers 101376"),
+                       InvalidArgument);
+  DeviceTraits ada = device("sm_89", 128);
+  ada.max_smem_per_cta = 101376;
+  CHECK(plan_mla_decode(problem(8, 128, 1, 4096), ada).smem <= 101376);
+  DeviceTraits h100 = device("sm_90a");
+  h100.max_smem_per_cta = 232448;
+  CHECK(plan_mla_decode(problem(8, 128, 1, 4096), h100).smem == mla_decode_smem_bytes(64, 32));
+}
+
 TEST_CASE("mla_decode_workspace_bytes bounds every plan of the shape") {
   MlaDecodeArgs a = valid_mla();
   a.batch = 1;

@@ -164,3 +164,21 @@ def test_a_traced_call_records_the_op_that_fits_the_values(monkeypatch):
     assert append == "paged_decode_append" and b["new_k"] is new_k and b["new_v"] is new_v and b["stream"] == 8
     assert [entry for entry, _ in rotary_ops] == ["rotary_emb_", "rotary_emb"]
     assert rotary_ops[0][1]["x"] is q and rotary_ops[1][1]["out"] is out
+
+
+def test_astrais_2026_07_paged_decode_calls_the_generated_call_in_the_tables_order(monkeypatch):
+    # astrai_csrc calls _PAGED_DECODE positionally on its hot path: its order is the table's.
+    from astrai_jit import astrai_csrc
+    assert astrai_csrc._PAGED_DECODE_ORDER == tuple(parameters(_ops._PAGED_DECODE))
+    q = torch.zeros(2, 1, 4, 64, dtype=torch.bfloat16)
+    kc = torch.zeros(9, 1, 2, 64, dtype=torch.bfloat16)
+    vc = kc.clone()
+    table = torch.zeros(2, 4, dtype=torch.int64)
+    args = recorded(monkeypatch, _ops._PAGED_DECODE,
+                    lambda: astrai_csrc.attn_paged_decode(q, table, kc, vc, 1, 4, None, -1, 0.25, 1))
+    names = extension_parameters("paged_decode")
+    passed = dict(zip(names, args))
+    assert passed["q"] is q and passed["k_cache"] is kc and passed["v_cache"] is vc and passed["page_table"] is table
+    assert passed["seq_lens"] is None and passed["lse"] is None and passed["mask"] is None
+    assert passed["scale"] == 0.25 and passed["window_left"] == -1 and passed["seq_lens_are_offsets"] is False
+    assert passed["out"].shape == q.shape and passed["out"] is not q

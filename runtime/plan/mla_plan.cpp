@@ -20,10 +20,6 @@ bool large_shared_memory(const std::string& arch) {
   return number == 80 || number == 87 || number == 90 || number == 100 || number == 103 || number == 110;
 }
 
-const char* refuses_no_tensor_cores(const MlaProblem&, const DeviceTraits& device) {
-  return device.uses_mma() ? nullptr : "needs tensor cores (sm_80 or newer, without ASTRAI_JIT_NO_MMA)";
-}
-
 const Implementation& portable_mla() {
   static const Implementation implementation{ImplementationId::portable_mla_decode, "portable_mla_decode", false,
                                              true, nullptr, nullptr};
@@ -48,8 +44,6 @@ bool MlaProblem::operator==(const MlaProblem& o) const {
 }
 
 Plan plan_mla_decode(const MlaProblem& problem, const DeviceTraits& device) {
-  if (const char* why = refuses_no_tensor_cores(problem, device))
-    throw InvalidArgument(fmt::format("mla_decode: {} (device target {})", why, device.arch));
   Plan plan;
   plan.implementation = &portable_mla();
   plan.spec.kind = KernelKind::mla_decode;
@@ -59,6 +53,8 @@ Plan plan_mla_decode(const MlaProblem& problem, const DeviceTraits& device) {
   plan.spec.group_size = problem.n_heads;
   plan.spec.flags = decode_q_len_flags(problem.q_len);
   plan.spec.arch = device.arch;
+  plan.spec.force_no_mma = device.force_no_mma;
+  plan.spec.validate();  // the family's rules: tensor cores (no CUDA-core path), heads, page sizes
   const MlaTiling tiling = mla_tiling(device.arch, problem.n_heads, problem.q_len);
   plan.block = tiling.threads();
   plan.smem = mla_decode_smem_bytes(tiling.rows(), tiling.block_n);

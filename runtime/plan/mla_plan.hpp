@@ -35,7 +35,8 @@ struct MlaProblem {
 
 // The variant (mla_decode.<dtype>.hd576.ps<page>.g<heads>[.q<len>].<arch>), block, shared
 // memory, grid (row tiles, batch, splits) and split plan; throws InvalidArgument when the
-// device cannot run it (no tensor cores, or ASTRAI_JIT_NO_MMA).
+// variant breaks the family's rules (KernelSpec::validate: no tensor cores, ASTRAI_JIT_NO_MMA) or
+// needs more shared memory than the device has.
 Plan plan_mla_decode(const MlaProblem& problem, const DeviceTraits& device);
 
 }  // namespace astrai::detail

@@ -81,7 +81,6 @@ int run_mla_plan(const PlanOptions& options, const astrai::detail::DeviceTraits&
   problem.caller_workspace = options.workspace >= 0;
   problem.workspace_bytes = options.workspace >= 0 ? static_cast<std::size_t>(options.workspace) : 0;
   const astrai::detail::Plan plan = astrai::detail::plan_mla_decode(problem, device);
-  plan.spec.validate();  // the heads and page size the family takes
   print_plan(plan, device, options.sms <= 0);
   const auto tiling = astrai::detail::mla_tiling(device.arch, problem.n_heads, problem.q_len);
   fmt::print("tiling: {} query rows a CTA, blocks of {} keys\n", tiling.rows(), tiling.block_n);

@@ -131,6 +131,12 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillParams& p, con
     sm90::reg_fence(o);
     sm90::mbar_arrive(&sm.v_empty[vs]);
     ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 3);  // the last P V is done
+  } else if constexpr (C::kPersistent) {
+    // Nothing to walk, but the producer's plain arrival is still waited for: consumers that
+    // skipped it could finish two empty tiles of a slot before the producer's wait on q_empty,
+    // completing two of its phases so that the parity wait never returns (a hang), and could
+    // pass a later tile's q_full wait on the skipped phase's parity before its Q has landed.
+    sm90::mbar_wait(&sm.q_full[slot], q_parity);
   }
   prefill_sm90_epilogue(c);
 }

@@ -347,12 +347,15 @@ TEST_CASE("prefill at the tile edges: q_len 1, 63..65, 127..129 and kv_len 0, 1,
 TEST_CASE("prefill grids of more tiles than the GPU has SMs: ragged tiles, causal and not, an empty KV") {
   // On sm_90a, contiguous prefill on three consumers (hd64; hd128 where the wide tiling is
   // taken or forced) launches a CTA an SM, each walking tiles from both ends of every row of
-  // tiles: these grids hold 180-432 tiles of three consumers, so CTAs walk two or more.
+  // tiles: these grids hold 180-432 tiles of three consumers, so CTAs walk two or more. An empty
+  // KV gives CTAs runs of tiles with nothing to walk, whose Q-slot barriers must keep step with
+  // the producer's (else a hang).
   std::mt19937 rng(test_seed(39));
   for (int head_dim : {64, 128}) {
     for (const auto& [group, batch, q_len, kv_len, causal_offset] :
          std::vector<std::tuple<int, int, int, int, int>>{
-             {6, 24, 200, 260, 60}, {4, 30, 130, 77, -1}, {1, 100, 97, 97, 0}, {4, 60, 64, 0, -1}}) {
+             {6, 24, 200, 260, 60}, {4, 30, 130, 77, -1}, {1, 100, 97, 97, 0}, {4, 60, 64, 0, -1},
+             {1, 600, 64, 0, -1}}) {
       PrefillCase c;
       c.head_dim = head_dim;
       c.group = group;

@@ -237,12 +237,18 @@ struct MlaDecodeParams {
   int tokens_per_split;          // multiple of the kernel's token block
   float scale_log2;              // softmax scale * log2(e)
   SplitWorkspace workspace;      // rows (split, batch, token, head) of 512 floats
+  const float* kv_scale;         // FP8 cache (kFeatureKvE4m3 / kFeatureKvE5m2): [1] f32, value = fp8 * scale
 };
 // Shared memory of an MLA decode CTA: the query rows, two stages of KV rows (576 wide, padded
 // by 16 bytes so ldmatrix rows fall in distinct banks), the probabilities and the row exchange.
+// An FP8 cache stages its rows as bytes (two stages of 576-byte rows) and widens each block into
+// one tile of 16-bit rows.
 constexpr int mla_row_bytes() { return (kMlaQkDim + 8) * 2; }
-constexpr int mla_decode_smem_bytes(int rows, int block_n) {
-  return rows * mla_row_bytes() + 2 * block_n * mla_row_bytes() + rows * (block_n + 8) * 2 + 4 * rows * 4;
+constexpr int mla_kv_bytes(int block_n, bool fp8) {
+  return fp8 ? 2 * block_n * kMlaQkDim + block_n * mla_row_bytes() : 2 * block_n * mla_row_bytes();
+}
+constexpr int mla_decode_smem_bytes(int rows, int block_n, bool fp8 = false) {
+  return rows * mla_row_bytes() + mla_kv_bytes(block_n, fp8) + rows * (block_n + 8) * 2 + 4 * rows * 4;
 }
 
 struct RotaryParams {

@@ -18,10 +18,11 @@
 #ifndef ASTRAI_NO_MMA
 namespace astrai {
 
-template <typename T, int kRowGroups, int kBlockN>
+template <typename T, int kRowGroups, int kBlockN, bool kFp8 = false>
 struct MlaTile {
   using Type = T;
   static constexpr int kBlock = kBlockN;
+  static constexpr bool kByteKv = kFp8;
   static constexpr int kRows = 16 * kRowGroups;
   static constexpr int kThreads = 64 * kRowGroups;  // two warps per 16 rows
   static constexpr int kRowBytes = mla_row_bytes();
@@ -31,12 +32,19 @@ struct MlaTile {
   static constexpr int kOutTiles = kMlaVDim / 2 / 8;  // n8 tiles of a warp's 256 output dims
   static constexpr int kPRowBytes = (kBlockN + 8) * 2;
   static constexpr int kKvOffset = kRows * kRowBytes;
-  static constexpr int kStageBytes = kBlockN * kRowBytes;
-  static constexpr int kPOffset = kKvOffset + 2 * kStageBytes;
+  // What a stage holds as loaded: 16-bit rows, or an FP8 cache's 576-byte rows, which are
+  // widened into the one 16-bit tile at kTileOffset before the block's math.
+  static constexpr int kElementBytes = kFp8 ? 1 : 2;
+  static constexpr int kLoadRowBytes = kFp8 ? kMlaQkDim : kRowBytes;
+  static constexpr int kLoadChunks = kMlaQkDim * kElementBytes / 16;
+  static constexpr int kStageBytes = kBlockN * kLoadRowBytes;
+  static constexpr int kTileOffset = kKvOffset + 2 * kStageBytes;  // FP8 only
+  static constexpr int kPOffset = kKvOffset + mla_kv_bytes(kBlockN, kFp8);
   static constexpr int kRedOffset = kPOffset + kRows * kPRowBytes;
   static_assert(kBlockN == 16 || kBlockN == 32, "blocks of 16 or 32 keys");
   static_assert(kRowGroups >= 1 && kRowGroups <= 4, "16 to 64 query rows a CTA");
-  static_assert(kRedOffset + 4 * kRows * 4 == mla_decode_smem_bytes(kRows, kBlockN), "host and kernel layouts agree");
+  static_assert(kRedOffset + 4 * kRows * 4 == mla_decode_smem_bytes(kRows, kBlockN, kFp8),
+                "host and kernel layouts agree");
 };
 
 // What a CTA covers: request b's query rows [row0, row0 + kRows) of rows_total, and its keys
@@ -45,14 +53,14 @@ struct MlaWork {
   int b, row0, rows_total, len, begin, end;
 };
 
-template <int kPageSize>
+template <int kPageSize, int kElementBytes>
 __device__ __forceinline__ const void* mla_kv_row(const MlaDecodeParams& p, int b, int key, bool* valid) {
   const bool wide = (p.layout_bits & kWidePageTable) != 0;
   const int logical = key / kPageSize;
   const int page = load_index(p.page_table, b * p.page_table_stride + logical, wide);
   *valid = page >= 0 && page < p.num_pages;
   const long long offset = static_cast<long long>(page) * p.kv_stride_page + (key % kPageSize) * p.kv_stride_token;
-  return static_cast<const unsigned char*>(p.kv_cache) + (*valid ? offset : 0) * 2;
+  return static_cast<const unsigned char*>(p.kv_cache) + (*valid ? offset : 0) * kElementBytes;
 }
 
 // Query rows of the tile into shared memory; rows past the request's read as zeros.
@@ -75,13 +83,13 @@ __device__ __forceinline__ void mla_load_q(const MlaDecodeParams& p, const MlaWo
 // pool, read as zeros (their scores are masked, and zero V rows add nothing).
 template <int kPageSize, typename Tile>
 __device__ __forceinline__ void mla_load_block(const MlaDecodeParams& p, const MlaWork& w, int first, unsigned stage) {
-  for (int i = threadIdx.x; i < Tile::kBlock * Tile::kChunks; i += Tile::kThreads) {
-    const int local = i / Tile::kChunks;
-    const int chunk = i % Tile::kChunks;
+  for (int i = threadIdx.x; i < Tile::kBlock * Tile::kLoadChunks; i += Tile::kThreads) {
+    const int local = i / Tile::kLoadChunks;
+    const int chunk = i % Tile::kLoadChunks;
     const int key = first + local;
     bool valid = false;
-    const void* row = key < w.end ? mla_kv_row<kPageSize>(p, w.b, key, &valid) : p.kv_cache;
-    cp_async_16(stage + local * Tile::kRowBytes + chunk * 16, static_cast<const unsigned char*>(row) + chunk * 16,
+    const void* row = key < w.end ? mla_kv_row<kPageSize, Tile::kElementBytes>(p, w.b, key, &valid) : p.kv_cache;
+    cp_async_16(stage + local * Tile::kLoadRowBytes + chunk * 16, static_cast<const unsigned char*>(row) + chunk * 16,
                 valid ? 16 : 0);
   }
 }
@@ -206,13 +214,13 @@ __device__ __forceinline__ void mla_softmax(float (&s)[Tile::kScoreTiles][4], in
     }
 }
 
-// The finished rows: the halves' sums added, the output normalized and written to `out` (and
-// the LSE), or with several splits to the split workspace for the combine. An empty row is
-// zeros with an LSE of -inf.
+// The finished rows: the halves' sums added, the output normalized (and an FP8 cache's V
+// scale applied) and written to `out` (and the LSE), or with several splits to the split
+// workspace for the combine. An empty row is zeros with an LSE of -inf.
 template <int kQLen, typename Tile>
 __device__ __forceinline__ void mla_store(const MlaDecodeParams& p, const MlaWork& w, const float (&m)[2],
                                           float (&l)[2], const float (&o)[Tile::kOutTiles][4], float* red_sum,
-                                          int group, int half) {
+                                          float v_scale, int group, int half) {
   const int lane = threadIdx.x % 32;
   const int row[2] = {group * 16 + lane / 4, group * 16 + lane / 4 + 8};
 #pragma unroll
@@ -230,7 +238,7 @@ __device__ __forceinline__ void mla_store(const MlaDecodeParams& p, const MlaWor
     const int token = r / p.n_heads;
     const int head = r % p.n_heads;
     const float total = red_sum[row[i]] + red_sum[Tile::kRows + row[i]];
-    const float inverse = lse_merge_inverse(total);
+    const float inverse = lse_merge_inverse(total) * v_scale;
     const float lse = total > 0.f ? (m[i] + __log2f(total)) * 0.69314718f : negative_infinity();
     const int col = half * (kMlaVDim / 2) + 2 * (lane % 4);
     if (split) {
@@ -253,10 +261,15 @@ __device__ __forceinline__ void mla_store(const MlaDecodeParams& p, const MlaWor
 }
 
 // Grid: (query-row tiles, batch, splits); block: 64 x kRowGroups threads; shared memory
-// mla_decode_smem_bytes(16 x kRowGroups, kBlockN). Two stages of KV blocks are in flight.
-template <typename T, int kPageSize, int kQLen, int kRowGroups, int kBlockN>
+// mla_decode_smem_bytes(16 x kRowGroups, kBlockN, FP8). Two stages of KV blocks are in flight.
+// kFlags: an FP8 cache (kFeatureKvE4m3 or kFeatureKvE5m2), widened exactly to T a block at a
+// time; its scale multiplies the scores and the output, not each element.
+template <typename T, int kPageSize, int kQLen, int kRowGroups, int kBlockN, unsigned kFlags>
 __global__ void __launch_bounds__(64 * kRowGroups, 1) mla_decode_kernel(const MlaDecodeParams p) {
-  using Tile = MlaTile<T, kRowGroups, kBlockN>;
+  constexpr bool kFp8 = has_fp8_kv<kFlags>();
+  constexpr bool kE5m2 = (kFlags & kFeatureKvE5m2) != 0;
+  static_assert((kFlags & ~(kFeatureKvE4m3 | kFeatureKvE5m2)) == 0, "MLA decode's features: an FP8 cache");
+  using Tile = MlaTile<T, kRowGroups, kBlockN, kFp8>;
   static_assert(kQLen >= 1 && kQLen <= kMaxDecodeQLen, "q_len 1..8");
   extern __shared__ __align__(128) unsigned char smem[];
   wait_for_previous_grid();  // a no-op unless launched as a programmatic dependent
@@ -283,6 +296,8 @@ __global__ void __launch_bounds__(64 * kRowGroups, 1) mla_decode_kernel(const Ml
   if (blocks > 1) mla_load_block<kPageSize, Tile>(p, w, w.begin + kBlockN, kv + Tile::kStageBytes);
   cp_async_commit();
 
+  const float kv_scale = kFp8 ? __ldg(p.kv_scale) : 1.f;
+  const float score_scale = p.scale_log2 * kv_scale;
   const int lane = threadIdx.x % 32;
   int limit[2];
 #pragma unroll
@@ -295,19 +310,30 @@ __global__ void __launch_bounds__(64 * kRowGroups, 1) mla_decode_kernel(const Ml
   for (int j = 0; j < blocks; ++j) {
     cp_async_wait<1>();
     __syncthreads();  // block j (and the query rows) landed for every thread
-    const unsigned stage = kv + (j & 1) * Tile::kStageBytes;
+    const unsigned loaded = kv + (j & 1) * Tile::kStageBytes;
+    unsigned stage = loaded;
+    if constexpr (kFp8) {
+      widen_fp8_tile<T, kMlaQkDim, kMlaQkDim + 8, kBlockN, Tile::kThreads, kE5m2>(
+          smem + Tile::kKvOffset + (j & 1) * Tile::kStageBytes, reinterpret_cast<T*>(smem + Tile::kTileOffset));
+      __syncthreads();  // the tile is whole and the byte stage free: refill it now
+      if (j + 2 < blocks) mla_load_block<kPageSize, Tile>(p, w, w.begin + (j + 2) * kBlockN, loaded);
+      cp_async_commit();
+      stage = sq + Tile::kTileOffset;
+    }
     float s[Tile::kScoreTiles][4];
     mla_scores<Tile>(sq, stage, group, half, s);
-    mla_softmax<Tile>(s, w.begin + j * kBlockN + half * Tile::kHalfN, limit, p.scale_log2, m, l, o, red,
+    mla_softmax<Tile>(s, w.begin + j * kBlockN + half * Tile::kHalfN, limit, score_scale, m, l, o, red,
                       smem + Tile::kPOffset, group, half);
     __syncthreads();  // the probability tile is whole
     mla_accumulate<Tile>(sq + Tile::kPOffset, stage, group, half, o);
-    __syncthreads();  // every warp is done with the stage before it is refilled
-    if (j + 2 < blocks) mla_load_block<kPageSize, Tile>(p, w, w.begin + (j + 2) * kBlockN, stage);
-    cp_async_commit();
+    __syncthreads();  // every warp is done with the stage (or the widened tile) before it is refilled
+    if constexpr (!kFp8) {
+      if (j + 2 < blocks) mla_load_block<kPageSize, Tile>(p, w, w.begin + (j + 2) * kBlockN, stage);
+      cp_async_commit();
+    }
   }
   cp_async_wait<0>();
-  mla_store<kQLen, Tile>(p, w, m, l, o, red + 2 * Tile::kRows, group, half);
+  mla_store<kQLen, Tile>(p, w, m, l, o, red + 2 * Tile::kRows, kv_scale, group, half);
 }
 
 }  // namespace astrai

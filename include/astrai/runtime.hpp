@@ -403,6 +403,10 @@ struct MlaDecodeArgs {
   // Optional: natural-log LSE of each query row's scaled scores, f32 [batch, q_len, n_heads]
   // contiguous; -inf for a row with nothing to attend to (its output is zeros).
   float* lse = nullptr;
+  // An FP8 cache (one byte an element; strides multiples of 16): value = fp8 * (*kv_scale), one
+  // f32 scale for the latent head; q and out keep dtype.
+  KvDType kv_dtype = KvDType::same;
+  const float* kv_scale = nullptr;
 
   void* stream = nullptr;  // CUstream
   // Optional caller-owned split-KV workspace, as paged_decode's (mla_decode_workspace_bytes).

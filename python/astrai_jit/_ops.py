@@ -393,7 +393,8 @@ def merge_states(v: Tensor, s: Tensor, *, out: Optional[Tensor] = None, lse: Opt
 
 def mla_decode(q: Tensor, kv_cache: Tensor, page_table: Tensor, seq_lens: Optional[Tensor], *, scale: float,
                out: Optional[Tensor] = None, return_lse: bool = False, kv_indptr: Optional[Tensor] = None,
-               workspace: Optional[Tensor] = None, stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+               kv_scale: Optional[Tensor] = None, workspace: Optional[Tensor] = None,
+               stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """MLA decode in the absorbed form (DeepSeek-V2/V3/R1, Kimi): every query head attends to one
     shared latent KV head.
 
@@ -405,7 +406,9 @@ def mla_decode(q: Tensor, kv_cache: Tensor, page_table: Tensor, seq_lens: Option
     int64. ``scale`` is required: the model's softmax scale (DeepSeek-V3: 1/sqrt(192) times its
     YaRN factor squared), not 1/sqrt(576). Returns out ``[..., n_heads, 512]`` like q, and with
     ``return_lse`` the f32 log-sum-exp ``[batch, (q_len,) n_heads]``. bf16 or fp16, heads 1..128,
-    page sizes 1..64; tensor cores only (sm_80+).
+    page sizes 1..64; tensor cores only (sm_80+). An FP8 cache (``torch.float8_e4m3fn`` or
+    ``torch.float8_e5m2``, strides multiples of 16) takes ``kv_scale``, one f32 scale (``[]`` or
+    ``[1]``): value = fp8 * kv_scale.
     """
     call = "mla_decode"
     if not isinstance(q, Tensor):
@@ -423,7 +426,10 @@ def mla_decode(q: Tensor, kv_cache: Tensor, page_table: Tensor, seq_lens: Option
         if seq_lens is not None:
             raise ValueError(f"{call}: seq_lens and kv_indptr are both given (allowed: one of them)")
         seq_lens = kv_indptr
-    _MLA_DECODE(q, kv_cache, page_table, seq_lens, out, lse, scale, stream, seq_lens_are_offsets, workspace)
+    if kv_scale is not None:
+        _check_tensor(call, "kv_scale", kv_scale)
+    _MLA_DECODE(q, kv_cache, page_table, seq_lens, out, lse, scale, stream, seq_lens_are_offsets, workspace,
+                kv_scale)
     return (out, lse) if return_lse else out
 
 

@@ -459,7 +459,7 @@ void merge_states(const Input& v_a, const Input& s_a, const Opt<Input>& v_b, con
 // [pages, page_size, 576] (or [pages, page_size, 1, 576]), out like q with 512-wide rows.
 void mla_decode(const Input& q, const Input& kv_cache, const Input& page_table, const Input& seq_lens,
                 const Output& out, const Opt<Output>& lse, double scale, Opt<std::uintptr_t> stream,
-                bool seq_lens_are_offsets, const Opt<Output>& workspace) {
+                bool seq_lens_are_offsets, const Opt<Output>& workspace, const Opt<Input>& kv_scale) {
   constexpr const char* kCall = "mla_decode";
   constexpr const char* kLayout = "[batch, n_heads, 576] or [batch, q_len, n_heads, 576]";
   Checker c(kCall);
@@ -474,8 +474,20 @@ void mla_decode(const Input& q, const Input& kv_cache, const Input& page_table, 
   const char* lens_name = seq_lens_are_offsets ? "kv_indptr" : "seq_lens";
   c.rank(lens_name, seq_lens, 1, seq_lens_are_offsets ? "[batch + 1]" : "[batch]");
   a.dtype = c.attention_dtype("q", q);
-  c.same_dtype("kv_cache", kv_cache, a.dtype);
+  a.kv_dtype = c.kv_dtype("kv_cache", kv_cache, a.dtype);
   c.same_dtype("out", out, a.dtype);
+  if (a.kv_dtype == astrai::KvDType::same && kv_scale)
+    c.fail("kv_scale is given but kv_cache has dtype " + dtype_string(kv_cache.dtype()) +
+           " (allowed: a scale with a float8_e4m3fn or float8_e5m2 cache only)");
+  if (a.kv_dtype != astrai::KvDType::same && !kv_scale)
+    c.fail("kv_cache has dtype " + dtype_string(kv_cache.dtype()) + " but kv_scale is missing (allowed: an f32 "
+           "scale, [] or [1])");
+  if (kv_scale) {
+    c.rank("kv_scale", *kv_scale, kv_scale->ndim() == 0 ? 0 : 1, "[] or [1]");
+    c.dtype("kv_scale", *kv_scale, Kind::float32);
+    if (kv_scale->ndim() == 1) c.dim("kv_scale", *kv_scale, 0, 1, "1 (one scale for the latent head)");
+    a.kv_scale = static_cast<const float*>(kv_scale->data());
+  }
   c.dtype("page_table", page_table, Kind::index);
   c.dtype(lens_name, seq_lens, Kind::index);
   a.batch = as_int(kCall, "batch", q.shape(0));
@@ -678,7 +690,7 @@ NB_MODULE(_C, m) {
   m.def("mla_decode", &mla_decode, nb::arg("q"), nb::arg("kv_cache"), nb::arg("page_table"), nb::arg("seq_lens"),
         nb::arg("out"), nb::arg("lse").none(), nb::arg("scale"), nb::arg("stream").none(),
         nb::arg("seq_lens_are_offsets") = false, nb::arg("workspace").none() = nb::none(),
-        "MLA decode (absorbed form) over one paged latent cache.");
+        nb::arg("kv_scale").none() = nb::none(), "MLA decode (absorbed form) over one paged latent cache.");
   m.def("cascade", &cascade, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("qo_indptrs"),
         nb::arg("page_tables"), nb::arg("seq_lens"), nb::arg("causal"), nb::arg("max_q_lens"), nb::arg("out"),
         nb::arg("lse").none(), nb::arg("scale"), nb::arg("logit_cap"), nb::arg("sinks").none(),

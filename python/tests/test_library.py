@@ -75,7 +75,7 @@ def example_args(name, device):
         qm = torch.randn(2, 16, 576, dtype=bf16, device=device)
         cache = torch.randn(10, 16, 576, dtype=bf16, device=device)
         return (qm, cache, table, lens, torch.empty(2, 16, 512, dtype=bf16, device=device),
-                torch.empty(2, 16, device=device), 0.0721, -1, False, None)
+                torch.empty(2, 16, device=device), 0.0721, -1, False, None, None)
     if name == "merge_states":
         v = torch.randn(5, 3, 4, 64, dtype=bf16, device=device)
         return (v, torch.randn(5, 3, 4, device=device), None, None, torch.empty(5, 4, 64, dtype=bf16, device=device),

@@ -71,3 +71,21 @@ def test_mla_decode_errors_name_the_argument():
         astrai_jit.mla_decode(q, cache[..., :512], table, lens, scale=SCALE)
     with pytest.raises(ValueError, match="seq_lens and kv_indptr are both given"):
         astrai_jit.mla_decode(q, cache, table, lens, scale=SCALE, kv_indptr=lens)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_mla_decode_fp8_cache_matches_the_dequantized_reference(fp8):
+    q, cache, table, lens = mla_case(2, 64, 1, 64, 5, torch.bfloat16, seed=5)
+    kv_scale = torch.tensor([0.5], device="cuda")
+    codes = (cache.float() / kv_scale).to(fp8)
+    got = astrai_jit.mla_decode(q, codes, table, lens, scale=SCALE, kv_scale=kv_scale)
+    assert_rows_close(got, mla_ref(q, codes.float() * kv_scale, table, lens)[0])
+
+
+def test_mla_decode_fp8_needs_its_scale():
+    q, cache, table, lens = mla_case(2, 16, 1, 16, 4, torch.bfloat16, device="cpu")
+    with pytest.raises(ValueError, match="kv_scale is missing"):
+        astrai_jit.mla_decode(q, cache.to(torch.float8_e4m3fn), table, lens, scale=SCALE)
+    with pytest.raises(ValueError, match="kv_scale is given but kv_cache has dtype"):
+        astrai_jit.mla_decode(q, cache, table, lens, scale=SCALE, kv_scale=torch.ones(1))

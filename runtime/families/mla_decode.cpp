@@ -30,15 +30,17 @@ const KernelFamily& mla_decode_family() {
         const char* type = device_type_name(spec.dtype);
         const int q_len = decode_q_len(spec.flags);
         const MlaTiling tiling = mla_tiling(spec.arch, spec.group_size, q_len);
-        std::vector<std::string> names = {fmt::format("astrai::mla_decode_kernel<{}, {}, {}, {}, {}>", type,
-                                                      spec.page_size, q_len, tiling.row_groups, tiling.block_n)};
+        const unsigned kv_flags = spec.flags & (kFeatureKvE4m3 | kFeatureKvE5m2);
+        std::vector<std::string> names = {fmt::format("astrai::mla_decode_kernel<{}, {}, {}, {}, {}, {}u>", type,
+                                                      spec.page_size, q_len, tiling.row_groups, tiling.block_n,
+                                                      kv_flags)};
         names.push_back(q_len == 1
                             ? fmt::format("astrai::split_combine_kernel<{}, {}>", type, int{kMlaVDim})
                             : fmt::format("astrai::split_combine_tokens_kernel<{}, {}, {}>", type, int{kMlaVDim}, q_len));
         return names;
       },
       /*limits=*/{{kMlaQkDim, kMlaQkDim, 16}, 64, 128},
-      /*supported_flags=*/kFeatureQLenField,
+      /*supported_flags=*/kFeatureQLenField | kFeatureKvE4m3 | kFeatureKvE5m2,
       // DeepSeek-V3/R1 on 8 GPUs (16 heads each) and on one (128), pages of 64 and 1.
       /*warm=*/{{{kMlaQkDim, 16}, {kMlaQkDim, 128}}, {kMlaQkDim}, {16, 128}, {1, 64}},
       /*hopper=*/{},
@@ -98,6 +100,19 @@ MlaDecodeArgs resolve_mla_decode_args(const MlaDecodeArgs& input) {
     require_index_table(kCall, "seq_lens", a.seq_lens);
   }
   require_optional_alignment(kCall, "lse", a.lse, 4);
+  if (a.kv_dtype != KvDType::same && a.kv_dtype != KvDType::e4m3 && a.kv_dtype != KvDType::e5m2)
+    fail_argument(kCall, fmt::format("kv_dtype {} is not valid (allowed: same, e4m3, e5m2)", static_cast<int>(a.kv_dtype)));
+  if (a.kv_dtype == KvDType::same) {
+    if (a.kv_scale != nullptr)
+      fail_argument(kCall, fmt::format("kv_scale = {} is set but kv_dtype is same (a scale belongs to an FP8 cache: "
+                                       "kv_dtype e4m3 or e5m2)", static_cast<const void*>(a.kv_scale)));
+  } else {
+    require_pointer(kCall, "kv_scale", a.kv_scale, 4);
+    for (const auto& [name, stride] : {std::pair{"kv_stride_page", a.kv_stride_page}, {"kv_stride_token", a.kv_stride_token}})
+      if (stride % 16 != 0)
+        fail_argument(kCall, fmt::format("{} {} is not a multiple of 16 elements (an FP8 cache's rows must stay "
+                                         "16-byte aligned)", name, stride));
+  }
   require_optional_alignment(kCall, "workspace", a.workspace, 16);
   if (a.workspace == nullptr && a.workspace_bytes != 0)
     fail_argument(kCall, fmt::format("workspace_bytes {} with a null workspace (allowed: 0)", a.workspace_bytes));
@@ -112,6 +127,7 @@ MlaProblem mla_problem(const MlaDecodeArgs& a) {
   problem.n_heads = a.n_heads;
   problem.page_size = a.page_size;
   problem.capacity = 1LL * a.max_pages_per_seq * a.page_size;
+  problem.kv_flags = a.kv_dtype == KvDType::e4m3 ? kFeatureKvE4m3 : a.kv_dtype == KvDType::e5m2 ? kFeatureKvE5m2 : 0u;
   problem.caller_workspace = a.workspace != nullptr;
   problem.workspace_bytes = a.workspace != nullptr ? a.workspace_bytes : 0;
   return problem;
@@ -163,6 +179,7 @@ void Runtime::mla_decode(const MlaDecodeArgs& input) {
   params.tokens_per_split = plan.split.tokens_per_split;
   params.scale_log2 = args.scale * detail::kLog2e;
   params.workspace.num_splits = plan.split.num_splits;
+  params.kv_scale = args.kv_scale;
   if (plan.split_kv()) {
     const CUdeviceptr base = args.workspace != nullptr ? reinterpret_cast<CUdeviceptr>(args.workspace)
                                                        : device.workspace(stream, plan.workspace_bytes, "mla_decode");

@@ -38,8 +38,8 @@ MlaTiling mla_tiling(const std::string& arch, int n_heads, int q_len) {
 }
 
 bool MlaProblem::operator==(const MlaProblem& o) const {
-  return std::tie(dtype, batch, q_len, n_heads, page_size, capacity, caller_workspace, workspace_bytes) ==
-         std::tie(o.dtype, o.batch, o.q_len, o.n_heads, o.page_size, o.capacity, o.caller_workspace,
+  return std::tie(dtype, batch, q_len, n_heads, page_size, capacity, kv_flags, caller_workspace, workspace_bytes) ==
+         std::tie(o.dtype, o.batch, o.q_len, o.n_heads, o.page_size, o.capacity, o.kv_flags, o.caller_workspace,
                   o.workspace_bytes);
 }
 
@@ -51,13 +51,13 @@ Plan plan_mla_decode(const MlaProblem& problem, const DeviceTraits& device) {
   plan.spec.head_dim = kMlaQkDim;
   plan.spec.page_size = problem.page_size;
   plan.spec.group_size = problem.n_heads;
-  plan.spec.flags = decode_q_len_flags(problem.q_len);
+  plan.spec.flags = decode_q_len_flags(problem.q_len) | problem.kv_flags;
   plan.spec.arch = device.arch;
   plan.spec.force_no_mma = device.force_no_mma;
   plan.spec.validate();  // the family's rules: tensor cores (no CUDA-core path), heads, page sizes
   const MlaTiling tiling = mla_tiling(device.arch, problem.n_heads, problem.q_len);
   plan.block = tiling.threads();
-  plan.smem = mla_decode_smem_bytes(tiling.rows(), tiling.block_n);
+  plan.smem = mla_decode_smem_bytes(tiling.rows(), tiling.block_n, problem.kv_flags != 0);
   // The tiling follows the compile target; a target chosen for another GPU (ASTRAI_JIT_ARCH=
   // compute_80 on an sm_89) may ask for more than this one has.
   if (device.max_smem_per_cta > 0 && plan.smem > device.max_smem_per_cta)

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "runtime/plan/attention_plan.hpp"
@@ -27,13 +28,14 @@ struct MlaProblem {
   int n_heads = 0;
   int page_size = 0;
   long long capacity = 0;  // table width x page size: what the split plan covers
+  std::uint32_t kv_flags = 0;  // an FP8 cache: kFeatureKvE4m3 or kFeatureKvE5m2
   bool caller_workspace = false;
   std::size_t workspace_bytes = 0;
   bool operator==(const MlaProblem& other) const;
   bool operator!=(const MlaProblem& other) const { return !(*this == other); }
 };
 
-// The variant (mla_decode.<dtype>.hd576.ps<page>.g<heads>[.q<len>].<arch>), block, shared
+// The variant (mla_decode.<dtype>.hd576.ps<page>.g<heads>[.kv_e4m3][.q<len>].<arch>), block, shared
 // memory, grid (row tiles, batch, splits) and split plan; throws InvalidArgument when the
 // variant breaks the family's rules (KernelSpec::validate: no tensor cores, ASTRAI_JIT_NO_MMA) or
 // needs more shared memory than the device has.

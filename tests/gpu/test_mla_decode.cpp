@@ -14,6 +14,7 @@
 #include "tests/gpu/gpu_support.hpp"
 #include "tests/gpu/paged_decode_support.hpp"
 #include "tests/gpu/prefill_support.hpp"
+#include "tests/support/fp8.hpp"
 
 namespace astrai::gpu_test {
 namespace {
@@ -34,14 +35,15 @@ struct MlaCase {
   bool offsets = false;       // lengths as [batch + 1] offsets
   float scale = 0.07216878f;  // 1/sqrt(192), DeepSeek-V3's
   float key_ramp = 0.f;       // > 0: key t scaled by key_gain, peaked rows
+  KvDType kv = KvDType::same;  // e4m3 / e5m2: an FP8 cache with one scale
   unsigned seed = test_seed(31);
 
   int batch() const { return static_cast<int>(seq_lens.size()); }
   std::string describe() const {
-    return fmt::format("mla_decode dtype={} q_len={} heads={} ps={} extra_pages={} padded={} lse={} wide={} "
+    return fmt::format("mla_decode dtype={} kv={} q_len={} heads={} ps={} extra_pages={} padded={} lse={} wide={} "
                        "offsets={} scale={} key_ramp={} seed={} lens=[{}]",
-                       dtype_name(dtype), q_len, n_heads, page_size, extra_pages, padded, lse, wide_tables, offsets,
-                       scale, key_ramp, seed, fmt::join(seq_lens, ","));
+                       dtype_name(dtype), kv_dtype_name(kv), q_len, n_heads, page_size, extra_pages, padded, lse,
+                       wide_tables, offsets, scale, key_ramp, seed, fmt::join(seq_lens, ","));
   }
 };
 
@@ -59,8 +61,9 @@ void check_mla_case(const MlaCase& c, bool graph = false) {
   const PageTable pages = make_page_table(c.seq_lens, ps, shape, rng);
   const int max_pages = pages.max_pages;
 
+  const bool fp8 = c.kv != KvDType::same;
   const std::int64_t token_stride = c.padded ? kMlaQk + 64 : kMlaQk;
-  const std::int64_t page_stride = ps * token_stride + (c.padded ? 8 : 0);
+  const std::int64_t page_stride = ps * token_stride + (c.padded ? 16 : 0);
   const std::size_t pool_elems = static_cast<std::size_t>(pages.num_pages) * page_stride;
   std::vector<std::uint16_t> kv = random_elements(pool_elems, c.dtype, rng);
   if (c.key_ramp > 0)
@@ -68,6 +71,20 @@ void check_mla_case(const MlaCase& c, bool graph = false) {
       for (int t = 0; t < c.seq_lens[b]; ++t)
         scale_elements(&kv[pages.table[b * pages.stride + t / ps] * page_stride + (t % ps) * token_stride], kMlaQk,
                        key_gain(t, c.seq_lens[b], c.key_ramp), c.dtype);
+  // The cache's values as the kernel reads them: the 16-bit elements, or an FP8 cache's codes
+  // times its scale (codes drawn from the same values over the scale, rounded and saturated).
+  std::vector<float> kv_value(pool_elems);
+  std::vector<std::uint8_t> kv8;
+  const std::vector<float> kv_scale = {fp8 ? 0.25f + std::uniform_real_distribution<float>(0.f, 1.f)(rng) : 1.f};
+  if (fp8) {
+    kv8.resize(pool_elems);
+    for (std::size_t i = 0; i < pool_elems; ++i) {
+      kv8[i] = testing::float_to_fp8(bits_to_float(kv[i], c.dtype) / kv_scale[0], c.kv);
+      kv_value[i] = testing::fp8_to_float(kv8[i], c.kv) * kv_scale[0];
+    }
+  } else {
+    for (std::size_t i = 0; i < pool_elems; ++i) kv_value[i] = bits_to_float(kv[i], c.dtype);
+  }
 
   // q [batch, q_len, heads, 576] and out [batch, q_len, heads, 512], rows padded when asked.
   const std::int64_t q_head = c.padded ? kMlaQk + 8 : kMlaQk;
@@ -85,7 +102,8 @@ void check_mla_case(const MlaCase& c, bool graph = false) {
     lens.assign(1, 3);  // offsets need not start at 0
     for (int len : c.seq_lens) lens.push_back(lens.back() + len);
   }
-  DeviceBuffer d_kv = DeviceBuffer::from(kv);
+  DeviceBuffer d_kv = fp8 ? DeviceBuffer::from(kv8) : DeviceBuffer::from(kv);
+  DeviceBuffer d_kv_scale = DeviceBuffer::from(kv_scale);
   DeviceBuffer d_q = DeviceBuffer::from(q);
   DeviceBuffer d_table = c.wide_tables ? DeviceBuffer::from(widened_table<std::int64_t>(pages.table)) : DeviceBuffer::from(pages.table);
   DeviceBuffer d_lens = c.wide_tables ? DeviceBuffer::from(widened_table<std::int64_t>(lens)) : DeviceBuffer::from(lens);
@@ -120,6 +138,10 @@ void check_mla_case(const MlaCase& c, bool graph = false) {
     args.seq_lens = static_cast<const std::int32_t*>(d_lens.get());
   }
   args.seq_lens_are_offsets = c.offsets;
+  if (fp8) {
+    args.kv_dtype = c.kv;
+    args.kv_scale = static_cast<const float*>(d_kv_scale.get());
+  }
   args.out = d_out.get();
   args.out_stride_batch = o_batch;
   args.out_stride_seq = o_seq;
@@ -153,7 +175,7 @@ void check_mla_case(const MlaCase& c, bool graph = false) {
     for (int t = 0; t < len; ++t) {
       const std::int64_t base = static_cast<std::int64_t>(pages.table[b * pages.stride + t / ps]) * page_stride +
                                 (t % ps) * token_stride;
-      for (int x = 0; x < kMlaQk; ++x) rows[static_cast<std::size_t>(t) * kMlaQk + x] = bits_to_float(kv[base + x], c.dtype);
+      std::copy_n(kv_value.begin() + base, kMlaQk, rows.begin() + static_cast<std::size_t>(t) * kMlaQk);
     }
     for (int i = 0; i < c.q_len; ++i) {
       const std::vector<char> keep = decode_query_keep(len, c.q_len, i, -1, nullptr);
@@ -269,6 +291,38 @@ TEST_CASE("mla_decode with padded strides, int64 tables, offsets and without LSE
   }
 }
 
+TEST_CASE("mla_decode over an FP8 cache (e4m3, e5m2): every page size, q_len 1 and 3, splits, peaked rows") {
+  std::mt19937 rng(test_seed(3105));
+  int i = 0;
+  for (KvDType kv : {KvDType::e4m3, KvDType::e5m2}) {
+    for (int page_size : {1, 16, 32, 64}) {
+      MlaCase c;
+      c.kv = kv;
+      c.page_size = page_size;
+      c.n_heads = page_size == 64 ? 128 : 16;
+      c.q_len = i % 3 == 1 ? 3 : 1;
+      c.dtype = i % 2 ? DType::fp16 : DType::bf16;
+      c.padded = i % 4 == 2;
+      c.seq_lens = mla_lengths(c.q_len, page_size, rng);
+      c.seed = rng();
+      check_mla_case(c);
+      ++i;
+    }
+  }
+  MlaCase split;
+  split.kv = KvDType::e4m3;
+  split.seq_lens = {8192, 100};
+  split.seed = test_seed(39);
+  check_mla_case(split);
+  MlaCase peaked;
+  peaked.kv = KvDType::e4m3;
+  peaked.scale = 1.f;
+  peaked.key_ramp = 4.f;
+  peaked.seq_lens = {3000, 33};
+  peaked.seed = test_seed(40);
+  check_mla_case(peaked);
+}
+
 TEST_CASE("mla_decode captured in a CUDA graph replays bit for bit") {
   MlaCase c;
   c.n_heads = 128;
@@ -289,6 +343,7 @@ TEST_CASE("mla_decode random sweep") {
     c.n_heads = std::vector<int>{1, 16, 32, 64, 128, 24}[rng() % 6];
     c.page_size = std::vector<int>{1, 16, 32, 64}[rng() % 4];
     c.padded = rng() % 3 == 0;
+    c.kv = rng() % 4 == 0 ? KvDType::e4m3 : KvDType::same;
     if (rng() % 4 == 0) {
       c.scale = 1.f;
       c.key_ramp = 4.f;

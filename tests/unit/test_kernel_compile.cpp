@@ -418,6 +418,14 @@ TEST_CASE("mla_decode compiles from sm_80 on tensor cores, every page size, q_le
     KernelSpec no_mma = spec;
     no_mma.force_no_mma = true;
     CHECK_THROWS_WITH_AS(no_mma.validate(), doctest::Contains("needs tensor cores"), astrai::InvalidArgument);
+    // The FP8 cache: byte stages widened to 16-bit rows (exact conversions) before the same math.
+    KernelSpec fp8 = spec;
+    fp8.flags |= i % 2 ? astrai::kFeatureKvE5m2 : astrai::kFeatureKvE4m3;
+    CAPTURE(fp8.name());
+    const CompileResult widened = compile_and_check(fp8);
+    check_tensor_core_ptx(widened.ptx);
+    const bool native = astrai::detail::arch_number(kArchs[i]) >= 89;
+    if (native && i % 2 == 0) CHECK(contains(widened.ptx, "cvt.rn.f16x2.e4m3x2"));
   }
   KernelSpec turing = KernelSpec::parse("mla_decode.bf16.hd576.ps64.g16.sm_80");
   turing.arch = "sm_75";

@@ -102,6 +102,19 @@ TEST_CASE("every mla_decode argument rejects a bad value and the message names i
       {"lse", [](A& a) { a.lse = fake_pointer<float>(0x600001); }, {"is not 4-byte aligned"}},
       {"workspace", [](A& a) { a.workspace_bytes = 64; }, {"workspace_bytes 64 with a null workspace"}},
       {"max_pages_per_seq", [](A& a) { a.max_pages_per_seq = 1 << 30; }, {"exceeds the limit"}},
+      {"kv_dtype", [](A& a) { a.kv_dtype = static_cast<KvDType>(7); }, {"kv_dtype 7 is not valid"}},
+      {"kv_scale", [](A& a) { a.kv_scale = fake_pointer<const float>(0x700000); },
+       {"kv_scale = 0x700000 is set but kv_dtype is same"}},
+      {"kv_scale", [](A& a) { a.kv_dtype = KvDType::e4m3; }, {"kv_scale is null"}},
+      {"kv_scale", [](A& a) {
+         a.kv_dtype = KvDType::e5m2;
+         a.kv_scale = fake_pointer<const float>(0x700002);
+       }, {"kv_scale", "is not 4-byte aligned"}},
+      {"kv_stride_token", [](A& a) {
+         a.kv_dtype = KvDType::e4m3;
+         a.kv_scale = fake_pointer<const float>(0x700000);
+         a.kv_stride_token = 584;
+       }, {"kv_stride_token 584 is not a multiple of 16 elements"}},
   };
   const MlaDecodeArgs valid = valid_mla();
   REQUIRE_NOTHROW(resolve_mla_decode_args(valid));
@@ -185,6 +198,23 @@ TEST_CASE("a target whose tiling needs more shared memory than the GPU has is re
   DeviceTraits h100 = device("sm_90a");
   h100.max_smem_per_cta = 232448;
   CHECK(plan_mla_decode(problem(8, 128, 1, 4096), h100).smem == mla_decode_smem_bytes(64, 32));
+}
+
+TEST_CASE("an FP8 cache is its own variant, with byte stages and a widened tile") {
+  MlaProblem p = problem(2, 128, 1, 4096);
+  p.kv_flags = kFeatureKvE4m3;
+  const Plan plan = plan_mla_decode(p, device("sm_90a"));
+  CHECK(plan.spec.name() == "mla_decode.bf16.hd576.ps64.g128.kv_e4m3.sm_90a");
+  CHECK(plan.smem == mla_decode_smem_bytes(64, 32, true));
+  CHECK(mla_decode_smem_bytes(64, 32, true) == 64 * 1168 + 2 * 32 * 576 + 32 * 1168 + 64 * 40 * 2 + 64 * 16);
+  p.kv_flags = kFeatureKvE5m2;
+  p.q_len = 2;
+  CHECK(plan_mla_decode(p, device("sm_89")).spec.name() == "mla_decode.bf16.hd576.ps64.g128.kv_e5m2.q2.sm_89");
+  CHECK(mla_decode_smem_bytes(32, 16, true) <= 99 * 1024);
+  MlaDecodeArgs a = valid_mla();
+  a.kv_dtype = KvDType::e4m3;
+  a.kv_scale = fake_pointer<const float>(0x700000);
+  CHECK_NOTHROW(resolve_mla_decode_args(a));
 }
 
 TEST_CASE("mla_decode_workspace_bytes bounds every plan of the shape") {

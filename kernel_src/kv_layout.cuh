@@ -79,7 +79,7 @@ struct PagedKv {
   // `page` of token, -1 when its id lies outside the pool.
   template <typename Params>
   __device__ __forceinline__ static int mapped_page(const Params& p, const int* table_row, int token) {
-    int id = table_page(p, table_row, token >> kPageShift);
+    int id = page(p, table_row, token);
     if (static_cast<unsigned>(id) >= static_cast<unsigned>(p.num_pages)) id = -1;
     return id;
   }

@@ -13,10 +13,11 @@
 
 namespace astrai {
 
-// K's (kV false) or V's strides, in elements: of a page, of a token within its page (or
-// sequence), and of a sequence in a contiguous cache (the decode keeps it in the page stride).
-template <bool kV>
-__device__ __forceinline__ long long page_stride(const PagedDecodeParams& p) {
+// K's (kV false) or V's strides, in elements: of a page (both params structs name it alike), of
+// a token within its page (or sequence), and of a sequence in a contiguous cache (the decode keeps
+// it in the page stride, the prefill in its batch stride: those two differ by struct).
+template <bool kV, typename Params>
+__device__ __forceinline__ long long page_stride(const Params& p) {
   return kV ? p.v_stride_page : p.k_stride_page;
 }
 template <bool kV>
@@ -25,10 +26,6 @@ __device__ __forceinline__ long long token_stride(const PagedDecodeParams& p) {
 }
 template <bool kV>
 __device__ __forceinline__ long long sequence_stride(const PagedDecodeParams& p) {
-  return kV ? p.v_stride_page : p.k_stride_page;
-}
-template <bool kV>
-__device__ __forceinline__ long long page_stride(const PrefillParams& p) {
   return kV ? p.v_stride_page : p.k_stride_page;
 }
 template <bool kV>

@@ -22,7 +22,6 @@ template <typename T, int kRowGroups, int kBlockN, bool kFp8 = false>
 struct MlaTile {
   using Type = T;
   static constexpr int kBlock = kBlockN;
-  static constexpr bool kByteKv = kFp8;
   static constexpr int kRows = 16 * kRowGroups;
   static constexpr int kThreads = 64 * kRowGroups;  // two warps per 16 rows
   static constexpr int kRowBytes = mla_row_bytes();
@@ -267,7 +266,7 @@ __device__ __forceinline__ void mla_store(const MlaDecodeParams& p, const MlaWor
 template <typename T, int kPageSize, int kQLen, int kRowGroups, int kBlockN, unsigned kFlags>
 __global__ void __launch_bounds__(64 * kRowGroups, 1) mla_decode_kernel(const MlaDecodeParams p) {
   constexpr bool kFp8 = has_fp8_kv<kFlags>();
-  constexpr bool kE5m2 = (kFlags & kFeatureKvE5m2) != 0;
+  constexpr bool kE5m2 = has_feature<kFlags>(kFeatureKvE5m2);
   static_assert((kFlags & ~(kFeatureKvE4m3 | kFeatureKvE5m2)) == 0, "MLA decode's features: an FP8 cache");
   using Tile = MlaTile<T, kRowGroups, kBlockN, kFp8>;
   static_assert(kQLen >= 1 && kQLen <= kMaxDecodeQLen, "q_len 1..8");

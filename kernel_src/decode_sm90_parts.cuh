@@ -1,4 +1,5 @@
-// The sm_90a decode's parts (paged_decode_sm90.cuh): its ring's shape and swizzle, each split
+// The sm_90a decode's parts (paged_decode_sm90.cuh): its ring's shape and swizzle, warp 0's TMA
+// copies, the tail block's fix-up, each split
 // group's place in shared memory, the barriers' setup, the warp's S and P V steps from swizzled
 // tiles, and a wide CTA's merge of its splits.
 #pragma once
@@ -33,6 +34,102 @@ struct DecodeSm90Shape {
 template <int kChunkBytes>
 __device__ __forceinline__ int swizzled_offset(int row, int piece) {
   return (piece >> 3) * kChunkBytes + row * 128 + (((piece & 7) ^ (row & 7)) << 4);
+}
+
+// Warp 0's TMA copies of a block: lane j < kCopies copies box j % kBoxes of chunk
+// (j / kBoxes) % kChunks of K (of V from j >= kCopies / 2). Box coordinates: dims, KV head, row
+// in the page (or token), page (or sequence).
+template <int kHeadDim, int kPageSize>
+struct DecodeSm90Copy {
+  using Shape = DecodeSm90Shape<kHeadDim, kPageSize>;
+  int lane, box, chunk, offset;
+  const sm90::TmaMap* map;
+
+  __device__ __forceinline__ DecodeSm90Copy(const sm90::TmaMap* map_k, const sm90::TmaMap* map_v, int lane_)
+      : lane(lane_),
+        box(lane_ % Shape::kBoxes),
+        chunk((lane_ / Shape::kBoxes) % Shape::kChunks),
+        offset((lane_ >= Shape::kCopies / 2 ? Shape::kTileBytes : 0) + chunk * Shape::kChunkBytes +
+               box * Shape::kBoxRows * 128),
+        map(lane_ >= Shape::kCopies / 2 ? map_v : map_k) {}
+
+  __device__ __forceinline__ static int box_row(int token) {
+    return kPageSize == 0 ? token : token % (kPageSize > 0 ? kPageSize : 1);
+  }
+
+  // The page of this lane's box in `block` of a split starting at `begin`, looked up for tokens
+  // below `end` (the table has a slot for every token below kv_capacity), else -1; contiguous:
+  // the sequence. Ids of boxes past the split's real end are dropped at issue. l2_only: the
+  // read ahead of the wait (see kv_table_row).
+  __device__ __forceinline__ int lookup(const PagedDecodeParams& p, const int* table_row, int begin, int end, int block,
+                                        bool l2_only) const {
+    if constexpr (!KvLayout<kPageSize>::kPaged) {  // the box's page coordinate is the sequence
+      return static_cast<int>(blockIdx.z);
+    } else {
+      const int token = begin + block * kDecodeBlockTokens + box * Shape::kBoxRows;
+      if (lane >= Shape::kCopies || token >= end || table_row == nullptr) return -1;
+      return l2_only ? table_page<true>(p, table_row, token / kPageSize) : table_page(p, table_row, token / kPageSize);
+    }
+  }
+
+  // Block `block` of the split into its stage (`page`: this lane's box's, from lookup).
+  __device__ __forceinline__ void issue(unsigned char* ring, sm90::u64* full, int block, int page,
+                                        const DecodeWork& w) const {
+    const int s = block % Shape::kStages;
+    if (lane == 0) sm90::mbar_arrive_expect_tx(&full[s], Shape::kStageBytes);
+    __syncwarp();
+    if (lane < Shape::kCopies) {
+      const int token = w.split_begin + block * kDecodeBlockTokens + box * Shape::kBoxRows;
+      sm90::tma_load_4d(ring + s * Shape::kStageBytes + offset, map, &full[s], 64 * chunk, w.kv_head, box_row(token),
+                        token < w.split_end ? page : -1, l2_evict_first_policy());
+    }
+  }
+};
+
+// A block's last rows as the kernel reads them: V rows past the split cleared (a loaded page's
+// rows past the sequence may hold anything, and 0 * NaN is NaN in P V), the appended token's K
+// and V rows written from new_k/new_v.
+template <typename T, int kHeadDim, int kPageSize>
+__device__ __forceinline__ void sm90_decode_fix_tail(const PagedDecodeParams& p, const DecodeWork& w,
+                                                     unsigned char* k_tile, unsigned char* v_tile, int first_token,
+                                                     int warp, int lane) {
+  constexpr int kPieces = kHeadDim / 8;  // 16-byte pieces of a row
+  constexpr int kChunkBytes = DecodeSm90Shape<kHeadDim, kPageSize>::kChunkBytes;
+  const bool has_append = w.seq.append_token >= first_token && w.seq.append_token < first_token + 16;
+  if (first_token + 16 <= w.split_end && !has_append) return;
+  for (int i = lane; i < 16 * kPieces; i += 32) {
+    const int r = i / kPieces;
+    const int piece = i % kPieces;
+    const int token = first_token + r;
+    const int offset = swizzled_offset<kChunkBytes>(warp * 16 + r, piece);
+    if (token >= w.split_end) {
+      *reinterpret_cast<uint4*>(v_tile + offset) = make_uint4(0u, 0u, 0u, 0u);
+    } else if (token == w.seq.append_token) {
+      const T* k_src =
+          static_cast<const T*>(p.new_k) + w.batch_index * p.new_k_stride_batch + w.kv_head * p.new_k_stride_head;
+      const T* v_src =
+          static_cast<const T*>(p.new_v) + w.batch_index * p.new_v_stride_batch + w.kv_head * p.new_v_stride_head;
+      *reinterpret_cast<uint4*>(k_tile + offset) = reinterpret_cast<const uint4*>(k_src)[piece];
+      *reinterpret_cast<uint4*>(v_tile + offset) = reinterpret_cast<const uint4*>(v_src)[piece];
+    }
+  }
+  sm90::fence_proxy_async_shared();  // before a later TMA refills the stage
+  __syncwarp();
+}
+
+// A wide CTA's empty split: its slot holds zeros with LSE -inf, which weigh nothing in the
+// CTA's merge, or in split 0 of an empty sequence the sinks' LSE (as write_empty_rows gives the
+// combine).
+template <int kHeadDim, int kFlags>
+__device__ __forceinline__ void write_empty_split_slot(const PagedDecodeParams& p, const DecodeWork& w, float* slot,
+                                                       unsigned thread) {
+  constexpr int kQLen = decode_q_len(kFlags);
+  for (int i = thread; i < w.rows * kHeadDim; i += kDecodeThreads) slot[i] = 0.f;
+  if (thread < w.rows)
+    slot[kDecodeHeadsPerTile * kHeadDim + thread] =
+        has_feature<kFlags>(kFeatureSink) && w.split == 0
+            ? p.features.sinks[row_head<kQLen>(w.first_head, w.first_row, thread)]
+            : negative_infinity();
 }
 
 // Group g's ring: the first 1 KB boundary (of the shared address) after the Q tile of its region

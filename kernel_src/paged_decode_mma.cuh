@@ -107,6 +107,69 @@ __device__ __forceinline__ void first_block_pages(const PagedDecodeParams& p, co
   }
 }
 
+// Direct FP8 path: S = Q K^T for the warp's 16 tokens, K's bytes widened to f16 pairs as the
+// B fragments (k_read: this lane's offsets in the stage, kv8_fragment_offsets).
+template <int kHeadDim, bool kE5m2>
+__device__ __forceinline__ void kv8_direct_scores(float (&s)[2][4], unsigned q_address, const unsigned char* k_bytes,
+                                                  const int (&k_read)[2][2]) {
+#pragma unroll
+  for (int h = 0; h < kHeadDim / 64; ++h) {
+    const uint4 k0 = *reinterpret_cast<const uint4*>(k_bytes + k_read[0][h & 1] + 128 * (h >> 1));
+    const uint4 k1 = *reinterpret_cast<const uint4*>(k_bytes + k_read[1][h & 1] + 128 * (h >> 1));
+    const unsigned w0[4] = {k0.x, k0.y, k0.z, k0.w};
+    const unsigned w1[4] = {k1.x, k1.y, k1.z, k1.w};
+#pragma unroll
+    for (int step = 0; step < 4; ++step) {
+      unsigned a[4];
+      ldmatrix_x4(a, q_address + (4 * h + step) * 32);
+      Mma<fp16_t>::run(s[0], a, fp8x2_to_f16x2<kE5m2>(w0[step]), fp8x2_to_f16x2<kE5m2>(w0[step] >> 16));
+      Mma<fp16_t>::run(s[1], a, fp8x2_to_f16x2<kE5m2>(w1[step]), fp8x2_to_f16x2<kE5m2>(w1[step] >> 16));
+    }
+  }
+}
+
+// Direct FP8 path: O += P V, V's bytes regrouped into token pairs per dim and widened to f16 as
+// the B fragments (v_read: this lane's four rows in the stage).
+template <int kHeadDim, bool kE5m2>
+__device__ __forceinline__ void kv8_direct_pv(float (&o)[kHeadDim / 8][4], const unsigned (&pa)[4],
+                                              const unsigned char* v_bytes, const int (&v_read)[4]) {
+  using Direct = Kv8Direct<kHeadDim>;
+  // Rows 2t, 2t+1 give each dim's first token pair, rows 2t+8, 2t+9 its second.
+#pragma unroll
+  for (int part = 0; part < Direct::kVParts; ++part) {
+    uint4 rows_v[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const unsigned char* source = v_bytes + v_read[r] + 128 * part;
+      if constexpr (Direct::kVBytes == 16) {
+        rows_v[r] = *reinterpret_cast<const uint4*>(source);
+      } else {
+        const uint2 half = *reinterpret_cast<const uint2*>(source);
+        rows_v[r] = make_uint4(half.x, half.y, 0u, 0u);
+      }
+    }
+    const unsigned a_words[4] = {rows_v[0].x, rows_v[0].y, rows_v[0].z, rows_v[0].w};
+    const unsigned b_words[4] = {rows_v[1].x, rows_v[1].y, rows_v[1].z, rows_v[1].w};
+    const unsigned c_words[4] = {rows_v[2].x, rows_v[2].y, rows_v[2].z, rows_v[2].w};
+    const unsigned d_words[4] = {rows_v[3].x, rows_v[3].y, rows_v[3].z, rows_v[3].w};
+#pragma unroll
+    for (int word = 0; word < Direct::kVBytes / 4; ++word) {
+      // Token pairs of dims 4 word + 0..3: [a0 b0 a1 b1] and [a2 b2 a3 b3], likewise c, d.
+      const unsigned first[2] = {byte_perm(a_words[word], b_words[word], 0x5140u),
+                                 byte_perm(a_words[word], b_words[word], 0x7362u)};
+      const unsigned second[2] = {byte_perm(c_words[word], d_words[word], 0x5140u),
+                                  byte_perm(c_words[word], d_words[word], 0x7362u)};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int tile = part * Direct::kVBytes + 4 * word + i;
+        const int shift = (i & 1) * 16;
+        Mma<fp16_t>::run(o[tile], pa, fp8x2_to_f16x2<kE5m2>(first[i >> 1] >> shift),
+                         fp8x2_to_f16x2<kE5m2>(second[i >> 1] >> shift));
+      }
+    }
+  }
+}
+
 // Three data paths share the loop: a 16-bit cache (two stages of K and V tiles, cp.async), an
 // FP8 cache staged (its bytes copied, then widened into one K and one V tile of T) and an FP8
 // cache read directly (each warp streams its own rows' bytes through a ring, __syncwarp only).
@@ -206,20 +269,7 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
       // S = Q K^T for this warp's 16 tokens.
       float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
       if constexpr (kDirect) {
-#pragma unroll
-        for (int h = 0; h < kHeadDim / 64; ++h) {
-          const uint4 k0 = *reinterpret_cast<const uint4*>(k_bytes + k_read[0][h & 1] + 128 * (h >> 1));
-          const uint4 k1 = *reinterpret_cast<const uint4*>(k_bytes + k_read[1][h & 1] + 128 * (h >> 1));
-          const unsigned w0[4] = {k0.x, k0.y, k0.z, k0.w};
-          const unsigned w1[4] = {k1.x, k1.y, k1.z, k1.w};
-#pragma unroll
-          for (int step = 0; step < 4; ++step) {
-            unsigned a[4];
-            ldmatrix_x4(a, q_address + (4 * h + step) * 32);
-            Mma<fp16_t>::run(s[0], a, fp8x2_to_f16x2<kE5m2>(w0[step]), fp8x2_to_f16x2<kE5m2>(w0[step] >> 16));
-            Mma<fp16_t>::run(s[1], a, fp8x2_to_f16x2<kE5m2>(w1[step]), fp8x2_to_f16x2<kE5m2>(w1[step] >> 16));
-          }
-        }
+        kv8_direct_scores<kHeadDim, kE5m2>(s, q_address, k_bytes, k_read);
       } else {
         decode_scores_mma<T, kHeadDim>(s, q_address, k_address);
       }
@@ -241,40 +291,7 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
       unsigned pa[4];
       state.template step<typename MmaType<T, kDirect>::type>(s, pa, p, w, warp_first_token);  // f16 on the direct path
       if constexpr (kDirect) {
-        // Rows 2t, 2t+1 give each dim's first token pair, rows 2t+8, 2t+9 its second.
-#pragma unroll
-        for (int part = 0; part < Direct::kVParts; ++part) {
-          uint4 rows_v[4];
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const unsigned char* source = v_bytes + v_read[r] + 128 * part;
-            if constexpr (Direct::kVBytes == 16) {
-              rows_v[r] = *reinterpret_cast<const uint4*>(source);
-            } else {
-              const uint2 half = *reinterpret_cast<const uint2*>(source);
-              rows_v[r] = make_uint4(half.x, half.y, 0u, 0u);
-            }
-          }
-          const unsigned a_words[4] = {rows_v[0].x, rows_v[0].y, rows_v[0].z, rows_v[0].w};
-          const unsigned b_words[4] = {rows_v[1].x, rows_v[1].y, rows_v[1].z, rows_v[1].w};
-          const unsigned c_words[4] = {rows_v[2].x, rows_v[2].y, rows_v[2].z, rows_v[2].w};
-          const unsigned d_words[4] = {rows_v[3].x, rows_v[3].y, rows_v[3].z, rows_v[3].w};
-#pragma unroll
-          for (int word = 0; word < Direct::kVBytes / 4; ++word) {
-            // Token pairs of dims 4 word + 0..3: [a0 b0 a1 b1] and [a2 b2 a3 b3], likewise c, d.
-            const unsigned first[2] = {byte_perm(a_words[word], b_words[word], 0x5140u),
-                                       byte_perm(a_words[word], b_words[word], 0x7362u)};
-            const unsigned second[2] = {byte_perm(c_words[word], d_words[word], 0x5140u),
-                                        byte_perm(c_words[word], d_words[word], 0x7362u)};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const int tile = part * Direct::kVBytes + 4 * word + i;
-              const int shift = (i & 1) * 16;
-              Mma<fp16_t>::run(state.o[tile], pa, fp8x2_to_f16x2<kE5m2>(first[i >> 1] >> shift),
-                               fp8x2_to_f16x2<kE5m2>(second[i >> 1] >> shift));
-            }
-          }
-        }
+        kv8_direct_pv<kHeadDim, kE5m2>(state.o, pa, v_bytes, v_read);
       } else {
         decode_pv_mma<T, kHeadDim>(state.o, pa, v_address);
       }

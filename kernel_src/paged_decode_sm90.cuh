@@ -49,7 +49,6 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   constexpr int kStages = Shape::kStages;
   constexpr int kQLen = decode_q_len(kFlags);
   constexpr int kRowStride = kHeadDim + 8;
-  constexpr int kPieces = kHeadDim / 8;  // 16-byte pieces of a row
   static_assert(kSplits == 1 || decode_merge_bytes<kHeadDim>() + decode_slot_bytes<kHeadDim>() <=
                                     kStages * Shape::kStageBytes,
                 "a group's slot fits its ring after the merge");
@@ -82,29 +81,10 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   if (thread == 0) init_decode_sm90_barriers<kStages, kSplits>(full, merge_done, group, &map_k, &map_v);
   if constexpr (kSplits > 1) __syncthreads();  // merge_done is set up before any thread arrives
 
-  // Warp 0, lane j < kCopies: box j % kBoxes of chunk (j / kBoxes) % kChunks of K (or V from
-  // j >= kCopies / 2) of every block.
-  const int copy_box = lane % Shape::kBoxes;
-  const int copy_chunk = (lane / Shape::kBoxes) % Shape::kChunks;
-  const bool copy_v = lane >= Shape::kCopies / 2;
-  const TmaMap* copy_map = copy_v ? &map_v : &map_k;
-  const int copy_offset =
-      (copy_v ? Shape::kTileBytes : 0) + copy_chunk * Shape::kChunkBytes + copy_box * Shape::kBoxRows * 128;
-  // The page of this lane's box in `block` of a split starting at `begin`, looked up for tokens
-  // below `end` (the table has a slot for every token below kv_capacity), else -1; contiguous:
-  // the sequence. Ids of boxes past the split's real end are dropped at issue. l2_only: the
-  // read ahead of the wait (see kv_table_row).
+  const DecodeSm90Copy<kHeadDim, kPageSize> copy(&map_k, &map_v, lane);
   auto lookup = [&](const int* table_row, int begin, int end, int block, bool l2_only) {
-    if constexpr (!KvLayout<kPageSize>::kPaged) {  // the box's page coordinate is the sequence
-      return static_cast<int>(blockIdx.z);
-    } else {
-      const int token = begin + block * kDecodeBlockTokens + copy_box * Shape::kBoxRows;
-      if (lane >= Shape::kCopies || token >= end || table_row == nullptr) return -1;
-      return l2_only ? table_page<true>(p, table_row, token / kPageSize) : table_page(p, table_row, token / kPageSize);
-    }
+    return copy.lookup(p, table_row, begin, end, block, l2_only);
   };
-  // Box coordinates of a lane's copy: dims, KV head, row in the page (or token), page.
-  auto box_row = [&](int token) { return kPageSize == 0 ? token : token % (kPageSize > 0 ? kPageSize : 1); };
   // Without a window a split's tokens follow from the launch alone.
   constexpr bool kWindow = has_feature<kFlags>(kFeatureWindow);
   const int launch_begin = split * p.tokens_per_split;
@@ -120,9 +100,8 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
       const int* table_row = KvLayout<kPageSize>::kPaged ? kv_table_row<true>(p, blockIdx.z) : nullptr;
       for (int block = 0; block < kStages - 1 && launch_begin + block * kDecodeBlockTokens < launch_end; ++block) {
         const int guess = lookup(table_row, launch_begin, launch_end, block, true);
-        const int token = launch_begin + block * kDecodeBlockTokens + copy_box * Shape::kBoxRows;
-        if (lane < Shape::kCopies)
-          tma_prefetch_l2_4d(copy_map, 64 * copy_chunk, tile.kv_head, box_row(token), guess);
+        const int token = launch_begin + block * kDecodeBlockTokens + copy.box * Shape::kBoxRows;
+        if (lane < Shape::kCopies) tma_prefetch_l2_4d(copy.map, 64 * copy.chunk, tile.kv_head, copy.box_row(token), guess);
       }
     }
   }
@@ -146,30 +125,14 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   if constexpr (kSplits == 1) {
     if (!decode_work_begin<T, kHeadDim, kPageSize, kFlags>(p, w)) return;
   } else if (empty_split) {
-    // Zeros with LSE -inf, which weigh nothing in the CTA's merge, or in split 0 of an empty
-    // sequence the sinks' LSE (as write_empty_rows gives the combine).
-    for (int i = thread; i < w.rows * kHeadDim; i += kDecodeThreads) slot[i] = 0.f;
-    if (thread < w.rows)
-      slot[kDecodeHeadsPerTile * kHeadDim + thread] =
-          has_feature<kFlags>(kFeatureSink) && w.split == 0
-              ? p.features.sinks[row_head<kQLen>(w.first_head, w.first_row, thread)]
-              : negative_infinity();
+    write_empty_split_slot<kHeadDim, kFlags>(p, w, slot, thread);
   } else if (KvLayout<kPageSize>::kPaged && w.head_tile == 0 && w.seq.append_token >= w.split_begin &&
              w.seq.append_token < w.split_end) {
     append_new_token<T, kHeadDim, kPageSize, kFlags>(p, w.seq, w.batch_index, w.kv_head, thread, kDecodeThreads);
   }
   if (!empty_split) {
     const int num_blocks = (w.split_end - w.split_begin + kDecodeBlockTokens - 1) / kDecodeBlockTokens;
-    auto issue = [&](int block, int page) {
-      const int s = block % kStages;
-      if (lane == 0) mbar_arrive_expect_tx(&full[s], Shape::kStageBytes);
-      __syncwarp();
-      if (lane < Shape::kCopies) {
-        const int token = w.split_begin + block * kDecodeBlockTokens + copy_box * Shape::kBoxRows;
-        tma_load_4d(ring + s * Shape::kStageBytes + copy_offset, copy_map, &full[s], 64 * copy_chunk, w.kv_head,
-                    box_row(token), token < w.split_end ? page : -1, l2_evict_first_policy());
-      }
-    };
+    auto issue = [&](int block, int page) { copy.issue(ring, full, block, page, w); };
     // Page ids are looked up a block ahead of their issue, so the lookup never stalls it.
     if (warp == 0) {
       for (int block = 0; block < kStages - 1 && block < num_blocks; ++block) {
@@ -205,28 +168,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
       unsigned char* v_tile = k_tile + Shape::kTileBytes;
       const int first_token = w.split_begin + block * kDecodeBlockTokens + warp * 16;
       if (first_token < w.split_end) {
-        // The tail's V rows past the split are cleared; the appended token comes from new_k/new_v.
-        const bool has_append = w.seq.append_token >= first_token && w.seq.append_token < first_token + 16;
-        if (first_token + 16 > w.split_end || has_append) {
-          for (int i = lane; i < 16 * kPieces; i += 32) {
-            const int r = i / kPieces;
-            const int piece = i % kPieces;
-            const int token = first_token + r;
-            const int offset = swizzled_offset<Shape::kChunkBytes>(warp * 16 + r, piece);
-            if (token >= w.split_end) {
-              *reinterpret_cast<uint4*>(v_tile + offset) = make_uint4(0u, 0u, 0u, 0u);
-            } else if (token == w.seq.append_token) {
-              const T* k_src = static_cast<const T*>(p.new_k) + w.batch_index * p.new_k_stride_batch +
-                               w.kv_head * p.new_k_stride_head;
-              const T* v_src = static_cast<const T*>(p.new_v) + w.batch_index * p.new_v_stride_batch +
-                               w.kv_head * p.new_v_stride_head;
-              *reinterpret_cast<uint4*>(k_tile + offset) = reinterpret_cast<const uint4*>(k_src)[piece];
-              *reinterpret_cast<uint4*>(v_tile + offset) = reinterpret_cast<const uint4*>(v_src)[piece];
-            }
-          }
-          fence_proxy_async_shared();  // before a later TMA refills the stage
-          __syncwarp();
-        }
+        sm90_decode_fix_tail<T, kHeadDim, kPageSize>(p, w, k_tile, v_tile, first_token, warp, lane);
 
         // S = Q K^T for this warp's 16 tokens.
         const unsigned k_address = shared_address(k_tile) + k_row * 128;

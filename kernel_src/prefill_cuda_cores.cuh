@@ -45,6 +45,83 @@ __device__ __forceinline__ void prefill_core_load_kv(const PrefillParams& p, con
   }
 }
 
+// The pass's Q rows [pass_start, pass_start + pass_rows) into shared memory (rows past them zeros).
+template <typename T, int kHeadDim, int kPageSize>
+__device__ __forceinline__ void prefill_core_load_q(const PrefillParams& p, const PrefillRequest& r, T* smem_q,
+                                                    int batch_index, int head, int pass_start, int pass_rows) {
+  using Shape = PrefillShape<kHeadDim, kPageSize>;
+  constexpr int kRowStride = Shape::kRowStride;
+  constexpr int kChunksPerRow = Shape::kChunksPerRow;
+  const T* q_rows = static_cast<const T*>(p.q) + batch_index * p.q_stride_batch +
+                    static_cast<long long>(r.q_start + pass_start) * p.q_stride_seq + head * p.q_stride_head;
+  for (int chunk = threadIdx.x; chunk < kPrefillCoreRows * kChunksPerRow; chunk += kPrefillThreads) {
+    const int row = chunk / kChunksPerRow;
+    const int col = (chunk % kChunksPerRow) * 8;
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (row < pass_rows) value = *reinterpret_cast<const uint4*>(q_rows + row * p.q_stride_seq + col);
+    *reinterpret_cast<uint4*>(smem_q + row * kRowStride + col) = value;
+  }
+}
+
+// Raw scores of the warp's rows against token `lane` of the shared K tile.
+template <typename T, int kHeadDim, int kPageSize>
+__device__ __forceinline__ void prefill_core_scores(const T* smem_q, const T* smem_k, int warp, int lane,
+                                                    float (&s)[kPrefillCoreRowsPerWarp]) {
+  using Shape = PrefillShape<kHeadDim, kPageSize>;
+  constexpr int kRowStride = Shape::kRowStride;
+  constexpr int kChunksPerRow = Shape::kChunksPerRow;
+  constexpr int kRows = kPrefillCoreRowsPerWarp;
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) s[i] = 0.f;
+  const T* k_row = smem_k + lane * kRowStride;
+#pragma unroll 2
+  for (int c = 0; c < kChunksPerRow; ++c) {
+    const uint4 k_packed = *reinterpret_cast<const uint4*>(k_row + c * 8);
+    const unsigned k_words[4] = {k_packed.x, k_packed.y, k_packed.z, k_packed.w};
+    float k_values[8];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      k_values[2 * w] = low_half<T>(k_words[w]);
+      k_values[2 * w + 1] = high_half<T>(k_words[w]);
+    }
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const uint4 q_packed = *reinterpret_cast<const uint4*>(smem_q + (warp * kRows + i) * kRowStride + c * 8);
+      const unsigned q_words[4] = {q_packed.x, q_packed.y, q_packed.z, q_packed.w};
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        s[i] = fmaf(low_half<T>(q_words[w]), k_values[2 * w], s[i]);
+        s[i] = fmaf(high_half<T>(q_words[w]), k_values[2 * w + 1], s[i]);
+      }
+    }
+  }
+}
+
+// O += P V over the tile's first `tile_tokens` tokens: lane owns head-dim elements lane + 32k;
+// token t's weights come from lane t.
+template <typename T, int kHeadDim, int kPageSize>
+__device__ __forceinline__ void prefill_core_pv(const T* smem_v, const float (&weight)[kPrefillCoreRowsPerWarp],
+                                                int tile_tokens, int lane,
+                                                float (&acc)[kPrefillCoreRowsPerWarp][CeilDiv<kHeadDim, 32>::value]) {
+  constexpr int kRowStride = PrefillShape<kHeadDim, kPageSize>::kRowStride;
+  constexpr int kRows = kPrefillCoreRowsPerWarp;
+  constexpr int kPerLane = CeilDiv<kHeadDim, 32>::value;
+  for (int t = 0; t < tile_tokens; ++t) {
+    float v_values[kPerLane];
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int d = lane + 32 * k;
+      v_values[k] = d < kHeadDim ? to_float(smem_v[t * kRowStride + d]) : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const float w = __shfl_sync(0xffffffffu, weight[i], t);
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) acc[i][k] = fmaf(w, v_values[k], acc[i][k]);
+    }
+  }
+}
+
 // The warp's rows normalized (sinks folded in) into out, and their LSE.
 template <typename T, int kHeadDim, int kFlags>
 __device__ __forceinline__ void prefill_core_store(const PrefillParams& p, const PrefillRequest& r, const PrefillKv8& kv8,
@@ -82,7 +159,6 @@ template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_raw) {
   using Shape = PrefillShape<kHeadDim, kPageSize>;
   constexpr int kRowStride = Shape::kRowStride;
-  constexpr int kChunksPerRow = Shape::kChunksPerRow;
   constexpr int kBlockKv = kPrefillCoreBlockKv;  // one token per lane
   constexpr int kRows = kPrefillCoreRowsPerWarp;
   constexpr int kPerLane = CeilDiv<kHeadDim, 32>::value;  // head-dim elements per lane
@@ -118,18 +194,7 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
     const int pass_kv_end = prefill_row_stop(r, pass_start + pass_rows - 1);
     __syncthreads();  // the previous pass is done with the Q rows
 
-    const T* q_rows = static_cast<const T*>(p.q) + batch_index * p.q_stride_batch +
-                      static_cast<long long>(r.q_start + pass_start) * p.q_stride_seq +
-                      head * p.q_stride_head;
-    for (int chunk = threadIdx.x; chunk < kPrefillCoreRows * kChunksPerRow;
-         chunk += kPrefillThreads) {
-      const int row = chunk / kChunksPerRow;
-      const int col = (chunk % kChunksPerRow) * 8;
-      uint4 value = make_uint4(0, 0, 0, 0);
-      if (row < pass_rows)
-        value = *reinterpret_cast<const uint4*>(q_rows + row * p.q_stride_seq + col);
-      *reinterpret_cast<uint4*>(smem_q + row * kRowStride + col) = value;
-    }
+    prefill_core_load_q<T, kHeadDim, kPageSize>(p, r, smem_q, batch_index, head, pass_start, pass_rows);
 
     // This warp's rows: warp * kRows + i of the pass.
     const int warp_row0 = pass_start + warp * kRows;  // request-relative
@@ -175,31 +240,7 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
 
       // Scores: lane t dots token block_start + t with each of the warp's rows.
       float s[kRows];
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) s[i] = 0.f;
-      const T* k_row = smem_k + lane * kRowStride;
-#pragma unroll 2
-      for (int c = 0; c < kChunksPerRow; ++c) {
-        const uint4 k_packed = *reinterpret_cast<const uint4*>(k_row + c * 8);
-        const unsigned k_words[4] = {k_packed.x, k_packed.y, k_packed.z, k_packed.w};
-        float k_values[8];
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          k_values[2 * w] = low_half<T>(k_words[w]);
-          k_values[2 * w + 1] = high_half<T>(k_words[w]);
-        }
-#pragma unroll
-        for (int i = 0; i < kRows; ++i) {
-          const uint4 q_packed =
-              *reinterpret_cast<const uint4*>(smem_q + (warp * kRows + i) * kRowStride + c * 8);
-          const unsigned q_words[4] = {q_packed.x, q_packed.y, q_packed.z, q_packed.w};
-#pragma unroll
-          for (int w = 0; w < 4; ++w) {
-            s[i] = fmaf(low_half<T>(q_words[w]), k_values[2 * w], s[i]);
-            s[i] = fmaf(high_half<T>(q_words[w]), k_values[2 * w + 1], s[i]);
-          }
-        }
-      }
+      prefill_core_scores<T, kHeadDim, kPageSize>(smem_q, smem_k, warp, lane, s);
 
       if constexpr (kFp8) {  // scores as if K were dequantized
 #pragma unroll
@@ -226,22 +267,7 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
         for (int k = 0; k < kPerLane; ++k) acc[i][k] *= correction;
       }
 
-      // O += P V: lane owns head-dim elements lane + 32k.
-      const int tile_tokens = min(kBlockKv, warp_max_stop - block_start);
-      for (int t = 0; t < tile_tokens; ++t) {
-        float v_values[kPerLane];
-#pragma unroll
-        for (int k = 0; k < kPerLane; ++k) {
-          const int d = lane + 32 * k;
-          v_values[k] = d < kHeadDim ? to_float(smem_v[t * kRowStride + d]) : 0.f;
-        }
-#pragma unroll
-        for (int i = 0; i < kRows; ++i) {
-          const float w = __shfl_sync(0xffffffffu, weight[i], t);
-#pragma unroll
-          for (int k = 0; k < kPerLane; ++k) acc[i][k] = fmaf(w, v_values[k], acc[i][k]);
-        }
-      }
+      prefill_core_pv<T, kHeadDim, kPageSize>(smem_v, weight, min(kBlockKv, warp_max_stop - block_start), lane, acc);
     }
 
     prefill_core_store<T, kHeadDim, kFlags>(p, r, kv8, acc, row_max, row_sum, batch_index, head, warp_row0, warp_rows,

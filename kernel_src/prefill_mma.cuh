@@ -6,6 +6,7 @@
 
 #include "mma_utils.cuh"
 #include "prefill_common.cuh"
+#include "prefill_mma_steps.cuh"
 
 #ifndef ASTRAI_NO_MMA
 namespace astrai {
@@ -131,25 +132,63 @@ __device__ __forceinline__ void prefill_load_kv8_async(const PrefillParams& p, c
   }
 }
 
+// Per-thread rows (m-tile m, half h): 16m + g + 8h of the warp's, from warp_row0. Their stops
+// (0 for rows past the request), first keys (window), positions (ALiBi) and mask rows.
+template <class C>
+__device__ __forceinline__ void prefill_mma_row_limits(const PrefillParams& p, const PrefillRequest& r, int batch_index,
+                                                       int warp_row0, int warp_rows, int quad_row,
+                                                       int (&stop)[C::kMTiles][2], int (&first_key)[C::kMTiles][2],
+                                                       int (&query_position)[C::kMTiles][2],
+                                                       const unsigned char* (&mask_row)[C::kMTiles][2]) {
+#pragma unroll
+  for (int m = 0; m < C::kMTiles; ++m) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = 16 * m + quad_row + 8 * h;
+      stop[m][h] = row < warp_rows ? prefill_row_stop(r, warp_row0 + row) : 0;
+      if (has_feature<C::kFlags>(kFeatureWindow))
+        first_key[m][h] = window_first_key(static_cast<long long>(r.causal_base) + warp_row0 + row, p.features);
+      query_position[m][h] = r.causal_base + warp_row0 + row;
+      mask_row[m][h] = p.mask == nullptr
+                           ? nullptr
+                           : p.mask + batch_index * p.mask_stride_batch +
+                                 static_cast<long long>(r.mask_start + warp_row0 + row) * p.mask_stride_q;
+    }
+  }
+}
+
+// The Q tile by cp.async, rows past the request zero-filled; it lands with the first K/V stage.
+template <typename T, int kHeadDim, int kPageSize, int kBlockQ>
+__device__ __forceinline__ void prefill_mma_load_q(const PrefillParams& p, const PrefillRequest& r, T* smem_q,
+                                                   int batch_index, int head, int tile_start, int tile_rows) {
+  constexpr int kRowStride = PrefillShape<kHeadDim, kPageSize>::kRowStride;
+  constexpr int kChunksPerRow = PrefillShape<kHeadDim, kPageSize>::kChunksPerRow;
+  static_assert(kBlockQ * kChunksPerRow % kPrefillThreads == 0, "Q tile copy");
+  const T* q_rows = static_cast<const T*>(p.q) + batch_index * p.q_stride_batch +
+                    static_cast<long long>(r.q_start + tile_start) * p.q_stride_seq + head * p.q_stride_head;
+#pragma unroll
+  for (int i = 0; i < kBlockQ * kChunksPerRow / kPrefillThreads; ++i) {
+    const int chunk = threadIdx.x + i * kPrefillThreads;
+    const int row = chunk / kChunksPerRow;
+    const int col = (chunk % kChunksPerRow) * 8;
+    const bool valid = row < tile_rows;
+    cp_async_16(shared_address(smem_q + row * kRowStride + col), q_rows + (valid ? row * p.q_stride_seq : 0) + col,
+                valid ? 16 : 0);
+  }
+}
+
 template <typename T, int kHeadDim, int kPageSize, int kGroup, int kFlags>
 __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
   using Shape = PrefillShape<kHeadDim, kPageSize>;
+  using C = PrefillMmaTiles<T, kHeadDim, kFlags>;
   constexpr int kRowStride = Shape::kRowStride;
-  constexpr int kChunksPerRow = Shape::kChunksPerRow;
-  constexpr int kMTiles = prefill_m_tiles(kHeadDim);  // 16-row MMA tiles per warp
-  constexpr int kWarpRows = 16 * kMTiles;
+  constexpr int kMTiles = C::kMTiles;
+  constexpr int kWarpRows = C::kWarpRows;
   constexpr int kBlockQ = prefill_block_q(kHeadDim);
-  constexpr int kBlockKv = prefill_block_kv(kHeadDim);
+  constexpr int kBlockKv = C::kBlockKv;
   constexpr int kStageElems = kBlockKv * kRowStride;
-  constexpr int kSTiles = kBlockKv / 8;   // n8 tiles of S per m-tile (16 rows x kBlockKv)
-  constexpr int kOTiles = kHeadDim / 8;   // n8 tiles of O per m-tile (16 rows x kHeadDim)
-  constexpr int kKSteps = kHeadDim / 16;  // k16 steps of Q K^T
-  static_assert(kBlockKv % 16 == 0, "KV tile");
-  // The soft-cap and ALiBi put the scores in log2 units before the softmax; otherwise the scale
-  // is folded into its exponent.
-  constexpr bool kScoresInLog2 = has_feature<kFlags>(kFeatureSoftCap) || has_feature<kFlags>(kFeatureAlibi);
+  static_assert(kRowStride == C::kRowStride, "the steps' row stride");
   static_assert(kBlockQ == 4 * kWarpRows, "four warps cover the Q tile");
-  static_assert(kBlockQ * kChunksPerRow % kPrefillThreads == 0, "Q tile copy");
 
   const PrefillTile tile = prefill_tile<kBlockQ>(p);
   const int head = tile.head;
@@ -191,32 +230,16 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int quad_row = lane >> 2;  // accumulator rows g and g + 8 of each m-tile
   const int quad_col = lane & 3;   // accumulator columns 2t and 2t + 1
   const int warp_row0 = tile_start + warp * kWarpRows;  // request-relative
   const int warp_rows = max(0, min(kWarpRows, r.q_len - warp_row0));
 
-  // Per-thread rows (m-tile m, half h): 16m + g + 8h. Their stops (0 for rows past the
-  // request) and mask rows.
   int stop[kMTiles][2];
-  int first_key[kMTiles][2];  // window: the first key each row attends to
-  int query_position[kMTiles][2];  // ALiBi: each row's position
+  int first_key[kMTiles][2];
+  int query_position[kMTiles][2];
   const unsigned char* mask_row[kMTiles][2];
-#pragma unroll
-  for (int m = 0; m < kMTiles; ++m) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = 16 * m + quad_row + 8 * h;
-      stop[m][h] = row < warp_rows ? prefill_row_stop(r, warp_row0 + row) : 0;
-      if (has_feature<kFlags>(kFeatureWindow))
-        first_key[m][h] = window_first_key(static_cast<long long>(r.causal_base) + warp_row0 + row, p.features);
-      query_position[m][h] = r.causal_base + warp_row0 + row;
-      mask_row[m][h] = p.mask == nullptr
-                           ? nullptr
-                           : p.mask + batch_index * p.mask_stride_batch +
-                                 static_cast<long long>(r.mask_start + warp_row0 + row) * p.mask_stride_q;
-    }
-  }
+  prefill_mma_row_limits<C>(p, r, batch_index, warp_row0, warp_rows, lane >> 2, stop, first_key, query_position,
+                            mask_row);
   // Tiles entirely below every row's stop need no masking; tiles at or past the last stop
   // hold nothing for this warp.
   const int warp_min_stop = warp_rows == kWarpRows ? prefill_row_stop(r, warp_row0) : 0;
@@ -232,13 +255,13 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
           : 0;
   const bool has_mask = p.mask != nullptr;
 
-  float o[kMTiles][kOTiles][4];
+  float o[kMTiles][C::kOTiles][4];
   float row_max[kMTiles][2];  // scaled by scale_log2
   float row_sum[kMTiles][2];  // this thread's columns only; summed over the quad at the end
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m) {
 #pragma unroll
-    for (int n = 0; n < kOTiles; ++n) o[m][n][0] = o[m][n][1] = o[m][n][2] = o[m][n][3] = 0.f;
+    for (int n = 0; n < C::kOTiles; ++n) o[m][n][0] = o[m][n][1] = o[m][n][2] = o[m][n][3] = 0.f;
     row_max[m][0] = row_max[m][1] = negative_infinity();
     row_sum[m][0] = row_sum[m][1] = 0.f;
   }
@@ -249,50 +272,32 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
   const int k_lane_offset = ((lane >> 4) * 8 + (lane & 7)) * kRowStride + ((lane >> 3) & 1) * 8;
   const int v_lane_offset = (((lane >> 3) & 1) * 8 + (lane & 7)) * kRowStride + (lane >> 4) * 8;
 
-  if (num_blocks > 0) {
-    // Q tile, rows past the request zero-filled; it lands with the first K/V stage.
-    const T* q_rows = static_cast<const T*>(p.q) + batch_index * p.q_stride_batch +
-                      static_cast<long long>(r.q_start + tile_start) * p.q_stride_seq +
-                      head * p.q_stride_head;
-#pragma unroll
-    for (int i = 0; i < kBlockQ * kChunksPerRow / kPrefillThreads; ++i) {
-      const int chunk = threadIdx.x + i * kPrefillThreads;
-      const int row = chunk / kChunksPerRow;
-      const int col = (chunk % kChunksPerRow) * 8;
-      const bool valid = row < tile_rows;
-      cp_async_16(shared_address(smem_q + row * kRowStride + col),
-                  q_rows + (valid ? row * p.q_stride_seq : 0) + col, valid ? 16 : 0);
-    }
+  // The block from `start` into stage `stage` by cp.async (16-bit: its page ids fetched before,
+  // the next block's fetched after, in flight meanwhile).
+  auto load_block = [&](int start, int stage) {
     if constexpr (kFp8) {
-      prefill_load_kv8_async<kHeadDim, kPageSize, kBlockKv>(p, kv8.k_head, kv8.v_head, table_row, smem_k8, smem_v8,
-                                                            kv_begin, kv_end);
+      prefill_load_kv8_async<kHeadDim, kPageSize, kBlockKv>(p, kv8.k_head, kv8.v_head, table_row,
+                                                            smem_k8 + stage * kStageBytes, smem_v8 + stage * kStageBytes,
+                                                            start, kv_end);
       cp_async_commit();
     } else {
-      pages.fetch(p, table_row, kv_begin, kv_end);
-      prefill_load_kv_async<T, kHeadDim, kPageSize, kBlockKv>(p, k_head, v_head, pages, smem_k,
-                                                              smem_v, kv_begin, kv_end);
+      prefill_load_kv_async<T, kHeadDim, kPageSize, kBlockKv>(p, k_head, v_head, pages, smem_k + stage * kStageElems,
+                                                              smem_v + stage * kStageElems, start, kv_end);
       cp_async_commit();
-      pages.fetch(p, table_row, kv_begin + kBlockKv, kv_end);
+      pages.fetch(p, table_row, start + kBlockKv, kv_end);
     }
+  };
+  if (num_blocks > 0) {
+    prefill_mma_load_q<T, kHeadDim, kPageSize, kBlockQ>(p, r, smem_q, batch_index, head, tile_start, tile_rows);
+    if constexpr (!kFp8) pages.fetch(p, table_row, kv_begin, kv_end);
+    load_block(kv_begin, 0);
   }
 
   for (int block = 0; block < num_blocks; ++block) {
     const int stage = block & 1;
     const int block_start = kv_begin + block * kBlockKv;
     if (block + 1 < num_blocks) {
-      if constexpr (kFp8) {
-        prefill_load_kv8_async<kHeadDim, kPageSize, kBlockKv>(p, kv8.k_head, kv8.v_head, table_row,
-                                                              smem_k8 + (stage ^ 1) * kStageBytes,
-                                                              smem_v8 + (stage ^ 1) * kStageBytes,
-                                                              block_start + kBlockKv, kv_end);
-        cp_async_commit();
-      } else {
-        prefill_load_kv_async<T, kHeadDim, kPageSize, kBlockKv>(
-            p, k_head, v_head, pages, smem_k + (stage ^ 1) * kStageElems,
-            smem_v + (stage ^ 1) * kStageElems, block_start + kBlockKv, kv_end);
-        cp_async_commit();
-        pages.fetch(p, table_row, block_start + 2 * kBlockKv, kv_end);  // in flight meanwhile
-      }
+      load_block(block_start + kBlockKv, stage ^ 1);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
@@ -310,205 +315,21 @@ __device__ void prefill_mma(const PrefillParams& p, unsigned char* smem_raw) {
       const unsigned k_address = shared_address(smem_k + tile_stage * kStageElems + k_lane_offset);
       const unsigned v_address = shared_address(smem_v + tile_stage * kStageElems + v_lane_offset);
 
-      // S = Q K^T: kMTiles x 16 rows x kBlockKv tokens; each K fragment feeds every m-tile.
-      float s[kMTiles][kSTiles][4];
-#pragma unroll
-      for (int m = 0; m < kMTiles; ++m)
-#pragma unroll
-        for (int j = 0; j < kSTiles; ++j) s[m][j][0] = s[m][j][1] = s[m][j][2] = s[m][j][3] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < kKSteps; ++kk) {
-        unsigned a[kMTiles][4];
-#pragma unroll
-        for (int m = 0; m < kMTiles; ++m) ldmatrix_x4(a[m], q_address + (m * 16 * kRowStride + kk * 16) * 2);
-#pragma unroll
-        for (int nn = 0; nn < kSTiles / 2; ++nn) {
-          unsigned b[4];
-          ldmatrix_x4(b, k_address + (nn * 16 * kRowStride + kk * 16) * 2);
-#pragma unroll
-          for (int m = 0; m < kMTiles; ++m) {
-            Mma<T>::run(s[m][2 * nn], a[m], b[0], b[1]);
-            Mma<T>::run(s[m][2 * nn + 1], a[m], b[2], b[3]);
-          }
-        }
-      }
-
-      if constexpr (kFp8) {  // scores as if K were dequantized
-#pragma unroll
-        for (int m = 0; m < kMTiles; ++m)
-#pragma unroll
-          for (int j = 0; j < kSTiles; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[m][j][e] *= kv8.k_scale;
-      }
-
-      // Soft-cap before the masks (tanh would lift a masked -inf to -cap); the capped scores
-      // are in log2 units already.
-      if constexpr (has_feature<kFlags>(kFeatureSoftCap)) {
-#pragma unroll
-        for (int m = 0; m < kMTiles; ++m)
-#pragma unroll
-          for (int j = 0; j < kSTiles; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[m][j][e] = soft_capped(s[m][j][e], p.features);
-      }
-      // ALiBi: the scores in log2 units (the soft-cap has scaled them already) plus each key's bias.
-      if constexpr (has_feature<kFlags>(kFeatureAlibi)) {
-        const float slope = alibi_slope_log2(p.features, head);
-#pragma unroll
-        for (int m = 0; m < kMTiles; ++m)
-#pragma unroll
-          for (int j = 0; j < kSTiles; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              s[m][j][e] = (has_feature<kFlags>(kFeatureSoftCap) ? s[m][j][e] : s[m][j][e] * p.scale_log2) +
-                           alibi_bias(slope, block_start + j * 8 + quad_col * 2 + (e & 1), query_position[m][e >> 1]);
-      }
-
-      // Causal limit, KV tail, rows past the request and the explicit mask.
+      float s[kMTiles][C::kSTiles][4];
+      prefill_mma_scores<C>(s, q_address, k_address);
+      prefill_mma_score_features<C>(s, p, kv8.k_scale, head, block_start, quad_col, query_position);
+      // Causal limit, KV tail, rows past the request and the explicit mask, where a row may meet one.
       if (has_mask || block_start + kBlockKv > warp_min_stop ||
-          (has_feature<kFlags>(kFeatureWindow) && block_start < warp_max_first)) {
-#pragma unroll
-        for (int m = 0; m < kMTiles; ++m)
-#pragma unroll
-          for (int j = 0; j < kSTiles; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int h = e >> 1;
-              const int token = block_start + j * 8 + quad_col * 2 + (e & 1);
-              bool keep = token < stop[m][h] && (!has_feature<kFlags>(kFeatureWindow) || token >= first_key[m][h]);
-              if (keep && has_mask) keep = __ldg(mask_row[m][h] + token) != 0;
-              if (!keep) s[m][j][e] = negative_infinity();
-            }
-      }
-
-      // Online softmax on each thread's rows (a row's four threads form a quad).
-      float correction[kMTiles][2];
-      bool moved = false;
-#pragma unroll
-      for (int m = 0; m < kMTiles; ++m) {
-        float tile_max[2] = {negative_infinity(), negative_infinity()};
-#pragma unroll
-        for (int j = 0; j < kSTiles; ++j) {
-          tile_max[0] = fmaxf(tile_max[0], fmaxf(s[m][j][0], s[m][j][1]));
-          tile_max[1] = fmaxf(tile_max[1], fmaxf(s[m][j][2], s[m][j][3]));
-        }
-        float neg_ref[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
-          tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
-          // The scale turns S into log2 units (the soft-cap has done it when compiled in).
-          const float new_max =
-              fmaxf(row_max[m][h], kScoresInLog2 ? tile_max[h] : tile_max[h] * p.scale_log2);
-          // A row that has seen nothing yet keeps -inf; 0 as its reference gives exp2(-inf) = 0.
-          const float ref = new_max == negative_infinity() ? 0.f : new_max;
-          correction[m][h] = exp2f(row_max[m][h] - ref);
-          moved = moved || correction[m][h] != 1.f;
-          row_max[m][h] = new_max;
-          row_sum[m][h] *= correction[m][h];
-          neg_ref[h] = -ref;
-        }
-#pragma unroll
-        for (int j = 0; j < kSTiles; ++j) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            s[m][j][e] = kScoresInLog2
-                             ? exp2f(s[m][j][e] + neg_ref[e >> 1])
-                             : exp2f(fmaf(s[m][j][e], p.scale_log2, neg_ref[e >> 1]));
-            row_sum[m][e >> 1] += s[m][j][e];
-          }
-        }
-      }
-      // Skipped while no row's max moves (most blocks once the maxima settle).
-      if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-        for (int m = 0; m < kMTiles; ++m)
-#pragma unroll
-          for (int n = 0; n < kOTiles; ++n) {
-            o[m][n][0] *= correction[m][0];
-            o[m][n][1] *= correction[m][0];
-            o[m][n][2] *= correction[m][1];
-            o[m][n][3] *= correction[m][1];
-          }
-      }
-
-      // O += P V: two n8 tiles of S make the A fragment of one k16 step over tokens; each V
-      // fragment feeds every m-tile.
-#pragma unroll
-      for (int kk = 0; kk < kBlockKv / 16; ++kk) {
-        unsigned pa[kMTiles][4];
-#pragma unroll
-        for (int m = 0; m < kMTiles; ++m) {
-          pa[m][0] = pack2<T>(s[m][2 * kk][0], s[m][2 * kk][1]);
-          pa[m][1] = pack2<T>(s[m][2 * kk][2], s[m][2 * kk][3]);
-          pa[m][2] = pack2<T>(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);
-          pa[m][3] = pack2<T>(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);
-        }
-#pragma unroll
-        for (int dd = 0; dd < kHeadDim / 16; ++dd) {
-          unsigned b[4];
-          ldmatrix_x4_trans(b, v_address + (kk * 16 * kRowStride + dd * 16) * 2);
-#pragma unroll
-          for (int m = 0; m < kMTiles; ++m) {
-            Mma<T>::run(o[m][2 * dd], pa[m], b[0], b[1]);
-            Mma<T>::run(o[m][2 * dd + 1], pa[m], b[2], b[3]);
-          }
-        }
-      }
+          (has_feature<kFlags>(kFeatureWindow) && block_start < warp_max_first))
+        prefill_mma_mask<C>(s, block_start, quad_col, stop, first_key, mask_row, has_mask);
+      prefill_mma_softmax<C>(s, o, row_max, row_sum, p.scale_log2);
+      prefill_mma_pv<C>(s, o, v_address);
     }
     __syncthreads();  // the stage is refilled by the next iteration's prefetch
   }
 
-  // Normalize, stage the warp's rows in its own Q rows (no other warp reads them), and write
-  // full 16-byte row chunks.
-  T* stage_rows = smem_q + warp * kWarpRows * kRowStride;
-  __syncwarp();
-#pragma unroll
-  for (int m = 0; m < kMTiles; ++m) {
-    float inverse[2];
-    float lse[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float sum = row_sum[m][h];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      float sink_factor = 1.f;
-      if constexpr (has_feature<kFlags>(kFeatureSink))
-        sink_factor = fold_sink(p.features.sinks[head], &row_max[m][h], &sum);
-      const bool empty = !(sum > 0.f);
-      inverse[h] = empty ? 0.f : (kFp8 ? sink_factor * kv8.v_scale : sink_factor) / sum;
-      lse[h] = empty ? negative_infinity() : (row_max[m][h] + log2f(sum)) * kLn2;
-    }
-    T* rows = stage_rows + 16 * m * kRowStride;
-#pragma unroll
-    for (int n = 0; n < kOTiles; ++n) {
-      const int col = n * 8 + quad_col * 2;
-      *reinterpret_cast<unsigned*>(rows + quad_row * kRowStride + col) =
-          pack2<T>(o[m][n][0] * inverse[0], o[m][n][1] * inverse[0]);
-      *reinterpret_cast<unsigned*>(rows + (quad_row + 8) * kRowStride + col) =
-          pack2<T>(o[m][n][2] * inverse[1], o[m][n][3] * inverse[1]);
-    }
-    if (p.lse != nullptr && quad_col == 0) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = 16 * m + quad_row + 8 * h;
-        if (row < warp_rows)
-          p.lse[(r.lse_row + warp_row0 + row) * p.n_heads + head] = lse[h];
-      }
-    }
-  }
-  __syncwarp();
-  T* out_rows = static_cast<T*>(p.out) + batch_index * p.out_stride_batch +
-                static_cast<long long>(r.q_start + warp_row0) * p.out_stride_seq +
-                head * p.out_stride_head;
-  for (int chunk = lane; chunk < kWarpRows * kChunksPerRow; chunk += 32) {
-    const int row = chunk / kChunksPerRow;
-    const int col = (chunk % kChunksPerRow) * 8;
-    if (row < warp_rows)
-      *reinterpret_cast<uint4*>(out_rows + row * p.out_stride_seq + col) =
-          *reinterpret_cast<const uint4*>(stage_rows + row * kRowStride + col);
-  }
+  prefill_mma_epilogue<C>(p, r, o, row_max, row_sum, smem_q + warp * kWarpRows * kRowStride, kv8.v_scale,
+                          batch_index, head, warp_row0, warp_rows, lane);
 }
 
 }  // namespace astrai

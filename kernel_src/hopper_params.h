@@ -175,4 +175,28 @@ constexpr bool decode_sm90_serves(int head_dim, int page_size) {
   return head_dim % 64 == 0 && head_dim <= 256 && (page_size == 0 || page_size >= 16);
 }
 
+// MLA decode (mla_decode_sm90.cuh): a producer warpgroup and two consumer warpgroups over 64
+// query rows (heads, and tokens of a multi-token decode) of one request; blocks of 64 latent
+// rows of 576 dims by TMA, two deep; Q resident. Each consumer computes half of the block's S
+// (32 keys), and half of O (256 of V's 512 dims: 128 accumulators a thread) from the whole P,
+// which they share through a tile. Registers as the prefill's two-consumer split.
+inline constexpr int kMlaSm90Rows = 64;
+inline constexpr int kMlaSm90BlockN = 64;
+inline constexpr int kMlaSm90Stages = 2;
+inline constexpr int kMlaSm90Threads = 384;
+inline constexpr int kMlaSm90TileBytes = 64 * kMlaQkDim * 2;  // Q, or a block of K (V its first 512 dims)
+static_assert(kMlaSm90Rows == 64 && kMlaSm90BlockN == 64, "one tile size serves Q and the KV blocks");
+inline constexpr int kMlaSm90PBytes = kMlaSm90Rows * kMlaSm90BlockN * 2;  // P, one 128-byte row a query row
+// The Q tile, the KV ring, P, the ring's full and empty barriers, the rows' exchange (two floats
+// a row), and 1 KB to align the tiles by hand.
+constexpr int mla_sm90_smem_bytes() {
+  return 1024 + (1 + kMlaSm90Stages) * kMlaSm90TileBytes + kMlaSm90PBytes + 16 * kMlaSm90Stages + 8 * kMlaSm90Rows;
+}
+static_assert(mla_sm90_smem_bytes() <= 227 * 1024, "a CTA an SM");
+// Page sizes the TMA boxes serve (a box is a page's rows, at most a block's); smaller pages take
+// the portable kernel.
+constexpr bool mla_sm90_serves(int page_size, unsigned kv_flags) {
+  return page_size >= 16 && page_size <= 1024 && (page_size & (page_size - 1)) == 0 && kv_flags == 0;
+}
+
 }  // namespace astrai

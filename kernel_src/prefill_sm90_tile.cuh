@@ -23,14 +23,6 @@
 
 namespace astrai {
 
-template <typename T>
-struct IsFp16 {
-  static constexpr bool value = false;
-};
-template <>
-struct IsFp16<fp16_t> {
-  static constexpr bool value = true;
-};
 // A number as a type, for generic code (a GEMM's width or a tile's piece, known at compile time).
 template <int N>
 struct Constant {

@@ -1,10 +1,15 @@
 // mla_decode: MLA decode in the absorbed form (kernel_src/mla_decode.cuh). Descriptor, argument
 // checks and launch; the plan is runtime/plan/mla_plan.cpp's.
+#include <algorithm>
+#include <array>
+#include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "kernel_src/hopper_params.h"
 #include "kernel_src/kernel_params.h"
 #include "runtime/families/arg_checks.hpp"
 #include "runtime/families/decode_launch.hpp"
@@ -12,11 +17,30 @@
 #include "runtime/plan/mla_plan.hpp"
 #include "runtime/plan/plan_memo.hpp"
 #include "runtime/runtime_impl.hpp"
+#include "runtime/tensor_map.hpp"
 #include "runtime/validation.hpp"
 
 namespace astrai {
 
 namespace detail {
+
+namespace {
+
+// The split combine both implementations' split plans end with.
+std::string mla_combine_instantiation(const KernelSpec& spec) {
+  const char* type = device_type_name(spec.dtype);
+  const int q_len = decode_q_len(spec.flags);
+  return q_len == 1 ? fmt::format("astrai::split_combine_kernel<{}, {}>", type, int{kMlaVDim})
+                    : fmt::format("astrai::split_combine_tokens_kernel<{}, {}, {}>", type, int{kMlaVDim}, q_len);
+}
+
+std::vector<std::string> mla_sm90_instantiations(const KernelSpec& spec) {
+  return {fmt::format("astrai::mla_decode_sm90_kernel<{}, {}, {}>", device_type_name(spec.dtype), spec.page_size,
+                      decode_q_len(spec.flags)),
+          mla_combine_instantiation(spec)};
+}
+
+}  // namespace
 
 const KernelFamily& mla_decode_family() {
   static const KernelFamily family{
@@ -34,16 +58,16 @@ const KernelFamily& mla_decode_family() {
         std::vector<std::string> names = {fmt::format("astrai::mla_decode_kernel<{}, {}, {}, {}, {}, {}u>", type,
                                                       spec.page_size, q_len, tiling.row_groups, tiling.block_n,
                                                       kv_flags)};
-        names.push_back(q_len == 1
-                            ? fmt::format("astrai::split_combine_kernel<{}, {}>", type, int{kMlaVDim})
-                            : fmt::format("astrai::split_combine_tokens_kernel<{}, {}, {}>", type, int{kMlaVDim}, q_len));
+        names.push_back(mla_combine_instantiation(spec));
         return names;
       },
       /*limits=*/{{kMlaQkDim, kMlaQkDim, 16}, 64, 128},
       /*supported_flags=*/kFeatureQLenField | kFeatureKvE4m3 | kFeatureKvE5m2,
       // DeepSeek-V3/R1 on 8 GPUs (16 heads each) and on one (128), pages of 64 and 1.
       /*warm=*/{{{kMlaQkDim, 16}, {kMlaQkDim, 128}}, {kMlaQkDim}, {16, 128}, {1, 64}},
-      /*hopper=*/{},
+      /*hopper=*/{"mla_decode_sm90.cuh", mla_sm90_instantiations,
+                  [](int head_dim, int page_size) { return head_dim == kMlaQkDim && mla_sm90_serves(page_size, 0u); },
+                  "wgmma", kFeatureQLenField},
       /*needs_mma=*/true,
   };
   return family;
@@ -146,13 +170,47 @@ std::size_t mla_decode_workspace_bytes(const MlaDecodeArgs& input, int num_sms) 
   return detail::plan_mla_decode(problem, device).workspace_bytes;
 }
 
+namespace detail {
+namespace {
+
+// The sm_90a kernel's TMA view of the latent cache: the paged decode's layout with one KV head,
+// {576, 1, page_size, num_pages}, boxes of a page's rows (at most a block's) of one 64-column
+// chunk; false when the driver refuses it (the call is then planned again without it).
+bool mla_sm90_map(const Device& device, const MlaDecodeArgs& a, CUtensorMap* map) {
+  using U = std::uint64_t;
+  const std::array<U, 5> words{U(a.page_size), U(a.num_pages), reinterpret_cast<std::uintptr_t>(a.kv_cache),
+                               U(a.kv_stride_token), U(a.kv_stride_page)};
+  thread_local TensorMapMemo<5> memo;
+  const TensorMaps& maps = memo.find_or_encode(
+      words, "mla_decode", a.dtype == DType::fp16, device.ordinal(), CU_TENSOR_MAP_L2_PROMOTION_NONE, [&] {
+        const auto box = static_cast<std::uint32_t>(std::min(a.page_size, kMlaSm90BlockN));
+        return std::vector<NamedTensorMapShape>{
+            {"kv_cache",
+             {a.kv_cache, {U(kMlaQkDim), 1, U(a.page_size), U(a.num_pages)},
+              {a.kv_stride_token, a.kv_stride_token, a.kv_stride_page}, {64, 1, box, 1}}}};
+      });
+  if (!maps.usable) return false;
+  *map = maps.maps[0];
+  return true;
+}
+
+}  // namespace
+}  // namespace detail
+
 void Runtime::mla_decode(const MlaDecodeArgs& input) {
   const MlaDecodeArgs args = detail::resolve_mla_decode_args(input);
   if (args.batch == 0) return;
   detail::Device& device = impl_->current_device();
   thread_local detail::PlanMemo<detail::MlaProblem> memo;
-  const detail::MlaProblem problem = detail::mla_problem(args);
-  const detail::Plan& plan = memo.get(&device, problem, [&] { return detail::plan_mla_decode(problem, device.traits()); });
+  detail::MlaProblem problem = detail::mla_problem(args);
+  auto make = [&] { return detail::plan_mla_decode(problem, device.traits()); };
+  const detail::Plan* planned = &memo.get(&device, problem, make);
+  CUtensorMap map{};
+  if (planned->spec.hopper && !detail::mla_sm90_map(device, args, &map)) {
+    problem.tma_refused = true;
+    planned = &memo.get(&device, problem, make);
+  }
+  const detail::Plan& plan = *planned;
   const detail::LoadedVariant& launched = impl_->planned_variant(device, plan);
   const CUstream stream = static_cast<CUstream>(args.stream);
   MlaDecodeParams params{};
@@ -193,7 +251,12 @@ void Runtime::mla_decode(const MlaDecodeArgs& input) {
   attention.smem = static_cast<unsigned>(plan.smem);
   attention.stream = stream;
   attention.programmatic_dependent = true;
-  device.launch(launched.functions[0], attention, &params);
+  if (plan.spec.hopper) {
+    void* arguments[] = {&params, &map};
+    device.launch(launched.functions[0], attention, arguments);
+  } else {
+    device.launch(launched.functions[0], attention, &params);
+  }
   if (plan.split_kv())
     detail::launch_split_combine(device, launched.functions[1], params.workspace,
                                  {params.lse, params.out, params.out_stride_batch, params.out_stride_seq,

@@ -7,10 +7,6 @@
 
 namespace astrai::detail {
 
-namespace {
-
-constexpr std::uint32_t kFp8Kv = kFeatureKvE4m3 | kFeatureKvE5m2;
-
 // Why the family's Hopper template has no variant for this shape, target and features.
 const char* hopper_shape_refusal(KernelKind kind, int head_dim, int page_size, std::uint32_t flags,
                                  const std::string& arch, bool force_no_mma) {
@@ -18,13 +14,19 @@ const char* hopper_shape_refusal(KernelKind kind, int head_dim, int page_size, s
   if (hopper.main_file == nullptr) return "the family has no sm_90a implementation";
   if (arch != "sm_90a") return "the target is not sm_90a";
   if (force_no_mma) return "tensor cores are off (ASTRAI_JIT_NO_MMA)";
-  if ((flags & kFp8Kv) != 0) return "an FP8 KV cache is not served";
+  if ((flags & (kFeatureKvE4m3 | kFeatureKvE5m2)) != 0) return "an FP8 KV cache is not served";
   if ((flags & ~hopper.supported_flags) != 0) return "a requested feature is not served";
-  if (!hopper.serves(head_dim, page_size))
+  if (!hopper.serves(head_dim, page_size)) {
+    if (kind == KernelKind::mla_decode) return "pages are under 16 tokens";
     return is_decode_kind(kind) ? "head_dim is not a multiple of 64 up to 256, or pages are under 16 tokens"
                                 : "head_dim is not 64, 128, 192 or 256, or pages are under 8 tokens";
+  }
   return nullptr;
 }
+
+namespace {
+
+constexpr std::uint32_t kFp8Kv = kFeatureKvE4m3 | kFeatureKvE5m2;
 
 const char* hopper_refusal(const AttentionProblem& problem, const DeviceTraits& device) {
   if (device.no_hopper && device.arch == "sm_90a" && device.uses_mma()) return "ASTRAI_JIT_NO_WGMMA is set";

@@ -17,6 +17,7 @@ enum class ImplementationId {
   portable_decode,     // kernel_src/paged_decode.cuh: mma.sync from sm_80, CUDA cores below
   portable_prefill,    // kernel_src/prefill.cuh: mma.sync from sm_80, CUDA cores below
   portable_mla_decode, // kernel_src/mla_decode.cuh: its own Plan (mla_plan.hpp), not in implementations()
+  sm90_wgmma_mla_decode, // kernel_src/mla_decode_sm90.cuh: TMA and wgmma, its own Plan as portable_mla_decode's
 };
 
 struct Implementation {
@@ -46,5 +47,9 @@ GridSize prefill_sm90_tile_grid(int max_q_len, int n_heads, int group, int batch
 // variants a shape may need), the strict-mode hint and the variant-name checks.
 // (hopper_serves, in runtime/kernel_spec.hpp, is its yes or no.)
 const char* hopper_variant_refusal(const KernelSpec& spec);
+
+// The same from the shape's fields, for families that plan without an AttentionProblem (MLA).
+const char* hopper_shape_refusal(KernelKind kind, int head_dim, int page_size, std::uint32_t flags,
+                                 const std::string& arch, bool force_no_mma);
 
 }  // namespace astrai::detail

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "astrai/error.hpp"
+#include "kernel_src/hopper_params.h"
 #include "kernel_src/kernel_params.h"
 #include "runtime/plan/implementations.hpp"
 
@@ -26,6 +27,23 @@ const Implementation& portable_mla() {
   return implementation;
 }
 
+const Implementation& sm90_mla() {
+  static const Implementation implementation{ImplementationId::sm90_wgmma_mla_decode, "sm90_wgmma_mla_decode", true,
+                                             true, nullptr, nullptr};
+  return implementation;
+}
+
+// Why the sm_90a kernel does not serve the call; null when it does.
+const char* mla_sm90_refusal(const MlaProblem& problem, const DeviceTraits& device) {
+  if (device.no_hopper && device.arch == "sm_90a" && device.uses_mma()) return "ASTRAI_JIT_NO_WGMMA is set";
+  if (const char* why = hopper_shape_refusal(KernelKind::mla_decode, kMlaQkDim, problem.page_size,
+                                             decode_q_len_flags(problem.q_len) | problem.kv_flags, device.arch,
+                                             device.force_no_mma))
+    return why;
+  if (problem.tma_refused) return "the driver refused a TMA view of the cache";
+  return nullptr;
+}
+
 }  // namespace
 
 MlaTiling mla_tiling(const std::string& arch, int n_heads, int q_len) {
@@ -38,14 +56,17 @@ MlaTiling mla_tiling(const std::string& arch, int n_heads, int q_len) {
 }
 
 bool MlaProblem::operator==(const MlaProblem& o) const {
-  return std::tie(dtype, batch, q_len, n_heads, page_size, capacity, kv_flags, caller_workspace, workspace_bytes) ==
-         std::tie(o.dtype, o.batch, o.q_len, o.n_heads, o.page_size, o.capacity, o.kv_flags, o.caller_workspace,
-                  o.workspace_bytes);
+  return std::tie(dtype, batch, q_len, n_heads, page_size, capacity, kv_flags, caller_workspace, workspace_bytes,
+                  tma_refused) == std::tie(o.dtype, o.batch, o.q_len, o.n_heads, o.page_size, o.capacity, o.kv_flags,
+                                           o.caller_workspace, o.workspace_bytes, o.tma_refused);
 }
 
 Plan plan_mla_decode(const MlaProblem& problem, const DeviceTraits& device) {
   Plan plan;
-  plan.implementation = &portable_mla();
+  const char* sm90_refusal = mla_sm90_refusal(problem, device);
+  plan.implementation = sm90_refusal == nullptr ? &sm90_mla() : &portable_mla();
+  if (sm90_refusal != nullptr && device.arch == "sm_90a") plan.passed_over[plan.passed_over_count++] = {&sm90_mla(), sm90_refusal};
+  plan.spec.hopper = sm90_refusal == nullptr;
   plan.spec.kind = KernelKind::mla_decode;
   plan.spec.dtype = problem.dtype;
   plan.spec.head_dim = kMlaQkDim;
@@ -56,8 +77,11 @@ Plan plan_mla_decode(const MlaProblem& problem, const DeviceTraits& device) {
   plan.spec.force_no_mma = device.force_no_mma;
   plan.spec.validate();  // the family's rules: tensor cores (no CUDA-core path), heads, page sizes
   const MlaTiling tiling = mla_tiling(device.arch, problem.n_heads, problem.q_len);
-  plan.block = tiling.threads();
-  plan.smem = mla_decode_smem_bytes(tiling.rows(), tiling.block_n, problem.kv_flags != 0);
+  const int rows_per_cta = plan.spec.hopper ? kMlaSm90Rows : tiling.rows();
+  plan.block = plan.spec.hopper ? kMlaSm90Threads : tiling.threads();
+  plan.block_n = plan.spec.hopper ? kMlaSm90BlockN : tiling.block_n;
+  plan.smem = plan.spec.hopper ? mla_sm90_smem_bytes()
+                               : mla_decode_smem_bytes(tiling.rows(), tiling.block_n, problem.kv_flags != 0);
   // The tiling follows the compile target; a target chosen for another GPU (ASTRAI_JIT_ARCH=
   // compute_80 on an sm_89) may ask for more than this one has.
   if (device.max_smem_per_cta > 0 && plan.smem > device.max_smem_per_cta)
@@ -65,7 +89,7 @@ Plan plan_mla_decode(const MlaProblem& problem, const DeviceTraits& device) {
                                       "this GPU offers {} (allowed: a target of the GPU's own shared memory; "
                                       "leave ASTRAI_JIT_ARCH unset or name the GPU's own target)",
                                       device.arch, plan.smem, device.max_smem_per_cta));
-  const int row_tiles = (problem.n_heads * problem.q_len + tiling.rows() - 1) / tiling.rows();
+  const int row_tiles = (problem.n_heads * problem.q_len + rows_per_cta - 1) / rows_per_cta;
   // One CTA an SM (its shared memory); the split plan fills the SMs a few times over.
   plan.split = plan_decode_splits(problem.batch, 1, row_tiles, problem.capacity, std::max(device.num_sms, 1));
   if (problem.caller_workspace)

@@ -1,6 +1,8 @@
-// The Plan of an MLA decode call (kernel_src/mla_decode.cuh): one implementation, mma.sync from
-// sm_80, whose tiling (query rows a CTA, keys a block) follows the device's shared memory, and
-// a split-KV plan like paged_decode's. Pure functions: the unit tests plan on the CPU.
+// The Plan of an MLA decode call: on sm_90a the TMA and wgmma kernel (kernel_src/mla_decode_sm90.cuh:
+// 64 query rows a CTA, blocks of 64 keys) where it serves the shape, else the mma.sync kernel
+// (kernel_src/mla_decode.cuh) from sm_80, whose tiling (query rows a CTA, keys a block) follows the
+// device's shared memory; a split-KV plan like paged_decode's. Pure functions: the unit tests
+// plan on the CPU.
 #pragma once
 
 #include <cstddef>
@@ -31,6 +33,7 @@ struct MlaProblem {
   std::uint32_t kv_flags = 0;  // an FP8 cache: kFeatureKvE4m3 or kFeatureKvE5m2
   bool caller_workspace = false;
   std::size_t workspace_bytes = 0;
+  bool tma_refused = false;  // the driver refused a TMA view of the cache: the portable kernel
   bool operator==(const MlaProblem& other) const;
   bool operator!=(const MlaProblem& other) const { return !(*this == other); }
 };

@@ -119,7 +119,7 @@ if [ $hopper = 1 ]; then
   start_job narrow ASTRAI_TEST_SWEEP=$half ASTRAI_JIT_PREFILL_TILES=narrow -- "$bin" \
     --test-suite=prefill,paged_prefill
   start_job nowgmma ASTRAI_TEST_SWEEP=$three_quarters ASTRAI_JIT_NO_WGMMA=1 -- "$bin" \
-    --test-suite=decode,paged_decode,multi_token,prefill,paged_prefill,cascade
+    --test-suite=decode,paged_decode,multi_token,prefill,paged_prefill,cascade,mla_decode
   # The Hopper decode's wide CTAs (a request's splits merged in one CTA) wherever they serve,
   # and the two sanitizers that watch their named barriers.
   start_job wide_decode ASTRAI_TEST_SWEEP=$half ASTRAI_JIT_DECODE_TILES=wide -- "$bin" \

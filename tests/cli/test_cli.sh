@@ -695,10 +695,20 @@ expect_rc 2
 expect_err 'is not an attention call'
 run plan mla_decode --arch sm_90a --sms 132 --batch 1 --heads 16 --q-len 2 --page-size 64 --kv-len 32768
 expect_rc 0
+expect_out '^implementation: sm90_wgmma_mla_decode$'
+expect_out '^variant: mla_decode\.bf16\.hd576\.ps64\.g16\.q2\.wgmma\.sm_90a$'
+expect_out '^tiling: 64 query rows a CTA, blocks of 64 keys$'
+expect_out '^split-KV: [0-9]+ splits'
+ASTRAI_JIT_NO_WGMMA=1 run plan mla_decode --arch sm_90a --sms 132 --batch 1 --heads 16 --q-len 2 --page-size 64 --kv-len 32768
+expect_rc 0
 expect_out '^implementation: portable_mla_decode$'
 expect_out '^variant: mla_decode\.bf16\.hd576\.ps64\.g16\.q2\.sm_90a$'
 expect_out '^tiling: 32 query rows a CTA, blocks of 32 keys$'
-expect_out '^split-KV: [0-9]+ splits'
+expect_out '^passed over: sm90_wgmma_mla_decode: ASTRAI_JIT_NO_WGMMA is set$'
+run plan mla_decode --arch sm_90a --sms 132 --batch 4 --heads 128 --page-size 1 --kv-len 4096
+expect_rc 0
+expect_out '^implementation: portable_mla_decode$'
+expect_out '^passed over: sm90_wgmma_mla_decode: pages are under 16 tokens$'
 run plan mla_decode --arch sm_89 --sms 128 --batch 64 --heads 128 --kv-len 8192 --page-size 64
 expect_rc 0
 expect_out '^tiling: 32 query rows a CTA, blocks of 16 keys$'

@@ -71,6 +71,15 @@ void check_mla_case(const MlaCase& c, bool graph = false) {
       for (int t = 0; t < c.seq_lens[b]; ++t)
         scale_elements(&kv[pages.table[b * pages.stride + t / ps] * page_stride + (t % ps) * token_stride], kMlaQk,
                        key_gain(t, c.seq_lens[b], c.key_ramp), c.dtype);
+  // The rows of a request's last page past its length hold NaN: no kernel may let them into P V
+  // (0 x NaN is NaN), whether it loads them or not.
+  if (!fp8) {
+    const std::uint16_t nan_bits = c.dtype == DType::bf16 ? 0x7fc0 : 0x7e00;
+    for (int b = 0; b < batch; ++b)
+      for (int t = c.seq_lens[b]; t % ps != 0; ++t)
+        std::fill_n(&kv[pages.table[b * pages.stride + t / ps] * page_stride + (t % ps) * token_stride], kMlaQk,
+                    nan_bits);
+  }
   // The cache's values as the kernel reads them: the 16-bit elements, or an FP8 cache's codes
   // times its scale (codes drawn from the same values over the scale, rounded and saturated).
   std::vector<float> kv_value(pool_elems);

@@ -136,7 +136,7 @@ TEST_CASE("the strict-mode hint names the warm flags of every family") {
       {KernelKind::merge_states, "astrai-jit warm --arch sm_90a --kernels merge_states --dtypes fp16 "
                                  "--head-dims 64"},
       {KernelKind::mla_decode, "astrai-jit warm --arch sm_90a --kernels mla_decode --dtypes fp16 "
-                               "--head-dims 576 --page-sizes 64 --group-sizes 16"},
+                               "--head-dims 576 --page-sizes 64 --group-sizes 16 --no-hopper"},
   };
   TempDir dir;
   EnvConfig config;

@@ -3,9 +3,18 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
+#include <fmt/format.h>
+
+#include "kernel_src/hopper_params.h"
 #include "kernel_src/kernel_params.h"
+#include "runtime/compile_plan.hpp"
+#include "runtime/nvrtc_compiler.hpp"
+#include "runtime/plan/implementations.hpp"
 #include "runtime/plan/mla_plan.hpp"
+#include "tests/support/ptx.hpp"
 #include "tests/unit/validation_support.hpp"
 
 using namespace astrai;
@@ -40,14 +49,20 @@ DeviceTraits device(const char* arch, int sms = 132) {
   return traits;
 }
 
-MlaProblem problem(int batch, int heads, int q_len, long long capacity) {
+MlaProblem problem(int batch, int heads, int q_len, long long capacity, int page_size = 64) {
   MlaProblem p;
   p.batch = batch;
   p.n_heads = heads;
   p.q_len = q_len;
-  p.page_size = 64;
+  p.page_size = page_size;
   p.capacity = capacity;
   return p;
+}
+
+int mla_occurrences(const std::string& text, const std::string& needle) {
+  int count = 0;
+  for (std::size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++count;
+  return count;
 }
 
 }  // namespace
@@ -153,22 +168,43 @@ TEST_CASE("the MLA tiling follows the target's shared memory and the rows") {
 }
 
 TEST_CASE("the MLA plan: variant, grid over row tiles, requests and splits, and its workspace") {
-  const Plan big = plan_mla_decode(problem(64, 128, 1, 8192), device("sm_90a"));
+  DeviceTraits portable = device("sm_90a");
+  portable.no_hopper = true;  // ASTRAI_JIT_NO_WGMMA
+  const Plan big = plan_mla_decode(problem(64, 128, 1, 8192), portable);
   CHECK(big.spec.name() == "mla_decode.bf16.hd576.ps64.g128.sm_90a");
+  CHECK(big.implementation->id == ImplementationId::portable_mla_decode);
   CHECK(big.block == 256);
   CHECK(big.smem == mla_decode_smem_bytes(64, 32));
   CHECK(big.grid.x == 2);
   CHECK(big.grid.y == 64);
   CHECK_FALSE(big.split_kv());  // 128 CTAs on 132 SMs: one wave already
   CHECK(big.workspace_bytes == 0);
+  CHECK(big.describe().find("ASTRAI_JIT_NO_WGMMA is set") != std::string::npos);
+
+  // sm_90a: the TMA and wgmma kernel, 64 rows a CTA in 384 threads.
+  const Plan hopper = plan_mla_decode(problem(64, 128, 1, 8192), device("sm_90a"));
+  CHECK(hopper.spec.name() == "mla_decode.bf16.hd576.ps64.g128.wgmma.sm_90a");
+  CHECK(hopper.implementation->id == ImplementationId::sm90_wgmma_mla_decode);
+  CHECK(hopper.block == kMlaSm90Threads);
+  CHECK(hopper.smem == mla_sm90_smem_bytes());
+  CHECK(mla_sm90_smem_bytes() <= 227 * 1024);
+  CHECK(hopper.grid.x == 2);
+  CHECK(hopper.grid.y == 64);
+  // Pages under 16 tokens, or an FP8 cache: the portable kernel, and the plan says why.
+  const Plan small_pages = plan_mla_decode(problem(64, 128, 1, 8192, 1), device("sm_90a"));
+  CHECK(small_pages.implementation->id == ImplementationId::portable_mla_decode);
+  CHECK(small_pages.describe().find("pages are under 16 tokens") != std::string::npos);
+  for (const char* arch : {"sm_80", "sm_89", "sm_100"})
+    CHECK(plan_mla_decode(problem(64, 128, 1, 8192), device(arch)).implementation->id ==
+          ImplementationId::portable_mla_decode);
 
   // Batch 1: the keys split across the SMs, and the workspace holds every split's rows.
   const Plan one = plan_mla_decode(problem(1, 16, 2, 32768), device("sm_90a"));
-  CHECK(one.spec.name() == "mla_decode.bf16.hd576.ps64.g16.q2.sm_90a");
-  CHECK(one.grid.x == 1);  // 16 heads x 2 tokens: one tile of 32 rows
+  CHECK(one.spec.name() == "mla_decode.bf16.hd576.ps64.g16.q2.wgmma.sm_90a");
+  CHECK(one.grid.x == 1);  // 16 heads x 2 tokens: one tile of 64 rows
   CHECK(one.split_kv());
   CHECK(one.grid.z == static_cast<unsigned>(one.split.num_splits));
-  CHECK(one.split.tokens_per_split % 32 == 0);
+  CHECK(one.split.tokens_per_split % kMlaSm90BlockN == 0);  // splits start on a block
   CHECK(1LL * one.split.num_splits * one.split.tokens_per_split >= 32768);
   CHECK(one.workspace_bytes >= static_cast<std::size_t>(one.split.num_splits) * 32 * 512 * 4);
 
@@ -197,7 +233,7 @@ TEST_CASE("a target whose tiling needs more shared memory than the GPU has is re
   CHECK(plan_mla_decode(problem(8, 128, 1, 4096), ada).smem <= 101376);
   DeviceTraits h100 = device("sm_90a");
   h100.max_smem_per_cta = 232448;
-  CHECK(plan_mla_decode(problem(8, 128, 1, 4096), h100).smem == mla_decode_smem_bytes(64, 32));
+  CHECK(plan_mla_decode(problem(8, 128, 1, 4096), h100).smem == mla_sm90_smem_bytes());
 }
 
 TEST_CASE("an FP8 cache is its own variant, with byte stages and a widened tile") {
@@ -229,6 +265,40 @@ TEST_CASE("mla_decode_workspace_bytes bounds every plan of the shape") {
       CHECK(plan_mla_decode(p, device(arch, sms)).workspace_bytes <= bound);
     }
   }
+}
+
+TEST_CASE("the sm_90a MLA variants compile to wgmma over TMA boxes, unserialized and unspilled") {
+  for (const char* dtype : {"bf16", "fp16"}) {
+    for (const auto& [page_size, q_len] : std::vector<std::pair<int, int>>{{64, 1}, {16, 2}, {32, 8}}) {
+      const KernelSpec spec = KernelSpec::parse(fmt::format("mla_decode.{}.hd576.ps{}.g16{}.wgmma.sm_90a", dtype,
+                                                            page_size, q_len > 1 ? fmt::format(".q{}", q_len) : ""));
+      CAPTURE(spec.name());
+      astrai::detail::CompileRequest request = astrai::detail::compile_request(spec);
+      request.options.push_back("--ptxas-options=-v");
+      const auto result = astrai::detail::nvrtc_compile(request, true);
+      const std::string types = std::string(dtype) == "bf16" ? "bf16.bf16" : "f16.f16";
+      const std::string kernel = astrai::testing::entry_text(result.ptx, "mla_decode_sm90_kernel");
+      REQUIRE_FALSE(kernel.empty());
+      // A consumer's half of S (32 keys) over 576 dims: 36 k-steps of m64n32k16; P V: 4 k-steps of
+      // m64n256k16 (its 256 dims), P and V from shared memory.
+      CHECK(mla_occurrences(kernel, "wgmma.mma_async.sync.aligned.m64n32k16.f32." + types) == 36);
+      CHECK(mla_occurrences(kernel, "wgmma.mma_async.sync.aligned.m64n256k16.f32." + types) == 4);
+      CHECK(astrai::testing::contains(kernel, "cp.async.bulk.tensor.4d"));
+      CHECK(astrai::testing::contains(kernel, fmt::format("setmaxnreg.dec.sync.aligned.u32 {}",
+                                                          astrai::prefill_sm90_producer_regs(2, false))));
+      CHECK(astrai::testing::contains(kernel, fmt::format("setmaxnreg.inc.sync.aligned.u32 {}",
+                                                          astrai::prefill_sm90_consumer_regs(2))));
+      CHECK(astrai::testing::contains(kernel, fmt::format(".maxntid {}", astrai::kMlaSm90Threads)));
+      CHECK_FALSE(astrai::testing::contains(kernel, ".local"));
+      INFO("NVRTC log: " << result.log);
+      CHECK_FALSE(astrai::testing::contains(result.log, "Performance Loss"));  // a serialized wgmma pipeline
+      CHECK(astrai::testing::contains(result.log, " 0 bytes spill stores"));
+    }
+  }
+  // Not below sm_90a, not for an FP8 cache, not for pages under 16 tokens.
+  CHECK_THROWS_AS(KernelSpec::parse("mla_decode.bf16.hd576.ps64.g16.wgmma.sm_89"), InvalidArgument);
+  CHECK_THROWS_AS(KernelSpec::parse("mla_decode.bf16.hd576.ps64.g16.kv_e4m3.wgmma.sm_90a"), InvalidArgument);
+  CHECK_THROWS_AS(KernelSpec::parse("mla_decode.bf16.hd576.ps1.g16.wgmma.sm_90a"), InvalidArgument);
 }
 
 }  // TEST_SUITE

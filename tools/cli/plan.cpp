@@ -83,9 +83,12 @@ int run_mla_plan(const PlanOptions& options, const astrai::detail::DeviceTraits&
   const astrai::detail::Plan plan = astrai::detail::plan_mla_decode(problem, device);
   print_plan(plan, device, options.sms <= 0);
   const auto tiling = astrai::detail::mla_tiling(device.arch, problem.n_heads, problem.q_len);
-  fmt::print("tiling: {} query rows a CTA, blocks of {} keys\n", tiling.rows(), tiling.block_n);
+  fmt::print("tiling: {} query rows a CTA, blocks of {} keys\n",
+             plan.spec.hopper ? int{astrai::kMlaSm90Rows} : tiling.rows(), plan.block_n);
   fmt::print("split-KV: {} split{} of {} tokens, workspace {} bytes\n", plan.split.num_splits,
              plan.split.num_splits == 1 ? "" : "s", plan.split.tokens_per_split, plan.workspace_bytes);
+  for (int i = 0; i < plan.passed_over_count; ++i)
+    fmt::print("passed over: {}: {}\n", plan.passed_over[i].implementation->name, plan.passed_over[i].reason);
   fmt::print("warm it with: {}\n", plan.spec.warm_command());
   return kExitOk;
 }

@@ -82,11 +82,20 @@ __device__ __forceinline__ void kv8_score_scales(T* smem_q, int quad_row, float 
   }
 }
 
-// The dim of Q stored at column `column` of the direct path's Q tile (see Kv8Direct).
-template <int kHeadDim>
+// The dim of Q stored at column `column` of the direct path's Q tile (see Kv8Direct): lane t
+// reads 16-byte piece 4h + t of a K row for the 64 dims h. kSwizzled, the sm_90a decode's order
+// (its TMA lays rows out with the 128-byte swizzle, piece c of row r at c ^ r % 8): piece
+// 8 (h / 2) + 2t + h % 2, so that a quarter-warp's loads (rows g, g + 1, the same t) land on 8
+// distinct 16-byte bank groups.
+template <int kHeadDim, bool kSwizzled = false>
 __device__ __forceinline__ int kv8_q_dim(int column) {
   const int step = column >> 4;  // k16 step
   const int k = column & 15;     // the fragment's k index: lane t holds 2t, 2t+1, 2t+8, 2t+9
+  if constexpr (kSwizzled) {
+    const int group = step >> 2;
+    const int piece = (group >> 1) * 8 + ((k & 7) >> 1) * 2 + (group & 1);
+    return piece * 16 + (step & 3) * 4 + (k >> 3) * 2 + (k & 1);
+  }
   return (step >> 2) * 64 + ((k & 7) >> 1) * 16 + (step & 3) * 4 + (k >> 3) * 2 + (k & 1);
 }
 

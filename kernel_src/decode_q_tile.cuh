@@ -9,7 +9,7 @@ namespace astrai {
 // The direct FP8 path's tile of bf16 rows: each row rounded to f16, scaled into its range first
 // where it is past it, with the row's score factor in its padding (kv8_q_row_exponent). A row's
 // chunks lie in kChunksPerRow adjacent lanes of one warp, which find the row's maximum together.
-template <typename T, int kHeadDim, int kQLen>
+template <typename T, int kHeadDim, int kQLen, bool kSwizzled>
 __device__ __forceinline__ void load_decode_q_tile_scaled(const PagedDecodeParams& p, const DecodeWork& w,
                                                           T* smem_q, unsigned thread) {
   constexpr int kRowStride = kHeadDim + 8;
@@ -27,7 +27,7 @@ __device__ __forceinline__ void load_decode_q_tile_scaled(const PagedDecodeParam
                        row_head<kQLen>(w.first_head, w.first_row, row) * p.q_stride_head;
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        values[i] = to_float(q_row[kv8_q_dim<kHeadDim>(col + i)]);
+        values[i] = to_float(q_row[kv8_q_dim<kHeadDim, kSwizzled>(col + i)]);
         row_max = fmaxf(row_max, fabsf(values[i]));
       }
     }
@@ -47,12 +47,13 @@ __device__ __forceinline__ void load_decode_q_tile_scaled(const PagedDecodeParam
 
 // The Q tile of a decode CTA in shared memory: 16 rows of kRowStride elements (query heads, or
 // (head, token) pairs), rows past the tile zero-filled. kDirect: f16, the dims in the direct FP8
-// path's fragment order (kv8_q_dim); bf16 rows scaled into f16's range (load_decode_q_tile_scaled).
-template <typename T, int kHeadDim, int kQLen, bool kDirect>
+// path's fragment order (kv8_q_dim; kSwizzled: the sm_90a decode's); bf16 rows scaled into f16's
+// range (load_decode_q_tile_scaled).
+template <typename T, int kHeadDim, int kQLen, bool kDirect, bool kSwizzled = false>
 __device__ __forceinline__ void load_decode_q_tile(const PagedDecodeParams& p, const DecodeWork& w, T* smem_q,
                                                    unsigned thread = threadIdx.x) {
   if constexpr (kDirect && IsBf16<T>::value) {
-    load_decode_q_tile_scaled<T, kHeadDim, kQLen>(p, w, smem_q, thread);
+    load_decode_q_tile_scaled<T, kHeadDim, kQLen, kSwizzled>(p, w, smem_q, thread);
     return;
   }
   constexpr int kRowStride = kHeadDim + 8;
@@ -69,8 +70,8 @@ __device__ __forceinline__ void load_decode_q_tile(const PagedDecodeParams& p, c
         unsigned words[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          words[i] = pack2<fp16_t>(kv8_q_value(to_float(q_row[kv8_q_dim<kHeadDim>(col + 2 * i)])),
-                                   kv8_q_value(to_float(q_row[kv8_q_dim<kHeadDim>(col + 2 * i + 1)])));
+          words[i] = pack2<fp16_t>(kv8_q_value(to_float(q_row[kv8_q_dim<kHeadDim, kSwizzled>(col + 2 * i)])),
+                                   kv8_q_value(to_float(q_row[kv8_q_dim<kHeadDim, kSwizzled>(col + 2 * i + 1)])));
         value = make_uint4(words[0], words[1], words[2], words[3]);
       } else {
         value = *reinterpret_cast<const uint4*>(q_row + col);

@@ -10,12 +10,14 @@
 
 namespace astrai {
 
-template <int kHeadDim, int kPageSize>
+// kKvBytes: 2 for a 16-bit cache, 1 for an FP8 one, whose rows and stages are half as long.
+template <int kHeadDim, int kPageSize, int kKvBytes = 2>
 struct DecodeSm90Shape {
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head_dim");
+  static_assert(kKvBytes == 2 || (kKvBytes == 1 && kHeadDim % 128 == 0), "rows of whole 128-byte chunks");
   static_assert(kPageSize == 0 || kPageSize >= 16, "page_size");
   static constexpr int kStages = kDecodeSm90Stages;
-  static constexpr int kChunks = kHeadDim / 64;                    // 128-byte chunks of a row
+  static constexpr int kChunks = kHeadDim * kKvBytes / 128;        // 128-byte chunks of a row
   static constexpr int kChunkBytes = kDecodeBlockTokens * 128;     // one chunk of a block's K or V
   static constexpr int kTileBytes = kChunks * kChunkBytes;         // a block's K or V
   static constexpr int kStageBytes = 2 * kTileBytes;
@@ -26,7 +28,7 @@ struct DecodeSm90Shape {
   static constexpr int kQBytes = kDecodeHeadsPerTile * (kHeadDim + 8) * 2;
   static_assert(kStages * kStageBytes >= decode_merge_bytes<kHeadDim>(), "the merge fits in the ring");
   // The Q tile, the alignment slack, the ring and its barriers: what the host reserves.
-  static_assert(kQBytes + 1024 + kStages * (kStageBytes + 8) <= decode_sm90_smem_bytes(kHeadDim),
+  static_assert(kQBytes + 1024 + kStages * (kStageBytes + 8) <= decode_sm90_smem_bytes(kHeadDim, kKvBytes == 1),
                 "decode_sm90_smem_bytes covers the kernel's layout");
 };
 
@@ -39,9 +41,9 @@ __device__ __forceinline__ int swizzled_offset(int row, int piece) {
 // Warp 0's TMA copies of a block: lane j < kCopies copies box j % kBoxes of chunk
 // (j / kBoxes) % kChunks of K (of V from j >= kCopies / 2). Box coordinates: dims, KV head, row
 // in the page (or token), page (or sequence).
-template <int kHeadDim, int kPageSize>
+template <int kHeadDim, int kPageSize, int kKvBytes = 2>
 struct DecodeSm90Copy {
-  using Shape = DecodeSm90Shape<kHeadDim, kPageSize>;
+  using Shape = DecodeSm90Shape<kHeadDim, kPageSize, kKvBytes>;
   int lane, box, chunk, offset;
   const sm90::TmaMap* map;
 
@@ -52,6 +54,9 @@ struct DecodeSm90Copy {
         offset((lane_ >= Shape::kCopies / 2 ? Shape::kTileBytes : 0) + chunk * Shape::kChunkBytes +
                box * Shape::kBoxRows * 128),
         map(lane_ >= Shape::kCopies / 2 ? map_v : map_k) {}
+
+  // The box's first element of a row: a chunk is 128 bytes.
+  __device__ __forceinline__ int x() const { return 128 / kKvBytes * chunk; }
 
   __device__ __forceinline__ static int box_row(int token) {
     return kPageSize == 0 ? token : token % (kPageSize > 0 ? kPageSize : 1);
@@ -80,7 +85,7 @@ struct DecodeSm90Copy {
     __syncwarp();
     if (lane < Shape::kCopies) {
       const int token = w.split_begin + block * kDecodeBlockTokens + box * Shape::kBoxRows;
-      sm90::tma_load_4d(ring + s * Shape::kStageBytes + offset, map, &full[s], 64 * chunk, w.kv_head, box_row(token),
+      sm90::tma_load_4d(ring + s * Shape::kStageBytes + offset, map, &full[s], x(), w.kv_head, box_row(token),
                         token < w.split_end ? page : -1, l2_evict_first_policy());
     }
   }
@@ -88,12 +93,14 @@ struct DecodeSm90Copy {
 
 // A block's last rows as the kernel reads them: V rows past the split cleared (a loaded page's
 // rows past the sequence may hold anything, and 0 * NaN is NaN in P V), the appended token's K
-// and V rows written from new_k/new_v.
-template <typename T, int kHeadDim, int kPageSize>
+// and V rows written from new_k/new_v (an FP8 cache's quantized with the head's scales, as the
+// append stores them).
+template <typename T, int kHeadDim, int kPageSize, int kFlags = 0>
 __device__ __forceinline__ void sm90_decode_fix_tail(const PagedDecodeParams& p, const DecodeWork& w,
                                                      unsigned char* k_tile, unsigned char* v_tile, int first_token,
                                                      int warp, int lane) {
-  constexpr int kPieces = kHeadDim / 8;  // 16-byte pieces of a row
+  constexpr bool kFp8 = has_fp8_kv<kFlags>();
+  constexpr int kPieces = kFp8 ? kHeadDim / 16 : kHeadDim / 8;  // 16-byte pieces of a row
   constexpr int kChunkBytes = DecodeSm90Shape<kHeadDim, kPageSize>::kChunkBytes;
   const bool has_append = w.seq.append_token >= first_token && w.seq.append_token < first_token + 16;
   if (first_token + 16 <= w.split_end && !has_append) return;
@@ -109,8 +116,17 @@ __device__ __forceinline__ void sm90_decode_fix_tail(const PagedDecodeParams& p,
           static_cast<const T*>(p.new_k) + w.batch_index * p.new_k_stride_batch + w.kv_head * p.new_k_stride_head;
       const T* v_src =
           static_cast<const T*>(p.new_v) + w.batch_index * p.new_v_stride_batch + w.kv_head * p.new_v_stride_head;
-      *reinterpret_cast<uint4*>(k_tile + offset) = reinterpret_cast<const uint4*>(k_src)[piece];
-      *reinterpret_cast<uint4*>(v_tile + offset) = reinterpret_cast<const uint4*>(v_src)[piece];
+      if constexpr (kFp8) {
+        constexpr bool kE5m2 = has_feature<kFlags>(kFeatureKvE5m2);
+        const int head = w.kv_head;
+        *reinterpret_cast<uint4*>(k_tile + offset) = quantize_fp8x16<T, kE5m2>(
+            k_src + 16 * piece, kv_scale(p.features.k_scale, p.features.kv_scale_stride, head));
+        *reinterpret_cast<uint4*>(v_tile + offset) = quantize_fp8x16<T, kE5m2>(
+            v_src + 16 * piece, kv_scale(p.features.v_scale, p.features.kv_scale_stride, head));
+      } else {
+        *reinterpret_cast<uint4*>(k_tile + offset) = reinterpret_cast<const uint4*>(k_src)[piece];
+        *reinterpret_cast<uint4*>(v_tile + offset) = reinterpret_cast<const uint4*>(v_src)[piece];
+      }
     }
   }
   sm90::fence_proxy_async_shared();  // before a later TMA refills the stage
@@ -208,6 +224,19 @@ __device__ __forceinline__ void init_decode_sm90_barriers(sm90::u64* full, sm90:
   tma_prefetch_map(map_k);
   tma_prefetch_map(map_v);
 }
+
+// A lane's ldmatrix rows in a swizzled K or V tile (the fragment layouts of mma.m16n8k16) and the
+// swizzle's XOR of their pieces: K rows 16w + (l / 16) 8 + l % 8, piece 2kk + (l / 8) % 2; V
+// (transposed) rows 16w + ((l / 8) % 2) 8 + l % 8, piece 2dd + l / 16. Piece 2m + b of a row r
+// sits at (2m) ^ (b ^ r % 8).
+struct DecodeSm90Lanes {
+  int k_row, k_xor, v_row, v_xor;
+  __device__ __forceinline__ DecodeSm90Lanes(int warp, int lane)
+      : k_row(warp * 16 + (lane >> 4) * 8 + (lane & 7)),
+        k_xor(((lane >> 3) & 1) ^ (lane & 7)),
+        v_row(warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)),
+        v_xor((lane >> 4) ^ (lane & 7)) {}
+};
 
 // S = Q K^T for a warp's 16 tokens from a swizzled K tile: k_address is the lane's ldmatrix row,
 // k_xor the swizzle's XOR of its pieces.

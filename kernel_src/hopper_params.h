@@ -134,10 +134,12 @@ constexpr bool prefill_sm90_head_dim(int head_dim) {
 inline constexpr int kDecodeSm90Stages = 3;
 
 // The Q tile (rows of head_dim + 8 elements), 1 KB to align the ring by hand, the ring, and a
-// full barrier per stage.
-constexpr int decode_sm90_smem_bytes(int head_dim) {
+// full barrier per stage. An FP8 cache's stages hold half the bytes: twice the CTAs an SM, which
+// its widening instructions need (with 2 CTAs at hd128 it read 4% slower than the portable
+// direct path's 4).
+constexpr int decode_sm90_smem_bytes(int head_dim, bool fp8 = false) {
   return kDecodeHeadsPerTile * (head_dim + 8) * 2 + 1024 +
-         kDecodeSm90Stages * (4 * kDecodeBlockTokens * head_dim + 8);
+         kDecodeSm90Stages * (2 * kDecodeBlockTokens * head_dim * (fp8 ? 1 : 2) + 8);
 }
 
 // CTAs of the Hopper decode (one split group a CTA) an SM holds: its 228 KB of shared memory, 1 KB
@@ -147,8 +149,8 @@ constexpr int decode_sm90_smem_bytes(int head_dim) {
 // call that takes wide CTAs compiles only the wide variant.
 inline constexpr int kSm90SmemPerSm = 228 * 1024;
 inline constexpr int kSm90SmemReservedPerCta = 1024;
-constexpr int decode_sm90_ctas_per_sm(int head_dim) {
-  const int by_smem = kSm90SmemPerSm / (decode_sm90_smem_bytes(head_dim) + kSm90SmemReservedPerCta);
+constexpr int decode_sm90_ctas_per_sm(int head_dim, bool fp8 = false) {
+  const int by_smem = kSm90SmemPerSm / (decode_sm90_smem_bytes(head_dim, fp8) + kSm90SmemReservedPerCta);
   const int by_threads = 2048 / kDecodeThreads;
   return by_smem < by_threads ? by_smem : by_threads;
 }
@@ -164,10 +166,13 @@ constexpr bool decode_sm90_has_wide(int head_dim) {
   return head_dim % 64 == 0 && kDecodeSm90WideSplits * decode_sm90_wide_region_bytes(head_dim) <= 227 * 1024;
 }
 
-// Features the Hopper decode computes (the FP8 cache keeps its direct path).
+// Features the Hopper decode computes; an FP8 cache (decode_sm90_kv8.cuh) at the head dims of
+// decode_sm90_serves_kv8, in CTAs of one split.
 constexpr unsigned decode_sm90_features() {
-  return kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureQLenField | kFeatureAlibi;
+  return kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureQLenField | kFeatureAlibi | kFeatureKvE4m3 |
+         kFeatureKvE5m2;
 }
+constexpr bool decode_sm90_serves_kv8(int head_dim) { return head_dim == 128 || head_dim == 256; }
 
 // Head dims whose rows are whole 128-byte swizzle chunks; contiguous KV or pages of 16 tokens
 // or more (a box per page and chunk; 32 boxes a block at most).

@@ -107,6 +107,23 @@ __device__ __forceinline__ void first_block_pages(const PagedDecodeParams& p, co
   }
 }
 
+// FP8 K as B fragments: S += Q K^T over the 64 dims `group` of the Q tile, from 16 bytes of each
+// of the lane's K rows g and g + 8, word s of them the k16 step s (the Q tile's columns hold the
+// dims in that order: kv8_q_dim).
+template <bool kE5m2>
+__device__ __forceinline__ void kv8_scores_group(float (&s)[2][4], unsigned q_address, int group, const uint4& k0,
+                                                 const uint4& k1) {
+  const unsigned w0[4] = {k0.x, k0.y, k0.z, k0.w};
+  const unsigned w1[4] = {k1.x, k1.y, k1.z, k1.w};
+#pragma unroll
+  for (int step = 0; step < 4; ++step) {
+    unsigned a[4];
+    ldmatrix_x4(a, q_address + (4 * group + step) * 32);
+    Mma<fp16_t>::run(s[0], a, fp8x2_to_f16x2<kE5m2>(w0[step]), fp8x2_to_f16x2<kE5m2>(w0[step] >> 16));
+    Mma<fp16_t>::run(s[1], a, fp8x2_to_f16x2<kE5m2>(w1[step]), fp8x2_to_f16x2<kE5m2>(w1[step] >> 16));
+  }
+}
+
 // Direct FP8 path: S = Q K^T for the warp's 16 tokens, K's bytes widened to f16 pairs as the
 // B fragments (k_read: this lane's offsets in the stage, kv8_fragment_offsets).
 template <int kHeadDim, bool kE5m2>
@@ -116,14 +133,34 @@ __device__ __forceinline__ void kv8_direct_scores(float (&s)[2][4], unsigned q_a
   for (int h = 0; h < kHeadDim / 64; ++h) {
     const uint4 k0 = *reinterpret_cast<const uint4*>(k_bytes + k_read[0][h & 1] + 128 * (h >> 1));
     const uint4 k1 = *reinterpret_cast<const uint4*>(k_bytes + k_read[1][h & 1] + 128 * (h >> 1));
-    const unsigned w0[4] = {k0.x, k0.y, k0.z, k0.w};
-    const unsigned w1[4] = {k1.x, k1.y, k1.z, k1.w};
+    kv8_scores_group<kE5m2>(s, q_address, h, k0, k1);
+  }
+}
+
+// FP8 V as B fragments: O += P V for the n8 tiles of `part`, from kVBytes of V rows 2t, 2t+1,
+// 2t+8, 2t+9 (rows_v, the lane's tokens), regrouped into token pairs per dim and widened to f16
+// (the output's columns come out permuted: kv8_out_dim).
+template <int kHeadDim, bool kE5m2>
+__device__ __forceinline__ void kv8_pv_part(float (&o)[kHeadDim / 8][4], const unsigned (&pa)[4], int part,
+                                            const uint4 (&rows_v)[4]) {
+  using Direct = Kv8Direct<kHeadDim>;
+  const unsigned a_words[4] = {rows_v[0].x, rows_v[0].y, rows_v[0].z, rows_v[0].w};
+  const unsigned b_words[4] = {rows_v[1].x, rows_v[1].y, rows_v[1].z, rows_v[1].w};
+  const unsigned c_words[4] = {rows_v[2].x, rows_v[2].y, rows_v[2].z, rows_v[2].w};
+  const unsigned d_words[4] = {rows_v[3].x, rows_v[3].y, rows_v[3].z, rows_v[3].w};
 #pragma unroll
-    for (int step = 0; step < 4; ++step) {
-      unsigned a[4];
-      ldmatrix_x4(a, q_address + (4 * h + step) * 32);
-      Mma<fp16_t>::run(s[0], a, fp8x2_to_f16x2<kE5m2>(w0[step]), fp8x2_to_f16x2<kE5m2>(w0[step] >> 16));
-      Mma<fp16_t>::run(s[1], a, fp8x2_to_f16x2<kE5m2>(w1[step]), fp8x2_to_f16x2<kE5m2>(w1[step] >> 16));
+  for (int word = 0; word < Direct::kVBytes / 4; ++word) {
+    // Token pairs of dims 4 word + 0..3: [a0 b0 a1 b1] and [a2 b2 a3 b3], likewise c, d.
+    const unsigned first[2] = {byte_perm(a_words[word], b_words[word], 0x5140u),
+                               byte_perm(a_words[word], b_words[word], 0x7362u)};
+    const unsigned second[2] = {byte_perm(c_words[word], d_words[word], 0x5140u),
+                                byte_perm(c_words[word], d_words[word], 0x7362u)};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int tile = part * Direct::kVBytes + 4 * word + i;
+      const int shift = (i & 1) * 16;
+      Mma<fp16_t>::run(o[tile], pa, fp8x2_to_f16x2<kE5m2>(first[i >> 1] >> shift),
+                       fp8x2_to_f16x2<kE5m2>(second[i >> 1] >> shift));
     }
   }
 }
@@ -148,25 +185,7 @@ __device__ __forceinline__ void kv8_direct_pv(float (&o)[kHeadDim / 8][4], const
         rows_v[r] = make_uint4(half.x, half.y, 0u, 0u);
       }
     }
-    const unsigned a_words[4] = {rows_v[0].x, rows_v[0].y, rows_v[0].z, rows_v[0].w};
-    const unsigned b_words[4] = {rows_v[1].x, rows_v[1].y, rows_v[1].z, rows_v[1].w};
-    const unsigned c_words[4] = {rows_v[2].x, rows_v[2].y, rows_v[2].z, rows_v[2].w};
-    const unsigned d_words[4] = {rows_v[3].x, rows_v[3].y, rows_v[3].z, rows_v[3].w};
-#pragma unroll
-    for (int word = 0; word < Direct::kVBytes / 4; ++word) {
-      // Token pairs of dims 4 word + 0..3: [a0 b0 a1 b1] and [a2 b2 a3 b3], likewise c, d.
-      const unsigned first[2] = {byte_perm(a_words[word], b_words[word], 0x5140u),
-                                 byte_perm(a_words[word], b_words[word], 0x7362u)};
-      const unsigned second[2] = {byte_perm(c_words[word], d_words[word], 0x5140u),
-                                  byte_perm(c_words[word], d_words[word], 0x7362u)};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int tile = part * Direct::kVBytes + 4 * word + i;
-        const int shift = (i & 1) * 16;
-        Mma<fp16_t>::run(o[tile], pa, fp8x2_to_f16x2<kE5m2>(first[i >> 1] >> shift),
-                         fp8x2_to_f16x2<kE5m2>(second[i >> 1] >> shift));
-      }
-    }
+    kv8_pv_part<kHeadDim, kE5m2>(o, pa, part, rows_v);
   }
 }
 

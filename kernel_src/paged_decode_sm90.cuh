@@ -29,7 +29,7 @@
 // new_k/new_v, as every decode kernel reads it.
 #pragma once
 
-#include "decode_sm90_parts.cuh"
+#include "decode_sm90_kv8.cuh"
 
 namespace astrai {
 
@@ -45,7 +45,10 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   using namespace sm90;
   static_assert((kFlags & ~decode_sm90_features()) == 0, "features of the Hopper decode");
   static_assert(kSplits >= 1 && kSplits <= 4, "split groups of a wide CTA");
-  using Shape = DecodeSm90Shape<kHeadDim, kPageSize>;
+  constexpr bool kFp8 = has_fp8_kv<kFlags>();  // an FP8 cache: decode_sm90_kv8.cuh
+  constexpr bool kScaledQ = kFp8 && IsBf16<T>::value;
+  static_assert(!kFp8 || (decode_sm90_kv8_head_dim<kHeadDim>() && kSplits == 1), "FP8: hd 128, 256; no wide CTAs");
+  using Shape = DecodeSm90Shape<kHeadDim, kPageSize, kFp8 ? 1 : 2>;
   constexpr int kStages = Shape::kStages;
   constexpr int kQLen = decode_q_len(kFlags);
   constexpr int kRowStride = kHeadDim + 8;
@@ -81,7 +84,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   if (thread == 0) init_decode_sm90_barriers<kStages, kSplits>(full, merge_done, group, &map_k, &map_v);
   if constexpr (kSplits > 1) __syncthreads();  // merge_done is set up before any thread arrives
 
-  const DecodeSm90Copy<kHeadDim, kPageSize> copy(&map_k, &map_v, lane);
+  const DecodeSm90Copy<kHeadDim, kPageSize, kFp8 ? 1 : 2> copy(&map_k, &map_v, lane);
   auto lookup = [&](const int* table_row, int begin, int end, int block, bool l2_only) {
     return copy.lookup(p, table_row, begin, end, block, l2_only);
   };
@@ -101,7 +104,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
       for (int block = 0; block < kStages - 1 && launch_begin + block * kDecodeBlockTokens < launch_end; ++block) {
         const int guess = lookup(table_row, launch_begin, launch_end, block, true);
         const int token = launch_begin + block * kDecodeBlockTokens + copy.box * Shape::kBoxRows;
-        if (lane < Shape::kCopies) tma_prefetch_l2_4d(copy.map, 64 * copy.chunk, tile.kv_head, copy.box_row(token), guess);
+        if (lane < Shape::kCopies) tma_prefetch_l2_4d(copy.map, copy.x(), tile.kv_head, copy.box_row(token), guess);
       }
     }
   }
@@ -141,20 +144,14 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
         page = next;
       }
     }
-    load_decode_q_tile<T, kHeadDim, kQLen, false>(p, w, smem_q, thread);
+    load_decode_q_tile<T, kHeadDim, kQLen, kFp8, kFp8>(p, w, smem_q, thread);
     decode_group_sync<kSplits>();
 
-    DecodeWarpSoftmax<kHeadDim, kFlags> state;
+    DecodeWarpSoftmax<kHeadDim, kFlags, kScaledQ> state;
     state.init(p, w);
-    // Per-lane ldmatrix rows (the fragment layouts of mma.m16n8k16) and the swizzle's XOR of
-    // their pieces: K rows 16w + (l / 16) 8 + l % 8, piece 2kk + (l / 8) % 2; V (transposed) rows
-    // 16w + ((l / 8) % 2) 8 + l % 8, piece 2dd + l / 16. Piece 2m + b of a row r sits at
-    // (2m) ^ (b ^ r % 8).
+    const Sm90KvScales<T, kHeadDim, kFlags> scales(p, w, smem_q, lane, state);  // 1 for a 16-bit cache
     const unsigned q_address = shared_address(smem_q + (lane & 15) * kRowStride + (lane >> 4) * 8);
-    const int k_row = warp * 16 + (lane >> 4) * 8 + (lane & 7);
-    const int k_xor = ((lane >> 3) & 1) ^ (lane & 7);
-    const int v_row = warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-    const int v_xor = (lane >> 4) ^ (lane & 7);
+    const DecodeSm90Lanes lanes(warp, lane);
 
     for (int block = 0; block < num_blocks; ++block) {
       if (warp == 0 && block + kStages - 1 < num_blocks) {
@@ -168,22 +165,25 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
       unsigned char* v_tile = k_tile + Shape::kTileBytes;
       const int first_token = w.split_begin + block * kDecodeBlockTokens + warp * 16;
       if (first_token < w.split_end) {
-        sm90_decode_fix_tail<T, kHeadDim, kPageSize>(p, w, k_tile, v_tile, first_token, warp, lane);
-
-        // S = Q K^T for this warp's 16 tokens.
-        const unsigned k_address = shared_address(k_tile) + k_row * 128;
-        float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-        sm90_decode_scores<T, kHeadDim, Shape::kChunkBytes>(sc, q_address, k_address, k_xor);
-        unsigned pa[4];
-        state.template step<T>(sc, pa, p, w, first_token);
-        // O += P V.
-        const unsigned v_address = shared_address(v_tile) + v_row * 128;
-        sm90_decode_pv<T, kHeadDim, Shape::kChunkBytes>(state.o, pa, v_address, v_xor);
+        sm90_decode_fix_tail<T, kHeadDim, kPageSize, kFlags>(p, w, k_tile, v_tile, first_token, warp, lane);
+        if constexpr (kFp8) {
+          sm90_kv8_block<T, kHeadDim, kFlags>(state, p, w, q_address, k_tile, v_tile, first_token, scales, warp, lane);
+        } else {
+          // S = Q K^T for this warp's 16 tokens.
+          const unsigned k_address = shared_address(k_tile) + lanes.k_row * 128;
+          float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+          sm90_decode_scores<T, kHeadDim, Shape::kChunkBytes>(sc, q_address, k_address, lanes.k_xor);
+          unsigned pa[4];
+          state.template step<T>(sc, pa, p, w, first_token);
+          // O += P V.
+          const unsigned v_address = shared_address(v_tile) + lanes.v_row * 128;
+          sm90_decode_pv<T, kHeadDim, Shape::kChunkBytes>(state.o, pa, v_address, lanes.v_xor);
+        }
       }
       decode_group_sync<kSplits>();  // every warp is done with stage s: the next block's issue refills it
     }
     // Every issued block has been waited for: the ring is free for the merge.
-    merge_decode_warps<T, kHeadDim, kFlags, false, kSplits>(p, w, state, ring, 1.f, slot);
+    merge_decode_warps<T, kHeadDim, kFlags, kFp8, kSplits, kScaledQ>(p, w, state, ring, scales.v, slot);
   }
   if constexpr (kSplits > 1) merge_wide_splits<T, kHeadDim, kQLen, kSplits>(p, w, smem_raw, merge_done);
 }

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "runtime/env_config.hpp"
+#include "runtime/plan/implementations.hpp"
 
 namespace astrai {
 
@@ -237,6 +238,9 @@ void KernelSpec::validate() const {
                                       "portable variant does)",
                                       variant, head_dim,
                                       info.paged ? fmt::format(" with page_size {}", page_size) : ""));
+  if (hopper)  // the rules the Plan follows (an FP8 cache's head dims)
+    if (const char* why = hopper_variant_refusal(*this))
+      throw InvalidArgument(fmt::format("{}: the sm_90a implementation does not serve it: {}", variant, why));
   if (wide && !hopper)
     throw InvalidArgument(fmt::format("{}: .wide names a tiling of the sm_90a implementation only", variant));
   if (wide && (info.hopper.has_wide == nullptr || !info.hopper.has_wide(head_dim)))

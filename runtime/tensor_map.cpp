@@ -16,7 +16,10 @@ std::string tensor_map_problem(const TensorMapShape& shape) {
     return fmt::format("rank {} with {} strides and {} box sizes", rank, shape.strides.size(), shape.box.size());
   const auto base = reinterpret_cast<std::uintptr_t>(shape.base);
   if (base % 16 != 0) return fmt::format("base address {:#x} is not 16-byte aligned", base);
-  if (shape.box[0] != 64) return fmt::format("inner box {} is not 64 elements", shape.box[0]);
+  if (shape.element_bytes != 1 && shape.element_bytes != 2)
+    return fmt::format("elements of {} bytes (allowed: 1 or 2)", shape.element_bytes);
+  if (shape.box[0] * shape.element_bytes != 128)
+    return fmt::format("inner box {} is not {} elements", shape.box[0], 128 / shape.element_bytes);
   for (std::size_t i = 0; i < rank; ++i) {
     if (shape.dims[i] == 0 || shape.dims[i] > (std::uint64_t{1} << 32))
       return fmt::format("dim {} has size {} (allowed: 1..2^32)", i, shape.dims[i]);
@@ -24,7 +27,7 @@ std::string tensor_map_problem(const TensorMapShape& shape) {
       return fmt::format("box {} has size {} (allowed: 1..256)", i, shape.box[i]);
   }
   for (std::size_t i = 0; i + 1 < rank; ++i) {
-    const std::int64_t bytes = shape.strides[i] * 2;
+    const std::int64_t bytes = shape.strides[i] * shape.element_bytes;
     if (bytes <= 0 || bytes % 16 != 0 || bytes >= (std::int64_t{1} << 40))
       return fmt::format("stride of dim {} is {} bytes (allowed: a positive multiple of 16 below 2^40)",
                          i + 1, bytes);
@@ -43,10 +46,13 @@ CUtensorMap encode_tensor_map(const TensorMapShape& shape, bool fp16, int device
     dims[i] = shape.dims[i];
     box[i] = shape.box[i];
     element_strides[i] = 1;
-    if (i + 1 < rank) strides[i] = static_cast<cuuint64_t>(shape.strides[i]) * 2;
+    if (i + 1 < rank) strides[i] = static_cast<cuuint64_t>(shape.strides[i]) * shape.element_bytes;
   }
+  const CUtensorMapDataType type = shape.element_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : fp16                   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                            : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   CUtensorMap map;
-  check_cu(driver().cuTensorMapEncodeTiled(&map, fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+  check_cu(driver().cuTensorMapEncodeTiled(&map, type,
                                            static_cast<cuuint32_t>(rank), const_cast<void*>(shape.base), dims,
                                            strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                            CU_TENSOR_MAP_SWIZZLE_128B, promotion,
@@ -77,6 +83,7 @@ std::array<std::uint64_t, kTensorMapWords> tensor_map_words(const TensorMapShape
   for (std::size_t i = 0; i < std::min<std::size_t>(shape.strides.size(), 4); ++i)
     words[9 + i] = static_cast<std::uint64_t>(shape.strides[i]);
   for (std::size_t i = 0; i < std::min<std::size_t>(shape.box.size(), 5); ++i) words[13 + i] = shape.box[i];
+  words[18] = static_cast<std::uint64_t>(shape.element_bytes);
   return words;
 }
 

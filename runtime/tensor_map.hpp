@@ -16,20 +16,23 @@
 
 namespace astrai::detail {
 
-// A 16-bit tensor of 2..5 dims, innermost first, read in boxes of 64 elements (one 128-byte
-// swizzle row) by box[1] x box[2] ... elements. strides[i] is the element stride of dim i + 1.
+// A tensor of 2..5 dims, innermost first, of 16-bit elements (bf16 or fp16, as the encoder is
+// told) or bytes (an FP8 cache, element_bytes 1), read in boxes of one 128-byte swizzle row (64
+// or 128 elements) by box[1] x box[2] ... elements. strides[i] is the element stride of dim i + 1.
 struct TensorMapShape {
   const void* base = nullptr;
   std::vector<std::uint64_t> dims;
   std::vector<std::int64_t> strides;  // dims.size() - 1 entries
-  std::vector<std::uint32_t> box;     // dims.size() entries, box[0] == 64
+  std::vector<std::uint32_t> box;     // dims.size() entries, box[0] * element_bytes == 128
+  int element_bytes = 2;
 };
 
 // Empty when the driver accepts `shape` with the 128-byte swizzle; else the first rule it
 // breaks ("q: stride 72 bytes is not a multiple of 16"). Checked without a driver.
 std::string tensor_map_problem(const TensorMapShape& shape);
 
-// The encoded map (cuTensorMapEncodeTiled; zeros outside the tensor). `promotion`: how much a
+// The encoded map (cuTensorMapEncodeTiled; zeros outside the tensor; bytes as UINT8: the kernel
+// widens them). `promotion`: how much a
 // box row's L2 miss fetches. A box row is half of a 256-byte K/V row at head dim 128: promoting
 // it to 256 B cost the decode 6% of its bandwidth on the H200 (docs/performance.md), so the
 // decode maps take none. Throws CudaError when the driver refuses the map.
@@ -48,8 +51,8 @@ bool tma_can_read(const char* launch_name, const std::vector<NamedTensorMapShape
 
 // Every value of `shape` that encode_tensor_map reads, as memo key words: the base, the three
 // sizes, then dims, strides and box padded with zeros to rank 5 (a larger rank, which TMA
-// refuses anyway, is cut there).
-inline constexpr std::size_t kTensorMapWords = 18;
+// refuses anyway, is cut there), then the element size.
+inline constexpr std::size_t kTensorMapWords = 19;
 std::array<std::uint64_t, kTensorMapWords> tensor_map_words(const TensorMapShape& shape);
 
 // The memo's hash (XXH3, as the cache key uses).

@@ -46,18 +46,19 @@ namespace {
 
 // The TMA views of the K and V caches the Hopper decode reads (kernel_src/paged_decode_sm90.cuh):
 // paged {d, n_kv_heads, page_size, num_pages}, contiguous {d, n_kv_heads, kv_capacity, batch};
-// boxes of 64 elements by min(page_size, 64) tokens. The maps are a function of these fields
-// (the memo adds the device and dtype), so the key is built without the shapes' allocations.
+// boxes of a 128-byte row piece (64 elements, an FP8 cache's 128) by min(page_size, 64) tokens.
+// The maps are a function of these fields (the memo adds the device and dtype), so the key is
+// built without the shapes' allocations.
 struct DecodeMapKey {
-  int head_dim, page_size, n_kv_heads, rows, outer;
+  int head_dim, page_size, n_kv_heads, rows, outer, element_bytes;
   const void* k;
   const void* v;
   std::int64_t k_strides[3], v_strides[3];  // head, token, page (contiguous: batch)
 
-  static constexpr std::size_t kWords = 13;
+  static constexpr std::size_t kWords = 14;
   std::array<std::uint64_t, kWords> words() const {
     using U = std::uint64_t;
-    return {U(head_dim), U(page_size), U(n_kv_heads), U(rows), U(outer),
+    return {U(head_dim), U(page_size), U(n_kv_heads), U(rows), U(outer), U(element_bytes),
             reinterpret_cast<std::uintptr_t>(k), reinterpret_cast<std::uintptr_t>(v),
             U(k_strides[0]), U(k_strides[1]), U(k_strides[2]),
             U(v_strides[0]), U(v_strides[1]), U(v_strides[2])};
@@ -68,8 +69,11 @@ TensorMapShape decode_map_shape(const DecodeMapKey& key, const void* base, const
   using U = std::uint64_t;
   const std::uint32_t box =
       static_cast<std::uint32_t>(key.page_size > 0 ? std::min(key.page_size, kDecodeBlockTokens) : kDecodeBlockTokens);
-  return {base, {U(key.head_dim), U(key.n_kv_heads), U(key.rows), U(key.outer)}, {strides[0], strides[1], strides[2]},
-          {64, 1, box, 1}};
+  return {base,
+          {U(key.head_dim), U(key.n_kv_heads), U(key.rows), U(key.outer)},
+          {strides[0], strides[1], strides[2]},
+          {static_cast<std::uint32_t>(128 / key.element_bytes), 1, box, 1},
+          key.element_bytes};
 }
 
 // The TMA views of K and V for a call the plan gave the Hopper decode; false when the driver
@@ -81,6 +85,7 @@ bool decode_sm90_maps(const Device& device, const KernelSpec& spec, const PagedD
                          p.n_kv_heads,
                          std::max(spec.page_size > 0 ? spec.page_size : p.kv_capacity, 1),
                          std::max(spec.page_size > 0 ? p.num_pages : p.batch, 1),
+                         (spec.flags & (kFeatureKvE4m3 | kFeatureKvE5m2)) != 0 ? 1 : 2,
                          p.k_cache,
                          p.v_cache,
                          {p.k_stride_head, p.k_stride_token, p.k_stride_page},

@@ -14,7 +14,10 @@ const char* hopper_shape_refusal(KernelKind kind, int head_dim, int page_size, s
   if (hopper.main_file == nullptr) return "the family has no sm_90a implementation";
   if (arch != "sm_90a") return "the target is not sm_90a";
   if (force_no_mma) return "tensor cores are off (ASTRAI_JIT_NO_MMA)";
-  if ((flags & (kFeatureKvE4m3 | kFeatureKvE5m2)) != 0) return "an FP8 KV cache is not served";
+  if ((flags & (kFeatureKvE4m3 | kFeatureKvE5m2)) != 0) {
+    if (!is_decode_kind(kind) || kind == KernelKind::mla_decode) return "an FP8 KV cache is not served";
+    if (!decode_sm90_serves_kv8(head_dim)) return "an FP8 KV cache is served at head_dim 128 or 256 only";
+  }
   if ((flags & ~hopper.supported_flags) != 0) return "a requested feature is not served";
   if (!hopper.serves(head_dim, page_size)) {
     if (kind == KernelKind::mla_decode) return "pages are under 16 tokens";
@@ -61,7 +64,8 @@ void plan_decode_grid(const AttentionProblem& problem, const DeviceTraits& devic
   DecodeSplitPlan split =
       plan_decode_splits(problem.batch, problem.n_kv_heads, plan->head_tiles, problem.span, resident_ctas);
   const long long columns = 1LL * problem.batch * problem.n_kv_heads * plan->head_tiles;
-  plan->spec.wide = plan->spec.hopper && decode_sm90_has_wide(problem.head_dim) &&
+  // An FP8 cache's Hopper decode runs a split a CTA (decode_sm90_kv8.cuh).
+  plan->spec.wide = plan->spec.hopper && decode_sm90_has_wide(problem.head_dim) && (problem.flags & kFp8Kv) == 0 &&
                     decode_takes_wide_ctas(device.decode_tiles, split, columns, device.num_sms, kDecodeSm90WideSplits);
   if (plan->spec.wide) {
     plan->block = kDecodeThreads * kDecodeSm90WideSplits;
@@ -87,10 +91,11 @@ const char* configure_sm90_decode(const AttentionProblem& problem, const DeviceT
                                   const OccupancyQuery&, Plan* plan) {
   plan->spec = problem_spec(problem, device, true);
   plan->block = kDecodeThreads;
-  plan->smem = decode_sm90_smem_bytes(problem.head_dim);
+  const bool fp8 = (problem.flags & kFp8Kv) != 0;
+  plan->smem = decode_sm90_smem_bytes(problem.head_dim, fp8);
   // Its occupancy follows from its shared memory (its __launch_bounds__ keeps registers within
   // it), so the plan needs no compiled variant: a call that takes wide CTAs compiles only those.
-  plan_decode_grid(problem, device, decode_sm90_ctas_per_sm(problem.head_dim) * device.num_sms, plan);
+  plan_decode_grid(problem, device, decode_sm90_ctas_per_sm(problem.head_dim, fp8) * device.num_sms, plan);
   return nullptr;
 }
 

@@ -130,12 +130,16 @@ check "warm --features takes the FP8 KV cache for paged_decode, decode and paged
 run warm --dry-run --arch sm_90a --kernels paged_decode,decode,paged_prefill --head-dims 128 --group-sizes 4 \
     --page-sizes 16 --features none,kv_e4m3,kv_e5m2+swa
 expect_rc 0
-expect_out "^warm: 13 variants"   # plain, kv_e4m3, kv_e5m2.swa per family; the plain ones' Hopper pairs
+expect_out "^warm: 17 variants"   # plain, kv_e4m3, kv_e5m2.swa per family; the Hopper pairs of all but FP8 prefill
 expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.kv_e4m3\.sm_90a( |$)'
 expect_out '^decode\.bf16\.hd128\.g4\.kv_e5m2\.swa\.sm_90a( |$)'
 expect_out '^paged_prefill\.bf16\.hd128\.ps16\.g4\.kv_e4m3\.sm_90a( |$)'
 expect_count '\.wgmma\.' 2   # both tilings
-expect_count '\.tma\.' 2   # FP8 stays portable
+expect_count '\.tma\.' 6   # the decodes' FP8 caches too (head dim 128)
+expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.kv_e4m3\.tma\.sm_90a( |$)'
+run warm --dry-run --arch sm_90a --kernels paged_decode --head-dims 64 --group-sizes 4 --page-sizes 16 --features kv_e4m3
+expect_rc 0
+expect_count '\.tma\.' 0   # head dim 64: the direct path
 run warm --dry-run --arch sm_90a --kernels prefill --head-dims 128 --group-sizes 4 --features kv_e4m3
 expect_rc 2
 expect_err "--features kv_e4m3: prefill does not support kv_e4m3 \(supported: swa, cap, sink, alibi\)"
@@ -156,7 +160,7 @@ check "warm --features takes the multi-token q2..q8 for paged_decode only, at mo
 run warm --dry-run --arch sm_90a --kernels paged_decode,rotary_emb --head-dims 128 --group-sizes 4 \
     --page-sizes 16 --features none,q4,kv_e4m3+swa+q8
 expect_rc 0
-expect_out "^warm: 6 variants"   # three of paged_decode, the Hopper pairs of two, rotary_emb's plain one
+expect_out "^warm: 7 variants"   # three of paged_decode and their Hopper pairs, rotary_emb's plain one
 expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.q4\.sm_90a( |$)'
 expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.q4\.tma\.sm_90a( |$)'
 expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.kv_e4m3\.swa\.q8\.sm_90a( |$)'

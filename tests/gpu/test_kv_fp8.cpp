@@ -651,6 +651,51 @@ TEST_CASE("FP8 caches with bf16 queries past f16's range: scaled into it, never 
   }
 }
 
+TEST_CASE("on sm_90a an FP8 cache at head dims 128 and 256 streams through the TMA decode, every feature on it") {
+  if (!sm90a_target()) return not_run("FP8 TMA decode case: needs an sm_90a target");
+  std::mt19937 rng(test_seed(8008));
+  const bool hopper = !mma_forced_off() && !wgmma_forced_off();
+  struct Shape {
+    Fp8Call call;
+    int head_dim, page_size;
+    KvDType format;
+    DType dtype;
+    const char* variant;  // the sm_90a variant the call must load
+  };
+  const Shape shapes[] = {
+      {Fp8Call::paged_decode, 128, 16, KvDType::e4m3, DType::bf16, "paged_decode.bf16.hd128.ps16.g4.kv_e4m3.swa.tma."},
+      {Fp8Call::paged_decode, 128, 64, KvDType::e5m2, DType::fp16, "paged_decode.fp16.hd128.ps64.g4.kv_e5m2.cap.sink.tma."},
+      {Fp8Call::paged_decode, 256, 32, KvDType::e4m3, DType::bf16, "paged_decode.bf16.hd256.ps32.g4.kv_e4m3.sink.tma."},
+      {Fp8Call::decode, 128, 0, KvDType::e5m2, DType::bf16, "decode.bf16.hd128.g4.kv_e5m2.swa.sink.tma."},
+      {Fp8Call::decode, 256, 0, KvDType::e4m3, DType::fp16, "decode.fp16.hd256.g4.kv_e4m3.swa.cap.tma."}};
+  for (const Shape& shape : shapes) {
+    Fp8Case c;
+    c.call = shape.call;
+    c.head_dim = shape.head_dim;
+    c.page_size = shape.page_size;
+    c.format = shape.format;
+    c.dtype = shape.dtype;
+    const std::string variant = shape.variant;
+    c.features.window_left = variant.find(".swa") != std::string::npos ? 100 : -1;
+    c.features.logit_cap = variant.find(".cap") != std::string::npos ? 4.f : 0.f;
+    c.features.sinks = variant.find(".sink") != std::string::npos;
+    c.per_head = shape.head_dim == 128;
+    c.padded = shape.format == KvDType::e5m2;
+    if (shape.call == Fp8Call::decode) {
+      c.kv_len = shape.head_dim == 128 ? 4100 : 65;  // block edges, and a split run
+      c.causal_offset = shape.head_dim == 128 ? -1 : 30;
+      c.seq_lens.assign(2, 0);
+    } else {
+      // Around pages and 64-token blocks, an empty request, a split one; the fused append.
+      c.append = shape.page_size == 16;
+      c.seq_lens = {1, shape.page_size - 1, shape.page_size + 1, 63, 64, 65, 0, 5000 + static_cast<int>(rng() % 64)};
+    }
+    c.seed = rng();
+    check_case(c);
+    CHECK(loaded_variants_named(variant) == (hopper ? 1 : 0));
+  }
+}
+
 TEST_CASE("kv_fp8 random sweep") {
   // ASTRAI_TEST_SWEEP cases (default 8) over the variants the cases above compiled.
   const unsigned seed = test_seed(8007);

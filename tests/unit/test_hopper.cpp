@@ -159,9 +159,10 @@ TEST_SUITE("hopper") {
     refused("paged_decode.bf16.hd128.ps16.g4.tma.sm_89", "tma variants exist only for sm_90a, not 'sm_89'");
     refused("paged_decode.bf16.hd96.ps16.g4.tma.sm_90a", "does not serve head_dim 96");
     refused("paged_decode.bf16.hd128.ps8.g4.tma.sm_90a", "does not serve head_dim 128 with page_size 8");
-    refused("paged_decode.bf16.hd128.ps16.g4.kv_e4m3.tma.sm_90a",
-            "the sm_90a (tma) implementation has no kv_e4m3 (the portable variant has)");
-    refused("decode.bf16.hd64.g4.kv_e5m2.tma.sm_90a", "has no kv_e5m2");
+    // FP8 caches: rows of whole 128-byte chunks (head dims 128 and 256), a split a CTA.
+    refused("decode.bf16.hd64.g4.kv_e5m2.tma.sm_90a", "an FP8 KV cache is served at head_dim 128 or 256 only");
+    refused("paged_decode.bf16.hd192.ps16.g4.kv_e4m3.tma.sm_90a", "at head_dim 128 or 256 only");
+    refused("paged_prefill.bf16.hd128.ps16.g4.kv_e4m3.wgmma.sm_90a", "has no kv_e4m3");
     // The wide tiling: hd128 prefill only, named after the path.
     refused("prefill.bf16.hd64.g4.wgmma.wide.sm_90a", "prefill has no wide tiling at head_dim 64");
     refused("prefill.bf16.hd256.g4.wgmma.wide.sm_90a", "no wide tiling at head_dim 256");
@@ -209,8 +210,11 @@ TEST_SUITE("hopper") {
     decode.page_size = 8;  // a box per page would leave more than 32 boxes a block at hd256
     CHECK_FALSE(astrai::detail::hopper_serves(decode));
     decode.page_size = 256;
-    decode.flags = astrai::kFeatureKvE4m3;  // the FP8 cache keeps its direct path
+    decode.flags = astrai::kFeatureKvE4m3;  // an FP8 cache's rows of 64 bytes keep the direct path
     CHECK_FALSE(astrai::detail::hopper_serves(decode));
+    decode.head_dim = 128;  // whole 128-byte chunks
+    CHECK(astrai::detail::hopper_serves(decode));
+    decode.head_dim = 64;
     decode.flags = astrai::kFeatureSink | astrai::decode_q_len_flags(8);
     CHECK(astrai::detail::hopper_serves(decode));
     decode.head_dim = 96;
@@ -270,6 +274,49 @@ TEST_SUITE("hopper") {
     }
   }
 
+  TEST_CASE("sm_90a decode variants of an FP8 cache bring its bytes by TMA and widen them into f16 MMAs") {
+    for (DType dtype : {DType::bf16, DType::fp16}) {
+      for (const auto& [kind, head_dim, page_size, flags] :
+           std::vector<std::tuple<KernelKind, int, int, std::uint32_t>>{
+               {KernelKind::paged_decode, 128, 16, astrai::kFeatureKvE4m3},
+               {KernelKind::paged_decode, 256, 16, astrai::kFeatureKvE4m3},  // 16 boxes a block
+               {KernelKind::paged_decode, 128, 64, astrai::kFeatureKvE5m2 | astrai::decode_q_len_flags(4)},
+               {KernelKind::paged_decode, 128, 32,
+                astrai::kFeatureKvE4m3 | astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow},
+               {KernelKind::decode, 128, 0, astrai::kFeatureKvE4m3 | astrai::kFeatureAlibi},
+               {KernelKind::decode, 256, 0, astrai::kFeatureKvE5m2}}) {
+        KernelSpec spec = hopper_prefill(kind, dtype, head_dim, page_size, 4);
+        spec.flags = flags;
+        CAPTURE(spec.name());
+        REQUIRE(astrai::detail::hopper_serves(spec));
+        CHECK(spec.name().find(".tma.sm_90a") != std::string::npos);
+        const auto result = astrai::detail::nvrtc_compile(astrai::detail::compile_request(spec), true);
+        const auto report = compile_reporting(spec);
+        INFO("NVRTC log: " << report.log);
+        CHECK(contains(result.ptx, "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                                   ".L2::cache_hint"));
+        CHECK_FALSE(contains(result.ptx, "cp.async.cg.shared.global"));
+        // The MMAs run in f16 on widened bytes (e4m3 by cvt; an e5m2 byte is an f16's high byte).
+        CHECK(contains(result.ptx, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
+        if ((flags & astrai::kFeatureKvE4m3) != 0) CHECK(contains(result.ptx, "cvt.rn.f16x2.e4m3x2"));
+        CHECK_FALSE(contains(result.ptx, "ldmatrix.sync.aligned.m8n8.x4.trans"));  // V read as bytes
+        CHECK(astrai::testing::global_access_before_grid_wait(result.ptx) == "");
+        CHECK_FALSE(contains(result.ptx, ".local"));
+        // The kernel's own report: no spill, and registers that leave shared memory to set the
+        // CTAs an SM runs.
+        const std::size_t entry = report.log.find("Compiling entry function '_ZN6astrai24paged_decode_sm90_kernel");
+        REQUIRE(entry != std::string::npos);
+        const std::string kernel_report = report.log.substr(entry, report.log.find("Compile time", entry) - entry);
+        CHECK(contains(kernel_report, "0 bytes spill stores"));
+        const int registers = registers_used(kernel_report);
+        REQUIRE(registers > 0);
+        CHECK((registers + 7) / 8 * 8 <=
+              65536 / (astrai::decode_sm90_ctas_per_sm(head_dim, true) * astrai::kDecodeThreads));
+        CHECK_FALSE(contains(result.log, "warning"));
+      }
+    }
+  }
+
   TEST_CASE("wide sm_90a decode variants: named, hd64 only, four split groups of 128 threads on named barriers") {
     KernelSpec paged = hopper_prefill(KernelKind::paged_decode, DType::bf16, 64, 16, 6);
     paged.wide = true;
@@ -314,6 +361,8 @@ TEST_SUITE("hopper") {
     CHECK(astrai::decode_sm90_ctas_per_sm(64) == 4);
     CHECK(astrai::decode_sm90_ctas_per_sm(128) == 2);
     CHECK(astrai::decode_sm90_ctas_per_sm(256) == 1);
+    CHECK(astrai::decode_sm90_ctas_per_sm(128, true) == 4);  // an FP8 cache's half stages
+    CHECK(astrai::decode_sm90_ctas_per_sm(256, true) == 2);
     for (const int head_dim : {64, 128}) {
       for (const auto& [kind, page_size] : std::vector<std::pair<KernelKind, int>>{
                {KernelKind::decode, 0}, {KernelKind::paged_decode, 16}, {KernelKind::paged_decode, 64}}) {
@@ -588,6 +637,18 @@ TEST_SUITE("hopper") {
     shape = good_shape(storage);
     shape.strides.pop_back();
     CHECK(contains(astrai::detail::tensor_map_problem(shape), "rank 4 with 2 strides"));
+    // An FP8 cache's map: bytes, boxes of 128, strides counted in bytes.
+    shape = good_shape(storage);
+    shape.element_bytes = 1;
+    CHECK(contains(astrai::detail::tensor_map_problem(shape), "inner box 64 is not 128 elements"));
+    shape.box[0] = 128;
+    for (std::int64_t& stride : shape.strides) stride *= 2;
+    CHECK(astrai::detail::tensor_map_problem(shape) == "");
+    shape.strides[0] = 136;  // not a multiple of 16 bytes, though it would be of 16-bit elements
+    CHECK(contains(astrai::detail::tensor_map_problem(shape), "stride of dim 1 is 136 bytes"));
+    shape = good_shape(storage);
+    shape.element_bytes = 4;
+    CHECK(contains(astrai::detail::tensor_map_problem(shape), "elements of 4 bytes"));
   }
 
   TEST_CASE("the tensor-map memo's key words change with every value an encoded map holds") {
@@ -608,6 +669,8 @@ TEST_SUITE("hopper") {
       changed.push_back(base);
       changed.back().strides[i] += 8;
     }
+    changed.push_back(base);  // the same bytes read as an FP8 cache
+    changed.back().element_bytes = 1;
     TensorMapShape five = base;  // a rank-5 map whose last dim is 1 is another map
     five.dims.push_back(1);
     five.strides.push_back(2 * 100 * 8 * 128);

@@ -52,15 +52,26 @@ def _run(fn, device: torch.device, *args) -> None:
 
 
 # The ops as one table: each argument's name and schema type in the op's order, what the op
-# writes, and the extension call it makes (its arguments by name; None for an argument the op
-# does not take; "stream" resolved when the op runs). The schemas, the implementations, the
-# fake implementations and the Python API's calls (_ops._call) are made from it, so an argument
-# is written down once here.
+# writes, and the values its extension call takes (by name; None for an argument the op does not
+# take; "stream" resolved when the op runs). The schemas, the implementations, the fake
+# implementations and the Python API's calls (_ops._call) are made from it, so an argument is
+# written down once here.
 _OPTIONS = [("scale", "float"), ("logit_cap", "float"), ("sinks", "Tensor?"), ("window_left", "int")]
 _KV_SCALES = [("k_scale", "Tensor?"), ("v_scale", "Tensor?")]
 # Options added after the first ops' schemas, as trailing arguments with defaults (so that calls
 # made with the earlier schemas keep working).
 _LATER_OPTIONS = [("alibi_slopes", "Tensor?", None)]
+# The attention calls take their options as one extension argument, `options`: a tuple of these
+# values in this order (an option the op does not take goes as its default). The extension reads
+# it by its own table (python/src/attention_options.hpp's kOptionFields), which
+# test_marshalling.py holds to this one (names, order, kinds, defaults); a new option is appended
+# here and there, and no extension signature changes.
+# An option left out: the scale 1/sqrt(head_dim), no soft-cap, no window, no tensor.
+_OPTION_DEFAULTS = {"scale": 0.0, "logit_cap": 0.0, "window_left": -1}
+_PACKED_OPTIONS = [*[(name, kind, _OPTION_DEFAULTS.get(name)) for name, kind in _OPTIONS + _KV_SCALES],
+                   *_LATER_OPTIONS]
+_PACKED_NAMES = [name for name, *_ in _PACKED_OPTIONS]
+_LATER_NAMES = [name for name, *_ in _LATER_OPTIONS]
 _PAGED_DECODE_HEAD = [("q", "Tensor"), ("k_cache", "Tensor"), ("v_cache", "Tensor"), ("page_table", "Tensor"),
                       ("seq_lens", "Tensor?"), ("out", "Tensor"), ("lse", "Tensor?"), ("mask", "Tensor?"),
                       ("req_indices", "Tensor?")]
@@ -71,19 +82,32 @@ _PAGED_DECODE_TAIL = [*_OPTIONS, *_KV_SCALES, ("stream", "int"), ("seq_lens_are_
                       ("workspace", "Tensor?"), *_LATER_OPTIONS]
 _PAGED_DECODE_EXT = ["q", "k_cache", "v_cache", "page_table", "seq_lens", "out", "lse", "mask", "req_indices",
                      "new_k", "new_v", "scale", "logit_cap", "sinks", "window_left", "k_scale", "v_scale", "stream",
-                     "seq_lens_are_offsets", "workspace", "alibi_slopes"]
+                     "seq_lens_are_offsets", "workspace", *_LATER_NAMES]
 _CONTIGUOUS_HEAD = [("q", "Tensor"), ("k", "Tensor"), ("v", "Tensor"), ("out", "Tensor"), ("lse", "Tensor?"),
                     ("mask", "Tensor?"), ("causal_offset", "int")]
 
 
 class _Op:
-    def __init__(self, ext: str, args: list, mutates: tuple, ext_args: list, call: str = None):
+    def __init__(self, ext: str, args: list, mutates: tuple, ext_args: list, call: str = None,
+                 packs_options: bool = False):
         self.ext = ext
         self.call = call or ext  # the call its errors name
         self.args = args
         self.names = [a[0] for a in args]
         self.mutates = mutates
         self.ext_args = ext_args
+        # The extension's arguments: ext_args, with an attention call's options (packs_options)
+        # gathered into one tuple, `options`, where its first option stands.
+        self.ext_layout = list(ext_args)
+        if packs_options:
+            first = min(ext_args.index(name) for name in _PACKED_NAMES if name in ext_args)
+            self.ext_layout = [a for a in ext_args[:first] if a not in _PACKED_NAMES] + ["options"] + \
+                              [a for a in ext_args[first:] if a not in _PACKED_NAMES]
+
+    def packed(self, values: dict) -> tuple:
+        """The options tuple from the values by name (the defaults for the options the op lacks)."""
+        return tuple(values.get(name, default) if name in self.ext_args else default
+                     for name, _, default in _PACKED_OPTIONS)
 
     def schema(self) -> str:
         fields = []
@@ -101,14 +125,16 @@ class _Op:
 
 _TABLE = {
     "paged_decode": _Op("paged_decode", _PAGED_DECODE_HEAD + _PAGED_DECODE_TAIL, ("out", "lse", "workspace"),
-                        _PAGED_DECODE_EXT),
+                        _PAGED_DECODE_EXT, packs_options=True),
     "paged_decode_append": _Op("paged_decode",
                                _PAGED_DECODE_HEAD + [("new_k", "Tensor"), ("new_v", "Tensor")] + _PAGED_DECODE_TAIL,
-                               ("k_cache", "v_cache", "out", "lse", "workspace"), _PAGED_DECODE_EXT),
+                               ("k_cache", "v_cache", "out", "lse", "workspace"), _PAGED_DECODE_EXT,
+                               packs_options=True),
     "decode": _Op("decode", _CONTIGUOUS_HEAD + _OPTIONS + _KV_SCALES + [("stream", "int")] + _LATER_OPTIONS,
-                  ("out", "lse"), [*[a[0] for a in _CONTIGUOUS_HEAD + _OPTIONS + _KV_SCALES], "stream", "alibi_slopes"]),
+                  ("out", "lse"), [*[a[0] for a in _CONTIGUOUS_HEAD + _OPTIONS + _KV_SCALES], "stream", *_LATER_NAMES],
+                  packs_options=True),
     "prefill": _Op("prefill", _CONTIGUOUS_HEAD + _OPTIONS + [("stream", "int")] + _LATER_OPTIONS, ("out", "lse"),
-                   [*[a[0] for a in _CONTIGUOUS_HEAD + _OPTIONS], "stream", "alibi_slopes"]),
+                   [*[a[0] for a in _CONTIGUOUS_HEAD + _OPTIONS], "stream", *_LATER_NAMES], packs_options=True),
     "paged_prefill": _Op(
         "paged_prefill",
         [("q", "Tensor"), ("k_cache", "Tensor"), ("v_cache", "Tensor"), ("page_table", "Tensor"),
@@ -118,7 +144,7 @@ _TABLE = {
         ("out", "lse"),
         ["q", "k_cache", "v_cache", "page_table", "seq_lens", "qo_indptr", "out", "lse", "mask", "max_q_len", "causal",
          "scale", "logit_cap", "sinks", "window_left", "k_scale", "v_scale", "stream", "req_indices",
-         "seq_lens_are_offsets", "alibi_slopes"]),
+         "seq_lens_are_offsets", *_LATER_NAMES], packs_options=True),
     "rotary_emb": _Op("rotary_emb", [("x", "Tensor"), ("freqs_cis", "Tensor"), ("out", "Tensor"), ("stream", "int")],
                       ("out",), ["x", "freqs_cis", "out", "stream"]),
     "rotary_emb_": _Op("rotary_emb", [("x", "Tensor"), ("freqs_cis", "Tensor"), ("stream", "int")], ("x",),
@@ -130,7 +156,8 @@ _TABLE = {
                                ("v_scale", "Tensor?"), ("workspace", "Tensor?"), ("stream", "int")],
                    ("out", "lse", "workspace"),
                    ["q", "k_cache", "v_cache", "qo_indptrs", "page_tables", "seq_lens", "causal", "max_q_lens", "out",
-                    "lse", "scale", "logit_cap", "sinks", "k_scale", "v_scale", "workspace", "stream"]),
+                    "lse", "scale", "logit_cap", "sinks", "k_scale", "v_scale", "workspace", "stream"],
+                   packs_options=True),
     "mla_decode": _Op("mla_decode", [("q", "Tensor"), ("kv_cache", "Tensor"), ("page_table", "Tensor"),
                                      ("seq_lens", "Tensor"), ("out", "Tensor"), ("lse", "Tensor?"), ("scale", "float"),
                                      ("stream", "int"), ("seq_lens_are_offsets", "bool"), ("workspace", "Tensor?"),
@@ -163,7 +190,8 @@ def _register(name: str, op: _Op):
         named = _bound(op, args, kwargs)
         device = named[op.names[0]].device
         named["stream"] = _stream(device, named["stream"])
-        _run(ext, device, *[named.get(arg) for arg in op.ext_args])
+        named["options"] = op.packed(named)
+        _run(ext, device, *[named.get(arg) for arg in op.ext_layout])
 
     def fake(*args, **kwargs) -> None:
         named = _bound(op, args, kwargs)

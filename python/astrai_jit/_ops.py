@@ -81,7 +81,12 @@ def _call(*entries: str, runs_on: Optional[str] = None):
     given = ops[0].ext_args
     params = list(dict.fromkeys(given))
     on = runs_on or params[0]
-    ext_args = ", ".join(f"_stream({on}, stream)" if a == "stream" else a for a in given)
+    # An attention call's options go as one tuple (_library._PACKED_OPTIONS), built inline: a
+    # tuple display is the cheapest way to pack them.
+    options = "(" + ", ".join(name if name in given else repr(default)
+                              for name, _, default in _library._PACKED_OPTIONS) + ",)"
+    ext_args = ", ".join(f"_stream({on}, stream)" if a == "stream" else options if a == "options" else a
+                         for a in ops[0].ext_layout)
     # Traced, the first op that fits the values records the call: an extension argument it does not
     # take is None, one it fills with another of its arguments is that one (rotary_emb_: out is x).
     branches = []
@@ -97,9 +102,17 @@ def _call(*entries: str, runs_on: Optional[str] = None):
         branches.append((" and ".join(fits), f"_op{i}({op_args})"))
     branches.sort(key=lambda branch: not branch[0])  # the op that always fits last
     assert [fits for fits, _ in branches].count("") == 1, entries
+    # The later options trailing the parameters keep their defaults, so that a positional caller
+    # written before one existed (astrai_csrc's hot path) still calls it right.
+    later = {name: default for name, _, default in _library._LATER_OPTIONS}
+    signature = list(params)
+    for i in reversed(range(len(params))):
+        if params[i] not in later:
+            break
+        signature[i] = f"{params[i]}={later[params[i]]!r}"
     # The runtime launches on the current device's primary context: switch when the tensors live
     # on another GPU (the extension refuses tensors that are not on one).
-    lines = [f"def {entries[0]}({', '.join(params)}):",
+    lines = [f"def {entries[0]}({', '.join(signature)}):",
              f"    if type({params[0]}) is Tensor and not _compiling():",
              f"        if {on}.is_cuda and {on}.get_device() != _cuda_device():",
              f"            with _device({on}.get_device()):",

@@ -124,7 +124,8 @@ def _paged_decode_pages(q: Tensor, page_table: Tensor, k_cache: Tensor, v_cache:
     # The generated call itself, without the public wrapper's checks and defaults: AstrAI's
     # arguments are already the kernel's (a scale of 0 is the default 1/sqrt(D) there too).
     # Positional, in the op table's order (_PAGED_DECODE_ORDER; test_marshalling.py holds the two
-    # together): by keyword the call cost 1.3 us more.
+    # together; an option added to the table later takes its default): by keyword the call cost
+    # 1.3 us more.
     kernel_q, kernel_out = (q, out) if layout == 1 else (_blhd(q, layout), _blhd(out, layout))
     _PAGED_DECODE(kernel_q, k_cache, v_cache, table, seq_lens, kernel_out, None, mask, None, None, None,
                   _scale(scale) or 0.0, 0.0, None, -1, None, None, None, False, None, None)

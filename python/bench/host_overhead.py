@@ -60,8 +60,10 @@ def main():
     try:
         public = per_call_us(lambda: astrai_jit.paged_decode(q, kc, vc, table, lens, out=out), args.calls,
                              args.reps, sync, clock, pick)
+        # The options pack as the public call builds it (scale, logit_cap, sinks, window_left,
+        # k_scale, v_scale, alibi_slopes: _library._PACKED_OPTIONS).
         raw = per_call_us(lambda: astrai_jit._C.paged_decode(q, kc, vc, table, lens, out, None, None, None, None,
-                                                             None, 0.0, 0.0, None, -1, None, None, stream),
+                                                             None, (0.0, 0.0, None, -1, None, None, None), stream),
                           args.calls, args.reps, sync, clock, pick)
     finally:
         astrai_jit._C._set_host_only(False)

@@ -3,8 +3,12 @@
 // the runtime's own limits, then devices) before anything touches a GPU, and a bad one raises
 // TypeError (a dtype) or astrai_jit.InvalidArgument, a ValueError (anything else), naming the
 // argument, its value and what is allowed. The stream is a CUstream handle, or None for the
-// current stream of the tensors' framework (one that publishes DLPack's C exchange API).
+// current stream of the tensors' framework (one that publishes DLPack's C exchange API). The
+// attention calls take their options (scale, soft-cap, sinks, window, FP8 scales, ALiBi...) as one
+// tuple, `options`, read by the table of attention_options.hpp, so a new option changes no
+// signature here.
 #include "tensor_args.hpp"
+#include "attention_options.hpp"
 #include "cache_metrics_binding.hpp"
 
 #include <chrono>
@@ -35,11 +39,9 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
                                           const Input& page_table, const Opt<Input>& seq_lens, const Output& out,
                                           const Opt<Output>& lse, const Opt<Input>& mask,
                                           const Opt<Input>& req_indices, const Opt<Input>& new_k,
-                                          const Opt<Input>& new_v, double scale, double logit_cap,
-                                          const Opt<Input>& sinks, int window_left, const Opt<Input>& k_scale,
-                                          const Opt<Input>& v_scale, Opt<std::uintptr_t> stream,
-                                          bool seq_lens_are_offsets, const Opt<Output>& workspace,
-                                          const Opt<Input>& alibi_slopes) {
+                                          const Opt<Input>& new_v, const AttentionOptionArgs& options,
+                                          Opt<std::uintptr_t> stream, bool seq_lens_are_offsets,
+                                          const Opt<Output>& workspace) {
   constexpr const char* kCall = "paged_decode";
   constexpr const char* kQueryLayout = "[batch, n_heads, head_dim] or [batch, q_len, n_heads, head_dim]";
   Checker c(kCall);
@@ -61,7 +63,7 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
   a.q_len = tokens ? as_int(kCall, "q_len", q.shape(1)) : 1;
   a.n_heads = as_int(kCall, "n_heads", q.shape(h));
   a.head_dim = as_int(kCall, "head_dim", q.shape(h + 1));
-  set_paged_cache(c, a, k_cache, v_cache, k_scale, v_scale);
+  set_paged_cache(c, a, k_cache, v_cache, options.k_scale(), options.v_scale());
   a.max_pages_per_seq = as_int(kCall, "max_pages_per_seq", page_table.shape(1));
   if (seq_lens)
     c.dim(lens_name, *seq_lens, 0, a.batch + (seq_lens_are_offsets ? 1 : 0),
@@ -123,20 +125,18 @@ astrai::PagedDecodeArgs paged_decode_args(const Input& q, const Input& k_cache, 
     a.workspace_bytes = c.scratch("workspace", *workspace);
     a.workspace = workspace->data();
   }
-  finish_attention_args(c, a, q, scale, logit_cap, sinks, window_left, alibi_slopes, stream);
+  finish_attention_args(c, a, q, options, stream);
   return a;
 }
 
 void paged_decode(const Input& q, const Input& k_cache, const Input& v_cache, const Input& page_table,
                   const Opt<Input>& seq_lens, const Output& out, const Opt<Output>& lse, const Opt<Input>& mask,
-                  const Opt<Input>& req_indices, const Opt<Input>& new_k, const Opt<Input>& new_v, double scale,
-                  double logit_cap, const Opt<Input>& sinks, int window_left, const Opt<Input>& k_scale,
-                  const Opt<Input>& v_scale, Opt<std::uintptr_t> stream, bool seq_lens_are_offsets,
-                  const Opt<Output>& workspace, const Opt<Input>& alibi_slopes) {
-  const astrai::PagedDecodeArgs a = paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask,
-                                                      req_indices, new_k, new_v, scale, logit_cap, sinks,
-                                                      window_left, k_scale, v_scale, stream, seq_lens_are_offsets,
-                                                      workspace, alibi_slopes);
+                  const Opt<Input>& req_indices, const Opt<Input>& new_k, const Opt<Input>& new_v,
+                  const nb::tuple& pack, Opt<std::uintptr_t> stream, bool seq_lens_are_offsets,
+                  const Opt<Output>& workspace) {
+  const astrai::PagedDecodeArgs a =
+      paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, mask, req_indices, new_k, new_v,
+                        read_options("paged_decode", pack), stream, seq_lens_are_offsets, workspace);
   launch(&astrai::Runtime::paged_decode, a);
 }
 
@@ -146,8 +146,10 @@ double time_paged_decode_calls(const Input& q, const Input& k_cache, const Input
                                const Input& page_table, const Input& seq_lens, const Output& out, double scale,
                                Opt<std::uintptr_t> stream, int calls) {
   Opt<Output> lse;
+  AttentionOptionArgs options;
+  options.scale = static_cast<float>(scale);
   const astrai::PagedDecodeArgs a = paged_decode_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, {},
-                                                      {}, {}, {}, scale, 0.0, {}, -1, {}, {}, stream, false, {}, {});
+                                                      {}, {}, {}, options, stream, false, {});
   nb::gil_scoped_release release;
   astrai::Runtime& runtime = astrai::Runtime::get();
   const auto start = std::chrono::steady_clock::now();
@@ -169,10 +171,9 @@ std::size_t decode_heads_dim(Checker& c, const char* name, const Input& t) {
 }
 
 void decode(const Input& q, const Input& k, const Input& v, const Output& out, const Opt<Output>& lse,
-            const Opt<Input>& mask, int causal_offset, double scale, double logit_cap, const Opt<Input>& sinks,
-            int window_left, const Opt<Input>& k_scale, const Opt<Input>& v_scale, Opt<std::uintptr_t> stream,
-            const Opt<Input>& alibi_slopes) {
+            const Opt<Input>& mask, int causal_offset, const nb::tuple& pack, Opt<std::uintptr_t> stream) {
   constexpr const char* kCall = "decode";
+  const AttentionOptionArgs options = read_options(kCall, pack);
   Checker c(kCall);
   astrai::DecodeArgs a;
   const std::size_t h = decode_heads_dim(c, "q", q);
@@ -182,8 +183,7 @@ void decode(const Input& q, const Input& k, const Input& v, const Output& out, c
   a.batch = as_int(kCall, "batch", q.shape(0));
   a.n_heads = as_int(kCall, "n_heads", q.shape(h));
   a.head_dim = as_int(kCall, "head_dim", q.shape(h + 1));
-  const Opt<Input> scales[2] = {k_scale, v_scale};
-  set_contiguous_kv(c, a, k, v, scales);
+  set_contiguous_kv(c, a, k, v, true, options.k_scale(), options.v_scale());
   c.same_shape("out", out, "q", q);
   c.unit_last("q", q);
   c.unit_last("out", out);
@@ -209,14 +209,14 @@ void decode(const Input& q, const Input& k, const Input& v, const Output& out, c
   }
   a.lse = lse_pointer(c, lse, "[batch, n_heads]", {{a.batch, "batch of q"}, {a.n_heads, "n_heads of q"}});
   a.causal_offset = causal_offset;
-  finish_attention_args(c, a, q, scale, logit_cap, sinks, window_left, alibi_slopes, stream);
+  finish_attention_args(c, a, q, options, stream);
   launch(&astrai::Runtime::decode, a);
 }
 
 void prefill(const Input& q, const Input& k, const Input& v, const Output& out, const Opt<Output>& lse,
-             const Opt<Input>& mask, int causal_offset, double scale, double logit_cap, const Opt<Input>& sinks,
-             int window_left, Opt<std::uintptr_t> stream, const Opt<Input>& alibi_slopes) {
+             const Opt<Input>& mask, int causal_offset, const nb::tuple& pack, Opt<std::uintptr_t> stream) {
   constexpr const char* kCall = "prefill";
+  const AttentionOptionArgs options = read_options(kCall, pack);
   Checker c(kCall);
   astrai::PrefillArgs a;
   c.rank("q", q, 4, "[batch, q_len, n_heads, head_dim]");
@@ -227,7 +227,7 @@ void prefill(const Input& q, const Input& k, const Input& v, const Output& out, 
   a.q_len = as_int(kCall, "q_len", q.shape(1));
   a.n_heads = as_int(kCall, "n_heads", q.shape(2));
   a.head_dim = as_int(kCall, "head_dim", q.shape(3));
-  set_contiguous_kv(c, a, k, v, nullptr);
+  set_contiguous_kv(c, a, k, v, false, options.k_scale(), options.v_scale());
   c.same_shape("out", out, "q", q);
   c.unit_last("q", q);
   c.unit_last("out", out);
@@ -256,17 +256,16 @@ void prefill(const Input& q, const Input& k, const Input& v, const Output& out, 
   a.lse = lse_pointer(c, lse, "[batch, q_len, n_heads]",
                       {{a.batch, "batch of q"}, {a.q_len, "q_len of q"}, {a.n_heads, "n_heads of q"}});
   a.causal_offset = causal_offset;
-  finish_attention_args(c, a, q, scale, logit_cap, sinks, window_left, alibi_slopes, stream);
+  finish_attention_args(c, a, q, options, stream);
   launch(&astrai::Runtime::prefill, a);
 }
 
 void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, const Input& page_table,
                    const Input& seq_lens, const Input& qo_indptr, const Output& out, const Opt<Output>& lse,
-                   const Opt<Input>& mask, int max_q_len, bool causal, double scale, double logit_cap,
-                   const Opt<Input>& sinks, int window_left, const Opt<Input>& k_scale, const Opt<Input>& v_scale,
-                   Opt<std::uintptr_t> stream, const Opt<Input>& req_indices, bool seq_lens_are_offsets,
-                   const Opt<Input>& alibi_slopes) {
+                   const Opt<Input>& mask, int max_q_len, bool causal, const nb::tuple& pack,
+                   Opt<std::uintptr_t> stream, const Opt<Input>& req_indices, bool seq_lens_are_offsets) {
   constexpr const char* kCall = "paged_prefill";
+  const AttentionOptionArgs options = read_options(kCall, pack);
   Checker c(kCall);
   astrai::PagedPrefillArgs a;
   c.rank("q", q, 3, "[total_q, n_heads, head_dim]");
@@ -289,7 +288,7 @@ void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, c
   a.max_q_len = max_q_len < 0 ? a.total_q : max_q_len;
   a.n_heads = as_int(kCall, "n_heads", q.shape(1));
   a.head_dim = as_int(kCall, "head_dim", q.shape(2));
-  set_paged_cache(c, a, k_cache, v_cache, k_scale, v_scale);
+  set_paged_cache(c, a, k_cache, v_cache, options.k_scale(), options.v_scale());
   a.max_pages_per_seq = as_int(kCall, "max_pages_per_seq", page_table.shape(1));
   set_request_rows(c, kCall, a, page_table, req_indices, "batch, from qo_indptr");
   c.same_shape("out", out, "q", q);
@@ -334,7 +333,7 @@ void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, c
   }
   a.lse = lse_pointer(c, lse, "[total_q, n_heads]", {{a.total_q, "total_q of q"}, {a.n_heads, "n_heads of q"}});
   a.causal = causal;
-  finish_attention_args(c, a, q, scale, logit_cap, sinks, window_left, alibi_slopes, stream);
+  finish_attention_args(c, a, q, options, stream);
   launch(&astrai::Runtime::paged_prefill, a);
 }
 
@@ -543,10 +542,11 @@ void mla_decode(const Input& q, const Input& kv_cache, const Input& page_table, 
 void cascade(const Input& q, const Input& k_cache, const Input& v_cache, const std::vector<Input>& qo_indptrs,
              const std::vector<Input>& page_tables, const std::vector<Input>& seq_lens,
              const std::vector<bool>& causal, const std::vector<int>& max_q_lens, const Output& out,
-             const Opt<Output>& lse, double scale, double logit_cap, const Opt<Input>& sinks,
-             const Opt<Input>& k_scale, const Opt<Input>& v_scale, const Opt<Output>& workspace,
+             const Opt<Output>& lse, const nb::tuple& pack, const Opt<Output>& workspace,
              Opt<std::uintptr_t> stream) {
   constexpr const char* kCall = "cascade";
+  // A window and ALiBi travel in the pack too; the runtime refuses them for cascade by name.
+  const AttentionOptionArgs options = read_options(kCall, pack);
   Checker c(kCall);
   astrai::CascadeArgs a;
   const std::size_t levels = qo_indptrs.size();
@@ -565,7 +565,7 @@ void cascade(const Input& q, const Input& k_cache, const Input& v_cache, const s
   a.total_q = as_int(kCall, "total_q", q.shape(0));
   a.n_heads = as_int(kCall, "n_heads", q.shape(1));
   a.head_dim = as_int(kCall, "head_dim", q.shape(2));
-  set_paged_cache(c, a, k_cache, v_cache, k_scale, v_scale);
+  set_paged_cache(c, a, k_cache, v_cache, options.k_scale(), options.v_scale());
   a.num_levels = static_cast<int>(levels);
   static_assert(astrai::kMaxCascadeLevels == 4, "one row of argument names a level");
   static const char* const kNames[][3] = {{"levels[0].qo_indptr", "levels[0].page_table", "levels[0].seq_lens"},
@@ -608,7 +608,7 @@ void cascade(const Input& q, const Input& k_cache, const Input& v_cache, const s
     a.workspace_bytes = c.scratch("workspace", *workspace);
     a.workspace = workspace->data();
   }
-  finish_attention_args(c, a, q, scale, logit_cap, sinks, -1, std::nullopt, stream);
+  finish_attention_args(c, a, q, options, stream);
   launch(&astrai::Runtime::cascade, a);
 }
 
@@ -659,28 +659,20 @@ NB_MODULE(_C, m) {
   m.def("paged_decode", &paged_decode, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
         nb::arg("page_table"), nb::arg("seq_lens").none(), nb::arg("out"), nb::arg("lse").none(),
         nb::arg("mask").none(), nb::arg("req_indices").none(), nb::arg("new_k").none(),
-        nb::arg("new_v").none(), nb::arg("scale"), nb::arg("logit_cap"), nb::arg("sinks").none(),
-        nb::arg("window_left"), nb::arg("k_scale").none(), nb::arg("v_scale").none(), nb::arg("stream").none(),
+        nb::arg("new_v").none(), nb::arg("options"), nb::arg("stream").none(),
         nb::arg("seq_lens_are_offsets") = false, nb::arg("workspace").none() = nb::none(),
-        nb::arg("alibi_slopes").none() = nb::none(),
         "Paged decode attention over DLPack tensors; out (and lse) written in place.");
   m.def("decode", &decode, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(),
-        nb::arg("mask").none(), nb::arg("causal_offset"), nb::arg("scale"), nb::arg("logit_cap"),
-        nb::arg("sinks").none(), nb::arg("window_left"), nb::arg("k_scale").none(), nb::arg("v_scale").none(),
-        nb::arg("stream").none(), nb::arg("alibi_slopes").none() = nb::none(),
+        nb::arg("mask").none(), nb::arg("causal_offset"), nb::arg("options"), nb::arg("stream").none(),
         "Decode attention over a contiguous KV cache.");
   m.def("prefill", &prefill, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(),
-        nb::arg("mask").none(), nb::arg("causal_offset"), nb::arg("scale"), nb::arg("logit_cap"),
-        nb::arg("sinks").none(), nb::arg("window_left"), nb::arg("stream").none(),
-        nb::arg("alibi_slopes").none() = nb::none(),
+        nb::arg("mask").none(), nb::arg("causal_offset"), nb::arg("options"), nb::arg("stream").none(),
         "Prefill attention over a contiguous KV cache.");
   m.def("paged_prefill", &paged_prefill, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
         nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("qo_indptr"), nb::arg("out"),
         nb::arg("lse").none(), nb::arg("mask").none(), nb::arg("max_q_len"), nb::arg("causal"),
-        nb::arg("scale"), nb::arg("logit_cap"), nb::arg("sinks").none(), nb::arg("window_left"),
-        nb::arg("k_scale").none(), nb::arg("v_scale").none(), nb::arg("stream").none(),
-        nb::arg("req_indices").none() = nb::none(), nb::arg("seq_lens_are_offsets") = false,
-        nb::arg("alibi_slopes").none() = nb::none(),
+        nb::arg("options"), nb::arg("stream").none(), nb::arg("req_indices").none() = nb::none(),
+        nb::arg("seq_lens_are_offsets") = false,
         "Prefill over a paged KV cache, ragged batch.");
   m.def("rotary_emb", &rotary_emb, nb::arg("x"), nb::arg("freqs_cis"), nb::arg("out"), nb::arg("stream").none(),
         "Rotary embedding over interleaved pairs (out may be x).");
@@ -693,8 +685,7 @@ NB_MODULE(_C, m) {
         nb::arg("kv_scale").none() = nb::none(), "MLA decode (absorbed form) over one paged latent cache.");
   m.def("cascade", &cascade, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("qo_indptrs"),
         nb::arg("page_tables"), nb::arg("seq_lens"), nb::arg("causal"), nb::arg("max_q_lens"), nb::arg("out"),
-        nb::arg("lse").none(), nb::arg("scale"), nb::arg("logit_cap"), nb::arg("sinks").none(),
-        nb::arg("k_scale").none(), nb::arg("v_scale").none(), nb::arg("workspace").none(), nb::arg("stream").none(),
+        nb::arg("lse").none(), nb::arg("options"), nb::arg("workspace").none(), nb::arg("stream").none(),
         "Cascade attention over KV levels shared by groups of query rows.");
   m.def("_time_paged_decode_calls", &time_paged_decode_calls, nb::arg("q"), nb::arg("k_cache"),
         nb::arg("v_cache"), nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("out"), nb::arg("scale"),
@@ -708,6 +699,8 @@ NB_MODULE(_C, m) {
         "current stream (stream=None), rather than through __dlpack__.");
   m.def("_set_host_only", [](bool on) { host_only = on; }, nb::arg("on"),
         "Benchmark mode: calls accept CPU tensors and launch nothing.");
+  m.def("_attention_option_fields", &option_fields,
+        "The attention options' pack as the extension reads it: (name, schema kind, default) a field, in order.");
   m.def("loaded_variants", &loaded_variants, "Variant names this process has loaded.");
   astrai_jit_binding::bind_cache_metrics(m);
 }

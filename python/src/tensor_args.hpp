@@ -14,7 +14,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
-#include <tuple>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -391,25 +390,6 @@ int as_int(const char* call, const char* what, std::size_t value) {
   return static_cast<int>(value);
 }
 
-// The variant features every attention call takes: logit soft-cap (0: off), sink logits
-// (f32 [n_heads]) and the sliding window (-1: none). The runtime's checks name bad values.
-template <typename Args>
-void set_features(Checker& c, Args& a, double logit_cap, const Opt<Input>& sinks, int window_left,
-                  const Opt<Input>& alibi_slopes) {
-  a.logit_cap = static_cast<float>(logit_cap);
-  a.window_left = window_left;
-  // Per-head f32 options: sink logits and ALiBi slopes.
-  for (const auto& [name, t, field] : {std::tuple{"sinks", &sinks, &a.sinks},
-                                       std::tuple{"alibi_slopes", &alibi_slopes, &a.alibi_slopes}}) {
-    if (!*t) continue;
-    c.rank(name, **t, 1, "[n_heads]");
-    c.dtype(name, **t, Kind::float32);
-    c.dim(name, **t, 0, a.n_heads, "n_heads of q");
-    c.contiguous(name, **t);
-    *field = static_cast<const float*>((*t)->data());
-  }
-}
-
 // The cache format from K and V (the same for both), and the FP8 scales: f32, one ([] or [1])
 // or one per KV head ([n_kv_heads]), the same shape for K and V. The runtime's checks name a
 // missing scale, or a scale without an FP8 cache.
@@ -477,18 +457,23 @@ void set_paged_cache(Checker& c, Args& a, const Input& k_cache, const Input& v_c
 }
 
 // Contiguous K and V, [batch, kv_len, n_kv_heads, head_dim] each (q's batch and head_dim read
-// into `a` first): kv_len and n_kv_heads, pointers and strides. With `fp8_scales`, K and V may be
-// an FP8 cache with its scales (decode); without, they have q's dtype (prefill).
+// into `a` first): kv_len and n_kv_heads, pointers and strides. With `fp8`, K and V may be an FP8
+// cache with the scales k_scale and v_scale (decode); without, they have q's dtype (prefill).
 template <typename Args>
-void set_contiguous_kv(Checker& c, Args& a, const Input& k, const Input& v, const Opt<Input>* fp8_scales) {
+void set_contiguous_kv(Checker& c, Args& a, const Input& k, const Input& v, bool fp8, const Opt<Input>& k_scale,
+                       const Opt<Input>& v_scale) {
   const char* kLayout = "[batch, kv_len, n_kv_heads, head_dim]";
   c.rank("k", k, 4, kLayout);
   c.rank("v", v, 4, kLayout);
   a.kv_len = as_int(c.call(), "kv_len", k.shape(1));
   a.n_kv_heads = as_int(c.call(), "n_kv_heads", k.shape(2));
-  if (fp8_scales != nullptr) {
-    set_kv_format(c, a, "k", k, "v", v, fp8_scales[0], fp8_scales[1]);
+  if (fp8) {
+    set_kv_format(c, a, "k", k, "v", v, k_scale, v_scale);
   } else {
+    for (const auto& [name, scale] : {std::pair{"k_scale", &k_scale}, std::pair{"v_scale", &v_scale}})
+      if (*scale)
+        c.fail(std::string(name) + " is given but " + c.call() + " takes no FP8 cache (allowed: None; k and v "
+               "have q's dtype)");
     c.same_dtype("k", k, a.dtype);
     c.same_dtype("v", v, a.dtype);
   }
@@ -523,19 +508,6 @@ inline float* lse_pointer(Checker& c, const Opt<Output>& lse, const char* layout
   for (const ExpectedDim& dim : dims) c.dim("lse", *lse, i++, dim.size, dim.what);
   c.contiguous("lse", *lse);
   return static_cast<float*>(lse->data());
-}
-
-// What every attention call does last: the scale and serving options, the runtime's own checks,
-// the devices, the stream.
-template <typename Args>
-void finish_attention_args(Checker& c, Args& a, const Input& q, double scale, double logit_cap,
-                           const Opt<Input>& sinks, int window_left, const Opt<Input>& alibi_slopes,
-                           Opt<std::uintptr_t> stream) {
-  a.scale = static_cast<float>(scale);
-  set_features(c, a, logit_cap, sinks, window_left, alibi_slopes);
-  astrai::validate_args(a);
-  c.devices();
-  a.stream = launch_stream(c.call(), stream, q);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import astrai_jit
+from astrai_jit import _library
 
 bf16 = torch.bfloat16
 
@@ -444,6 +445,50 @@ def host_only():
     astrai_jit._C._set_host_only(True)
     yield
     astrai_jit._C._set_host_only(False)
+
+
+class TestOptionsPack:
+    """The extension's `options` argument, called directly: the layout is _library._PACKED_OPTIONS."""
+
+    @staticmethod
+    def paged_decode(options):
+        q, k, v, table, lens = paged_inputs()
+        astrai_jit._C.paged_decode(q, k, v, table, lens, torch.empty_like(q), None, None, None, None, None, options,
+                                   0)
+
+    def test_a_shorter_pack_leaves_the_later_options_at_their_defaults(self, host_only):
+        # A caller written before an option existed packs fewer values.
+        self.paged_decode(tuple(default for *_, default in _library._PACKED_OPTIONS))
+        self.paged_decode((0.25, 0.0, None, -1))
+        self.paged_decode(())
+
+    def test_a_longer_pack_is_refused_naming_the_options(self, host_only):
+        count = len(_library._PACKED_OPTIONS)
+        with raises(TypeError, f"paged_decode: options has {count + 1} values (allowed: at most {count}: scale, "
+                               f"logit_cap, sinks, window_left, k_scale, v_scale"):
+            self.paged_decode((0.0,) * (count + 1))
+
+    def test_a_value_of_the_wrong_kind_is_named(self, host_only):
+        with raises(TypeError, "paged_decode: logit_cap is a str (allowed: a float)"):
+            self.paged_decode((0.0, "30"))
+        with raises(TypeError, "paged_decode: window_left is a float (allowed: an int)"):
+            self.paged_decode((0.0, 0.0, None, 1.5))
+        with raises(TypeError, "paged_decode: sinks is a list (allowed: a tensor, or None)"):
+            self.paged_decode((0.0, 0.0, [0.0] * 8))
+
+    def test_a_per_head_option_is_checked_by_its_row(self, host_only):
+        self.paged_decode((0.0, 0.0, torch.zeros(8)))
+        with raises(ValueError, "paged_decode: sinks has shape [3]: dim 0 is 3 (allowed: 8, n_heads of q)"):
+            self.paged_decode((0.0, 0.0, torch.zeros(3)))
+        with raises(TypeError, "paged_decode: alibi_slopes has dtype float16 (allowed: float32)"):
+            self.paged_decode((0.0, 0.0, None, -1, None, None, torch.zeros(8, dtype=torch.float16)))
+
+    def test_contiguous_prefill_refuses_fp8_scales(self, host_only):
+        q = torch.randn(1, 4, 8, 64, dtype=bf16)
+        k = torch.randn(1, 16, 2, 64, dtype=bf16)
+        with raises(ValueError, "prefill: k_scale is given but prefill takes no FP8 cache"):
+            astrai_jit._C.prefill(q, k, k, torch.empty_like(q), None, None, -1,
+                                  (0.0, 0.0, None, -1, torch.ones(1), torch.ones(1)), 0)
 
 
 class TestHostPath:

@@ -1,6 +1,7 @@
 """The Python API's extension calls are made from the op table (_library._TABLE): the table names
-the extension's arguments as the extension does, every call site passes the values the generated
-call names, and an eager call hands each value to the extension argument of its name (CPU)."""
+the extension's arguments as the extension does, the attention options' pack is laid out as the
+extension's own table reads it, every call site passes the values the generated call names, and an
+eager call hands each value to the extension argument of its name (CPU)."""
 import ast
 import inspect
 import re
@@ -33,9 +34,25 @@ def test_every_table_entry_is_called():
 def test_table_names_the_extension_arguments_in_its_order(name):
     op = _library._TABLE[name]
     names = extension_parameters(op.ext)
-    assert len(op.ext_args) == len(names)
-    if len(set(op.ext_args)) == len(op.ext_args):  # not an in-place entry (rotary_emb_ passes x as out)
-        assert op.ext_args == names
+    assert len(op.ext_layout) == len(names)
+    if len(set(op.ext_layout)) == len(op.ext_layout):  # not an in-place entry (rotary_emb_ passes x as out)
+        assert op.ext_layout == names
+
+
+def test_the_options_pack_is_the_extensions_table():
+    # Names, order, schema kinds and defaults: a row added on one side only fails here.
+    assert _C._attention_option_fields() == [tuple(row) for row in _library._PACKED_OPTIONS]
+
+
+@pytest.mark.parametrize("name", sorted(_library._TABLE))
+def test_an_ops_options_have_the_packs_kinds(name):
+    op = _library._TABLE[name]
+    kinds = {arg[0]: arg[1] for arg in op.args}
+    packed = {name: kind for name, kind, _ in _library._PACKED_OPTIONS}
+    if "options" not in op.ext_layout:  # mla_decode's scale is its own (MlaDecodeArgs has no options block)
+        return
+    for option in set(op.ext_args) & set(packed):
+        assert kinds[option] == packed[option], option
 
 
 @pytest.mark.parametrize("module", [_ops, _cascade], ids=lambda m: m.__name__)
@@ -63,11 +80,30 @@ def tensors(n, *shape):
     return [torch.full(shape or (1,), float(i)) for i in range(n)]
 
 
+def packed(expected: dict) -> dict:
+    # The extension's arguments by name: the options gathered into their pack where the first stands.
+    names = [name for name, *_ in _library._PACKED_OPTIONS]
+    out = {}
+    for name, value in expected.items():
+        if name not in names:
+            out[name] = value
+        elif "options" not in out:
+            out["options"] = tuple(expected.get(n, default) for n, _, default in _library._PACKED_OPTIONS)
+    return out
+
+
+def same(value, want) -> bool:
+    if isinstance(want, tuple):
+        return isinstance(value, tuple) and len(value) == len(want) and all(map(same, value, want))
+    return value is want or (not isinstance(want, torch.Tensor) and value == want)
+
+
 def assert_passed(args, ext, expected):
     names = extension_parameters(ext)
+    expected = packed(expected)
     assert list(expected) == names
     for name, value, want in zip(names, args, expected.values()):
-        assert value is want or (not isinstance(want, torch.Tensor) and value == want), name
+        assert same(value, want), name
 
 
 def test_an_eager_paged_decode_hands_each_value_to_its_argument(monkeypatch):
@@ -167,9 +203,13 @@ def test_a_traced_call_records_the_op_that_fits_the_values(monkeypatch):
 
 
 def test_astrais_2026_07_paged_decode_calls_the_generated_call_in_the_tables_order(monkeypatch):
-    # astrai_csrc calls _PAGED_DECODE positionally on its hot path: its order is the table's.
+    # astrai_csrc calls _PAGED_DECODE positionally on its hot path: its order is the table's, and
+    # any parameter after it (an option added later) has a default.
     from astrai_jit import astrai_csrc
-    assert astrai_csrc._PAGED_DECODE_ORDER == tuple(parameters(_ops._PAGED_DECODE))
+    order = astrai_csrc._PAGED_DECODE_ORDER
+    signature = inspect.signature(_ops._PAGED_DECODE).parameters
+    assert tuple(signature)[:len(order)] == order
+    assert all(p.default is not inspect.Parameter.empty for p in list(signature.values())[len(order):])
     q = torch.zeros(2, 1, 4, 64, dtype=torch.bfloat16)
     kc = torch.zeros(9, 1, 2, 64, dtype=torch.bfloat16)
     vc = kc.clone()
@@ -178,6 +218,7 @@ def test_astrais_2026_07_paged_decode_calls_the_generated_call_in_the_tables_ord
                     lambda: astrai_csrc.attn_paged_decode(q, table, kc, vc, 1, 4, None, -1, 0.25, 1))
     names = extension_parameters("paged_decode")
     passed = dict(zip(names, args))
+    passed.update(zip(_library._PACKED_NAMES, passed.pop("options")))
     assert passed["q"] is q and passed["k_cache"] is kc and passed["v_cache"] is vc and passed["page_table"] is table
     assert passed["seq_lens"] is None and passed["lse"] is None and passed["mask"] is None
     assert passed["scale"] == 0.25 and passed["window_left"] == -1 and passed["seq_lens_are_offsets"] is False

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import astrai_jit
+from astrai_jit import _C, _cascade
 from reference import UNIT_ROUNDOFF, _rows_report, assert_lse_close, assert_rows_close, attention_ref
 
 bf16 = torch.bfloat16
@@ -179,6 +180,14 @@ class TestCascadeErrors:
         with raises(ValueError, "cascade: levels[0].seq_lens has shape [2]: dim 0 is 2 (allowed: 1, groups, from "
                                 "qo_indptr)"):
             astrai_jit.cascade(q, k, v, levels)
+
+    def test_an_option_cascade_does_not_serve_is_refused_by_name(self):
+        # The extension's options pack carries every attention option; the runtime names those that
+        # cascade does not serve.
+        q, k, v, levels, *_ = cascade_inputs()
+        lists = _cascade._level_lists("cascade", levels)
+        with raises(ValueError, "cascade: window_left 4 is not served"):
+            _C.cascade(q, k, v, *lists, torch.empty_like(q), None, (0.0, 0.0, None, 4), None, 0)
 
     def test_run_before_plan(self):
         with raises(RuntimeError, "cascade: run() before plan()"):

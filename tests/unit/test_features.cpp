@@ -442,7 +442,7 @@ TEST_CASE("ALiBi: a variant field, its checks, and the plan's implementations") 
   CHECK_THROWS_WITH_AS(astrai::detail::check_attention_options("decode", misaligned, {KernelKind::decode}),
                        doctest::Contains("alibi_slopes"), InvalidArgument);
   // Contiguous decode: the query must sit at a key position.
-  astrai::DecodeArgs decode = valid_decode();
+  astrai::DecodeArgs decode = astrai::testing::valid_decode();
   decode.alibi_slopes = slopes;
   decode.causal_offset = decode.kv_len;
   CHECK_THROWS_WITH_AS(astrai::validate_args(decode), doctest::Contains("past kv_len"), InvalidArgument);

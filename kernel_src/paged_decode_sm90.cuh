@@ -17,10 +17,11 @@
 // (batch 1 x 1024 tokens 7.19 -> 6.75 us, hd64 24/4 2.4% faster, larger shapes within noise).
 //
 // Shared memory: the Q tile (padded rows, as the portable kernel), then the ring aligned to
-// 1024 bytes: per stage K then V, each [kHeadDim / 64 chunks][64 rows][128 bytes] with the
-// 128-byte swizzle (16-byte piece c of row r at c ^ (r & 7)), then the barriers.
+// 1024 bytes: per stage K then V, each [row bytes / 128 chunks][64 rows][128 bytes] with the
+// 128-byte swizzle (16-byte piece c of row r at c ^ (r & 7)), then the barriers. An FP8 cache's
+// rows are bytes (decode_sm90_kv8.cuh): chunks of 128 elements, stages of half the size.
 //
-// Tensor maps (128-byte swizzle, boxes 64 elements wide):
+// Tensor maps (128-byte swizzle, boxes 64 elements wide; an FP8 cache's UINT8 maps, 128):
 //   paged:      {head_dim, n_kv_heads, page_size, num_pages}, box {64, 1, min(page_size, 64), 1};
 //   contiguous: {head_dim, n_kv_heads, kv_capacity, batch},   box {64, 1, 64, 1}.
 // Page ids past the split's tokens, negative or past num_pages address no element: TMA writes

@@ -224,25 +224,6 @@ __device__ __forceinline__ u64 smem_desc(unsigned address, unsigned lbo, unsigne
       : ASTRAI_F8(0), ASTRAI_F8(8)  \
       : "l"(desc_a), "l"(desc_b), "r"(accumulate))
 
-// SS with B N-major (transposed), as RS takes it: A (P) from shared memory, B (V) rows of keys.
-#define ASTRAI_WGMMA_SS_TB_N256(TYPES)  \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"  \
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPES " "  \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"  \
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"  \
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"  \
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"  \
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"  \
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"  \
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "  \
-      "%128, %129, p, 1, 1, 0, 1;\n}\n"  \
-      : ASTRAI_F8(0), ASTRAI_F8(8), ASTRAI_F8(16), ASTRAI_F8(24),  \
-        ASTRAI_F8(32), ASTRAI_F8(40), ASTRAI_F8(48), ASTRAI_F8(56),  \
-        ASTRAI_F8(64), ASTRAI_F8(72), ASTRAI_F8(80), ASTRAI_F8(88),  \
-        ASTRAI_F8(96), ASTRAI_F8(104), ASTRAI_F8(112), ASTRAI_F8(120)  \
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
-
 #define ASTRAI_WGMMA_SS_N64(TYPES)  \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"  \
       "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPES " "  \
@@ -305,7 +286,8 @@ __device__ __forceinline__ u64 smem_desc(unsigned address, unsigned lbo, unsigne
         ASTRAI_F8(64), ASTRAI_F8(72), ASTRAI_F8(80), ASTRAI_F8(88)  \
       : "l"(desc_a), "l"(desc_b), "r"(accumulate))
 
-#define ASTRAI_WGMMA_SS_N256(TYPES)  \
+// TRANS_B "1": B N-major (transposed), as RS takes it (MLA's P V: V rows of keys).
+#define ASTRAI_WGMMA_SS_N256_B(TYPES, TRANS_B)  \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"  \
       "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPES " "  \
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
@@ -316,12 +298,14 @@ __device__ __forceinline__ u64 smem_desc(unsigned address, unsigned lbo, unsigne
       "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"  \
       "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"  \
       "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "  \
-      "%128, %129, p, 1, 1, 0, 0;\n}\n"  \
+      "%128, %129, p, 1, 1, 0, " TRANS_B ";\n}\n"  \
       : ASTRAI_F8(0), ASTRAI_F8(8), ASTRAI_F8(16), ASTRAI_F8(24),  \
         ASTRAI_F8(32), ASTRAI_F8(40), ASTRAI_F8(48), ASTRAI_F8(56),  \
         ASTRAI_F8(64), ASTRAI_F8(72), ASTRAI_F8(80), ASTRAI_F8(88),  \
         ASTRAI_F8(96), ASTRAI_F8(104), ASTRAI_F8(112), ASTRAI_F8(120)  \
       : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+#define ASTRAI_WGMMA_SS_N256(TYPES) ASTRAI_WGMMA_SS_N256_B(TYPES, "0")
+#define ASTRAI_WGMMA_SS_TB_N256(TYPES) ASTRAI_WGMMA_SS_N256_B(TYPES, "1")
 
 #define ASTRAI_WGMMA_RS_N64(TYPES)  \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"  \

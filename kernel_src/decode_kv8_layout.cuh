@@ -82,6 +82,24 @@ __device__ __forceinline__ void kv8_score_scales(T* smem_q, int quad_row, float 
   }
 }
 
+// An FP8 cache's raw scores (a warp's rows g and g + 8) as if K were dequantized and Q unscaled:
+// times the K scale; a scaled bf16 row's factors (kScaledQ, score_scale: kv8_score_scales) ride
+// with the softmax scale instead, except before a soft-cap, which needs the true scores.
+template <int kFlags, bool kScaledQ>
+__device__ __forceinline__ void kv8_scale_scores(float (&s)[2][4], float k_scale, const float (&score_scale)[2]) {
+  if constexpr (!kScaledQ) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] *= k_scale;
+  } else if constexpr (has_feature<kFlags>(kFeatureSoftCap)) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] *= score_scale[e >> 1];
+  }
+}
+
 // The dim of Q stored at column `column` of the direct path's Q tile (see Kv8Direct): lane t
 // reads 16-byte piece 4h + t of a K row for the 64 dims h. kSwizzled, the sm_90a decode's order
 // (its TMA lays rows out with the 128-byte swizzle, piece c of row r at c ^ r % 8): piece

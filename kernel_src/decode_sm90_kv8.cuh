@@ -80,8 +80,7 @@ __device__ __forceinline__ void sm90_kv8_pv(float (&o)[kHeadDim / 8][4], const u
 }
 
 // One block's work for a warp on an FP8 cache: S from the K bytes, the scores as if K were
-// dequantized (and Q unscaled: a scaled bf16 row's factor rides with the softmax scale, except
-// before a soft-cap, which needs the true scores), the softmax step in f16, O += P V.
+// dequantized (kv8_scale_scores), the softmax step in f16, O += P V.
 template <typename T, int kHeadDim, int kFlags, bool kScaledQ>
 __device__ __forceinline__ void sm90_kv8_block(DecodeWarpSoftmax<kHeadDim, kFlags, kScaledQ>& state,
                                                const PagedDecodeParams& p, const DecodeWork& w, unsigned q_address,
@@ -91,17 +90,7 @@ __device__ __forceinline__ void sm90_kv8_block(DecodeWarpSoftmax<kHeadDim, kFlag
   constexpr bool kE5m2 = has_feature<kFlags>(kFeatureKvE5m2);
   float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
   sm90_kv8_scores<kHeadDim, kE5m2>(s, q_address, k_tile, warp, lane);
-  if constexpr (!kScaledQ) {
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[j][e] *= scales.k;
-  } else if constexpr (has_feature<kFlags>(kFeatureSoftCap)) {
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[j][e] *= scales.score[e >> 1];
-  }
+  kv8_scale_scores<kFlags, kScaledQ>(s, scales.k, scales.score);
   unsigned pa[4];
   state.template step<fp16_t>(s, pa, p, w, first_token);
   sm90_kv8_pv<kHeadDim, kE5m2>(state.o, pa, v_tile, warp, lane);

@@ -292,19 +292,7 @@ __device__ void paged_decode_mma(const PagedDecodeParams& p, unsigned char* smem
       } else {
         decode_scores_mma<T, kHeadDim>(s, q_address, k_address);
       }
-      // Scores as if K were dequantized (and Q unscaled): the softmax applies the factors of
-      // scaled Q rows with its scale, except before a soft-cap, which needs the true scores.
-      if constexpr (kFp8 && !kScaledQ) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[j][e] *= k_scale;
-      } else if constexpr (kScaledQ && has_feature<kFlags>(kFeatureSoftCap)) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[j][e] *= score_scale[e >> 1];
-      }
+      if constexpr (kFp8) kv8_scale_scores<kFlags, kScaledQ>(s, k_scale, score_scale);
 
       // O += P V.
       unsigned pa[4];

@@ -13,6 +13,7 @@ enum FeatureBit : unsigned {
   kFeatureWindow = 4u,   // sliding window: a query at position p attends to [p - window_left, p]
   kFeatureKvE4m3 = 8u,   // FP8 KV cache, e4m3 bytes (value = fp8 * scale); q and out keep T
   kFeatureKvE5m2 = 16u,  // FP8 KV cache, e5m2 bytes; excludes kFeatureKvE4m3
+  kFeatureKvFp8 = kFeatureKvE4m3 | kFeatureKvE5m2,  // either FP8 format: a mask, not a feature
   // Multi-token decode (paged decode only), a field rather than a bit: q_len - 1 in bits 5..7,
   // the new query tokens per request (named ".q2" .. ".q8"); 0 is the single-token decode.
   kFeatureQLenField = 7u << 5,

@@ -19,7 +19,7 @@ namespace {
 // at head dim 128, on tensor cores.
 bool decode_entry_holds_4_ctas(const KernelSpec& spec) {
   return spec.uses_mma() && spec.dtype == DType::bf16 && spec.head_dim == 128 &&
-         (spec.flags & (kFeatureKvE4m3 | kFeatureKvE5m2)) != 0;
+         (spec.flags & kFeatureKvFp8) != 0;
 }
 
 }  // namespace
@@ -85,7 +85,7 @@ bool decode_sm90_maps(const Device& device, const KernelSpec& spec, const PagedD
                          p.n_kv_heads,
                          std::max(spec.page_size > 0 ? spec.page_size : p.kv_capacity, 1),
                          std::max(spec.page_size > 0 ? p.num_pages : p.batch, 1),
-                         (spec.flags & (kFeatureKvE4m3 | kFeatureKvE5m2)) != 0 ? 1 : 2,
+                         (spec.flags & kFeatureKvFp8) != 0 ? 1 : 2,
                          p.k_cache,
                          p.v_cache,
                          {p.k_stride_head, p.k_stride_token, p.k_stride_page},

@@ -54,7 +54,7 @@ const KernelFamily& mla_decode_family() {
         const char* type = device_type_name(spec.dtype);
         const int q_len = decode_q_len(spec.flags);
         const MlaTiling tiling = mla_tiling(spec.arch, spec.group_size, q_len);
-        const unsigned kv_flags = spec.flags & (kFeatureKvE4m3 | kFeatureKvE5m2);
+        const unsigned kv_flags = spec.flags & kFeatureKvFp8;
         std::vector<std::string> names = {fmt::format("astrai::mla_decode_kernel<{}, {}, {}, {}, {}, {}u>", type,
                                                       spec.page_size, q_len, tiling.row_groups, tiling.block_n,
                                                       kv_flags)};
@@ -62,7 +62,7 @@ const KernelFamily& mla_decode_family() {
         return names;
       },
       /*limits=*/{{kMlaQkDim, kMlaQkDim, 16}, 64, 128},
-      /*supported_flags=*/kFeatureQLenField | kFeatureKvE4m3 | kFeatureKvE5m2,
+      /*supported_flags=*/kFeatureQLenField | kFeatureKvFp8,
       // DeepSeek-V3/R1 on 8 GPUs (16 heads each) and on one (128), pages of 64 and 1.
       /*warm=*/{{{kMlaQkDim, 16}, {kMlaQkDim, 128}}, {kMlaQkDim}, {16, 128}, {1, 64}},
       /*hopper=*/{"mla_decode_sm90.cuh", mla_sm90_instantiations,

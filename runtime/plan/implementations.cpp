@@ -14,7 +14,7 @@ const char* hopper_shape_refusal(KernelKind kind, int head_dim, int page_size, s
   if (hopper.main_file == nullptr) return "the family has no sm_90a implementation";
   if (arch != "sm_90a") return "the target is not sm_90a";
   if (force_no_mma) return "tensor cores are off (ASTRAI_JIT_NO_MMA)";
-  if ((flags & (kFeatureKvE4m3 | kFeatureKvE5m2)) != 0) {
+  if ((flags & kFeatureKvFp8) != 0) {
     if (!is_decode_kind(kind) || kind == KernelKind::mla_decode) return "an FP8 KV cache is not served";
     if (!decode_sm90_serves_kv8(head_dim)) return "an FP8 KV cache is served at head_dim 128 or 256 only";
   }
@@ -28,8 +28,6 @@ const char* hopper_shape_refusal(KernelKind kind, int head_dim, int page_size, s
 }
 
 namespace {
-
-constexpr std::uint32_t kFp8Kv = kFeatureKvE4m3 | kFeatureKvE5m2;
 
 const char* hopper_refusal(const AttentionProblem& problem, const DeviceTraits& device) {
   if (device.no_hopper && device.arch == "sm_90a" && device.uses_mma()) return "ASTRAI_JIT_NO_WGMMA is set";
@@ -65,7 +63,8 @@ void plan_decode_grid(const AttentionProblem& problem, const DeviceTraits& devic
       plan_decode_splits(problem.batch, problem.n_kv_heads, plan->head_tiles, problem.span, resident_ctas);
   const long long columns = 1LL * problem.batch * problem.n_kv_heads * plan->head_tiles;
   // An FP8 cache's Hopper decode runs a split a CTA (decode_sm90_kv8.cuh).
-  plan->spec.wide = plan->spec.hopper && decode_sm90_has_wide(problem.head_dim) && (problem.flags & kFp8Kv) == 0 &&
+  plan->spec.wide = plan->spec.hopper && decode_sm90_has_wide(problem.head_dim) &&
+                    (problem.flags & kFeatureKvFp8) == 0 &&
                     decode_takes_wide_ctas(device.decode_tiles, split, columns, device.num_sms, kDecodeSm90WideSplits);
   if (plan->spec.wide) {
     plan->block = kDecodeThreads * kDecodeSm90WideSplits;
@@ -91,7 +90,7 @@ const char* configure_sm90_decode(const AttentionProblem& problem, const DeviceT
                                   const OccupancyQuery&, Plan* plan) {
   plan->spec = problem_spec(problem, device, true);
   plan->block = kDecodeThreads;
-  const bool fp8 = (problem.flags & kFp8Kv) != 0;
+  const bool fp8 = (problem.flags & kFeatureKvFp8) != 0;
   plan->smem = decode_sm90_smem_bytes(problem.head_dim, fp8);
   // Its occupancy follows from its shared memory (its __launch_bounds__ keeps registers within
   // it), so the plan needs no compiled variant: a call that takes wide CTAs compiles only those.
@@ -103,7 +102,7 @@ const char* configure_portable_decode(const AttentionProblem& problem, const Dev
                                       const OccupancyQuery& occupancy, Plan* plan) {
   plan->spec = problem_spec(problem, device, false);
   plan->block = kDecodeThreads;
-  plan->smem = paged_decode_smem_bytes(problem.head_dim, (problem.flags & kFp8Kv) != 0);
+  plan->smem = paged_decode_smem_bytes(problem.head_dim, (problem.flags & kFeatureKvFp8) != 0);
   const int resident = occupancy ? occupancy(plan->spec, plan->block, plan->smem)
                                  : modeled_resident_ctas(device, plan->smem);
   plan_decode_grid(problem, device, std::max(resident, 1), plan);
@@ -162,7 +161,7 @@ const char* configure_portable_prefill(const AttentionProblem& problem, const De
   // The tensor-core and CUDA-core paths tile differently.
   const bool mma = device.uses_mma();
   plan->block = kPrefillThreads;
-  plan->smem = mma ? prefill_smem_bytes(problem.head_dim, (problem.flags & kFp8Kv) != 0)
+  plan->smem = mma ? prefill_smem_bytes(problem.head_dim, (problem.flags & kFeatureKvFp8) != 0)
                    : prefill_core_smem_bytes(problem.head_dim);
   const int block_q = mma ? prefill_block_q(problem.head_dim) : kPrefillCoreBlockQ;
   plan->grid = {static_cast<unsigned>((1LL * problem.max_q_len + block_q - 1) / block_q),

@@ -134,9 +134,9 @@ constexpr bool prefill_sm90_head_dim(int head_dim) {
 inline constexpr int kDecodeSm90Stages = 3;
 
 // The Q tile (rows of head_dim + 8 elements), 1 KB to align the ring by hand, the ring, and a
-// full barrier per stage. An FP8 cache's stages hold half the bytes: twice the CTAs an SM, which
-// its widening instructions need (with 2 CTAs at hd128 it read 4% slower than the portable
-// direct path's 4).
+// full barrier per stage. An FP8 cache's stages hold half the bytes, for twice the CTAs an SM
+// (with the 16-bit ring's bytes, 2 CTAs at hd128, it read 4% slower than the portable direct
+// path's 4: decision 0029).
 constexpr int decode_sm90_smem_bytes(int head_dim, bool fp8 = false) {
   return kDecodeHeadsPerTile * (head_dim + 8) * 2 + 1024 +
          kDecodeSm90Stages * (2 * kDecodeBlockTokens * head_dim * (fp8 ? 1 : 2) + 8);

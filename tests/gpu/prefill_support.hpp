@@ -52,10 +52,10 @@ struct RowId {
 // Compares one output row (and its LSE, when lse_got is set) with the reference.
 inline void check_row(Verdict* verdict, DType dtype, const std::vector<std::uint16_t>& out,
                std::int64_t out_base, const std::vector<double>& want, bool non_empty,
-               const float* lse_got, double lse_want, RowId id) {
+               const float* lse_got, double lse_want, RowId id, double lse_slack = 0) {
   const auto where = [&] { return id.text(); };
   verdict->check.row_bits(out.data() + out_base, dtype, want.data(), static_cast<int>(want.size()), non_empty, where);
-  if (lse_got != nullptr) verdict->check.lse(*lse_got, lse_want, where);
+  if (lse_got != nullptr) verdict->check.lse(*lse_got, lse_want, where, lse_slack);
 }
 
 // Every element of `out` that no row owns (padding between heads, tokens and batches, the

@@ -130,12 +130,12 @@ void check_decode(const DecodeCase& c, bool graph = false) {
           features.alibi_slope = slopes[h];
           features.query_position = position;
         }
-        double want_lse = 0;
-        const bool non_empty =
-            attend_row(q_row.data(), k_rows.data(), v_rows.data(), len, keep, d, scale, &want, &want_lse, features);
+        double want_lse = 0, lse_slack = 0;
+        const bool non_empty = attend_row(q_row.data(), k_rows.data(), v_rows.data(), len, keep, d, scale, &want,
+                                          &want_lse, features, &lse_slack);
         const auto where = [&] { return fmt::format("b={} h={}", b, h); };
         check.row_bits(&out[static_cast<std::size_t>(b * n_heads + h) * d], c.dtype, want.data(), d, non_empty, where);
-        check.lse(lse[b * n_heads + h], want_lse, where);
+        check.lse(lse[b * n_heads + h], want_lse, where, lse_slack);
       }
     }
   // The tail of a buffer padded to 8 elements holds the poison.

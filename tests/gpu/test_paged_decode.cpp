@@ -200,14 +200,14 @@ PagedRun run_paged_case(const PagedCase& c, bool capture_graph = false) {
         RowFeatures features;
         features.logit_cap = c.features.logit_cap;
         if (c.features.sinks) features.sink = sinks[h];
-        double want_lse = 0;
-        const bool non_empty =
-            attend_row(q_row.data(), k_rows.data(), v_rows.data(), len, keep, d, scale, &want, &want_lse, features);
+        double want_lse = 0, lse_slack = 0;
+        const bool non_empty = attend_row(q_row.data(), k_rows.data(), v_rows.data(), len, keep, d, scale, &want,
+                                          &want_lse, features, &lse_slack);
         const auto where = [&] { return fmt::format("b={} h={}", b, h); };
         const std::int64_t row = b * out_batch_stride + h * out_head_stride;
         run.check.row_bits(&run.out[row], c.dtype, want.data(), d, non_empty, where);
         std::fill_n(written.begin() + row, d, 1);
-        if (c.lse) run.check.lse(lse[b * n_heads + h], want_lse, where);
+        if (c.lse) run.check.lse(lse[b * n_heads + h], want_lse, where, lse_slack);
       }
     }
   }

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cfenv>
 #include <cmath>
 #include <random>
 
@@ -27,13 +28,15 @@ struct RowCase {
   int splits = 1;         // KV splits merged through their LSE, as the split-KV combine
   double scale = 0;       // 0: 1/sqrt(d)
   float key_ramp = 0;     // > 0: key j scaled by 1 + ramp * j / n (maxima rise along the walk)
+  bool cancel = false;    // keys nearly orthogonal to q: large products, scores near 0
+  bool chop = false;      // scores summed by f32 adds rounded toward zero (tensor cores truncate)
   int window_left = -1;
   double logit_cap = 0;
   double sink = -INFINITY;
   unsigned seed = 1;
   std::string text() const {
-    return fmt::format("{} n={} d={} splits={} scale={} ramp={} window={} cap={} sink={} seed={}", dtype_name(dtype),
-                       n, d, splits, scale, key_ramp, window_left, logit_cap, sink, seed);
+    return fmt::format("{} n={} d={} splits={} scale={} ramp={} cancel={} chop={} window={} cap={} sink={} seed={}",
+                       dtype_name(dtype), n, d, splits, scale, key_ramp, cancel, chop, window_left, logit_cap, sink, seed);
   }
 };
 
@@ -56,6 +59,17 @@ RowData make_row_data(const RowCase& c) {
         float& x = data.k[static_cast<std::size_t>(j) * c.d + e];
         x = element_to_float(float_to_element(x * (1.f + c.key_ramp * j / c.n), c.dtype), c.dtype);
       }
+  if (c.cancel)  // k_j minus its projection on q (then rounded): the dot product nearly cancels
+    for (int j = 0; j < c.n; ++j) {
+      float* k = data.k.data() + static_cast<std::size_t>(j) * c.d;
+      double kq = 0, qq = 0;
+      for (int e = 0; e < c.d; ++e) {
+        kq += static_cast<double>(k[e]) * data.q[e];
+        qq += static_cast<double>(data.q[e]) * data.q[e];
+      }
+      for (int e = 0; e < c.d; ++e)
+        k[e] = element_to_float(float_to_element(static_cast<float>(k[e] - kq / qq * data.q[e]), c.dtype), c.dtype);
+    }
   return data;
 }
 
@@ -70,6 +84,28 @@ struct KernelRow {
   std::vector<float> out;  // rounded to the dtype
   float lse = 0;
 };
+
+// A score's dot product in f32: serial adds rounded to nearest, or as a tensor core's k-steps at
+// worst: each step's 16 products summed, then added to the f32 accumulator rounded toward zero
+// (errors that do not cancel).
+float score_dot(const float* q, const float* k, int d, bool chop) {
+  if (!chop) {
+    float dot = 0;
+    for (int e = 0; e < d; ++e) dot += q[e] * k[e];
+    return dot;
+  }
+  const int mode = std::fegetround();
+  volatile float dot = 0;  // each add rounded in the mode of its time, never folded
+  for (int e = 0; e < d; e += 16) {
+    double step = 0;
+    for (int x = e; x < std::min(d, e + 16); ++x) step += static_cast<double>(q[x]) * k[x];
+    const float rounded = static_cast<float>(step);
+    std::fesetround(FE_TOWARDZERO);
+    dot = dot + rounded;
+    std::fesetround(mode);
+  }
+  return dot;
+}
 
 // A kernel's arithmetic for one row, with `bug` injected.
 KernelRow emulate_kernel(const RowCase& c, const RowData& data, Bug bug) {
@@ -91,8 +127,7 @@ KernelRow emulate_kernel(const RowCase& c, const RowData& data, Bug bug) {
     std::vector<float> scores(static_cast<std::size_t>(per_split), -INFINITY);
     for (int j = s * per_split; j < std::min(c.n, (s + 1) * per_split); ++j) {
       if (!keep[j]) continue;
-      float dot = 0;
-      for (int e = 0; e < c.d; ++e) dot += data.q[e] * data.k[static_cast<std::size_t>(j) * c.d + e];
+      const float dot = score_dot(data.q.data(), data.k.data() + static_cast<std::size_t>(j) * c.d, c.d, c.chop);
       float score = dot * static_cast<float>(scale);
       if (c.logit_cap > 0) score = static_cast<float>(c.logit_cap) * std::tanh(score / static_cast<float>(c.logit_cap));
       scores[j - s * per_split] = score;
@@ -145,13 +180,13 @@ RowCheck check_emulated(const RowCase& c, Bug bug, DType checked_as) {
   features.sink = c.sink;
   const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.d));
   std::vector<double> want;
-  double want_lse = 0;
+  double want_lse = 0, lse_slack = 0;
   const bool non_empty = attend_row(data.q.data(), data.k.data(), data.v.data(), c.n, window_keep(c.n, c.window_left),
-                                    c.d, scale, &want, &want_lse, features);
+                                    c.d, scale, &want, &want_lse, features, &lse_slack);
   const KernelRow got = emulate_kernel(c, data, bug);
   RowCheck check(attention_tolerance(checked_as));
   check.row(got.out.data(), want.data(), c.d, non_empty, [&] { return c.text(); });
-  check.lse(got.lse, want_lse, [&] { return c.text(); });
+  check.lse(got.lse, want_lse, [&] { return c.text(); }, lse_slack);
   return check;
 }
 
@@ -161,7 +196,7 @@ std::vector<RowCase> correct_cases() {
   std::vector<RowCase> cases;
   unsigned seed = 100;
   for (DType dtype : {DType::bf16, DType::fp16})
-    for (int d : {32, 128, 256})
+    for (int d : {32, 128, 256, 576})
       for (int n : {1, 2, 17, 900, 5000}) {
         RowCase c;
         c.dtype = dtype;
@@ -179,6 +214,22 @@ std::vector<RowCase> correct_cases() {
         c.sink = n % 2 ? 7.0 : -2.0;
         c.logit_cap = n == 900 ? 4.0 : 0.0;
         c.window_left = n > 17 ? n / 3 : -1;
+        c.seed = seed++;
+        cases.push_back(c);
+      }
+  // MLA's 576 dims with keys of gain up to 5 at scale 1 that nearly cancel against q: scores
+  // near 0, so the LSE is small, while the f32 sums wander far (lse_score_slack's case).
+  for (DType dtype : {DType::bf16, DType::fp16})
+    for (int n : {1, 3, 17})
+      for (int round = 0; round < 8; ++round) {
+        RowCase c;
+        c.dtype = dtype;
+        c.d = 576;
+        c.n = n;
+        c.scale = 1.0;
+        c.key_ramp = 4.f;
+        c.cancel = true;
+        c.chop = round % 2 == 1;
         c.seed = seed++;
         cases.push_back(c);
       }

@@ -70,20 +70,26 @@ __device__ __forceinline__ void store_row_quad(const SplitWorkspace& workspace, 
   }
 }
 
-// The combine's tiling: a row is read as float4 columns by kHeadDim / 4 lanes, and the CTA's
-// 128 threads form this many groups of them.
-constexpr int combine_groups(int head_dim) { return 128 / (head_dim / 4) > 0 ? 128 / (head_dim / 4) : 1; }
+// The combine's tiling: a CTA's slice of a row (combine_column_slices) is read as float4
+// columns by this many lanes, and the CTA's 128 threads form combine_groups groups of them.
+constexpr int combine_lanes(int head_dim) { return head_dim / combine_column_slices(head_dim) / 4; }
+constexpr int combine_groups(int head_dim) { return 128 / combine_lanes(head_dim) > 0 ? 128 / combine_lanes(head_dim) : 1; }
 
-// One CTA per (batch, head) row, or (batch, token, head) with kQLen query tokens: out = sum_s
-// w_s * partial_s with w_s = exp(lse_s - lse). The row is read as float4 columns; groups of
-// threads take every kGroups-th split so that long split lists (batch 1, long contexts) are
-// read in parallel, then the groups are summed. The kernel owns the shared arrays.
+// One CTA per (batch, head) row, or (batch, token, head) with kQLen query tokens, and column
+// slice (blockIdx.y): out = sum_s w_s * partial_s with w_s = exp(lse_s - lse). The slice is read
+// as float4 columns; groups of threads take every kGroups-th split so that long split lists
+// (batch 1, long contexts) are read in parallel, then the groups are summed. Each slice's CTA
+// weighs the splits itself (a few hundred bytes of LSEs); slice 0 writes the merged LSE. The
+// kernel owns the shared arrays.
 template <typename T, int kHeadDim, int kQLen>
 __device__ __forceinline__ void combine_split_row(const CombineParams& p, long long out_stride_seq, float* weights,
-                                                  float& inverse_total, float4 (*group_sums)[kHeadDim / 4]) {
-  constexpr int kLanesPerRow = kHeadDim / 4;  // float4 columns
+                                                  float& inverse_total,
+                                                  float4 (*group_sums)[combine_lanes(kHeadDim)]) {
+  constexpr int kLanesPerRow = kHeadDim / 4;  // float4 columns of a whole row
+  constexpr int kLanes = combine_lanes(kHeadDim);  // of this CTA's slice
   constexpr int kGroups = combine_groups(kHeadDim);
-  static_assert(kHeadDim % 4 == 0 && kLanesPerRow <= 128, "combine tiling");
+  static_assert(kHeadDim % 4 == 0 && kLanes <= 128, "combine tiling");
+  const int slice = combine_column_slices(kHeadDim) > 1 ? static_cast<int>(blockIdx.y) : 0;
   wait_for_previous_grid();  // launched as a dependent of the attention kernel (sm_90+)
   allow_dependent_grid();    // the next call's attention kernel may be placed; it waits for us
   const int row = blockIdx.x;
@@ -93,9 +99,9 @@ __device__ __forceinline__ void combine_split_row(const CombineParams& p, long l
   const int head = row % p.n_heads;
   const int num_splits = p.workspace.num_splits;
   const long long rows_per_split = static_cast<long long>(p.batch) * kQLen * p.n_heads;
-  const int group = threadIdx.x / kLanesPerRow;
-  const int lane = threadIdx.x % kLanesPerRow;
-  const float4* column = reinterpret_cast<const float4*>(p.workspace.partial_out) + lane;
+  const int group = threadIdx.x / kLanes;
+  const int lane = threadIdx.x % kLanes;
+  const float4* column = reinterpret_cast<const float4*>(p.workspace.partial_out) + slice * kLanes + lane;
   auto partial = [&](int s) { return column[(s * rows_per_split + row) * kLanesPerRow]; };
 
   // Each group's first kHeld splits are read before the weights are known, so that their
@@ -133,7 +139,7 @@ __device__ __forceinline__ void combine_split_row(const CombineParams& p, long l
     total = warp_all_sum(total);
     if (threadIdx.x == 0) {
       inverse_total = lse_merge_inverse(total);
-      if (p.lse) p.lse[row] = merged_lse(max_lse, total);
+      if (p.lse && slice == 0) p.lse[row] = merged_lse(max_lse, total);
     }
   }
   __syncthreads();
@@ -150,7 +156,7 @@ __device__ __forceinline__ void combine_split_row(const CombineParams& p, long l
   }
   __syncthreads();
 
-  if (threadIdx.x < kLanesPerRow) {
+  if (threadIdx.x < kLanes) {
     float4 sum = group_sums[0][threadIdx.x];
 #pragma unroll
     for (int g = 1; g < kGroups; ++g) {
@@ -161,7 +167,7 @@ __device__ __forceinline__ void combine_split_row(const CombineParams& p, long l
       sum.w += part.w;
     }
     T* dst = static_cast<T*>(p.out) + batch_index * p.out_stride_batch +
-             token * out_stride_seq + head * p.out_stride_head + threadIdx.x * 4;
+             token * out_stride_seq + head * p.out_stride_head + (slice * kLanes + threadIdx.x) * 4;
     const float scale = inverse_total;
     dst[0] = from_float<T>(sum.x * scale);
     dst[1] = from_float<T>(sum.y * scale);
@@ -174,7 +180,7 @@ template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(128) split_combine_kernel(const CombineParams p) {
   __shared__ float weights[kMaxSplits];
   __shared__ float inverse_total;
-  __shared__ float4 group_sums[combine_groups(kHeadDim)][kHeadDim / 4];
+  __shared__ float4 group_sums[combine_groups(kHeadDim)][combine_lanes(kHeadDim)];
   combine_split_row<T, kHeadDim, 1>(p, 0, weights, inverse_total, group_sums);
 }
 
@@ -183,7 +189,7 @@ template <typename T, int kHeadDim, int kQLen>
 __global__ void __launch_bounds__(128) split_combine_tokens_kernel(const TokenCombineParams p) {
   __shared__ float weights[kMaxSplits];
   __shared__ float inverse_total;
-  __shared__ float4 group_sums[combine_groups(kHeadDim)][kHeadDim / 4];
+  __shared__ float4 group_sums[combine_groups(kHeadDim)][combine_lanes(kHeadDim)];
   combine_split_row<T, kHeadDim, kQLen>(p.rows, p.out_stride_seq, weights, inverse_total, group_sums);
 }
 

@@ -128,6 +128,14 @@ inline constexpr int kDecodeBlockTokens = 64;  // tokens per pipeline stage (16 
 inline constexpr int kDecodeHeadsPerTile = 16; // query heads of one KV head per CTA (the MMA M tile)
 inline constexpr int kDecodeStages = 2;
 inline constexpr int kMaxSplits = 256;
+// The split combine reads a row whose width is a multiple of 128 columns in slices of 128, one
+// CTA a slice: a row of 512 (MLA's V) read by one CTA's 128 threads leaves too few loads in
+// flight to cover the latency of 64 splits' partials.
+inline constexpr int kCombineSliceColumns = 128;
+constexpr int combine_column_slices(int head_dim) {
+  return head_dim > kCombineSliceColumns && head_dim % kCombineSliceColumns == 0 ? head_dim / kCombineSliceColumns
+                                                                                  : 1;
+}
 // An FP8 cache with head dim 64, 128 or 256 (tensor-core path) is read straight from its
 // bytes into MMA fragments: each warp streams its own 16 rows a step through a ring of
 // kv8_stages(head_dim) K+V stages, with no widened tile and no CTA barrier in the loop. Other

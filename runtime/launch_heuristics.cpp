@@ -8,7 +8,7 @@
 namespace astrai::detail {
 
 DecodeSplitPlan plan_decode_splits(int batch, int n_kv_heads, int head_tiles, long long capacity,
-                                   int resident_ctas) {
+                                   int resident_ctas, double partial_blocks) {
   const long long blocks = std::max<long long>(1, (capacity + kDecodeBlockTokens - 1) / kDecodeBlockTokens);
   const long long base_ctas = std::max<long long>(1, 1LL * batch * n_kv_heads * head_tiles);
   const long long resident = std::max(resident_ctas, 1);
@@ -18,13 +18,17 @@ DecodeSplitPlan plan_decode_splits(int batch, int n_kv_heads, int head_tiles, lo
   const long long max_splits =
       std::max<long long>(1, std::min<long long>({kMaxSplits, blocks, useful_splits}));
   long long best_splits = 1;
-  long long best_cost = -1;
+  double best_cost = -1;
   for (long long splits = 1; splits <= max_splits; ++splits) {
     const long long blocks_per_split = (blocks + splits - 1) / splits;
     const long long used_splits = (blocks + blocks_per_split - 1) / blocks_per_split;
     if (used_splits != splits) continue;  // the same plan as a smaller split count
     const long long waves = (base_ctas * splits + resident - 1) / resident;
-    const long long cost = waves * (blocks_per_split + 1) + (splits > 1 ? 1 : 0);
+    // The partials of a split plan are written and read back by every CTA through the GPU's
+    // bandwidth, so they cost in proportion to all of them, not to one wave's.
+    const double partials =
+        splits > 1 ? partial_blocks * static_cast<double>(base_ctas * splits) / static_cast<double>(resident) : 0.0;
+    const double cost = static_cast<double>(waves * (blocks_per_split + 1) + (splits > 1 ? 1 : 0)) + partials;
     if (best_cost < 0 || cost < best_cost) {
       best_cost = cost;
       best_splits = splits;

@@ -18,8 +18,11 @@ struct DecodeSplitPlan {
 // the combine when split), so that the last wave is not left mostly empty.
 // Derived from the page table's capacity (max_pages_per_seq x page_size), not from the current
 // lengths, so a CUDA graph captured at one length stays valid as sequences grow.
+// `partial_blocks`: what one split CTA's partials (written, then read by the combine) cost, in
+// KV blocks streamed; 0 where they are small beside the KV (the decode: 16 rows of f32 against
+// 64 tokens of K and V).
 DecodeSplitPlan plan_decode_splits(int batch, int n_kv_heads, int head_tiles, long long capacity,
-                                   int resident_ctas);
+                                   int resident_ctas, double partial_blocks = 0);
 
 // Whether a Hopper decode call takes wide CTAs (kernel_src/paged_decode_sm90.cuh: the splits of
 // each of the `tiles` (request, KV head, head tile) columns side by side in one CTA of

@@ -136,7 +136,8 @@ void launch_split_combine(Device& device, CUfunction combine, const SplitWorkspa
   TokenCombineParams tokens{rows, target.out_stride_seq};
   LaunchConfig config{};
   config.name = name;
-  config.grid = {static_cast<unsigned>(target.batch * target.n_heads * target.q_len), 1, 1};
+  config.grid = {static_cast<unsigned>(target.batch * target.n_heads * target.q_len),
+                 static_cast<unsigned>(combine_column_slices(target.head_dim)), 1};
   config.block = 128;
   config.smem = 0;
   config.stream = stream;
@@ -217,7 +218,7 @@ void launch_decode(Runtime::Impl& impl, const DecodeLaunch& launch, PagedDecodeP
   if (plan.split_kv())
     launch_split_combine(device, launched.functions[1], params.workspace,
                          {params.lse, params.out, params.out_stride_batch, params.out_stride_seq,
-                          params.out_stride_head, params.batch, params.n_heads, q_len},
+                          params.out_stride_head, params.batch, params.n_heads, q_len, launch.head_dim},
                          launch.stream, "cuLaunchKernel(split_combine)");
 }
 

@@ -39,6 +39,7 @@ struct CombineTarget {
   void* out;
   long long out_stride_batch, out_stride_seq, out_stride_head;
   int batch, n_heads, q_len;
+  int head_dim;  // of the rows (the combine's grid has a CTA per row and column slice)
 };
 // The split combine (a variant's second kernel) of `workspace` into `target`, a programmatic
 // dependent of the attention kernel: merging in the attention kernel instead (the last split CTA

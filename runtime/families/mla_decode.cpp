@@ -260,7 +260,8 @@ void Runtime::mla_decode(const MlaDecodeArgs& input) {
   if (plan.split_kv())
     detail::launch_split_combine(device, launched.functions[1], params.workspace,
                                  {params.lse, params.out, params.out_stride_batch, params.out_stride_seq,
-                                  params.out_stride_head, params.batch, params.n_heads, args.q_len},
+                                  params.out_stride_head, params.batch, params.n_heads, args.q_len,
+                                  int{kMlaVDim}},
                                  stream, "cuLaunchKernel(mla_decode split_combine)");
 }
 

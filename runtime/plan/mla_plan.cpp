@@ -90,8 +90,15 @@ Plan plan_mla_decode(const MlaProblem& problem, const DeviceTraits& device) {
                                       "leave ASTRAI_JIT_ARCH unset or name the GPU's own target)",
                                       device.arch, plan.smem, device.max_smem_per_cta));
   const int row_tiles = (problem.n_heads * problem.q_len + rows_per_cta - 1) / rows_per_cta;
-  // One CTA an SM (its shared memory); the split plan fills the SMs a few times over.
-  plan.split = plan_decode_splits(problem.batch, 1, row_tiles, problem.capacity, std::max(device.num_sms, 1));
+  // One CTA an SM (its shared memory); the split plan fills the SMs a few times over. A split
+  // CTA's partials (its rows x 512 f32, written and read back) are 3.6 blocks of latent cache at
+  // 64 rows; the plan weighs them twice that, the weight that on the H100 picked the fastest
+  // split count of a workspace-capped sweep at batch 1, 4 and 8 (32 of 128 blocks at 8192
+  // tokens, 24.8 us against 28.0 with 64; 64 of 512 at 32768).
+  const double partial_bytes = 2.0 * rows_per_cta * kMlaVDim * sizeof(float);
+  const double block_bytes = static_cast<double>(kDecodeBlockTokens) * kMlaQkDim * 2;
+  plan.split = plan_decode_splits(problem.batch, 1, row_tiles, problem.capacity, std::max(device.num_sms, 1),
+                                  2.0 * partial_bytes / block_bytes);
   if (problem.caller_workspace)
     plan.split = cap_decode_splits(plan.split, problem.capacity, problem.workspace_bytes, problem.batch,
                                    problem.n_heads * problem.q_len, kMlaVDim);

@@ -11,6 +11,7 @@
 #include "kernel_src/hopper_params.h"
 #include "kernel_src/kernel_params.h"
 #include "runtime/compile_plan.hpp"
+#include "runtime/launch_heuristics.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/plan/implementations.hpp"
 #include "runtime/plan/mla_plan.hpp"
@@ -220,6 +221,21 @@ TEST_CASE("the MLA plan: variant, grid over row tiles, requests and splits, and 
   CHECK_THROWS_WITH_AS(plan_mla_decode(problem(1, 16, 1, 64), forced), doctest::Contains("needs tensor cores"),
                        InvalidArgument);
   CHECK_THROWS_AS(plan_mla_decode(problem(1, 16, 1, 64), device("sm_75")), InvalidArgument);
+}
+
+TEST_CASE("the MLA split plan weighs each split's partials: batch 1 x 8192 takes 32 splits of 4 blocks, not 64 of 2") {
+  // 128 heads: two tiles of 64 rows a request. Each split CTA writes 64 x 512 f32 of partials
+  // that the combine reads back, which the plan weighs against the blocks it streams.
+  const auto splits = [](int batch, long long capacity) {
+    return plan_mla_decode(problem(batch, 128, 1, capacity), device("sm_90a")).split.num_splits;
+  };
+  CHECK(splits(1, 8192) == 32);
+  CHECK(splits(1, 32768) == 64);
+  CHECK(splits(4, 8192) == 16);
+  CHECK(splits(8, 4096) == 8);
+  CHECK(splits(64, 8192) == 1);
+  // Without the partials' weight the plain decode model takes 64 splits of 2 blocks at batch 1.
+  CHECK(plan_decode_splits(1, 1, 2, 8192, 132).num_splits == 64);
 }
 
 TEST_CASE("a target whose tiling needs more shared memory than the GPU has is refused by name") {

@@ -167,6 +167,33 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// The online softmax's shared steps (scores in log2 units), one row at a time.
+// A row's maximum over the four threads of an MMA quad, each holding its own columns of the row.
+__device__ __forceinline__ float quad_max(float value) {
+  value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 1));
+  return fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 2));
+}
+
+// What a row's exponents are measured from once its maximum is `row_max`: 0 while the row has
+// seen no key (max -inf), so that exp2(-inf - 0) = 0 where -inf - -inf would give NaN.
+__device__ __forceinline__ float softmax_reference(float row_max) {
+  return row_max == negative_infinity() ? 0.f : row_max;
+}
+
+// A row's running maximum meets a block's maximum `block_max`: the maximum moves, the running
+// sum is rescaled, and the factor that rescales what else was accumulated (O) is returned, with
+// the block's reference in `reference`. kFastExp2: the correction through fast_exp2, else exp2f.
+template <bool kFastExp2 = true>
+__device__ __forceinline__ float online_softmax_update(float& row_max, float& row_sum, float block_max,
+                                                       float& reference) {
+  const float new_max = fmaxf(row_max, block_max);
+  reference = softmax_reference(new_max);
+  const float correction = kFastExp2 ? fast_exp2(row_max - reference) : exp2f(row_max - reference);
+  row_max = new_max;
+  row_sum *= correction;
+  return correction;
+}
+
 // tanh(x) = 1 - 2 / (e^(2|x|) + 1) with the sign put back, through ex2.approx and rcp.approx:
 // an absolute error near 2^-21 (tanh.approx's 2^-11 relative error is too coarse for a
 // soft-capped score; tanhf's branches cost more than the rest of the softmax). Infinities give

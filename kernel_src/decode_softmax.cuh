@@ -98,14 +98,7 @@ struct DecodeWarpSoftmax {
     float reference[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-      const float new_max = fmaxf(row_max[r], tile_max[r]);
-      // A row masked so far keeps max -inf; measure from 0 then so that no inf - inf appears.
-      reference[r] = new_max == negative_infinity() ? 0.f : new_max;
-      correction[r] = fast_exp2(row_max[r] - reference[r]);
-      row_max[r] = new_max;
-      row_sum[r] *= correction[r];
+      correction[r] = online_softmax_update(row_max[r], row_sum[r], quad_max(tile_max[r]), reference[r]);
     }
 #pragma unroll
     for (int j = 0; j < 2; ++j) {

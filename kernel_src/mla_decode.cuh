@@ -180,19 +180,14 @@ __device__ __forceinline__ void mla_softmax(float (&s)[Tile::kScoreTiles][4], in
   const int row[2] = {group * 16 + lane / 4, group * 16 + lane / 4 + 8};
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    block_max[i] = fmaxf(block_max[i], __shfl_xor_sync(0xffffffffu, block_max[i], 1));
-    block_max[i] = fmaxf(block_max[i], __shfl_xor_sync(0xffffffffu, block_max[i], 2));
+    block_max[i] = quad_max(block_max[i]);
     if (lane % 4 == 0) red_max[half * Tile::kRows + row[i]] = block_max[i];
   }
   __syncthreads();
   float alpha[2], base[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const float next = fmaxf(m[i], fmaxf(red_max[row[i]], red_max[Tile::kRows + row[i]]));
-    base[i] = next == negative_infinity() ? 0.f : next;  // a row with no key yet: p = 0, not NaN
-    alpha[i] = fast_exp2(m[i] - base[i]);
-    m[i] = next;
-    l[i] *= alpha[i];
+    alpha[i] = online_softmax_update(m[i], l[i], fmaxf(red_max[row[i]], red_max[Tile::kRows + row[i]]), base[i]);
   }
 #pragma unroll
   for (int n = 0; n < Tile::kOutTiles; ++n) {

@@ -126,19 +126,14 @@ __device__ __forceinline__ void mla_sm90_softmax(float (&s)[16], int first_key, 
     }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    block_max[i] = fmaxf(block_max[i], __shfl_xor_sync(0xffffffffu, block_max[i], 1));
-    block_max[i] = fmaxf(block_max[i], __shfl_xor_sync(0xffffffffu, block_max[i], 2));
+    block_max[i] = quad_max(block_max[i]);
     if (lane % 4 == 0) red[consumer * kMlaSm90Rows + row[i]] = block_max[i];
   }
   sm90::named_bar_sync(1, 256);
   float base[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const float next = fmaxf(m[i], fmaxf(red[row[i]], red[kMlaSm90Rows + row[i]]));
-    base[i] = next == negative_infinity() ? 0.f : next;  // a row with no key yet: p = 0, not NaN
-    const float alpha = fast_exp2(m[i] - base[i]);
-    m[i] = next;
-    l[i] *= alpha;
+    const float alpha = online_softmax_update(m[i], l[i], fmaxf(red[row[i]], red[kMlaSm90Rows + row[i]]), base[i]);
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
       o[4 * j + 2 * i] *= alpha;

@@ -257,12 +257,10 @@ __device__ void prefill_cuda_cores(const PrefillParams& p, unsigned char* smem_r
                            : negative_infinity();
         if constexpr (has_feature<kFlags>(kFeatureAlibi))
           if (keep) score += alibi_bias(alibi_slope_log2(p.features, head), token, r.causal_base + warp_row0 + i);
-        const float new_max = fmaxf(row_max[i], warp_all_max(score));
-        const float ref = new_max == negative_infinity() ? 0.f : new_max;
-        const float correction = exp2f(row_max[i] - ref);
-        row_max[i] = new_max;
+        float ref;
+        const float correction = online_softmax_update<false>(row_max[i], row_sum[i], warp_all_max(score), ref);
         weight[i] = exp2f(score - ref);
-        row_sum[i] = row_sum[i] * correction + weight[i];
+        row_sum[i] += weight[i];
 #pragma unroll
         for (int k = 0; k < kPerLane; ++k) acc[i][k] *= correction;
       }

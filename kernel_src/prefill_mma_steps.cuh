@@ -135,16 +135,12 @@ __device__ __forceinline__ void prefill_mma_softmax(typename C::S& s, typename C
     float neg_ref[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+      tile_max[h] = quad_max(tile_max[h]);
       // The scale turns S into log2 units (the soft-cap has done it when compiled in).
-      const float new_max = fmaxf(row_max[m][h], C::kScoresInLog2 ? tile_max[h] : tile_max[h] * scale_log2);
-      // A row that has seen nothing yet keeps -inf; 0 as its reference gives exp2(-inf) = 0.
-      const float ref = new_max == negative_infinity() ? 0.f : new_max;
-      correction[m][h] = exp2f(row_max[m][h] - ref);
+      float ref;
+      correction[m][h] = online_softmax_update<false>(
+          row_max[m][h], row_sum[m][h], C::kScoresInLog2 ? tile_max[h] : tile_max[h] * scale_log2, ref);
       moved = moved || correction[m][h] != 1.f;
-      row_max[m][h] = new_max;
-      row_sum[m][h] *= correction[m][h];
       neg_ref[h] = -ref;
     }
 #pragma unroll

@@ -68,13 +68,11 @@ __device__ __forceinline__ void prefill_sm90_online_softmax(float (&s)[kBlockN /
   float partial_sum[2][kPartials] = {};
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 1));
-    block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 2));
+    block_max[h] = quad_max(block_max[h]);
     const float block_top = block_max[h] * score_scale;
     const bool move = kLazyRescale ? block_top > row_max[h] + kMaxSlack : true;
     const float new_max = kLazyRescale ? (move ? block_top : row_max[h]) : fmaxf(row_max[h], block_top);
-    // A row that has seen nothing yet keeps -inf; 0 as its reference gives exp2(-inf) = 0.
-    const float ref = new_max == negative_infinity() ? 0.f : new_max;
+    const float ref = softmax_reference(new_max);
     correction[h] = move ? fast_exp2(row_max[h] - ref) : 1.f;
     row_max[h] = new_max;
     partial_sum[h][0] = row_sum[h] * correction[h];

@@ -55,7 +55,7 @@ std::vector<CaseDef> all_cases() {
   paged_decode(128, 32, 8, 16, 32, 4096, false, "", "");
   paged_decode(128, 32, 8, 16, 1, 1024, false, "", "");
   paged_decode(128, 32, 8, 16, 1, 32768, false, "", "");
-  // Head dim 256 at batch 1: a long split list whose rows the combine reads in slices.
+  // Head dim 256 at batch 1: a long split list of wide rows for the combine.
   paged_decode(256, 32, 8, 16, 1, 32768, false, "", "");
   // Batch 1 on pages of one token (the portable kernel on sm_90a as well).
   paged_decode(128, 32, 8, 1, 1, 1024, false, "paged_decode/hd128.ps16.B1xL1024", "time vs ps16");

@@ -236,6 +236,9 @@ TEST_CASE("the MLA split plan weighs each split's partials: batch 1 x 8192 takes
   CHECK(splits(64, 8192) == 1);
   // Without the partials' weight the plain decode model takes 64 splits of 2 blocks at batch 1.
   CHECK(plan_decode_splits(1, 1, 2, 8192, 132).num_splits == 64);
+  // The combine reads MLA's 512-wide rows as four 128-column slices; the decode's rows whole.
+  CHECK(combine_column_slices(kMlaVDim) == 4);
+  for (int head_dim : {64, 80, 128, 256}) CHECK(combine_column_slices(head_dim) == 1);
 }
 
 TEST_CASE("a target whose tiling needs more shared memory than the GPU has is refused by name") {

@@ -285,7 +285,9 @@ struct CaseDef {
   int batch = 0;
   int len = 0;  // decode: kv length (ragged: the mean); prefill: q_len = kv_len; rotary, merge: tokens
   int states = 2;  // merge_states: states merged a row
-  int prefix = 0;  // cascade: tokens of the prefix every request shares (len: each one's own)
+  // cascade: tokens of the prefix every request shares (len: each one's own); paged_prefill:
+  // tokens cached before each request's chunk of len (the KV holds prefix + len).
+  int prefix = 0;
   bool cascade_as_decode = false;  // cascade: the same requests as one plain paged_decode
   int n_heads = 0;
   int n_kv_heads = 0;
@@ -296,7 +298,7 @@ struct CaseDef {
   std::string ratio_to;      // another case this one is compared with
   std::string ratio_label;
   RatioOf ratio_of = RatioOf::rate;
-  KvDType kv_dtype = KvDType::same;  // decode cases: an FP8 cache (bytes counted as moved)
+  KvDType kv_dtype = KvDType::same;  // decode and paged_prefill cases: an FP8 cache
   // Serving features, set up as the GPU tests do (tests/gpu/test_paged_decode.cpp).
   float logit_cap = 0.f;  // > 0: soft-cap (.cap)
   bool sinks = false;     // one random sink logit per query head (.sink)
@@ -349,8 +351,9 @@ struct CaseDef {
         return fmt::format("B{} S{} H{}/{} D{} {}", batch, len, n_heads, n_kv_heads, head_dim,
                            causal ? "causal" : "full");
       case CaseKind::paged_prefill:
-        return fmt::format("B{} S{} H{}/{} D{} ps{} {}", batch, len, n_heads, n_kv_heads, head_dim,
-                           page_size, causal ? "causal" : "full");
+        return fmt::format("B{} S{}{} H{}/{} D{} ps{} {}", batch, len,
+                           prefix > 0 ? fmt::format(" after {}", prefix) : std::string(), n_heads, n_kv_heads,
+                           head_dim, page_size, causal ? "causal" : "full");
       case CaseKind::rotary:
         return fmt::format("T{} H{} D{} in-place", len, n_heads, head_dim);
       case CaseKind::merge_states:

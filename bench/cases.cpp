@@ -155,9 +155,9 @@ std::vector<CaseDef> all_cases() {
     c.n_heads = 32;
     c.n_kv_heads = 8;
     if (with) with(c);
-    c.label = fmt::format("{}{}.{}.B{}x{}{}", shape_label(head_dim, c.n_heads, c.n_kv_heads),
+    c.label = fmt::format("{}{}.{}.B{}x{}{}{}", shape_label(head_dim, c.n_heads, c.n_kv_heads),
                           page ? fmt::format(".ps{}", page) : std::string(), causal ? "causal" : "full", batch, len,
-                          feature_suffix(c));
+                          c.prefix ? fmt::format(".kv{}", c.prefix + len) : "", feature_suffix(c));
     c.batch = batch;
     c.len = len;
     c.head_dim = head_dim;
@@ -178,6 +178,19 @@ std::vector<CaseDef> all_cases() {
   prefill(CaseKind::prefill, 64, true, 2, 8192, 0);
   prefill(CaseKind::prefill, 256, true, 2, 8192, 0);
   prefill(CaseKind::paged_prefill, 128, true, 2, 8192, 16);
+  // An FP8 cache (sm_90a: widened in shared memory for the wgmma kernel), against the bf16 row:
+  // a long prompt, and a chunk of 512 against 8192 cached tokens, the chunked-prefill shape.
+  const std::string paged_prefill_bf16 = "paged_prefill/hd128.ps16.causal.B2x8192";
+  prefill(CaseKind::paged_prefill, 128, true, 2, 8192, 16, [&](CaseDef& c) { c.kv_dtype = KvDType::e4m3; });
+  cases.back().ratio_to = paged_prefill_bf16;
+  cases.back().ratio_label = "TFLOP/s vs bf16";
+  prefill(CaseKind::paged_prefill, 128, true, 8, 512, 16, [&](CaseDef& c) { c.prefix = 7680; });
+  prefill(CaseKind::paged_prefill, 128, true, 8, 512, 16, [&](CaseDef& c) {
+    c.prefix = 7680;
+    c.kv_dtype = KvDType::e4m3;
+  });
+  cases.back().ratio_to = "paged_prefill/hd128.ps16.causal.B8x512.kv8192";
+  cases.back().ratio_label = "TFLOP/s vs bf16";
   // On sm_90a these run the Hopper kernel like the plain row; the window cuts the score work
   // (noted with the row).
   prefill(CaseKind::prefill, 128, true, 2, 8192, 0, window);
@@ -520,6 +533,11 @@ void Bench::case_decode(const CaseDef& def, CaseResult* result) {
 }
 
 double attention_flops(const CaseDef& def) {
+  if (def.kind == CaseKind::paged_prefill && def.prefix > 0) {
+    // A causal chunk after `prefix` cached tokens: query i sees prefix + i + 1 keys.
+    const double keys = static_cast<double>(def.len) * def.prefix + def.len * (def.len + 1.0) / 2;
+    return 4.0 * def.batch * def.n_heads * keys * def.head_dim;
+  }
   const double flops = 4.0 * def.batch * def.n_heads * static_cast<double>(def.len) * def.len * def.head_dim;
   if (def.window_left < 0) return def.causal ? flops / 2 : flops;
   // A causal window: query i attends to min(i + 1, window_left + 1) keys.
@@ -587,16 +605,18 @@ void Bench::case_prefill(const CaseDef& def, CaseResult* result) {
 
 void Bench::case_paged_prefill(const CaseDef& def, CaseResult* result) {
   std::mt19937 rng(static_cast<std::uint32_t>(seed_of(def.name())));
-  const PagedLayout layout =
-      make_paged_layout(std::vector<std::int32_t>(static_cast<std::size_t>(def.batch), def.len), def.page_size, rng);
-  result->variant = planned_prefill_variant(KernelKind::paged_prefill, def, 0);
+  const PagedLayout layout = make_paged_layout(
+      std::vector<std::int32_t>(static_cast<std::size_t>(def.batch), def.prefix + def.len), def.page_size, rng);
+  const bool fp8 = def.kv_dtype != KvDType::same;
+  result->variant = planned_prefill_variant(KernelKind::paged_prefill, def, def.flags());
   const int total_q = def.batch * def.len;
   std::vector<std::int32_t> qo_indptr(static_cast<std::size_t>(def.batch) + 1);
   for (int b = 0; b <= def.batch; ++b) qo_indptr[static_cast<std::size_t>(b)] = b * def.len;
   const std::size_t pool_elems =
       static_cast<std::size_t>(layout.num_pages) * def.page_size * def.n_kv_heads * def.head_dim;
   const std::size_t q_elems = static_cast<std::size_t>(total_q) * def.n_heads * def.head_dim;
-  const std::size_t set_bytes = 2 * pool_elems * 2 + 2 * q_elems * 2;
+  const std::size_t kv_element_bytes = fp8 ? 1 : 2;
+  const std::size_t set_bytes = 2 * pool_elems * kv_element_bytes + 2 * q_elems * 2;
   const std::size_t shared_bytes = (layout.table.size() + layout.lens.size() + qo_indptr.size()) * 4;
   const int sets = choose_sets(set_bytes, shared_bytes, &result->notes);
   result->sets = sets;
@@ -605,18 +625,19 @@ void Bench::case_paged_prefill(const CaseDef& def, CaseResult* result) {
   };
   std::vector<Set> buffers;
   for (int s = 0; s < sets; ++s) {
-    Set set{DeviceBuffer(q_elems * 2), DeviceBuffer(pool_elems * 2), DeviceBuffer(pool_elems * 2),
-            DeviceBuffer(q_elems * 2)};
+    Set set{DeviceBuffer(q_elems * 2), DeviceBuffer(pool_elems * kv_element_bytes),
+            DeviceBuffer(pool_elems * kv_element_bytes), DeviceBuffer(q_elems * 2)};
     const std::uint64_t seed = seed_of(def.name()) + 4u * static_cast<std::uint64_t>(s);
     fill_bf16(set.q, q_elems, seed);
-    fill_bf16(set.k, pool_elems, seed + 1);
-    fill_bf16(set.v, pool_elems, seed + 2);
+    fill_kv(set.k, pool_elems, seed + 1, def.kv_dtype);
+    fill_kv(set.v, pool_elems, seed + 2, def.kv_dtype);
     fill_bf16(set.out, q_elems, seed + 3);
     buffers.push_back(std::move(set));
   }
   const DeviceBuffer table = DeviceBuffer::from(layout.table);
   const DeviceBuffer seq_lens = DeviceBuffer::from(layout.lens);
   const DeviceBuffer indptr = DeviceBuffer::from(qo_indptr);
+  const DeviceBuffer scales = DeviceBuffer::from(std::vector<float>(static_cast<std::size_t>(def.n_kv_heads), 1.f));
   sync_all();
   astrai::PagedPrefillArgs base;
   base.dtype = DType::bf16;
@@ -633,6 +654,11 @@ void Bench::case_paged_prefill(const CaseDef& def, CaseResult* result) {
   base.qo_indptr = indptr.as<const std::int32_t>();
   base.page_table = table.as<const std::int32_t>();
   base.seq_lens = seq_lens.as<const std::int32_t>();
+  if (fp8) {
+    base.kv_dtype = def.kv_dtype;
+    base.k_scale = base.v_scale = scales.as<const float>();
+    base.kv_scale_per_head = true;
+  }
   const Call call = [&](int s, CUstream stream) {
     astrai::PagedPrefillArgs args = base;
     const Set& set = buffers[static_cast<std::size_t>(s)];

@@ -43,16 +43,23 @@ constexpr int prefill_sm90_block_m(int consumers) { return 64 * consumers; }  //
 // forever.
 // Persistent CTAs' producers walk tiles (their loop state spilled at 24): with three consumers
 // they take the 8 a thread that the consumers leave in the pool (two leave none).
-constexpr int prefill_sm90_producer_regs(int consumers, bool persistent) {
-  return persistent && consumers == 3 ? 32 : 24;
+// An FP8 cache's producer warpgroup also widens the cache's bytes (prefill_sm90_widen.cuh) and
+// takes 40 a thread; its consumers' 128-token blocks leave them 232.
+constexpr int prefill_sm90_producer_regs(int consumers, bool persistent, bool kv8 = false) {
+  return kv8 ? 40 : persistent && consumers == 3 ? 32 : 24;
 }
 constexpr int prefill_sm90_launch_regs(int consumers) { return 65536 / prefill_sm90_threads(consumers) / 8 * 8; }
-constexpr int prefill_sm90_consumer_regs(int consumers) { return consumers == 2 ? 240 : 160; }
+constexpr int prefill_sm90_consumer_regs(int consumers, bool kv8 = false) {
+  return kv8 ? 232 : consumers == 2 ? 240 : 160;
+}
 static_assert(128 * prefill_sm90_producer_regs(2, true) + 256 * prefill_sm90_consumer_regs(2) <=
                   prefill_sm90_threads(2) * prefill_sm90_launch_regs(2),
               "setmaxnreg asks for more registers than the launch holds");
 static_assert(128 * prefill_sm90_producer_regs(3, true) + 384 * prefill_sm90_consumer_regs(3) <=
                   prefill_sm90_threads(3) * prefill_sm90_launch_regs(3),
+              "setmaxnreg asks for more registers than the launch holds");
+static_assert(128 * prefill_sm90_producer_regs(2, false, true) + 256 * prefill_sm90_consumer_regs(2, true) <=
+                  prefill_sm90_threads(2) * prefill_sm90_launch_regs(2),
               "setmaxnreg asks for more registers than the launch holds");
 
 // KV tokens per block: S (block_n / 2 registers a thread) and P (block_n / 4) beside O
@@ -60,18 +67,23 @@ static_assert(128 * prefill_sm90_producer_regs(3, true) + 384 * prefill_sm90_con
 // consumers hd64 192 beat 128 by 5%,
 // hd128 192 beat 176 by 1.0% (non-causal) and 1.5% (causal), hd256 80 beat 64 by 6%. Three
 // consumers (160 registers) hold S of 128 tokens at hd64 and of 80 beside hd128's O.
-constexpr int prefill_sm90_block_n(int head_dim, int consumers) {
-  return consumers == 3 ? (head_dim <= 64 ? 128 : 80) : head_dim <= 128 ? 192 : 80;
+// An FP8 cache's blocks are 128 tokens: its bytes' rings must fit beside the 16-bit ones.
+constexpr int prefill_sm90_block_n(int head_dim, int consumers, bool kv8 = false) {
+  return kv8 ? 128 : consumers == 3 ? (head_dim <= 64 ? 128 : 80) : head_dim <= 128 ? 192 : 80;
 }
 
 // Q (two slots in a persistent CTA), the K and V rings, their mbarriers (a full one per Q slot,
 // and a full and an empty one per stage of K and of V), a word per warp (sm90::pin_wait_after),
-// persistent CTAs' empty barrier per Q slot, and 1 KB to align the tiles by hand.
-constexpr int prefill_sm90_smem_bytes(int head_dim, int consumers, int block_n, bool persistent = false) {
+// persistent CTAs' empty barrier per Q slot, and 1 KB to align the tiles by hand. An FP8 cache
+// adds the rings of its bytes (TMA lands them there; the widening fills the 16-bit rings) with
+// their own full and empty barriers.
+constexpr int prefill_sm90_smem_bytes(int head_dim, int consumers, int block_n, bool persistent = false,
+                                      bool kv8 = false) {
   const int q_slots = persistent ? 2 : 1;
   return q_slots * prefill_sm90_block_m(consumers) * head_dim * 2 + 2 * kPrefillSm90Stages * block_n * head_dim * 2 +
          8 * (q_slots + 4 * kPrefillSm90Stages) + 4 * prefill_sm90_threads(consumers) / 32 +
-         (persistent ? 8 * q_slots : 0) + 1024;
+         (persistent ? 8 * q_slots : 0) + 1024 +
+         (kv8 ? 2 * kPrefillSm90Stages * block_n * head_dim + 8 * 4 * kPrefillSm90Stages : 0);
 }
 
 // Persistent CTAs (prefill_sm90.cuh): a CTA an SM walks tiles, the next tile's Q and first K
@@ -114,9 +126,14 @@ constexpr int prefill_sm90_pack_heads(int group) {
 }
 constexpr bool prefill_sm90_packs_gqa(int group) { return prefill_sm90_pack_heads(group) > 1; }
 
-// Serving features the Hopper prefill computes: the soft-cap, sinks and the sliding window (an
-// FP8 cache takes the portable kernel).
-constexpr unsigned prefill_sm90_features() { return kFeatureSoftCap | kFeatureSink | kFeatureWindow; }
+// Serving features the Hopper prefill computes: the soft-cap, sinks, the sliding window, and an
+// FP8 cache (paged, at the head dims of prefill_sm90_serves_kv8), widened in shared memory.
+constexpr unsigned prefill_sm90_features() {
+  return kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2;
+}
+// Head dims whose FP8 rows are one 128-byte swizzle row (the TMA box of the cache's bytes), and
+// whose rings fit: 128.
+constexpr bool prefill_sm90_serves_kv8(int head_dim) { return head_dim == 128; }
 
 // Head dims the Hopper prefill serves (others take the portable kernel).
 constexpr bool prefill_sm90_head_dim(int head_dim) {

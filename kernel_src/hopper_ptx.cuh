@@ -184,6 +184,15 @@ __device__ __forceinline__ uint4 ld_shared_v4(unsigned address) {
                : "memory");
   return v;
 }
+__device__ __forceinline__ uint2 ld_shared_v2(unsigned address) {
+  uint2 v;
+  asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(address) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_shared_v4(unsigned address, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
 
 // Pins accumulator registers at a point of the program, so that the compiler moves no access to
 // them into a window where a wgmma owns them (which would serialize every wgmma: C7515).

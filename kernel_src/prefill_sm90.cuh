@@ -31,6 +31,7 @@
 #include "prefill_sm90_epilogue.cuh"
 #include "prefill_sm90_producer.cuh"
 #include "prefill_sm90_tile.cuh"
+#include "prefill_sm90_widen.cuh"
 
 namespace astrai {
 
@@ -70,8 +71,11 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillParams& p, con
     for (int h = 0; h < 2; ++h)
       first_key[h] =
           window_first_key(static_cast<long long>(r.causal_base) + Role::row_position(row0 + 8 * h), p.features);
+  // An FP8 cache's K scale multiplies the raw dots (before a soft-cap, else with the softmax scale).
+  const float dot_scale =
+      C::kKv8 ? kv_scale(p.features.k_scale, p.features.kv_scale_stride, cta.head / (C::kGroup / C::kPackHeads)) : 1.f;
   // Scores arrive raw; with a soft-cap they leave the cap already in log2 units.
-  const float score_scale = C::kCap ? 1.f : p.scale_log2;
+  const float score_scale = C::kCap ? 1.f : C::kKv8 ? p.scale_log2 * dot_scale : p.scale_log2;
 
   float o[C::kHeadDim / 2];
   float s[kBlockN / 2];
@@ -87,7 +91,8 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillParams& p, con
   Role c{
       p,      sm,        cta,         batch_index, r,      rows,     m0,      n_blocks, mask_from,   window_mask_until,
       active, g,         slot,        first_stage, q_tile, consumer, alone,   t,        lane,        row0,
-      stop,   first_key, score_scale, o,           s,      pa,       row_max, row_sum,  first_width, q_base};
+      stop,   first_key, score_scale, o,           s,      pa,       row_max, row_sum,  first_width, q_base,
+      dot_scale};
   const unsigned pin_word = shared_address(sm.warp_words + threadIdx.x / 32);
   if (block_count > 0) {
     float correction[2];
@@ -177,14 +182,23 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);  // kQSlots tiles
   unsigned char* const smem_k = smem_q + C::kQSlots * C::Shape::kQBytes;
   unsigned char* const smem_v = smem_k + C::kStages * C::Shape::kKvBytes;
-  u64* const q_full = reinterpret_cast<u64*>(smem_v + C::kStages * C::Shape::kKvBytes);  // one a Q slot
+  // An FP8 cache's byte rings (none else).
+  constexpr int kByteRing = C::kKv8 ? C::kStages * C::kKv8Bytes : 0;
+  unsigned char* const smem_k8 = smem_v + C::kStages * C::Shape::kKvBytes;
+  unsigned char* const smem_v8 = smem_k8 + kByteRing;
+  u64* const q_full = reinterpret_cast<u64*>(smem_v8 + kByteRing);  // one a Q slot
   u64* const k_full = q_full + C::kQSlots;
   u64* const k_empty = k_full + C::kStages;
   u64* const v_full = k_empty + C::kStages;
   u64* const v_empty = v_full + C::kStages;
   unsigned* const warp_words = reinterpret_cast<unsigned*>(v_empty + C::kStages);
   u64* const q_empty = reinterpret_cast<u64*>(warp_words + C::kThreads / 32);
-  const PrefillSm90Smem<C> sm{smem_q, smem_k, smem_v, q_full, k_full, k_empty, v_full, v_empty, warp_words, q_empty};
+  u64* const k8_full = q_empty + (kPersistent ? C::kQSlots : 0);  // an FP8 cache's byte rings'
+  u64* const k8_empty = k8_full + C::kStages;
+  u64* const v8_full = k8_empty + C::kStages;
+  u64* const v8_empty = v8_full + C::kStages;
+  const PrefillSm90Smem<C> sm{smem_q,     smem_k,  smem_v,  q_full,   k_full,  k_empty, v_full, v_empty,
+                              warp_words, q_empty, smem_k8, smem_v8, k8_full, k8_empty, v8_full, v8_empty};
   const unsigned persistent_tiles = prefill_sm90_persistent_tiles(p);
   // The CTA's tile (persistent: its first; the walks recompute it, not to hold it in registers).
   const PrefillSm90Walk first =
@@ -198,10 +212,17 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       if constexpr (kPersistent) mbar_init(&sm.q_empty[q], 128 * C::kConsumers);
     }
     for (int s = 0; s < C::kStages; ++s) {
-      mbar_init(&sm.k_full[s], 1);
-      mbar_init(&sm.v_full[s], 1);
+      // TMA fills a 16-bit stage (one arrival with its bytes), or with an FP8 cache the wideners.
+      mbar_init(&sm.k_full[s], C::kKv8 ? kPrefillSm90Wideners : 1);
+      mbar_init(&sm.v_full[s], C::kKv8 ? kPrefillSm90Wideners : 1);
       mbar_init(&sm.k_empty[s], 128 * first.active);
       mbar_init(&sm.v_empty[s], 128 * first.active);
+      if constexpr (C::kKv8) {
+        mbar_init(&sm.k8_full[s], 1);
+        mbar_init(&sm.v8_full[s], 1);
+        mbar_init(&sm.k8_empty[s], kPrefillSm90Wideners);
+        mbar_init(&sm.v8_empty[s], kPrefillSm90Wideners);
+      }
     }
     fence_mbar_init();
     ASTRAI_PREFILL_CLOCK(trace_barriers);
@@ -229,11 +250,18 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
 
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
-    setmaxnreg_dec<prefill_sm90_producer_regs(C::kConsumers, kPersistent)>();
+    setmaxnreg_dec<C::kProducerRegs>();
     // Warp 0 streams K and V (a CTA-a-tile kernel: its one tile's; persistent: tile after tile),
     // and in persistent CTAs warp 1 loads Q: tile k's into slot k % 2 as soon as the consumers'
-    // stores of tile k - 2 have left it, early in tile k - 1's walk.
+    // stores of tile k - 2 have left it, early in tile k - 1's walk. With an FP8 cache warps 1..3
+    // widen the blocks warp 0 brings.
     const int lane = threadIdx.x;
+    if constexpr (C::kKv8) {
+      if (threadIdx.x >= 32) {
+        if (first.block_count > 0) prefill_sm90_widen_walk<C>(sm, first, 0, threadIdx.x - 32);
+        return;
+      }
+    }
     if (threadIdx.x >= (kPersistent ? 64 : 32)) return;
     if constexpr (!kPersistent) {
       if (first.block_count > 0) prefill_sm90_produce_walk<C>(p, sm, &map_k, &map_v, lane, first, 0);
@@ -261,7 +289,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   }
 
   if (!kPersistent && warpgroup > first.active) return;
-  setmaxnreg_inc<C::Shape::kConsumerRegs>();
+  setmaxnreg_inc<C::kConsumerRegs>();
   if constexpr (!kPersistent) {
     prefill_sm90_consume<C>(p, sm, first, warpgroup, 0, 0, 0);
   } else {

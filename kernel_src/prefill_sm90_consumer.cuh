@@ -65,6 +65,7 @@ struct PrefillSm90Consumer {
   float (&row_sum)[2];
   const int& first_width;
   const unsigned& q_base;
+  const float& dot_scale;  // an FP8 cache's K scale (1 else)
 
   // The query head of tile row `row` (the pack's first head cta.head x kPackHeads), and its
   // position.
@@ -157,6 +158,11 @@ struct PrefillSm90Consumer {
 
   // Scores of the block starting at column `col0` to P, with the row statistics moved.
   __device__ __forceinline__ void softmax(int col0, float (&correction)[2]) {
+    // A soft-cap takes the dots raw: an FP8 cache's K scale goes on first (else score_scale has it).
+    if constexpr (C::kKv8 && C::kCap) {
+#pragma unroll
+      for (int i = 0; i < kBlockN / 2; ++i) s[i] *= dot_scale;
+    }
     prefill_sm90_mask_scores<kBlockN, C::kCap, C::kWindow>(s, col0, lane, stop, first_key, mask_from, window_mask_until,
                                                            p.features);
     prefill_sm90_online_softmax<kBlockN, kLazyRescale>(s, row_max, row_sum, score_scale, correction);

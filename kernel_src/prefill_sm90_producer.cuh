@@ -52,21 +52,28 @@ struct PrefillSm90Producer {
     }
   }
 
-  // Step `it` walks block n_blocks - 1 - it. `is_v`: paged V's boxes bring whole rows.
+  // Step `it` walks block n_blocks - 1 - it. `is_v`: paged V's boxes bring whole rows. An FP8
+  // cache's boxes (K and V alike) bring whole rows of bytes, one 128-byte swizzle row each, into
+  // the byte rings.
   __device__ __forceinline__ void load_kv(const sm90::TmaMap* map, unsigned char* ring, sm90::u64* full,
                                           sm90::u64* empty, int it, int page, bool is_v) const {
     using namespace sm90;
     constexpr int kBlockN = C::kBlockN;
     constexpr int kChunks = C::kChunks;
     constexpr int kBoxRows = C::kBoxRows;
+    constexpr int kStageBytes = C::kKv8 ? C::kKv8Bytes : C::Shape::kKvBytes;
     const int s = (g + it) % C::kStages;
     const int token = (n_blocks - 1 - it) * kBlockN;
-    unsigned char* stage = ring + s * C::Shape::kKvBytes;
+    unsigned char* stage = ring + s * kStageBytes;
     if (lane == 0) {
       mbar_wait(&empty[s], (((g + it) / C::kStages) & 1) ^ 1);
-      mbar_arrive_expect_tx(&full[s], C::Shape::kKvBytes);
+      mbar_arrive_expect_tx(&full[s], kStageBytes);
     }
-    if constexpr (C::kPageSize == 0) {
+    if constexpr (C::kKv8) {
+      __syncwarp();
+      const int row = (token + lane * kBoxRows) % C::kPageSize;
+      if (lane < C::kBoxes) tma_load_4d(stage + lane * kBoxRows * C::kHeadDim, map, &full[s], 0, kv_head, row, page);
+    } else if constexpr (C::kPageSize == 0) {
       if (lane == 0)
 #pragma unroll
         for (int c = 0; c < kChunks; ++c)
@@ -101,16 +108,22 @@ __device__ __forceinline__ void prefill_sm90_produce_walk(const PrefillParams& p
   // Page ids are fetched a block ahead: the lookup's latency hides behind the waits.
   int page = loads.box_page((n_blocks - 1) * C::kBlockN);
   int previous_page = 0;
+  // An FP8 cache's bytes go to their own rings, which the widening drains (prefill_sm90_widen.cuh).
+  unsigned char* const k_ring = C::kKv8 ? sm.k8 : sm.k;
+  unsigned char* const v_ring = C::kKv8 ? sm.v8 : sm.v;
+  sm90::u64* const k_full = C::kKv8 ? sm.k8_full : sm.k_full;
+  sm90::u64* const k_empty = C::kKv8 ? sm.k8_empty : sm.k_empty;
+  sm90::u64* const v_full = C::kKv8 ? sm.v8_full : sm.v_full;
+  sm90::u64* const v_empty = C::kKv8 ? sm.v8_empty : sm.v_empty;
   for (int it = 0; it < block_count; ++it) {
     const int next_page = it + 1 < block_count ? loads.box_page((n_blocks - 2 - it) * C::kBlockN) : 0;
-    if (C::kPersistent || C::kPageSize != 0 || it > 0)
-      loads.load_kv(map_k, sm.k, sm.k_full, sm.k_empty, it, page, false);
+    if (C::kPersistent || C::kPageSize != 0 || it > 0) loads.load_kv(map_k, k_ring, k_full, k_empty, it, page, false);
     ASTRAI_PREFILL_STAMP(C::kPageSize != 0 && it == 0 && lane == 0, 9);  // the first K block issued
-    if (it > 0) loads.load_kv(map_v, sm.v, sm.v_full, sm.v_empty, it - 1, previous_page, true);
+    if (it > 0) loads.load_kv(map_v, v_ring, v_full, v_empty, it - 1, previous_page, true);
     previous_page = page;
     page = next_page;
   }
-  loads.load_kv(map_v, sm.v, sm.v_full, sm.v_empty, block_count - 1, previous_page, true);
+  loads.load_kv(map_v, v_ring, v_full, v_empty, block_count - 1, previous_page, true);
 }
 
 }  // namespace astrai

@@ -62,6 +62,16 @@ struct PrefillSm90Config {
                 "persistent CTAs: contiguous KV, three consumers, no features (hopper_params.h)");
   static constexpr int kQSlots = kPersistent ? 2 : 1;
   static constexpr int kThreads = prefill_sm90_threads(kConsumers);
+  // An FP8 cache (prefill_sm90_widen.cuh): TMA lands its bytes in rings of their own, which the
+  // producer warpgroup's other warps widen into the 16-bit rings the consumers read.
+  static constexpr bool kKv8 = (kFlags & kFeatureKvFp8) != 0;
+  static constexpr bool kE5m2 = (kFlags & kFeatureKvE5m2) != 0;
+  static constexpr int kKv8Bytes = kBlockN * kHeadDim;  // one FP8 block of K or V
+  static_assert(!kKv8 || (kPageSize >= 8 && prefill_sm90_serves_kv8(kHeadDim) &&
+                          kBlockN == prefill_sm90_block_n(kHeadDim, kConsumers, true)),
+                "an FP8 cache: paged, hd128, 128-token blocks (hopper_params.h)");
+  static constexpr int kProducerRegs = prefill_sm90_producer_regs(kConsumers, kPersistent, kKv8);
+  static constexpr int kConsumerRegs = prefill_sm90_consumer_regs(kConsumers, kKv8);
 };
 
 // Shared memory: kQSlots Q tiles, the K and V rings, then their mbarriers (prefill_sm90_smem_bytes
@@ -79,6 +89,13 @@ struct PrefillSm90Smem {
   sm90::u64* const& v_empty;
   unsigned* const& warp_words;  // sm90::pin_wait_after's
   sm90::u64* const& q_empty;    // persistent: a Q slot's (the consumers' stores are done with it)
+  // An FP8 cache's byte rings and their barriers (kKv8 only; else null).
+  unsigned char* const& k8;
+  unsigned char* const& v8;
+  sm90::u64* const& k8_full;
+  sm90::u64* const& k8_empty;
+  sm90::u64* const& v8_full;
+  sm90::u64* const& v8_empty;
 };
 
 // What a tile walks.

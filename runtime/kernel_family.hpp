@@ -68,8 +68,9 @@ struct HopperImplementation {
   bool (*serves)(int head_dim, int page_size) = nullptr;
   const char* name_field = nullptr;  // the variant name's field: what the path is built on
   std::uint32_t supported_flags = 0;  // feature bits it computes
-  // Head dims with a second, wider tiling (KernelSpec::wide; ".wide" in the name); null: none.
-  bool (*has_wide)(int head_dim) = nullptr;
+  // Head dims (and features) with a second, wider tiling (KernelSpec::wide; ".wide" in the
+  // name); null: none.
+  bool (*has_wide)(int head_dim, std::uint32_t flags) = nullptr;
 };
 
 struct KernelFamily {

@@ -243,8 +243,9 @@ void KernelSpec::validate() const {
       throw InvalidArgument(fmt::format("{}: the sm_90a implementation does not serve it: {}", variant, why));
   if (wide && !hopper)
     throw InvalidArgument(fmt::format("{}: .wide names a tiling of the sm_90a implementation only", variant));
-  if (wide && (info.hopper.has_wide == nullptr || !info.hopper.has_wide(head_dim)))
-    throw InvalidArgument(fmt::format("{}: {} has no wide tiling at head_dim {}", variant, info.name, head_dim));
+  if (wide && (info.hopper.has_wide == nullptr || !info.hopper.has_wide(head_dim, flags)))
+    throw InvalidArgument(fmt::format("{}: {} has no wide tiling at head_dim {}{}", variant, info.name, head_dim,
+                                      (flags & kFeatureKvFp8) != 0 ? " with an FP8 cache" : ""));
 }
 
 std::string KernelSpec::warm_command() const {
@@ -257,7 +258,7 @@ std::string KernelSpec::warm_command() const {
   if (force_no_mma) command += " --no-mma";
   if (hopper) command += " --hopper";
   else if (hopper_serves(*this)) command += " --no-hopper";
-  if (hopper && info.hopper.has_wide != nullptr && info.hopper.has_wide(head_dim)) {
+  if (hopper && info.hopper.has_wide != nullptr && info.hopper.has_wide(head_dim, flags)) {
     // Decode's wide CTAs follow ASTRAI_JIT_DECODE_TILES (warm has no flag for them).
     if (is_decode_kind(kind)) command = fmt::format("ASTRAI_JIT_DECODE_TILES={} {}", wide ? "wide" : "narrow", command);
     else command += wide ? " --prefill-tiles wide" : " --prefill-tiles narrow";

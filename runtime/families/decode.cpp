@@ -28,7 +28,7 @@ const KernelFamily& decode_family() {
       attention_warm_defaults(/*paged=*/false),
       /*hopper=*/{"paged_decode_sm90.cuh", [](const KernelSpec& spec) { return decode_sm90_instantiations(spec, 0); },
                   [](int head_dim, int) { return decode_sm90_serves(head_dim, 0); }, "tma", decode_sm90_features(),
-                  decode_sm90_has_wide},
+                  decode_sm90_has_wide_tiling},
   };
   return family;
 }

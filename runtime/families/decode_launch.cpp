@@ -13,6 +13,10 @@
 
 namespace astrai::detail {
 
+bool decode_sm90_has_wide_tiling(int head_dim, std::uint32_t flags) {
+  return decode_sm90_has_wide(head_dim) && (flags & kFeatureKvFp8) == 0;
+}
+
 namespace {
 
 // The entry held to 4 CTAs an SM (kernel_src/paged_decode.cuh): the direct FP8 path with bf16 Q

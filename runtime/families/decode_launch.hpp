@@ -13,6 +13,10 @@
 
 namespace astrai::detail {
 
+// Head dims (and features) whose Hopper decode has wide CTAs too (HopperImplementation::has_wide):
+// an FP8 cache's decode runs a split a CTA.
+bool decode_sm90_has_wide_tiling(int head_dim, std::uint32_t flags);
+
 // What differs between paged and contiguous decode at launch time.
 struct DecodeLaunch {
   const KernelFamily& family;

@@ -31,7 +31,7 @@ const KernelFamily& paged_decode_family() {
       /*hopper=*/{"paged_decode_sm90.cuh",
                   [](const KernelSpec& spec) { return decode_sm90_instantiations(spec, spec.page_size); },
                   [](int head_dim, int page_size) { return decode_sm90_serves(head_dim, page_size); }, "tma",
-                  decode_sm90_features(), decode_sm90_has_wide},
+                  decode_sm90_features(), decode_sm90_has_wide_tiling},
   };
   return family;
 }

@@ -21,9 +21,10 @@ std::vector<std::string> prefill_instantiations(const KernelSpec& spec, int page
 
 std::vector<std::string> prefill_sm90_instantiations(const KernelSpec& spec, int page_size) {
   const int consumers = prefill_sm90_consumers(spec.head_dim, spec.wide);
+  const bool kv8 = (spec.flags & kFeatureKvFp8) != 0;
   return {fmt::format("astrai::prefill_sm90_kernel<{}, {}, {}, {}, {}, {}, {}{}>", device_type_name(spec.dtype),
                       spec.head_dim, page_size, spec.group_size, consumers,
-                      prefill_sm90_block_n(spec.head_dim, consumers), spec.flags,
+                      prefill_sm90_block_n(spec.head_dim, consumers, kv8), spec.flags,
                       prefill_sm90_persistent(page_size, consumers, spec.flags) ? ", true" : "")};
 }
 
@@ -31,9 +32,12 @@ bool prefill_sm90_serves(int head_dim, int page_size) {
   return prefill_sm90_head_dim(head_dim) && (page_size == 0 || page_size >= 8);
 }
 
-bool prefill_sm90_has_wide(int head_dim) { return prefill_sm90_wide_consumers(head_dim) != 0; }
+bool prefill_sm90_has_wide(int head_dim, std::uint32_t flags) {
+  return prefill_sm90_wide_consumers(head_dim) != 0 && (flags & kFeatureKvFp8) == 0;
+}
 
-PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_size, int consumers, int block_n) {
+PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_size, int consumers, int block_n,
+                               bool kv8) {
   using U = std::uint64_t;
   const U d = static_cast<U>(head_dim);
   PrefillMaps maps;
@@ -66,6 +70,13 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
               {64, U(page_size), chunks, U(p.n_kv_heads), pages},
               {p.v_stride_seq, 64, p.v_stride_head, p.v_stride_page},
               {64, box, chunks, 1, 1}};
+    if (kv8) {
+      // An FP8 cache: K and V alike in boxes of whole rows of bytes (one 128-byte swizzle row).
+      maps.k = {p.k, {d, U(p.n_kv_heads), U(page_size), pages}, {p.k_stride_head, p.k_stride_seq, p.k_stride_page},
+                {static_cast<std::uint32_t>(head_dim), 1, box, 1}, 1};
+      maps.v = {p.v, {d, U(p.n_kv_heads), U(page_size), pages}, {p.v_stride_head, p.v_stride_seq, p.v_stride_page},
+                {static_cast<std::uint32_t>(head_dim), 1, box, 1}, 1};
+    }
   }
   // Packed: a pack's heads at block_m / pack positions; else block_m positions of one head.
   maps.q.box = packed ? std::vector<std::uint32_t>{64, pack, block_m / pack, 1}
@@ -84,7 +95,8 @@ namespace {
 bool prefill_sm90_maps(const Device& device, const Plan& plan, const char* launch_name, const PrefillParams& params,
                        CUtensorMap* map_q, CUtensorMap* map_k, CUtensorMap* map_v) {
   const KernelSpec& spec = plan.spec;
-  const PrefillMaps shapes = prefill_map_shapes(params, spec.head_dim, spec.page_size, plan.consumers, plan.block_n);
+  const PrefillMaps shapes = prefill_map_shapes(params, spec.head_dim, spec.page_size, plan.consumers, plan.block_n,
+                                                (spec.flags & kFeatureKvFp8) != 0);
   if (!tma_can_read(launch_name, {{"q", shapes.q}})) return false;
   const bool fp16 = spec.dtype == DType::fp16;
   constexpr CUtensorMapL2promotion kPromotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;

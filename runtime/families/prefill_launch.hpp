@@ -18,8 +18,9 @@ std::vector<std::string> prefill_instantiations(const KernelSpec& spec, int page
 // it compiles for: head dims 64, 128, 192, 256; contiguous KV or pages of at least 8 tokens.
 std::vector<std::string> prefill_sm90_instantiations(const KernelSpec& spec, int page_size);
 bool prefill_sm90_serves(int head_dim, int page_size);
-// Head dims whose Hopper prefill has a wide tiling too (HopperImplementation::has_wide).
-bool prefill_sm90_has_wide(int head_dim);
+// Head dims whose Hopper prefill has a wide tiling too (HopperImplementation::has_wide); an FP8
+// cache's byte rings leave no room for its Q tile.
+bool prefill_sm90_has_wide(int head_dim, std::uint32_t flags);
 
 // The TMA views of q, K and V the Hopper kernel reads (kernel_src/prefill_sm90.cuh): contiguous
 // q {d, q_len, heads, batch}, K/V {d, kv_len, kv_heads, batch}; paged q {d, total_q, heads, 1},
@@ -32,7 +33,8 @@ bool prefill_sm90_has_wide(int head_dim);
 struct PrefillMaps {
   TensorMapShape q, k, v;
 };
-PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_size, int consumers, int block_n);
+PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_size, int consumers, int block_n,
+                               bool kv8 = false);
 // The Hopper kernel's grid: (tiles of the longest request, heads, requests); with packed GQA the
 // tiles hold a pack's heads and the second dimension counts packs.
 GridSize prefill_sm90_grid(const PrefillParams& p, int max_q_len, int consumers);

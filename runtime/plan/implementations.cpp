@@ -15,8 +15,12 @@ const char* hopper_shape_refusal(KernelKind kind, int head_dim, int page_size, s
   if (arch != "sm_90a") return "the target is not sm_90a";
   if (force_no_mma) return "tensor cores are off (ASTRAI_JIT_NO_MMA)";
   if ((flags & kFeatureKvFp8) != 0) {
-    if (!is_decode_kind(kind) || kind == KernelKind::mla_decode) return "an FP8 KV cache is not served";
-    if (!decode_sm90_serves_kv8(head_dim)) return "an FP8 KV cache is served at head_dim 128 or 256 only";
+    // The contiguous prefill takes no FP8 cache at all (its arguments refuse one).
+    if (kind == KernelKind::mla_decode || kind == KernelKind::prefill) return "an FP8 KV cache is not served";
+    if (is_decode_kind(kind) && !decode_sm90_serves_kv8(head_dim))
+      return "an FP8 KV cache is served at head_dim 128 or 256 only";
+    if (!is_decode_kind(kind) && !prefill_sm90_serves_kv8(head_dim))
+      return "an FP8 KV cache is served at head_dim 128 only";
   }
   if ((flags & ~hopper.supported_flags) != 0) return "a requested feature is not served";
   if (!hopper.serves(head_dim, page_size)) {
@@ -121,14 +125,16 @@ const char* sm90_prefill_refusal(const AttentionProblem& problem, const DeviceTr
 const char* configure_sm90_prefill(const AttentionProblem& problem, const DeviceTraits& device,
                                    const OccupancyQuery&, Plan* plan) {
   plan->spec = problem_spec(problem, device, true);
-  plan->spec.wide = prefill_sm90_takes_wide_tiles(device.prefill_tiles, problem.head_dim, problem.max_q_len,
-                                                  problem.total_q, problem.n_heads, problem.n_kv_heads,
-                                                  problem.batch, device.num_sms);
+  // An FP8 cache keeps the default tiling: its byte rings leave no room for the wide tiles' Q.
+  const bool kv8 = (problem.flags & kFeatureKvFp8) != 0;
+  plan->spec.wide = !kv8 && prefill_sm90_takes_wide_tiles(device.prefill_tiles, problem.head_dim, problem.max_q_len,
+                                                          problem.total_q, problem.n_heads, problem.n_kv_heads,
+                                                          problem.batch, device.num_sms);
   plan->consumers = prefill_sm90_consumers(problem.head_dim, plan->spec.wide);
-  plan->block_n = prefill_sm90_block_n(problem.head_dim, plan->consumers);
+  plan->block_n = prefill_sm90_block_n(problem.head_dim, plan->consumers, kv8);
   plan->block = prefill_sm90_threads(plan->consumers);
   plan->persistent = prefill_sm90_persistent(problem.page_size, plan->consumers, problem.flags);
-  plan->smem = prefill_sm90_smem_bytes(problem.head_dim, plan->consumers, plan->block_n, plan->persistent);
+  plan->smem = prefill_sm90_smem_bytes(problem.head_dim, plan->consumers, plan->block_n, plan->persistent, kv8);
   const GridSize tiles = prefill_sm90_tile_grid(problem.max_q_len, problem.n_heads, problem.group(), problem.batch,
                                                 plan->consumers);
   // Persistent: a CTA an SM (or a tile), each walking tiles of that grid. Their tile ids are

@@ -14,7 +14,7 @@
 #   on sm_90a: narrow and wide_prefill (ASTRAI_JIT_PREFILL_TILES=narrow or wide: the prefill
 #   suites on one tiling wherever it serves, half the sweep; the suites' grids are small, so the
 #   default takes the narrow tiling for most of them) and nowgmma (ASTRAI_JIT_NO_WGMMA=1: the
-#   portable decode and prefill kernels, 3/4 of the sweep) and wide_decode
+#   portable decode and prefill kernels, FP8 caches included, 3/4 of the sweep) and wide_decode
 #   (ASTRAI_JIT_DECODE_TILES=wide: the decode suites on wide CTAs, half the sweep) and sm90_check
 #   (astrai-sm90-check --check-only, when BUILD_DIR/bench has it);
 #   memcheck, racecheck, synccheck and initcheck over the decode suites, over the prefill
@@ -119,7 +119,7 @@ if [ $hopper = 1 ]; then
   start_job narrow ASTRAI_TEST_SWEEP=$half ASTRAI_JIT_PREFILL_TILES=narrow -- "$bin" \
     --test-suite=prefill,paged_prefill
   start_job nowgmma ASTRAI_TEST_SWEEP=$three_quarters ASTRAI_JIT_NO_WGMMA=1 -- "$bin" \
-    --test-suite=decode,paged_decode,multi_token,prefill,paged_prefill,cascade,mla_decode
+    --test-suite=decode,paged_decode,multi_token,prefill,paged_prefill,cascade,mla_decode,kv_fp8
   # The Hopper decode's wide CTAs (a request's splits merged in one CTA) wherever they serve,
   # and the two sanitizers that watch their named barriers.
   start_job wide_decode ASTRAI_TEST_SWEEP=$half ASTRAI_JIT_DECODE_TILES=wide -- "$bin" \

@@ -130,11 +130,13 @@ check "warm --features takes the FP8 KV cache for paged_decode, decode and paged
 run warm --dry-run --arch sm_90a --kernels paged_decode,decode,paged_prefill --head-dims 128 --group-sizes 4 \
     --page-sizes 16 --features none,kv_e4m3,kv_e5m2+swa
 expect_rc 0
-expect_out "^warm: 17 variants"   # plain, kv_e4m3, kv_e5m2.swa per family; the Hopper pairs of all but FP8 prefill
+expect_out "^warm: 19 variants"   # plain, kv_e4m3, kv_e5m2.swa per family, each with its Hopper pair; prefill's plain wide tiling
 expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.kv_e4m3\.sm_90a( |$)'
 expect_out '^decode\.bf16\.hd128\.g4\.kv_e5m2\.swa\.sm_90a( |$)'
 expect_out '^paged_prefill\.bf16\.hd128\.ps16\.g4\.kv_e4m3\.sm_90a( |$)'
-expect_count '\.wgmma\.' 2   # both tilings
+expect_count '\.wgmma\.' 4   # both tilings of the plain variant, one of each FP8 variant
+expect_out '^paged_prefill\.bf16\.hd128\.ps16\.g4\.kv_e4m3\.wgmma\.sm_90a( |$)'
+expect_count '\.kv_e[45]m[23].*\.wide\.' 0
 expect_count '\.tma\.' 6   # the decodes' FP8 caches too (head dim 128)
 expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.kv_e4m3\.tma\.sm_90a( |$)'
 run warm --dry-run --arch sm_90a --kernels paged_decode --head-dims 64 --group-sizes 4 --page-sizes 16 --features kv_e4m3

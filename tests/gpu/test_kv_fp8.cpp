@@ -696,6 +696,43 @@ TEST_CASE("on sm_90a an FP8 cache at head dims 128 and 256 streams through the T
   }
 }
 
+TEST_CASE("on sm_90a an FP8 cache at head dim 128 runs the wgmma paged prefill, widened in shared memory") {
+  if (!sm90a_target()) return not_run("FP8 wgmma paged prefill case: needs an sm_90a target");
+  std::mt19937 rng(test_seed(8009));
+  const bool hopper = !mma_forced_off() && !wgmma_forced_off();
+  struct Shape {
+    int page_size;
+    KvDType format;
+    DType dtype;
+    const char* variant;  // the sm_90a variant the call must load
+  };
+  const Shape shapes[] = {{16, KvDType::e4m3, DType::bf16, "paged_prefill.bf16.hd128.ps16.g4.kv_e4m3.wgmma."},
+                          {8, KvDType::e5m2, DType::bf16, "paged_prefill.bf16.hd128.ps8.g4.kv_e5m2.swa.sink.wgmma."},
+                          {64, KvDType::e4m3, DType::fp16, "paged_prefill.fp16.hd128.ps64.g4.kv_e4m3.cap.wgmma."},
+                          {32, KvDType::e5m2, DType::fp16, "paged_prefill.fp16.hd128.ps32.g4.kv_e5m2.swa.cap.sink.wgmma."}};
+  for (const Shape& shape : shapes) {
+    Fp8Case c;
+    c.call = Fp8Call::paged_prefill;
+    c.page_size = shape.page_size;
+    c.format = shape.format;
+    c.dtype = shape.dtype;
+    const std::string variant = shape.variant;
+    c.features.window_left = variant.find(".swa") != std::string::npos ? 150 : -1;
+    c.features.logit_cap = variant.find(".cap") != std::string::npos ? 5.f : 0.f;
+    c.features.sinks = variant.find(".sink") != std::string::npos;
+    c.per_head = shape.page_size != 16;
+    c.padded = shape.format == KvDType::e5m2;
+    // Rows around the 64-row consumer tiles and the 128-token blocks, an empty chunk, a chunk
+    // after a prefix that ends inside a page, and one past several blocks.
+    c.q_lens = {1, 63, 64, 65, 0, 129, 200, 7};
+    c.seq_lens = {1, 63 + shape.page_size - 1, 64, 65 + 128, 5, 129 + 3 * shape.page_size + 1, 200 + 400,
+                  7 + static_cast<int>(rng() % 900)};
+    c.seed = rng();
+    check_case(c);
+    CHECK(loaded_variants_named(variant) == (hopper ? 1 : 0));
+  }
+}
+
 TEST_CASE("kv_fp8 random sweep") {
   // ASTRAI_TEST_SWEEP cases (default 8) over the variants the cases above compiled.
   const unsigned seed = test_seed(8007);

@@ -268,17 +268,25 @@ TEST_CASE("kv_e4m3 with kv_e5m2 is refused by name, as a spec, a variant name an
   CHECK(astrai::detail::feature_conflict(astrai::kFeatureKvE4m3 | astrai::kFeatureSink).empty());
 }
 
-TEST_CASE("prefill, rotary_emb and the wgmma kernels refuse an FP8 cache by name; Hopper calls fall back") {
+TEST_CASE("prefill and rotary_emb refuse an FP8 cache by name; the wgmma paged prefill serves it at hd128") {
   CHECK(rejection(with_flags(attention_spec(KernelKind::prefill), astrai::kFeatureKvE4m3)) ==
         "prefill.bf16.hd128.g4.kv_e4m3.sm_90a: prefill does not support the feature kv_e4m3 (allowed: swa, cap, sink, alibi)");
   CHECK(rejection(with_flags(astrai::testing::rotary_spec(DType::bf16, 64, "sm_90a"), astrai::kFeatureKvE5m2)) ==
         "rotary_emb.bf16.hd64.kv_e5m2.sm_90a: rotary_emb does not support the feature kv_e5m2 (allowed: none)");
   KernelSpec wgmma = with_flags(attention_spec(KernelKind::paged_prefill), astrai::kFeatureKvE4m3);
-  CHECK_FALSE(astrai::detail::hopper_serves(wgmma));
-  CHECK(wgmma.warm_command().find("--no-hopper") == std::string::npos);
+  CHECK(astrai::detail::hopper_serves(wgmma));
+  CHECK(wgmma.warm_command().find("--no-hopper") != std::string::npos);
   wgmma.hopper = true;
-  CHECK(rejection(wgmma) == "paged_prefill.bf16.hd128.ps16.g4.kv_e4m3.wgmma.sm_90a: the sm_90a (wgmma) "
-                            "implementation has no kv_e4m3 (the portable variant has)");
+  CHECK(rejection(wgmma).empty());
+  // One tiling: the byte rings leave no room for the wide tiles' Q.
+  wgmma.wide = true;
+  CHECK(rejection(wgmma) == "paged_prefill.bf16.hd128.ps16.g4.kv_e4m3.wgmma.wide.sm_90a: paged_prefill has no "
+                            "wide tiling at head_dim 128 with an FP8 cache");
+  wgmma.wide = false;
+  // Other head dims take the portable kernel, by name.
+  wgmma.head_dim = 64;
+  CHECK(rejection(wgmma) == "paged_prefill.bf16.hd64.ps16.g4.kv_e4m3.wgmma.sm_90a: the sm_90a implementation does "
+                            "not serve it: an FP8 KV cache is served at head_dim 128 only");
 }
 
 TEST_CASE("an FP8 variant needs less shared memory than the plain one, and fits 99 KB where the plain one does") {

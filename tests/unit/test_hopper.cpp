@@ -162,7 +162,11 @@ TEST_SUITE("hopper") {
     // FP8 caches: rows of whole 128-byte chunks (head dims 128 and 256), a split a CTA.
     refused("decode.bf16.hd64.g4.kv_e5m2.tma.sm_90a", "an FP8 KV cache is served at head_dim 128 or 256 only");
     refused("paged_decode.bf16.hd192.ps16.g4.kv_e4m3.tma.sm_90a", "at head_dim 128 or 256 only");
-    refused("paged_prefill.bf16.hd128.ps16.g4.kv_e4m3.wgmma.sm_90a", "has no kv_e4m3");
+    // The wgmma paged prefill widens rows of 128 bytes, in one tiling; so does the decode.
+    refused("paged_prefill.bf16.hd256.ps16.g4.kv_e5m2.wgmma.sm_90a", "an FP8 KV cache is served at head_dim 128 only");
+    refused("paged_prefill.bf16.hd128.ps16.g4.kv_e4m3.wgmma.wide.sm_90a", "no wide tiling at head_dim 128 with an FP8");
+    refused("paged_decode.bf16.hd64.ps16.g4.kv_e4m3.tma.wide.sm_90a", "at head_dim 128 or 256 only");
+    refused("prefill.bf16.hd128.g4.kv_e4m3.wgmma.sm_90a", "prefill does not support the feature kv_e4m3");
     // The wide tiling: hd128 prefill only, named after the path.
     refused("prefill.bf16.hd64.g4.wgmma.wide.sm_90a", "prefill has no wide tiling at head_dim 64");
     refused("prefill.bf16.hd256.g4.wgmma.wide.sm_90a", "no wide tiling at head_dim 256");

@@ -253,6 +253,12 @@ TEST_CASE("plan: the registry's variant check agrees with the plans") {
   spec.head_dim = 64;
   CHECK(std::string(hopper_variant_refusal(spec)) == "an FP8 KV cache is served at head_dim 128 or 256 only");
   spec.head_dim = 128;
+  // The wgmma paged prefill widens an FP8 cache's rows of 128 bytes in shared memory.
+  spec.kind = KernelKind::paged_prefill;
+  CHECK(hopper_serves(spec));
+  spec.head_dim = 64;
+  CHECK(std::string(hopper_variant_refusal(spec)) == "an FP8 KV cache is served at head_dim 128 only");
+  spec.head_dim = 128;
   spec.kind = KernelKind::prefill;
   spec.page_size = 0;
   spec.flags = 0;
@@ -295,4 +301,29 @@ TEST_CASE("a launcher's plan memo plans again only when the problem or the devic
   problem.hopper_refused = true;
   CHECK_FALSE(memo.get(&device_b, problem, make).spec.hopper);
   CHECK(made == 4);
+}
+
+TEST_CASE("plan: an FP8 cache's paged prefill runs the wgmma kernel at hd128 (one tiling), the portable one else") {
+  AttentionProblem paged = prefill_problem(2, 8192);
+  paged.kind = KernelKind::paged_prefill;
+  paged.page_size = 16;
+  paged.flags = kFeatureKvE4m3;
+  const Plan plan = plan_prefill(paged, h200());
+  CHECK(plan.implementation->id == ImplementationId::sm90_wgmma_prefill);
+  CHECK_FALSE(plan.spec.wide);  // B2 x 8192 takes the wide tiles with a 16-bit cache
+  CHECK(plan.consumers == 2);
+  CHECK(plan.block_n == 128);
+  CHECK(plan.smem == astrai::prefill_sm90_smem_bytes(128, 2, 128, false, true));
+  CHECK(plan.smem <= 227 * 1024);
+  CHECK(plan.spec.name() == "paged_prefill.bf16.hd128.ps16.g4.kv_e4m3.wgmma.sm_90a");
+  paged.flags = 0;
+  CHECK(plan_prefill(paged, h200()).spec.wide);
+  paged.flags = kFeatureKvE5m2;
+  paged.head_dim = 64;
+  const Plan hd64 = plan_prefill(paged, h200());
+  CHECK(hd64.implementation->id == ImplementationId::portable_prefill);
+  CHECK(reason_of(hd64, ImplementationId::sm90_wgmma_prefill) == "an FP8 KV cache is served at head_dim 128 only");
+  paged.head_dim = 128;
+  paged.page_size = 4;  // boxes of whole pages: 8 tokens or more
+  CHECK(plan_prefill(paged, h200()).implementation->id == ImplementationId::portable_prefill);
 }

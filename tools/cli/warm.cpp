@@ -282,7 +282,7 @@ std::vector<KernelSpec> build_selection(const WarmOptions& options, const JitEng
                   hopper_spec.hopper = true;
                   // A head dim with two tilings: both (the runtime picks by grid), or the one named.
                   const auto has_wide = spec.family().hopper.has_wide;
-                  const bool two_tilings = has_wide != nullptr && has_wide(head_dim);
+                  const bool two_tilings = has_wide != nullptr && has_wide(head_dim, flags);
                   const TileChoice family_tiles = is_decode_kind(kind) ? decode_tiles : tiles;
                   if (!two_tilings || family_tiles != TileChoice::wide) add(hopper_spec);
                   if (two_tilings && family_tiles != TileChoice::narrow) {

@@ -325,6 +325,18 @@ template <bool kE5m2> __device__ __forceinline__ unsigned float_to_fp8(float val
 #endif
 }
 
+// A bf16 Q row whose largest magnitude is past f16's range goes into f16 MMAs (an FP8 cache's
+// widened K and V are f16) scaled by 2^-e (a power of two: only exponents move, so the rounding
+// to f16 stays exact), and its scores are multiplied by 2^e: the scores are the unscaled row's,
+// whatever its range. e = 0 for rows in range (every fp16 row) and for inf or NaN rows, which no
+// scale mends.
+__device__ __forceinline__ int kv8_q_row_exponent(float row_max) {
+  if (!(row_max > 65504.f) || !(row_max <= 3.4e38f)) return 0;
+  int exponent;
+  frexpf(row_max / 65504.f, &exponent);  // = m 2^exponent, m in [0.5, 1): row_max 2^-exponent < 65504
+  return exponent;
+}
+
 // Eight FP8 values (two words) as eight T (one 16-byte chunk), exact.
 template <typename T, bool kE5m2>
 __device__ __forceinline__ uint4 widen_fp8x8(unsigned lo, unsigned hi) {
@@ -372,6 +384,10 @@ __device__ __forceinline__ float kv_scale(const float* scales, int stride, int k
 }
 
 template <int kA, int kB> struct CeilDiv { static constexpr int value = (kA + kB - 1) / kB; };
+
+// A if kCondition, else B (no <type_traits> under NVRTC).
+template <bool kCondition, typename A, typename B> struct Select { using type = A; };
+template <typename A, typename B> struct Select<false, A, B> { using type = B; };
 
 template <int kValue> struct Log2 { static constexpr int value = 1 + Log2<kValue / 2>::value; };
 template <> struct Log2<1> { static constexpr int value = 0; };

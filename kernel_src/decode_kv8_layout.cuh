@@ -50,17 +50,6 @@ __device__ __forceinline__ float kv8_q_value(float value) {
   return value > 65504.f ? 65504.f : value < -65504.f ? -65504.f : value;
 }
 
-// A bf16 Q row whose largest magnitude is past f16's range goes into the f16 tile scaled by 2^-e
-// (a power of two: only exponents move, so the rounding to f16 stays exact), and its scores are
-// multiplied by 2^e (kv8_score_scales): the scores are the unscaled row's, whatever its range.
-// e = 0 for rows in range (every fp16 row) and for inf or NaN rows, which no scale mends.
-__device__ __forceinline__ int kv8_q_row_exponent(float row_max) {
-  if (!(row_max > 65504.f) || !(row_max <= 3.4e38f)) return 0;
-  int exponent;
-  frexpf(row_max / 65504.f, &exponent);  // = m 2^exponent, m in [0.5, 1): row_max 2^-exponent < 65504
-  return exponent;
-}
-
 template <typename T> struct IsBf16 { static constexpr bool value = false; };
 template <> struct IsBf16<bf16_t> { static constexpr bool value = true; };
 

@@ -46,11 +46,11 @@ constexpr int prefill_sm90_block_m(int consumers) { return 64 * consumers; }  //
 // An FP8 cache's producer warpgroup also widens the cache's bytes (prefill_sm90_widen.cuh) and
 // takes 40 a thread; its consumers' 128-token blocks leave them 232.
 constexpr int prefill_sm90_producer_regs(int consumers, bool persistent, bool kv8 = false) {
-  return kv8 ? 40 : persistent && consumers == 3 ? 32 : 24;
+  return kv8 ? 56 : persistent && consumers == 3 ? 32 : 24;
 }
 constexpr int prefill_sm90_launch_regs(int consumers) { return 65536 / prefill_sm90_threads(consumers) / 8 * 8; }
 constexpr int prefill_sm90_consumer_regs(int consumers, bool kv8 = false) {
-  return kv8 ? 232 : consumers == 2 ? 240 : 160;
+  return kv8 ? 224 : consumers == 2 ? 240 : 160;
 }
 static_assert(128 * prefill_sm90_producer_regs(2, true) + 256 * prefill_sm90_consumer_regs(2) <=
                   prefill_sm90_threads(2) * prefill_sm90_launch_regs(2),

@@ -71,11 +71,14 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillParams& p, con
     for (int h = 0; h < 2; ++h)
       first_key[h] =
           window_first_key(static_cast<long long>(r.causal_base) + Role::row_position(row0 + 8 * h), p.features);
-  // An FP8 cache's K scale multiplies the raw dots (before a soft-cap, else with the softmax scale).
-  const float dot_scale =
+  // Scores arrive raw; with a soft-cap they leave the cap already in log2 units. An FP8 cache's
+  // raw dots take its K scale and, with a bf16 Q scaled into f16's range, each row's factor
+  // (prefill_sm90_widen_q): before a soft-cap (dot_scale), else with the softmax scale.
+  const float k_scale =
       C::kKv8 ? kv_scale(p.features.k_scale, p.features.kv_scale_stride, cta.head / (C::kGroup / C::kPackHeads)) : 1.f;
-  // Scores arrive raw; with a soft-cap they leave the cap already in log2 units.
-  const float score_scale = C::kCap ? 1.f : C::kKv8 ? p.scale_log2 * dot_scale : p.scale_log2;
+  float dot_scale[2] = {k_scale, k_scale};
+  float score_scale[2];
+  score_scale[0] = score_scale[1] = C::kCap ? 1.f : C::kKv8 ? p.scale_log2 * k_scale : p.scale_log2;
 
   float o[C::kHeadDim / 2];
   float s[kBlockN / 2];
@@ -99,6 +102,15 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillParams& p, con
     if (consumer == active - 1) c.pass_turn();
     ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 10);  // consumer 0 is ready to wait for Q and K
     sm90::mbar_wait(&sm.q_full[slot], q_parity);
+    if constexpr (C::kKv8 && !C::kFp16) {
+      float factor[2];
+      prefill_sm90_widen_q<C>(q_base, consumer, t, factor);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        dot_scale[h] *= factor[h];
+        if (!C::kCap) score_scale[h] *= factor[h];
+      }
+    }
     ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 11);  // Q arrived
     sm90::mbar_wait(&sm.k_full[first_stage], (g / C::kStages) & 1);
     ASTRAI_PREFILL_STAMP(threadIdx.x == 128, 1);  // Q and the first K block have arrived

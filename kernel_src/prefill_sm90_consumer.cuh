@@ -57,7 +57,7 @@ struct PrefillSm90Consumer {
   const int& row0;       // and row0 + 8
   const int (&stop)[2];  // one past the last key each row sees
   int (&first_key)[2];   // window: the first key each row sees
-  const float& score_scale;
+  const float (&score_scale)[2];  // one a row (an FP8 cache's bf16 Q rows differ), else both alike
   float (&o)[kHeadDim / 2];
   float (&s)[kBlockN / 2];
   unsigned (&pa)[kBlockN / 16][4];
@@ -65,7 +65,7 @@ struct PrefillSm90Consumer {
   float (&row_sum)[2];
   const int& first_width;
   const unsigned& q_base;
-  const float& dot_scale;  // an FP8 cache's K scale (1 else)
+  const float (&dot_scale)[2];  // an FP8 cache's K scale and row factors (1 else)
 
   // The query head of tile row `row` (the pack's first head cta.head x kPackHeads), and its
   // position.
@@ -94,7 +94,7 @@ struct PrefillSm90Consumer {
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       const unsigned offset = (kk % 4) * 32;
-      wgmma_ss<kWidth, C::kFp16, kFirstCol / 2>(s, smem_desc(q_base + (kk / 4) * C::kBlockM * 128 + offset, 16, 1024),
+      wgmma_ss<kWidth, C::kMmaFp16, kFirstCol / 2>(s, smem_desc(q_base + (kk / 4) * C::kBlockM * 128 + offset, 16, 1024),
                                                 smem_desc(k_base + (kk / 4) * kBlockN * 128 + offset, 16, 1024),
                                                 kk > 0);
     }
@@ -134,7 +134,7 @@ struct PrefillSm90Consumer {
     constexpr int kRowGroupStride = C::kPageSize == 0 || C::kBoxRows == 16 ? 1024 : kChunks * 1024;
 #pragma unroll
     for (int kk = kFirstStep; kk < kFirstStep + kSteps; ++kk)
-      wgmma_rs<kHeadDim, C::kFp16>(
+      wgmma_rs<kHeadDim, C::kMmaFp16>(
           o, pa[kk],
           smem_desc(v_base + kk * (C::kPageSize == 0 ? 2048 : kChunks * 2048), kChunkStride, kRowGroupStride), 1);
     wgmma_commit();
@@ -161,11 +161,14 @@ struct PrefillSm90Consumer {
     // A soft-cap takes the dots raw: an FP8 cache's K scale goes on first (else score_scale has it).
     if constexpr (C::kKv8 && C::kCap) {
 #pragma unroll
-      for (int i = 0; i < kBlockN / 2; ++i) s[i] *= dot_scale;
+      for (int i = 0; i < kBlockN / 2; ++i) s[i] *= dot_scale[(i >> 1) & 1];
     }
     prefill_sm90_mask_scores<kBlockN, C::kCap, C::kWindow>(s, col0, lane, stop, first_key, mask_from, window_mask_until,
                                                            p.features);
-    prefill_sm90_online_softmax<kBlockN, kLazyRescale>(s, row_max, row_sum, score_scale, correction);
+    if constexpr (C::kKv8)
+      prefill_sm90_online_softmax<kBlockN, kLazyRescale>(s, row_max, row_sum, score_scale, correction);
+    else
+      prefill_sm90_online_softmax<kBlockN, kLazyRescale>(s, row_max, row_sum, score_scale[0], correction);
   }
 
   // Paged KV: the block holding the end of the KV arrives with the rest of its last page, which
@@ -192,7 +195,7 @@ struct PrefillSm90Consumer {
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk)
 #pragma unroll
-      for (int q = 0; q < 4; ++q) pa[kk][q] = pack2<T>(s[8 * kk + 2 * q], s[8 * kk + 2 * q + 1]);
+      for (int q = 0; q < 4; ++q) pa[kk][q] = pack2<typename C::MmaT>(s[8 * kk + 2 * q], s[8 * kk + 2 * q + 1]);
   }
 
   // Step `it`: S of block it, P V of block it - 1. kFirstPv marks the step after a cut first

@@ -40,9 +40,12 @@ __device__ __forceinline__ void prefill_sm90_mask_scores(float (&s)[kBlockN / 2]
 // skips the rescale when no row of the warp moved. On the H200 it gained 0.4-1.5% at hd128 and
 // 5-6% at hd256, and lost 2.5% at hd64 (three consumers, 32 O registers a thread), which
 // rescales every block.
-template <int kBlockN, bool kLazyRescale>
+// score_scale: one for both rows, or one a row (a float[2]).
+__device__ __forceinline__ float row_score_scale(float scale, int) { return scale; }
+__device__ __forceinline__ float row_score_scale(const float (&scales)[2], int h) { return scales[h]; }
+template <int kBlockN, bool kLazyRescale, typename Scale>
 __device__ __forceinline__ void prefill_sm90_online_softmax(float (&s)[kBlockN / 2], float (&row_max)[2],
-                                                            float (&row_sum)[2], float score_scale,
+                                                            float (&row_sum)[2], const Scale& score_scale,
                                                             float (&correction)[2]) {
   constexpr float kMaxSlack = 8.f;
   // Row maxima and sums in kPartials interleaved chains: one chain a row is 24 and 48 links long
@@ -69,7 +72,7 @@ __device__ __forceinline__ void prefill_sm90_online_softmax(float (&s)[kBlockN /
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     block_max[h] = quad_max(block_max[h]);
-    const float block_top = block_max[h] * score_scale;
+    const float block_top = block_max[h] * row_score_scale(score_scale, h);
     const bool move = kLazyRescale ? block_top > row_max[h] + kMaxSlack : true;
     const float new_max = kLazyRescale ? (move ? block_top : row_max[h]) : fmaxf(row_max[h], block_top);
     const float ref = softmax_reference(new_max);
@@ -80,7 +83,7 @@ __device__ __forceinline__ void prefill_sm90_online_softmax(float (&s)[kBlockN /
   }
 #pragma unroll
   for (int i = 0; i < kBlockN / 2; ++i) {
-    s[i] = fast_exp2(fmaf(s[i], score_scale, neg_ref[(i >> 1) & 1]));
+    s[i] = fast_exp2(fmaf(s[i], row_score_scale(score_scale, (i >> 1) & 1), neg_ref[(i >> 1) & 1]));
     partial_sum[(i >> 1) & 1][(i >> 2) % kPartials] += s[i];
   }
 #pragma unroll

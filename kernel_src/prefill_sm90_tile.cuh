@@ -67,6 +67,9 @@ struct PrefillSm90Config {
   static constexpr bool kKv8 = (kFlags & kFeatureKvFp8) != 0;
   static constexpr bool kE5m2 = (kFlags & kFeatureKvE5m2) != 0;
   static constexpr int kKv8Bytes = kBlockN * kHeadDim;  // one FP8 block of K or V
+  // The GEMMs' type: f16 with an FP8 cache (prefill_sm90_widen.cuh), else T.
+  static constexpr bool kMmaFp16 = kFp16 || kKv8;
+  using MmaT = typename Select<kMmaFp16, fp16_t, T>::type;
   static_assert(!kKv8 || (kPageSize >= 8 && prefill_sm90_serves_kv8(kHeadDim) &&
                           kBlockN == prefill_sm90_block_n(kHeadDim, kConsumers, true)),
                 "an FP8 cache: paged, hd128, 128-token blocks (hopper_params.h)");

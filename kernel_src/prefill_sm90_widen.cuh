@@ -1,8 +1,13 @@
-// The Hopper prefill's FP8 widening (prefill_sm90.cuh, an FP8 cache): warps 1..3 of the producer
-// warpgroup turn each block of cache bytes that TMA landed in a byte ring into the 16-bit tile
-// the consumers' wgmmas read, in the layout a 16-bit TMA load would have left there. The scales
-// stay out of it: the K scale multiplies the scores and the V scale the output, as in the
-// portable kernel, so the widened values are the cache's values exactly.
+// The Hopper prefill's FP8 widening (prefill_sm90.cuh, an FP8 cache). The GEMMs of such a variant
+// run in f16 whatever the output type: every e4m3 and e5m2 value is an f16 value, widened by one
+// cvt (e4m3) or byte move (e5m2) a pair, NaN and infinities kept. Warps 1..3 of the producer
+// warpgroup turn each block of cache bytes that TMA landed in a byte ring into the f16 tile the
+// consumers' wgmmas read, in the layout a 16-bit TMA load would have left there. A bf16 Q tile is
+// made f16 by its consumer, each row scaled into f16's range by a power of two that its scores
+// take back (kv8_q_row_exponent, as the FP8 decode does). The scales stay out of the tiles: the K
+// scale multiplies the scores and the V scale the output, so the widened values are the cache's.
+// (bf16 tiles cost five instructions a pair, by bit placement and a multiply; that widening held
+// the kernel to 0.57x the bf16 cache's rate on an H100.)
 #pragma once
 
 #include "prefill_sm90_tile.cuh"
@@ -11,75 +16,65 @@ namespace astrai {
 
 inline constexpr int kPrefillSm90Wideners = 96;  // warps 1..3 of the producer warpgroup
 
-// Bytes b0 and b1 of `word` (selector 0x1404) or b2 and b3 (0x3424) as a bf16 pair, by bit
-// placement: the byte's exponent and mantissa land under bf16's, which reads as the value times
-// 2^-(127 - the format's bias), and one bf16 multiply by the inverse power restores it exactly,
-// subnormals included (the multiply normalizes them). e4m3's NaN and e5m2's infinities and NaN
-// come out finite: prefill_sm90_widen8 sends those words to the exact conversion. Four integer
-// instructions and a multiply a pair, where the conversion through f32 (cvt, at a quarter of the
-// rate) could not keep up with the GEMMs.
-template <bool kE5m2, unsigned kSelector>
-__device__ __forceinline__ unsigned fp8x2_to_bf16x2_placed(unsigned word) {
-  constexpr int kShift = kE5m2 ? 3 : 4;
-  constexpr unsigned kMagnitude = kE5m2 ? 0x0fe00fe0u : 0x07f007f0u;
-  constexpr unsigned kFactor = kE5m2 ? 0x77807780u : 0x7b807b80u;  // 2^112, 2^120
-  const unsigned high = byte_perm(word, 0u, kSelector);               // each byte in the top of its half
-  const unsigned placed = (high & 0x80008000u) | ((high >> kShift) & kMagnitude);
-  unsigned result;
-  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(result) : "r"(placed), "r"(kFactor));
-  return result;
-}
-
-// Whether a word holds a code the placement cannot widen (e4m3 NaN; e5m2 infinity or NaN).
-template <bool kE5m2>
-__device__ __forceinline__ unsigned fp8x4_specials(unsigned word) {
-  return kE5m2 ? ((word & 0x7c7c7c7cu) + 0x04040404u) & 0x80808080u
-               : ((word & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
-}
-
-// Eight FP8 values (two words) as eight T (one 16-byte piece), exact, NaN and infinities kept.
-// f16 takes one cvt (e4m3) or byte move (e5m2) a pair and has no special case.
-template <typename T, bool kE5m2>
-__device__ __forceinline__ uint4 prefill_sm90_widen8(unsigned lo, unsigned hi) {
-  if constexpr (is_fp16<T>()) {
-    return widen_fp8x8<T, kE5m2>(lo, hi);
-  } else {
-    if ((fp8x4_specials<kE5m2>(lo) | fp8x4_specials<kE5m2>(hi)) != 0u) return widen_fp8x8<T, kE5m2>(lo, hi);
-    return make_uint4(fp8x2_to_bf16x2_placed<kE5m2, 0x1404u>(lo), fp8x2_to_bf16x2_placed<kE5m2, 0x3424u>(lo),
-                      fp8x2_to_bf16x2_placed<kE5m2, 0x1404u>(hi), fp8x2_to_bf16x2_placed<kE5m2, 0x3424u>(hi));
-  }
-}
-
 // One block: the bytes at shared address `bytes` (kBlockN rows of 128 bytes, 128-byte swizzled
-// as TMA landed them: piece p of row r at p ^ r % 8) into the 16-bit tile at `tile` in the
+// as TMA landed them: piece p of row r at p ^ r % 8) into the f16 tile at `tile` in the
 // consumers' layout: K [chunk][row][128 B], paged V [box][chunk][kBoxRows rows][128 B]
-// (prefill_sm90.cuh), both swizzled the same way. A thread widens 8 bytes at a time: 16 threads
-// read one row's 128 bytes, 8 write one line of a chunk, so neither access meets a bank conflict.
+// (prefill_sm90.cuh), both swizzled the same way. Thread t widens 8-byte piece t % 16 of rows
+// t / 16, + 6, + 12, ...: 16 threads read one row's 128 bytes, 8 write one line of a chunk, so
+// neither access meets a bank conflict. Loads go four at a time ahead of their conversions and
+// stores: one warp a scheduler has no other way to cover their latency.
 // Shared-window addresses: through generic pointers the accesses compile to 64-bit LD.E / ST.E.
 template <class C, bool kIsV>
-__device__ __forceinline__ void prefill_sm90_widen_block(unsigned bytes, unsigned tile, unsigned t) {
+struct PrefillSm90Widening {
   static_assert(C::kHeadDim == 128, "a token's bytes are one 128-byte row");
-  constexpr unsigned kPieces = C::kHeadDim / 8;
-  constexpr unsigned kRowStep = kPrefillSm90Wideners / kPieces;
-  constexpr unsigned kBoxRows = C::kBoxRows;
+  static constexpr unsigned kPieces = C::kHeadDim / 8;
+  static constexpr unsigned kRowStep = kPrefillSm90Wideners / kPieces;
+  static constexpr unsigned kBatch = 4;
+  static constexpr unsigned kBoxRows = C::kBoxRows;
   static_assert(kPrefillSm90Wideners % kPieces == 0, "a thread keeps its piece of every row it widens");
-  const unsigned piece = t % kPieces;
-  const unsigned chunk = piece / 8;
-  // The piece's place in a line of K, or of paged V's box.
-  const unsigned chunk_offset = kIsV ? chunk * kBoxRows * 128 : chunk * C::kBlockN * 128;
-#pragma unroll 2
-  for (unsigned row = t / kPieces; row < C::kBlockN; row += kRowStep) {
-    const unsigned swizzle = row % 8;
-    const uint2 in = sm90::ld_shared_v2(bytes + row * 128 + (((piece / 2) ^ swizzle) << 4) + (piece % 2) * 8);
-    const unsigned line =
-        kIsV ? (row / kBoxRows) * C::kChunks * kBoxRows * 128 + (row % kBoxRows) * 128 : row * 128;
-    sm90::st_shared_v4(tile + chunk_offset + line + (((piece % 8) ^ swizzle) << 4),
-                       prefill_sm90_widen8<typename C::T, C::kE5m2>(in.x, in.y));
+  // Batches whose rows all lie in the block, whatever the thread's first row.
+  static constexpr unsigned kFullBatches = C::kBlockN / (kBatch * kRowStep);
+
+  unsigned bytes, tile;
+  unsigned piece, chunk_offset;  // the thread's piece, and its chunk's place in a line
+
+  __device__ __forceinline__ unsigned source(unsigned row) const {
+    return bytes + row * 128 + (((piece / 2) ^ (row % 8)) << 4) + (piece % 2) * 8;
   }
+  __device__ __forceinline__ unsigned target(unsigned row) const {
+    const unsigned line = kIsV ? (row / kBoxRows) * C::kChunks * kBoxRows * 128 + (row % kBoxRows) * 128 : row * 128;
+    return tile + chunk_offset + line + (((piece % 8) ^ (row % 8)) << 4);
+  }
+  // Rows row0, + kRowStep, ... (kBatch of them; kGuarded: those inside the block).
+  template <bool kGuarded>
+  __device__ __forceinline__ void batch(unsigned row0) const {
+    uint2 in[kBatch];
+#pragma unroll
+    for (unsigned j = 0; j < kBatch; ++j)
+      if (!kGuarded || row0 + j * kRowStep < C::kBlockN) in[j] = sm90::ld_shared_v2(source(row0 + j * kRowStep));
+#pragma unroll
+    for (unsigned j = 0; j < kBatch; ++j)
+      if (!kGuarded || row0 + j * kRowStep < C::kBlockN)
+        sm90::st_shared_v4(target(row0 + j * kRowStep), widen_fp8x8<fp16_t, C::kE5m2>(in[j].x, in[j].y));
+  }
+};
+
+template <class C, bool kIsV>
+__device__ __forceinline__ void prefill_sm90_widen_block(unsigned bytes, unsigned tile, unsigned t) {
+  using W = PrefillSm90Widening<C, kIsV>;
+  // The thread's addresses are worked out again each block (a few instructions): left loop
+  // invariant, they were hoisted out of the walk and spilled from the widening's registers.
+  asm volatile("mov.u32 %0, %0;" : "+r"(t));
+  const unsigned piece = t % W::kPieces;
+  const W w{bytes, tile, piece, (piece / 8) * (kIsV ? W::kBoxRows : C::kBlockN) * 128};
+  const unsigned first_row = t / W::kPieces;
+#pragma unroll 1
+  for (unsigned b = 0; b < W::kFullBatches; ++b) w.template batch<false>(first_row + b * W::kBatch * W::kRowStep);
+  w.template batch<true>(first_row + W::kFullBatches * W::kBatch * W::kRowStep);
 }
 
-// Ring step `step` of K or V: waits for its bytes and for the consumers to have left the 16-bit
-// stage, widens, then frees the byte stage and fills the 16-bit one. The fence makes the generic
+// Ring step `step` of K or V: waits for its bytes and for the consumers to have left the f16
+// stage, widens, then frees the byte stage and fills the f16 one. The fence makes the generic
 // proxy's stores visible to the wgmmas (the async proxy) that the full barrier releases.
 template <class C, bool kIsV>
 __device__ __forceinline__ void prefill_sm90_widen_step(const PrefillSm90Smem<C>& sm, int step, int t) {
@@ -105,6 +100,57 @@ __device__ __forceinline__ void prefill_sm90_widen_walk(const PrefillSm90Smem<C>
     if (it > 0) prefill_sm90_widen_step<C, true>(sm, g + it - 1, t);
   }
   prefill_sm90_widen_step<C, true>(sm, g + w.block_count - 1, t);
+}
+
+// A consumer's 64 rows of a bf16 Q tile made f16 in place (FP8 cache variants with bf16 q), each
+// row scaled by 2^-e (kv8_q_row_exponent) so that its largest magnitude fits f16. Thread t holds
+// the rows of its wgmma accumulator (16 (t / 32) + (t % 32) / 4, and + 8), the four threads of a
+// quad a row's pieces q and q + 4 of each 64-column chunk (q = t % 4); `factor` gets each row's
+// 2^e, the scores' factor. The Q tile is [chunk][kBlockM rows][128 B], 128-byte swizzled. Its
+// rows are this consumer's alone: a barrier of its 128 threads publishes them to its wgmmas.
+template <class C>
+__device__ __forceinline__ void prefill_sm90_widen_q(unsigned q_base, int consumer, int t, float (&factor)[2]) {
+  using namespace sm90;
+  const int quad = t % 4;
+  const int row0 = 16 * (t / 32) + (t % 32) / 4;
+  uint4 pieces[2][C::kChunks][2];
+  float row_max[2] = {0.f, 0.f};
+  auto address = [&](int h, int chunk, int k) {
+    const int row = row0 + 8 * h;  // of the consumer's 64; q_base is its first row's
+    return q_base + chunk * C::kBlockM * 128 + row * 128 + (((quad + 4 * k) ^ (row % 8)) << 4);
+  };
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int chunk = 0; chunk < C::kChunks; ++chunk)
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        pieces[h][chunk][k] = ld_shared_v4(address(h, chunk, k));
+        const unsigned* words = &pieces[h][chunk][k].x;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          row_max[h] = fmaxf(row_max[h], fmaxf(fabsf(low_half<bf16_t>(words[i])), fabsf(high_half<bf16_t>(words[i]))));
+      }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    row_max[h] = quad_max(row_max[h]);
+    const int exponent = kv8_q_row_exponent(row_max[h]);
+    factor[h] = ldexpf(1.f, exponent);
+    const float scale = ldexpf(1.f, -exponent);
+#pragma unroll
+    for (int chunk = 0; chunk < C::kChunks; ++chunk)
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        uint4 piece = pieces[h][chunk][k];
+        unsigned* words = &piece.x;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          words[i] = pack2<fp16_t>(low_half<bf16_t>(words[i]) * scale, high_half<bf16_t>(words[i]) * scale);
+        st_shared_v4(address(h, chunk, k), piece);
+      }
+  }
+  fence_proxy_async_shared();
+  named_bar_sync(C::kConsumers + 2 + consumer, 128);
 }
 
 }  // namespace astrai

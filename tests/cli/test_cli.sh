@@ -230,7 +230,8 @@ paged_decode.bf16.hd128.ps1.g4.nomma.sm_90a --arch sm_90a --kernels paged_decode
 prefill.bf16.hd128.g4.cap.sm_90a --arch sm_90a --kernels prefill --dtypes bf16 --head-dims 128 --group-sizes 4 --features cap --no-hopper
 paged_decode.bf16.hd64.ps16.g6.cap.sink.sm_90a --arch sm_90a --kernels paged_decode --dtypes bf16 --head-dims 64 --page-sizes 16 --group-sizes 6 --features cap+sink --no-hopper
 paged_prefill.fp16.hd128.ps16.g4.swa.sink.sm_90a --arch sm_90a --kernels paged_prefill --dtypes fp16 --head-dims 128 --page-sizes 16 --group-sizes 4 --features swa+sink --no-hopper
-paged_prefill.bf16.hd128.ps16.g4.kv_e4m3.sm_90a --arch sm_90a --kernels paged_prefill --dtypes bf16 --head-dims 128 --page-sizes 16 --group-sizes 4 --features kv_e4m3
+paged_prefill.bf16.hd128.ps16.g4.kv_e4m3.sm_90a --arch sm_90a --kernels paged_prefill --dtypes bf16 --head-dims 128 --page-sizes 16 --group-sizes 4 --features kv_e4m3 --no-hopper
+paged_prefill.bf16.hd128.ps16.g4.kv_e4m3.wgmma.sm_90a --arch sm_90a --kernels paged_prefill --dtypes bf16 --head-dims 128 --page-sizes 16 --group-sizes 4 --features kv_e4m3 --hopper
 decode.fp16.hd64.g6.kv_e5m2.cap.sm_89 --arch sm_89 --kernels decode --dtypes fp16 --head-dims 64 --group-sizes 6 --features kv_e5m2+cap
 HINTS
 

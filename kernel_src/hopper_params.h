@@ -44,7 +44,7 @@ constexpr int prefill_sm90_block_m(int consumers) { return 64 * consumers; }  //
 // Persistent CTAs' producers walk tiles (their loop state spilled at 24): with three consumers
 // they take the 8 a thread that the consumers leave in the pool (two leave none).
 // An FP8 cache's producer warpgroup also widens the cache's bytes (prefill_sm90_widen.cuh) and
-// takes 40 a thread; its consumers' 128-token blocks leave them 232.
+// takes 56 a thread (at 40 its walk's addresses spilled); its consumers' 128-token blocks fit 224.
 constexpr int prefill_sm90_producer_regs(int consumers, bool persistent, bool kv8 = false) {
   return kv8 ? 56 : persistent && consumers == 3 ? 32 : 24;
 }

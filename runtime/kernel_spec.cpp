@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "kernel_src/kernel_params.h"
 #include "runtime/env_config.hpp"
 #include "runtime/plan/implementations.hpp"
 

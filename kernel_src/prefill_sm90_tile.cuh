@@ -63,7 +63,7 @@ struct PrefillSm90Config {
   static constexpr int kQSlots = kPersistent ? 2 : 1;
   static constexpr int kThreads = prefill_sm90_threads(kConsumers);
   // An FP8 cache (prefill_sm90_widen.cuh): TMA lands its bytes in rings of their own, which the
-  // producer warpgroup's other warps widen into the 16-bit rings the consumers read.
+  // producer warpgroup's warps 1-3 widen into the f16 rings the consumers read.
   static constexpr bool kKv8 = (kFlags & kFeatureKvFp8) != 0;
   static constexpr bool kE5m2 = (kFlags & kFeatureKvE5m2) != 0;
   static constexpr int kKv8Bytes = kBlockN * kHeadDim;  // one FP8 block of K or V
@@ -92,7 +92,7 @@ struct PrefillSm90Smem {
   sm90::u64* const& v_empty;
   unsigned* const& warp_words;  // sm90::pin_wait_after's
   sm90::u64* const& q_empty;    // persistent: a Q slot's (the consumers' stores are done with it)
-  // An FP8 cache's byte rings and their barriers (kKv8 only; else null).
+  // An FP8 cache's byte rings and their barriers (kKv8 only; other variants never touch them).
   unsigned char* const& k8;
   unsigned char* const& v8;
   sm90::u64* const& k8_full;

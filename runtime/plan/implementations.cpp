@@ -33,6 +33,13 @@ const char* hopper_shape_refusal(KernelKind kind, int head_dim, int page_size, s
 
 namespace {
 
+// Whether the family's Hopper implementation has a wide tiling for this head dim and these
+// features (HopperImplementation::has_wide: the one rule the plan, warm and the variant checks share).
+bool hopper_has_wide(const AttentionProblem& problem) {
+  const auto has_wide = kernel_family(problem.kind).hopper.has_wide;
+  return has_wide != nullptr && has_wide(problem.head_dim, problem.flags);
+}
+
 const char* hopper_refusal(const AttentionProblem& problem, const DeviceTraits& device) {
   if (device.no_hopper && device.arch == "sm_90a" && device.uses_mma()) return "ASTRAI_JIT_NO_WGMMA is set";
   if (const char* why = hopper_shape_refusal(problem.kind, problem.head_dim, problem.page_size, problem.flags,
@@ -66,9 +73,8 @@ void plan_decode_grid(const AttentionProblem& problem, const DeviceTraits& devic
   DecodeSplitPlan split =
       plan_decode_splits(problem.batch, problem.n_kv_heads, plan->head_tiles, problem.span, resident_ctas);
   const long long columns = 1LL * problem.batch * problem.n_kv_heads * plan->head_tiles;
-  // An FP8 cache's Hopper decode runs a split a CTA (decode_sm90_kv8.cuh).
-  plan->spec.wide = plan->spec.hopper && decode_sm90_has_wide(problem.head_dim) &&
-                    (problem.flags & kFeatureKvFp8) == 0 &&
+  // An FP8 cache's Hopper decode runs a split a CTA (decode_sm90_kv8.cuh): no wide tiling.
+  plan->spec.wide = plan->spec.hopper && hopper_has_wide(problem) &&
                     decode_takes_wide_ctas(device.decode_tiles, split, columns, device.num_sms, kDecodeSm90WideSplits);
   if (plan->spec.wide) {
     plan->block = kDecodeThreads * kDecodeSm90WideSplits;
@@ -125,9 +131,9 @@ const char* sm90_prefill_refusal(const AttentionProblem& problem, const DeviceTr
 const char* configure_sm90_prefill(const AttentionProblem& problem, const DeviceTraits& device,
                                    const OccupancyQuery&, Plan* plan) {
   plan->spec = problem_spec(problem, device, true);
-  // An FP8 cache keeps the default tiling: its byte rings leave no room for the wide tiles' Q.
+  // An FP8 cache has one tiling: its byte rings leave no room for the wide tiles' Q.
   const bool kv8 = (problem.flags & kFeatureKvFp8) != 0;
-  plan->spec.wide = !kv8 && prefill_sm90_takes_wide_tiles(device.prefill_tiles, problem.head_dim, problem.max_q_len,
+  plan->spec.wide = hopper_has_wide(problem) && prefill_sm90_takes_wide_tiles(device.prefill_tiles, problem.head_dim, problem.max_q_len,
                                                           problem.total_q, problem.n_heads, problem.n_kv_heads,
                                                           problem.batch, device.num_sms);
   plan->consumers = prefill_sm90_consumers(problem.head_dim, plan->spec.wide);

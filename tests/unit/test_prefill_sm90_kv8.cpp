@@ -107,8 +107,14 @@ TEST_SUITE("hopper") {
         CHECK(map->box[0] == 128u);  // one 128-byte swizzle row a token
         const int rows = static_cast<int>(map->box[2]);
         CHECK(rows == std::min(page_size, 16));
-        // A box per page part: kBlockN / rows boxes of rows x 128 bytes fill the stage.
-        CHECK((block_n / rows) * rows * 128 == block_n * 128);
+        CHECK(map->box[1] == 1u);
+        CHECK(map->box[3] == 1u);
+        // The producer issues a box per lane (kBoxes of them, at most a warp's), and the byte
+        // stage's full barrier expects kKv8Bytes = kBlockN x head_dim bytes.
+        const int boxes = block_n / rows;
+        CHECK(boxes <= 32);
+        CHECK(1LL * boxes * map->box[0] * map->box[1] * map->box[2] * map->box[3] * map->element_bytes ==
+              1LL * block_n * 128);
         CHECK(astrai::detail::tensor_map_problem(*map).empty());
       }
     }

@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # Runs the whole GPU suite on a machine with a GPU, every kernel path and compute-sanitizer, in
-# one parallel phase sized for one device call: on one H200 (16 CPU cores) its 20 jobs took
-# 326-395 s, the longest job (nomma) setting the whole. The suites' time goes mostly to
+# one parallel phase sized for one device call (its longest jobs, the CUDA-core and portable
+# paths, are split in a decode half and a rest half so that no job sets the whole alone). The suites' time goes mostly to
 # NVRTC compiles of fresh variants, so the jobs run at once, spread over the visible GPUs, and
 # share one cache directory. Jobs (each under `timeout STEP_TIMEOUT`; logs $OUT/NAME.log):
-#   default_decode   decode, paged_decode, kv_fp8, multi_token and mla_decode suites on the default path
-#                    (tensor cores; on sm_90a the TMA decode), ASTRAI_TEST_SWEEP random cases;
+#   default_decode, default_decode_more  the decode and paged_decode suites, and the kv_fp8,
+#                    multi_token and mla_decode suites, on the default path (tensor cores; on
+#                    sm_90a the TMA decode), ASTRAI_TEST_SWEEP random cases;
 #   default_prefill  prefill, paged_prefill, rotary_emb, merge_states and cascade suites (on
 #                    sm_90a the Hopper prefill, tilings chosen by grid size);
 #   multi_gpu        the multi_gpu suite with every GPU visible, only where two or more are (else
 #                    listed as NOT RUN in the verdicts, never as passed);
-#   nomma            the whole suite on CUDA cores (ASTRAI_JIT_NO_MMA=1), half the sweep;
+#   nomma_decode, nomma_decode_more, nomma_rest  the whole suite on CUDA cores
+#                    (ASTRAI_JIT_NO_MMA=1), half the sweep: the decode suites in the two halves
+#                    above, and every other suite but multi_gpu;
 #   on sm_90a: narrow and wide_prefill (ASTRAI_JIT_PREFILL_TILES=narrow or wide: the prefill
 #   suites on one tiling wherever it serves, half the sweep; the suites' grids are small, so the
-#   default takes the narrow tiling for most of them) and nowgmma (ASTRAI_JIT_NO_WGMMA=1: the
-#   portable decode and prefill kernels, FP8 caches included, 3/4 of the sweep) and wide_decode
+#   default takes the narrow tiling for most of them) and nowgmma_decode, nowgmma_decode_more, nowgmma_prefill
+#   (ASTRAI_JIT_NO_WGMMA=1: the portable decode and prefill kernels, FP8 caches included, 3/4 of
+#   the sweep) and wide_decode
 #   (ASTRAI_JIT_DECODE_TILES=wide: the decode suites on wide CTAs, half the sweep) and sm90_check
 #   (astrai-sm90-check --check-only, when BUILD_DIR/bench has it);
 #   memcheck, racecheck, synccheck and initcheck over the decode suites, over the prefill
@@ -28,7 +32,8 @@
 # lines of the output list every job's verdict.
 # Usage: scripts/gpu/run_gpu_suite.sh BUILD_DIR. Environment: OUT (default ./gpu-logs),
 # ASTRAI_TEST_SWEEP (default 4), ASTRAI_TEST_SEED (default: drawn), SAN_SWEEP (default 1),
-# STEP_TIMEOUT (seconds, default 480), SKIP_SANITIZERS=1.
+# STEP_TIMEOUT (seconds, default 480), SKIP_SANITIZERS=1, ONLY (an extended regex: only the jobs
+# whose names match run; the others are listed as NOT RUN, and the run never counts as whole).
 set -uo pipefail
 build=${1:-build}
 out=${OUT:-gpu-logs}
@@ -50,6 +55,9 @@ three_quarters=$(( sweep * 3 / 4 > 0 ? sweep * 3 / 4 : 1 ))
 san_sweep=${SAN_SWEEP:-1}
 limit=${STEP_TIMEOUT:-480}
 decode_suites=--test-suite=decode,paged_decode,kv_fp8,multi_token,mla_decode
+# The decode suites in two halves of about equal time: the longest jobs, split.
+decode_core=--test-suite=decode,paged_decode
+decode_more=--test-suite=kv_fp8,multi_token,mla_decode
 prefill_suites=--test-suite=prefill,paged_prefill,rotary_emb,merge_states,cascade
 status=0
 names=()
@@ -58,6 +66,9 @@ next_gpu=0
 
 start_job() {  # name, env assignments..., -- command... (JOB_ALL_GPUS=1 start_job ...: every GPU visible)
   local name=$1; shift
+  if [ -n "${ONLY:-}" ] && ! [[ $name =~ ^($ONLY)$ ]]; then
+    not_run+=("$name: NOT RUN (ONLY=$ONLY)"); return
+  fi
   local envs=()
   while [ "$1" != -- ]; do envs+=("$1"); shift; done
   shift
@@ -106,10 +117,14 @@ wait_jobs() {
   names=(); pids=()
 }
 
-start_job default_decode ASTRAI_TEST_SWEEP=$sweep -- "$bin" $decode_suites
-start_job default_prefill ASTRAI_TEST_SWEEP=$sweep -- "$bin" $prefill_suites
-start_job nomma ASTRAI_TEST_SWEEP=$half ASTRAI_JIT_NO_MMA=1 -- "$bin" --test-suite-exclude=multi_gpu
 not_run=()
+start_job default_decode ASTRAI_TEST_SWEEP=$sweep -- "$bin" $decode_core
+start_job default_decode_more ASTRAI_TEST_SWEEP=$sweep -- "$bin" $decode_more
+start_job default_prefill ASTRAI_TEST_SWEEP=$sweep -- "$bin" $prefill_suites
+start_job nomma_decode ASTRAI_TEST_SWEEP=$half ASTRAI_JIT_NO_MMA=1 -- "$bin" $decode_core
+start_job nomma_decode_more ASTRAI_TEST_SWEEP=$half ASTRAI_JIT_NO_MMA=1 -- "$bin" $decode_more
+start_job nomma_rest ASTRAI_TEST_SWEEP=$half ASTRAI_JIT_NO_MMA=1 -- "$bin" \
+  --test-suite-exclude=multi_gpu,${decode_suites#--test-suite=}
 if [ "$gpus" -ge 2 ]; then
   JOB_ALL_GPUS=1 start_job multi_gpu -- "$bin" --test-suite=multi_gpu
 else
@@ -118,8 +133,12 @@ fi
 if [ $hopper = 1 ]; then
   start_job narrow ASTRAI_TEST_SWEEP=$half ASTRAI_JIT_PREFILL_TILES=narrow -- "$bin" \
     --test-suite=prefill,paged_prefill
-  start_job nowgmma ASTRAI_TEST_SWEEP=$three_quarters ASTRAI_JIT_NO_WGMMA=1 -- "$bin" \
-    --test-suite=decode,paged_decode,multi_token,prefill,paged_prefill,cascade,mla_decode,kv_fp8
+  start_job nowgmma_decode ASTRAI_TEST_SWEEP=$three_quarters ASTRAI_JIT_NO_WGMMA=1 -- "$bin" \
+    $decode_core
+  start_job nowgmma_decode_more ASTRAI_TEST_SWEEP=$three_quarters ASTRAI_JIT_NO_WGMMA=1 -- "$bin" \
+    $decode_more
+  start_job nowgmma_prefill ASTRAI_TEST_SWEEP=$three_quarters ASTRAI_JIT_NO_WGMMA=1 -- "$bin" \
+    --test-suite=prefill,paged_prefill,cascade
   # The Hopper decode's wide CTAs (a request's splits merged in one CTA) wherever they serve,
   # and the two sanitizers that watch their named barriers.
   start_job wide_decode ASTRAI_TEST_SWEEP=$half ASTRAI_JIT_DECODE_TILES=wide -- "$bin" \
@@ -155,4 +174,5 @@ wait_jobs
 echo "== verdicts (ASTRAI_TEST_SEED=$ASTRAI_TEST_SEED)"
 printf '%s\n' "${verdicts[@]}"
 [ ${#not_run[@]} -eq 0 ] || printf '%s\n' "${not_run[@]}"
+[ -n "${ONLY:-}" ] && echo "a partial run (ONLY=$ONLY): not a verdict on the whole suite"
 exit $status

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole GPU suite on a machine with a GPU, every kernel path and compute-sanitizer, in
-# one parallel phase sized for one device call (its longest jobs, the CUDA-core and portable
-# paths, are split in a decode half and a rest half so that no job sets the whole alone). The suites' time goes mostly to
-# NVRTC compiles of fresh variants, so the jobs run at once, spread over the visible GPUs, and
-# share one cache directory. Jobs (each under `timeout STEP_TIMEOUT`; logs $OUT/NAME.log):
+# one parallel phase sized for one device call: each path's suites are split into jobs of about
+# equal time (the decode suites in two), so that no one job sets the whole. The suites' time goes
+# mostly to NVRTC compiles of fresh variants, so the jobs run at once, spread over the visible
+# GPUs, and share one cache directory. Jobs (each under `timeout STEP_TIMEOUT`; logs $OUT/NAME.log):
 #   default_decode, default_decode_more  the decode and paged_decode suites, and the kv_fp8,
 #                    multi_token and mla_decode suites, on the default path (tensor cores; on
 #                    sm_90a the TMA decode), ASTRAI_TEST_SWEEP random cases;
@@ -16,10 +16,10 @@
 #                    above, and every other suite but multi_gpu;
 #   on sm_90a: narrow and wide_prefill (ASTRAI_JIT_PREFILL_TILES=narrow or wide: the prefill
 #   suites on one tiling wherever it serves, half the sweep; the suites' grids are small, so the
-#   default takes the narrow tiling for most of them) and nowgmma_decode, nowgmma_decode_more, nowgmma_prefill
-#   (ASTRAI_JIT_NO_WGMMA=1: the portable decode and prefill kernels, FP8 caches included, 3/4 of
-#   the sweep) and wide_decode
-#   (ASTRAI_JIT_DECODE_TILES=wide: the decode suites on wide CTAs, half the sweep) and sm90_check
+#   default takes the narrow tiling for most of them), nowgmma_decode, nowgmma_decode_more and
+#   nowgmma_prefill (ASTRAI_JIT_NO_WGMMA=1: the portable decode and prefill kernels, FP8 caches
+#   included, 3/4 of the sweep), wide_decode (ASTRAI_JIT_DECODE_TILES=wide: the decode suites on
+#   wide CTAs, half the sweep) and sm90_check
 #   (astrai-sm90-check --check-only, when BUILD_DIR/bench has it);
 #   memcheck, racecheck, synccheck and initcheck over the decode suites, over the prefill
 #   suites and over kv_fp8, rotary_emb, merge_states, cascade and mla_decode (the FP8 append writes the cache; default path,

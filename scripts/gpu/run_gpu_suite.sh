@@ -22,9 +22,9 @@
 #   wide CTAs, half the sweep) and sm90_check
 #   (astrai-sm90-check --check-only, when BUILD_DIR/bench has it);
 #   memcheck, racecheck, synccheck and initcheck over the decode suites, over the prefill
-#   suites and over kv_fp8, rotary_emb, merge_states, cascade and mla_decode (the FP8 append writes the cache; default path,
-#   SAN_SWEEP random cases), and on sm_90a racecheck and synccheck with the wide decode CTAs and
-#   the wide prefill tiles forced.
+#   suites and over kv_fp8, rotary_emb, merge_states, cascade and mla_decode (the FP8 append
+#   writes the cache; default path, SAN_SWEEP random cases), and on sm_90a racecheck and
+#   synccheck with the wide decode CTAs and the wide prefill tiles forced.
 # Nothing skips silently: ASTRAI_REQUIRE_GPU=1 turns a missing GPU (exit 77) and a filter that
 # runs no test case into failures; every job's verdict says how many cases it compared; the data
 # come from ASTRAI_TEST_SEED, new each run unless given, printed first (repeat a run with it).

@@ -131,11 +131,12 @@ const char* sm90_prefill_refusal(const AttentionProblem& problem, const DeviceTr
 const char* configure_sm90_prefill(const AttentionProblem& problem, const DeviceTraits& device,
                                    const OccupancyQuery&, Plan* plan) {
   plan->spec = problem_spec(problem, device, true);
-  // An FP8 cache has one tiling: its byte rings leave no room for the wide tiles' Q.
   const bool kv8 = (problem.flags & kFeatureKvFp8) != 0;
-  plan->spec.wide = hopper_has_wide(problem) && prefill_sm90_takes_wide_tiles(device.prefill_tiles, problem.head_dim, problem.max_q_len,
-                                                          problem.total_q, problem.n_heads, problem.n_kv_heads,
-                                                          problem.batch, device.num_sms);
+  // hopper_has_wide is false with an FP8 cache: its byte rings leave no room for the wide tiles' Q.
+  plan->spec.wide = hopper_has_wide(problem) &&
+                    prefill_sm90_takes_wide_tiles(device.prefill_tiles, problem.head_dim, problem.max_q_len,
+                                                  problem.total_q, problem.n_heads, problem.n_kv_heads, problem.batch,
+                                                  device.num_sms);
   plan->consumers = prefill_sm90_consumers(problem.head_dim, plan->spec.wide);
   plan->block_n = prefill_sm90_block_n(problem.head_dim, plan->consumers, kv8);
   plan->block = prefill_sm90_threads(plan->consumers);

@@ -293,14 +293,24 @@ def rotary_emb(x: Tensor, freqs_cis: Tensor) -> Tensor:
     return _ops.rotary_emb(x, freqs_cis)
 
 
+# AstrAI's FP8 GEMM module (2026-08): five functions, from astrai_fp8.
+FP8_KERNEL = "fp8_mm"
+
+
 def populate(module) -> None:
-    """Fill one of the compiled stand-in modules (named after a kernel) with its function."""
+    """Fill one of the compiled stand-in modules (named after a kernel) with its function(s)."""
     name = module.__name__.rsplit(".", 1)[-1]
-    if name not in KERNEL_NAMES:
-        raise ImportError(f"astrai-jit serves no AstrAI kernel named {name!r} (served: {', '.join(KERNEL_NAMES)})")
-    setattr(module, name, globals()[name])
-    module.__doc__ = f"AstrAI's {name} kernel, compiled at first use by astrai-jit."
+    if name == FP8_KERNEL:
+        from . import astrai_fp8
+        for function in astrai_fp8.KERNEL_FUNCTIONS:
+            setattr(module, function, getattr(astrai_fp8, function))
+    elif name in KERNEL_NAMES:
+        setattr(module, name, globals()[name])
+    else:
+        raise ImportError(f"astrai-jit serves no AstrAI kernel named {name!r} (served: "
+                          f"{', '.join(KERNEL_NAMES + (FP8_KERNEL,))})")
+    module.__doc__ = f"AstrAI's {name} kernel module, served by astrai-jit."
     module.served_by = "astrai-jit"
 
 
-__all__ = list(KERNEL_NAMES) + ["KERNEL_NAMES", "populate"]
+__all__ = list(KERNEL_NAMES) + ["KERNEL_NAMES", "FP8_KERNEL", "populate"]

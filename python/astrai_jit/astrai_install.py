@@ -26,6 +26,10 @@ from pathlib import Path
 from typing import List, Optional
 
 KERNEL_NAMES = ("attn_decode", "attn_prefill", "attn_paged_decode", "attn_paged_prefill", "rotary_emb")
+# AstrAI's FP8 GEMM module (2026-08 on: astrai/extension/ops/fp8.py loads it); installed only into
+# an AstrAI that has it, so that an earlier one sees no kernel its source does not name.
+FP8_KERNEL = "fp8_mm"
+ALL_NAMES = KERNEL_NAMES + (FP8_KERNEL,)
 _SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]  # this interpreter's: .cpython-311-x86_64-linux-gnu.so
 _ASIDE = ".astrai-own"
 
@@ -77,10 +81,15 @@ def _is_ours(path: Path, stand_in: Path) -> bool:
     return path.is_file() and not path.is_symlink() and filecmp.cmp(path, stand_in, shallow=False)
 
 
+def served_names(lib: Path) -> tuple:
+    """The kernel modules this AstrAI loads (its lib directory's package tells)."""
+    return ALL_NAMES if (lib.parent / "ops" / "fp8.py").is_file() else KERNEL_NAMES
+
+
 def install(lib: Path) -> List[str]:
     stand_in = stand_in_path()
     done = []
-    for name in KERNEL_NAMES:
+    for name in served_names(lib):
         target = _target(lib, name)
         if _is_ours(target, stand_in):
             done.append(f"{name}: already astrai-jit's")
@@ -106,7 +115,7 @@ def install(lib: Path) -> List[str]:
 def uninstall(lib: Path) -> List[str]:
     stand_in = stand_in_path()
     done = []
-    for name in KERNEL_NAMES:
+    for name in ALL_NAMES:
         target = _target(lib, name)
         aside = target.with_name(target.name + _ASIDE)
         if _is_ours(target, stand_in):
@@ -124,7 +133,7 @@ def uninstall(lib: Path) -> List[str]:
 def status(lib: Path) -> List[str]:
     stand_in = stand_in_path()
     lines = []
-    for name in KERNEL_NAMES:
+    for name in served_names(lib):
         target = _target(lib, name)
         state = ("astrai-jit" if _is_ours(target, stand_in) else "AstrAI's own build" if target.exists()
                  else "not built (AstrAI falls back to torch)")

@@ -179,8 +179,31 @@ def test_2026_08_paged_calls_take_the_flat_pool():
 
 def test_populate_refuses_an_unknown_name():
     import types
-    with pytest.raises(ImportError, match="serves no AstrAI kernel named 'fp8_mm'"):
-        C.populate(types.ModuleType("astrai.extension.lib.fp8_mm"))
+    with pytest.raises(ImportError, match="serves no AstrAI kernel named 'moe_gemm'"):
+        C.populate(types.ModuleType("astrai.extension.lib.moe_gemm"))
+
+
+def test_populate_fills_the_fp8_module_with_its_five_functions():
+    import types
+    import astrai_jit.astrai_fp8 as F
+    module = types.ModuleType("astrai.extension.lib.fp8_mm")
+    C.populate(module)
+    assert module.served_by == "astrai-jit"
+    for name in ("fp8_mm", "quantize_bf16", "mm_fp8", "linear_forward_fp8", "linear_backward_fp8"):
+        assert getattr(module, name) is getattr(F, name)
+
+
+def test_install_adds_fp8_mm_only_to_an_astrai_that_loads_it(astrai_package):
+    lib = astrai_package / "astrai" / "extension" / "lib"
+    I.install(lib)
+    assert "fp8_mm" not in _names(lib)  # 2026-07: no FP8 module in AstrAI's source
+    (lib.parent / "ops").mkdir()
+    (lib.parent / "ops" / "fp8.py").write_text("")
+    I.install(lib)
+    assert _names(lib) == sorted(I.KERNEL_NAMES + ("fp8_mm",))
+    assert any(line.startswith("fp8_mm: astrai-jit") for line in I.status(lib))
+    I.uninstall(lib)
+    assert _names(lib) == []
 
 
 def test_the_gpu_comparison_bounds_fp16_rows_below_its_normal_range_by_the_spacing():

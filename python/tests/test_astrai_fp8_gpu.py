@@ -1,0 +1,106 @@
+"""AstrAI's fp8_mm module served by astrai-jit, on the GPU, against float64 products of the
+quantized values: cuBLASLt's path (every dim a multiple of 16) and the float32 one (any other
+shape, both operands E5M2), BF16 and FP8 outputs, the linear forward with and without bias, and
+the backward under each mask."""
+import pytest
+import torch
+
+import astrai_jit.astrai_fp8 as F
+
+pytestmark = pytest.mark.gpu
+bf16, E4M3, E5M2 = torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2
+DEV = "cuda"
+SHAPES = [(16, 8, 32), (17, 9, 33), (1, 1, 1), (64, 48, 96), (256, 128, 512)]
+
+
+def _need_fp8():
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("cuBLASLt's FP8 path needs sm_89 (the float32 path is tested on the CPU)")
+
+
+def _step(x, limit=448.0):
+    return (x.abs().amax().float() / limit).clamp_min(1e-12).reshape(1)
+
+
+def _ref(a8, b8, sa, sb):
+    return a8.double() @ b8.double().t() * sa.double() * sb.double()
+
+
+def _close(got, want):
+    # bf16 rounding of the result (half an ulp) plus float32 sums over k terms.
+    torch.testing.assert_close(got.double(), want, rtol=2 ** -8, atol=1e-5 * want.abs().max().item() + 1e-30)
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_fp8_mm_quantizes_both_operands_and_scales_back(m, n, k):
+    _need_fp8()
+    gen = torch.Generator(device=DEV).manual_seed(m + n + k)
+    a = torch.randn(m, k, device=DEV, generator=gen).to(bf16)
+    b = torch.randn(n, k, device=DEV, generator=gen).to(bf16)
+    sa, sb = _step(a), _step(b)
+    out = F.fp8_mm(a, b, sa, sb)
+    assert out.dtype == bf16 and out.shape == (m, n)
+    _close(out, _ref(F.quantize(a, sa, E4M3), F.quantize(b, sb, E4M3), sa, sb))
+
+
+@pytest.mark.parametrize("fmt_a,fmt_b", [(E4M3, E4M3), (E5M2, E5M2)])
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_mm_fp8_pre_quantized_bf16_and_fp8_out(fmt_a, fmt_b, m, n, k):
+    _need_fp8()
+    gen = torch.Generator(device=DEV).manual_seed(7 * m + n + k)
+    a = torch.randn(m, k, device=DEV, generator=gen) * 5
+    b = torch.randn(n, k, device=DEV, generator=gen)
+    limit = torch.finfo(fmt_a).max
+    sa, sb = _step(a, limit), _step(b, limit)
+    a8, b8 = F.quantize(a, sa, fmt_a), F.quantize(b, sb, fmt_b)
+    want = _ref(a8, b8, sa, sb)
+    _close(F.mm_fp8(a8, b8, sa, sb), want)
+    out_scale = (want.abs().max().float() / 448).clamp_min(1e-12).reshape(1)
+    out8 = F.mm_fp8(a8, b8, sa, sb, 1, out_scale)
+    assert out8.dtype == E4M3 and out8.shape == (m, n)
+    # Quantized from the float32 product: within one E4M3 step (2^-3 relative) of the exact one.
+    torch.testing.assert_close(out8.double() * out_scale.double(), want, rtol=2 ** -3,
+                               atol=out_scale.item() * 2 ** -6)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_linear_forward_fp8_with_amax(bias, m, n, k):
+    _need_fp8()
+    gen = torch.Generator(device=DEV).manual_seed(3 * m + n + k)
+    x = torch.randn(2, m, k, device=DEV, generator=gen).to(bf16)
+    w = torch.randn(n, k, device=DEV, generator=gen).to(bf16)
+    b = torch.randn(n, device=DEV, generator=gen).to(bf16) if bias else None
+    sx, sw = _step(x), _step(w)
+    out, amax_x, amax_w = F.linear_forward_fp8(x, w, b, sx, sw)
+    assert out.shape == (2, m, n) and out.dtype == bf16
+    want = _ref(F.quantize(x.reshape(-1, k), sx, E4M3), F.quantize(w, sw, E4M3), sx, sw)
+    if bias:
+        want = want + b.double()
+    _close(out.reshape(-1, n), want)
+    assert amax_x.item() == x.abs().max().float().item() and amax_w.item() == w.abs().max().float().item()
+
+
+@pytest.mark.parametrize("masks", [(1, 1, 1), (1, 0, 0), (0, 1, 1), (0, 0, 1)])
+@pytest.mark.parametrize("fmt", [0, 1])
+def test_linear_backward_fp8_under_each_mask(masks, fmt):
+    _need_fp8()
+    m, n, k = 48, 32, 64
+    gen = torch.Generator(device=DEV).manual_seed(sum(masks) + fmt)
+    g = torch.randn(m, n, device=DEV, generator=gen).to(bf16)
+    x = torch.randn(m, k, device=DEV, generator=gen).to(bf16)
+    w = torch.randn(n, k, device=DEV, generator=gen).to(bf16)
+    dtype = (E4M3, E5M2)[fmt]
+    limit = torch.finfo(dtype).max
+    sg, sw, sx = _step(g, limit), _step(w, limit), _step(x, limit)
+    gx, gw, gb, amax_g = F.linear_backward_fp8(g, x, w, list(masks), sg, sw, sx, fmt)
+    if masks[0]:
+        _close(gx, _ref(F.quantize(g, sg, dtype), F.quantize(w.t(), sw, dtype), sg, sw))
+    if masks[1]:
+        _close(gw, _ref(F.quantize(g.t(), sg, dtype), F.quantize(x.t(), sx, dtype), sg, sx))
+    if masks[2]:
+        _close(gb, g.double().sum(0))
+    else:
+        assert gb.numel() == 0
+    amax_expected = g.abs().max().float().item() if masks[0] or not masks[1] else 0.0
+    assert amax_g.item() == amax_expected

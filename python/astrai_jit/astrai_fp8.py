@@ -61,29 +61,43 @@ def scaled_product(a8: Tensor, b8: Tensor, scale_a: Tensor, scale_b: Tensor, bia
     E4M3 quantized by out_scale."""
     sa, sb = scale_a.float().reshape(()), scale_b.float().reshape(())
     a8, b8 = a8.contiguous(), b8.contiguous()
-    if _cublas_serves(a8, b8):
-        if out_scale is None:
-            return torch._scaled_mm(a8, b8.t(), scale_a=sa, scale_b=sb, bias=bias, out_dtype=out_dtype,
-                                    use_fast_accum=False)
-        # An FP8 output is quantized here, saturating, from the float32 product.
-        out = torch._scaled_mm(a8, b8.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float32, use_fast_accum=False)
-    else:
-        out = (a8.float() @ b8.float().t()) * (sa * sb)
+    if out_scale is None:  # bf16: the bias rides in cuBLASLt's epilogue
+        product = _cublas_product(a8, b8, sa, sb, bias, out_dtype)
+        if product is not None:
+            return product
+    else:  # FP8: quantized here, saturating, from the float32 product
+        product = _cublas_product(a8, b8, sa, sb, None, torch.float32)
+    if product is None:
+        product = (a8.float() @ b8.float().t()) * (sa * sb)
     if bias is not None:
-        out = out + bias.float()
-    if out_scale is not None:
-        return quantize(out, out_scale, out_dtype)
-    return out.to(out_dtype)
+        product = product + bias.float()
+    return product.to(out_dtype) if out_scale is None else quantize(product, out_scale, out_dtype)
 
 
-def _cublas_serves(a8: Tensor, b8: Tensor) -> bool:
-    # cuBLASLt's FP8 GEMM (torch._scaled_mm): sm_89 on, every dim a multiple of 16, not both
-    # operands E5M2; everything else takes the float32 path.
+# Shapes and formats cuBLASLt refused though its documented rules held: not asked again.
+_REFUSED = set()
+
+
+def _cublas_product(a8: Tensor, b8: Tensor, sa: Tensor, sb: Tensor, bias: Optional[Tensor],
+                    out_dtype: torch.dtype) -> Optional[Tensor]:
+    """cuBLASLt's FP8 GEMM (torch._scaled_mm), or None where it does not serve: before sm_89,
+    a dim not a multiple of 16, both operands E5M2 (its rules), or a call it refused."""
     if not a8.is_cuda or torch.cuda.get_device_capability(a8.device) < (8, 9):
-        return False
+        return None
     if a8.dtype == torch.float8_e5m2 and b8.dtype == torch.float8_e5m2:
-        return False
-    return a8.shape[0] % 16 == 0 and a8.shape[1] % 16 == 0 and b8.shape[0] % 16 == 0
+        return None
+    if a8.shape[0] % 16 or a8.shape[1] % 16 or b8.shape[0] % 16:
+        return None
+    key = (a8.dtype, b8.dtype, tuple(a8.shape), b8.shape[0], out_dtype, bias is not None)
+    if key in _REFUSED:
+        return None
+    try:
+        out = torch._scaled_mm(a8, b8.t(), scale_a=sa, scale_b=sb, bias=bias, out_dtype=out_dtype,
+                               use_fast_accum=False)
+    except RuntimeError:
+        _REFUSED.add(key)
+        return None
+    return out
 
 
 def _amax(x: Tensor) -> Tensor:

@@ -104,3 +104,17 @@ def test_linear_backward_fp8_under_each_mask(masks, fmt):
         assert gb.numel() == 0
     amax_expected = g.abs().max().float().item() if masks[0] or not masks[1] else 0.0
     assert amax_g.item() == amax_expected
+
+
+def test_cublas_serves_the_shapes_its_rules_allow():
+    # The fast path must not be refused silently: every dim a multiple of 16, E4M3 (and E4M3 x
+    # E5M2) operands, bf16 and float32 outputs, with a bias on the bf16 one.
+    _need_fp8()
+    a8 = torch.randn(64, 96, device=DEV).to(E4M3)
+    one = torch.ones((), device=DEV)
+    for b8 in (torch.randn(48, 96, device=DEV).to(E4M3), torch.randn(48, 96, device=DEV).to(E5M2)):
+        assert F._cublas_product(a8, b8, one, one, None, torch.float32) is not None
+        bias = torch.randn(48, device=DEV).to(bf16)
+        assert F._cublas_product(a8, b8, one, one, bias, bf16) is not None
+    assert F._cublas_product(a8[:17], a8[:16], one, one, None, bf16) is None
+    assert not F._REFUSED

@@ -8,6 +8,9 @@
 # ASTRAI_CHECKOUTS: paths of AstrAI checkouts at the pinned commits (scripts/astrai/harness.py); for
 # each, AstrAI's own kernels are built (unless already there), its tests run with them and with
 # astrai-jit's, and every test that passes with AstrAI's must pass with ours (logs in $OUT/astrai-*).
+# ASTRAI_BENCH=1: then, for each, the side-by-side bench of AstrAI's kernels and ours
+# (bench/astrai_side_by_side.py), and at 75304d0 AstrAI's engine end to end with its kernels, ours
+# and its torch backend (bench/astrai_e2e.py; tokens compared, not required to match).
 # Usage: scripts/gpu/run_python_gpu_suite.sh WHEEL_DIR [pytest args...]
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -40,5 +43,24 @@ for checkout in ${ASTRAI_CHECKOUTS:-}; do
   done
   python3 "$root/scripts/astrai/harness.py" compare "$log-own.xml" "$log-jit.xml" | tee "$log-compare.txt" ||
     status=1
+  [ "${ASTRAI_BENCH:-0}" = 1 ] || continue
+  # AstrAI's own modules back in place: the side-by-side loads them by file, the engine by name.
+  python3 -m astrai_jit.astrai_install --astrai "$checkout" --uninstall > /dev/null
+  (cd "$root/bench" && python3 astrai_side_by_side.py "$checkout" --commit "$commit" --json "$log-sbs.json") \
+    2>&1 | tee "$log-sbs.txt"
+  [ "$commit" = 75304d0 ] || continue
+  for kernels in own jit torch; do
+    backend=cuda
+    case $kernels in
+      jit) python3 -m astrai_jit.astrai_install --astrai "$checkout" > /dev/null ;;
+      torch) backend=torch ;;
+    esac
+    (cd "$checkout" && PYTHONPATH="$checkout:$PYTHONPATH" python3 "$root/bench/astrai_e2e.py" --backend $backend \
+      --json "$log-e2e-$kernels.json") 2>&1 | tail -n 1
+  done
+  python3 -m astrai_jit.astrai_install --astrai "$checkout" --uninstall > /dev/null
+  # Greedy tokens of two correct bf16 kernel sets may part at near-ties (bench/astrai_e2e.py): reported, not failed.
+  python3 "$root/bench/astrai_e2e.py" --compare "$log-e2e-own.json" "$log-e2e-jit.json" "$log-e2e-torch.json" |
+    tee "$log-e2e.txt"
 done
 exit "$status"

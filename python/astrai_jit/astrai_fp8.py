@@ -11,7 +11,9 @@ exact in float32 and so is the product of two), so both paths give AstrAI's resu
 order of the sums. (decision 0032)
 
 Scales are quantization steps, as in AstrAI: ``x8 = saturate(x / scale)``, and a product of
-``a8`` and ``b8`` is multiplied back by ``scale_a * scale_b``. ``fmt`` 0 is E4M3, 1 is E5M2.
+``a8`` and ``b8`` is multiplied back by ``scale_a * scale_b``. The one exception is ``mm_fp8``'s
+``out_scale``: as in AstrAI's kernel (and ``torch._scaled_mm``'s ``scale_result``) it multiplies
+the product before the FP8 output is saturated. ``fmt`` 0 is E4M3, 1 is E5M2.
 """
 from __future__ import annotations
 
@@ -57,8 +59,8 @@ def quantize(x: Tensor, scale: Tensor, dtype: torch.dtype) -> Tensor:
 
 def scaled_product(a8: Tensor, b8: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor] = None,
                    out_dtype: torch.dtype = torch.bfloat16, out_scale: Optional[Tensor] = None) -> Tensor:
-    """``a8 [m, k] @ b8[n, k]^T * scale_a * scale_b (+ bias)`` in float32, then bf16, or FP8
-    E4M3 quantized by out_scale."""
+    """``a8 [m, k] @ b8[n, k]^T * scale_a * scale_b (+ bias)`` in float32, then bf16, or, given
+    out_scale, that product times out_scale saturated to FP8 (out_dtype)."""
     sa, sb = scale_a.float().reshape(()), scale_b.float().reshape(())
     a8, b8 = a8.contiguous(), b8.contiguous()
     if out_scale is None:  # bf16: the bias rides in cuBLASLt's epilogue
@@ -71,7 +73,10 @@ def scaled_product(a8: Tensor, b8: Tensor, scale_a: Tensor, scale_b: Tensor, bia
         product = (a8.float() @ b8.float().t()) * (sa * sb)
     if bias is not None:
         product = product + bias.float()
-    return product.to(out_dtype) if out_scale is None else quantize(product, out_scale, out_dtype)
+    if out_scale is None:
+        return product.to(out_dtype)
+    limit = torch.finfo(out_dtype).max
+    return (product * out_scale.float().reshape(())).clamp(-limit, limit).to(out_dtype)
 
 
 # Shapes and formats cuBLASLt refused though its documented rules held: not asked again.
@@ -116,8 +121,8 @@ def quantize_bf16(x: Tensor, scale: Tensor, fmt: int) -> Tuple[Tensor, Tensor]:
 
 def mm_fp8(a: Tensor, b: Tensor, sa: Tensor, sb: Tensor, out_dtype: int = 0, out_scale: Optional[Tensor] = None
            ) -> Tensor:
-    """Pre-quantized FP8 GEMM: ``a @ b^T * sa * sb``, bf16 (out_dtype 0) or E4M3 (1, divided by
-    out_scale)."""
+    """Pre-quantized FP8 GEMM: ``a @ b^T * sa * sb``, bf16 (out_dtype 0) or E4M3 (1: times
+    out_scale, saturated)."""
     call = "mm_fp8"
     fp8 = tuple(_FORMATS.values())
     _require(call, "a", a, fp8, 2)

@@ -51,10 +51,15 @@ def _require_scale(call: str, name: str, scale: Tensor, like: Tensor) -> None:
                          f"{list(getattr(scale, 'shape', []))})")
 
 
+def _saturate(x: Tensor, dtype: torch.dtype) -> Tensor:
+    # To FP8, clamped to the format's largest finite value first (a plain cast would give NaN).
+    limit = torch.finfo(dtype).max
+    return x.clamp(-limit, limit).to(dtype)
+
+
 def quantize(x: Tensor, scale: Tensor, dtype: torch.dtype) -> Tensor:
     """x / scale in FP8, saturated to the format's largest finite value (NaN stays NaN)."""
-    limit = torch.finfo(dtype).max
-    return (x.float() / scale.float().reshape(())).clamp(-limit, limit).to(dtype)
+    return _saturate(x.float() / scale.float().reshape(()), dtype)
 
 
 def scaled_product(a8: Tensor, b8: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor] = None,
@@ -75,8 +80,7 @@ def scaled_product(a8: Tensor, b8: Tensor, scale_a: Tensor, scale_b: Tensor, bia
         product = product + bias.float()
     if out_scale is None:
         return product.to(out_dtype)
-    limit = torch.finfo(out_dtype).max
-    return (product * out_scale.float().reshape(())).clamp(-limit, limit).to(out_dtype)
+    return _saturate(product * out_scale.float().reshape(()), out_dtype)
 
 
 # Shapes and formats cuBLASLt refused though its documented rules held: not asked again.
@@ -139,9 +143,8 @@ def mm_fp8(a: Tensor, b: Tensor, sa: Tensor, sb: Tensor, out_dtype: int = 0, out
         if out_scale is None:
             raise ValueError(f"{call}: out_dtype 1 (FP8) needs out_scale")
         _require_scale(call, "out_scale", out_scale, a)
-        return scaled_product(a.contiguous(), b.contiguous(), sa, sb, out_dtype=torch.float8_e4m3fn,
-                              out_scale=out_scale)
-    return scaled_product(a.contiguous(), b.contiguous(), sa, sb)
+        return scaled_product(a, b, sa, sb, out_dtype=torch.float8_e4m3fn, out_scale=out_scale)
+    return scaled_product(a, b, sa, sb)
 
 
 def fp8_mm(a: Tensor, b: Tensor, sx: Tensor, sw: Tensor) -> Tensor:
@@ -199,16 +202,16 @@ def linear_backward_fp8(g: Tensor, x: Tensor, w: Tensor, masks: Sequence[int], s
         raise ValueError(f"{call}: g {list(g.shape)}, x {list(x.shape)} and w {list(w.shape)} do not match")
     grad_input, grad_weight = torch.empty_like(x), torch.empty_like(w)
     amax_g = torch.zeros(1, dtype=torch.float32, device=g.device)
-    if masks[0]:
+    if masks[0] or masks[1]:
         _require_scale(call, "sg", sg, g)
+        g8 = quantize(g2, sg, dtype)  # elementwise: both products share it, one transposed
+    if masks[0]:
         _require_scale(call, "sw", sw, g)
         amax_g = _amax(g2)
-        product = scaled_product(quantize(g2, sg, dtype), quantize(w.t(), sw, dtype), sg, sw)
-        grad_input.copy_(product.reshape(x.shape))
+        grad_input.copy_(scaled_product(g8, quantize(w.t(), sw, dtype), sg, sw).reshape(x.shape))
     if masks[1]:
-        _require_scale(call, "sg", sg, g)
         _require_scale(call, "sx", sx, g)
-        grad_weight.copy_(scaled_product(quantize(g2.t(), sg, dtype), quantize(x2.t(), sx, dtype), sg, sx))
+        grad_weight.copy_(scaled_product(g8.t(), quantize(x2.t(), sx, dtype), sg, sx))
     if not masks[0] and not masks[1]:
         amax_g = _amax(g2)
     grad_bias = g2.sum(0).to(g.dtype) if masks[2] else torch.empty(0, dtype=g.dtype, device=g.device)

@@ -4,7 +4,8 @@ AstrAI loads each CUDA kernel as a compiled module from ``astrai/extension/lib/`
 ``CSRC_KERNELS=true`` build puts there). This command puts astrai-jit's compiled stand-in there
 under each kernel's name instead (``astrai_jit/astrai_csrc.py`` holds the functions, with the
 signatures of AstrAI's ``csrc/`` at its 2026-07 and 2026-08 interfaces), so ``import astrai``
-finds them and AstrAI runs unchanged. A module AstrAI built itself under the same name is moved
+finds them and AstrAI runs unchanged; where AstrAI loads its FP8 GEMM module, ``fp8_mm`` is put
+there too (``astrai_jit/astrai_fp8.py``). A module AstrAI built itself under the same name is moved
 aside (``<file>.astrai-own``) and put back by ``--uninstall``; other files are left alone.
 
     python -m astrai_jit.astrai_install             # the astrai package Python imports

@@ -15,13 +15,14 @@ template <int kHeadDim, int kPageSize, int kKvBytes = 2>
 struct DecodeSm90Shape {
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head_dim");
   static_assert(kKvBytes == 2 || (kKvBytes == 1 && kHeadDim % 128 == 0), "rows of whole 128-byte chunks");
-  static_assert(kPageSize == 0 || kPageSize >= 16, "page_size");
+  using Kv = KvLayout<kPageSize>;
+  static_assert(!Kv::kPaged || kPageSize >= 16, "page_size");
   static constexpr int kStages = kDecodeSm90Stages;
   static constexpr int kChunks = kHeadDim * kKvBytes / 128;        // 128-byte chunks of a row
   static constexpr int kChunkBytes = kDecodeBlockTokens * 128;     // one chunk of a block's K or V
   static constexpr int kTileBytes = kChunks * kChunkBytes;         // a block's K or V
   static constexpr int kStageBytes = 2 * kTileBytes;
-  static constexpr int kBoxRows = kPageSize == 0 || kPageSize >= kDecodeBlockTokens ? kDecodeBlockTokens : kPageSize;
+  static constexpr int kBoxRows = Kv::box_rows(kDecodeBlockTokens, kDecodeBlockTokens);
   static constexpr int kBoxes = kDecodeBlockTokens / kBoxRows;  // per chunk of K or V
   static constexpr int kCopies = 2 * kChunks * kBoxes;          // boxes per block, a lane each
   static_assert(kCopies <= 32, "one lane per box");
@@ -58,9 +59,7 @@ struct DecodeSm90Copy {
   // The box's first element of a row: a chunk is 128 bytes.
   __device__ __forceinline__ int x() const { return 128 / kKvBytes * chunk; }
 
-  __device__ __forceinline__ static int box_row(int token) {
-    return kPageSize == 0 ? token : token % (kPageSize > 0 ? kPageSize : 1);
-  }
+  __device__ __forceinline__ static int box_row(int token) { return Shape::Kv::tma_row(token); }
 
   // The page of this lane's box in `block` of a split starting at `begin`, looked up for tokens
   // below `end` (the table has a slot for every token below kv_capacity), else -1; contiguous:

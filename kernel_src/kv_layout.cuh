@@ -7,6 +7,9 @@
 //     of the pool (kPageSize a power of two; the flat pool's token table is kPageSize 1).
 // A loader marks a row that reads as zeros with page id -1: past the end, or an id outside the
 // pool (`mapped_page`).
+// The Hopper kernels' TMA boxes take their coordinates from the layout too: a box of `box_rows`
+// tokens starts at row `tma_row(token)` of its page (contiguous: of its sequence, whose index
+// is the box's page coordinate).
 #pragma once
 
 #include "astrai_common.cuh"
@@ -81,6 +84,9 @@ struct PagedKv {
     return id;
   }
   __device__ __forceinline__ static int slot(int token) { return token & (kPageSize - 1); }
+  // A box never crosses a page: kPageSize rows, max_rows at most.
+  static constexpr int box_rows(int /*block*/, int max_rows) { return kPageSize < max_rows ? kPageSize : max_rows; }
+  __device__ __forceinline__ static int tma_row(int token) { return token % kPageSize; }
   // The offset of token's K (kV false) or V row, of KV head 0, on `page`, relative to the
   // sequence's rows (sequence_offset: a page's rows are the pool's).
   template <bool kV, typename Params>
@@ -110,6 +116,9 @@ struct ContiguousKv {
   template <typename Params>
   __device__ __forceinline__ static int mapped_page(const Params&, const int*, int) { return 0; }
   __device__ __forceinline__ static int slot(int token) { return token; }
+  // A block's rows are one box.
+  static constexpr int box_rows(int block, int /*max_rows*/) { return block; }
+  __device__ __forceinline__ static int tma_row(int token) { return token; }
   template <bool kV, typename Params>
   __device__ __forceinline__ static long long row_offset(const Params& p, int /*page*/, int batch_index, int token) {
     return batch_index * sequence_stride<kV>(p) + token * token_stride<kV>(p);

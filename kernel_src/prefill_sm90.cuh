@@ -244,13 +244,9 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     if (!kPersistent && first.block_count > 0) {
       prefill_sm90_issue_q<C>(sm, &map_q, first, 0);
       ASTRAI_PREFILL_STAMP(true, 8);  // Q issued
-      // Contiguous KV: the walk's first K block too.
-      if constexpr (kPageSize == 0) {
-        mbar_arrive_expect_tx(&k_full[0], C::Shape::kKvBytes);
-#pragma unroll
-        for (int c = 0; c < C::kChunks; ++c)
-          tma_load_4d(smem_k + c * C::kBlockN * 128, &map_k, &k_full[0], 64 * c, (first.n_blocks - 1) * C::kBlockN,
-                      first.cta.head / (kGroup / C::kPackHeads), first.cta.batch_index);
+      // Contiguous KV: the walk's first K block too (prefill_sm90_kv.cuh).
+      if constexpr (PrefillSm90Kv<C>::kFirstKWithQ) {
+        PrefillSm90Kv<C>::issue_first_k(smem_k, &map_k, &k_full[0], first);
         ASTRAI_PREFILL_STAMP(true, 9);  // the first K block issued
       }
     }

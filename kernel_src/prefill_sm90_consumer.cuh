@@ -3,6 +3,7 @@
 // KV blocks the producer brings, with the online softmax in between (prefill_sm90_softmax.cuh).
 #pragma once
 
+#include "prefill_sm90_kv.cuh"
 #include "prefill_sm90_softmax.cuh"
 #include "prefill_sm90_tile.cuh"
 
@@ -128,15 +129,12 @@ struct PrefillSm90Consumer {
     reg_fence(o);
     reg_fence(pa);
     wgmma_fence();
-    // k-step kk reads tokens 16kk.. of every chunk: contiguous, chunks kBlockN rows apart; paged,
-    // chunks a box's rows apart, and with 8-token boxes the second 8 rows in the next box.
-    constexpr int kChunkStride = C::kPageSize == 0 ? kBlockN * 128 : C::kBoxRows * 128;
-    constexpr int kRowGroupStride = C::kPageSize == 0 || C::kBoxRows == 16 ? 1024 : kChunks * 1024;
+    // k-step kk reads tokens 16kk.. of every chunk, where the layout put them (prefill_sm90_kv.cuh).
+    using Kv = PrefillSm90Kv<C>;
 #pragma unroll
     for (int kk = kFirstStep; kk < kFirstStep + kSteps; ++kk)
       wgmma_rs<kHeadDim, C::kMmaFp16>(
-          o, pa[kk],
-          smem_desc(v_base + kk * (C::kPageSize == 0 ? 2048 : kChunks * 2048), kChunkStride, kRowGroupStride), 1);
+          o, pa[kk], smem_desc(v_base + kk * Kv::kVStepBytes, Kv::kVChunkStride, Kv::kVRowGroupStride), 1);
     wgmma_commit();
   }
   template <int kIndex>
@@ -174,16 +172,14 @@ struct PrefillSm90Consumer {
   // Paged KV: the block holding the end of the KV arrives with the rest of its last page, which
   // may hold anything (even NaN, and 0 * NaN is NaN in P V). Zero those V rows once (stage 0).
   __device__ __forceinline__ void clear_v_tail() {
-    constexpr int kBoxRows = C::kBoxRows;
+    using Kv = PrefillSm90Kv<C>;
     const int first = r.kv_len - (n_blocks - 1) * kBlockN;  // the walk's first block is the last one
-    if (C::kPageSize == 0 || first >= kBlockN) return;
+    if (!Kv::kVTailToClear || first >= kBlockN) return;
     const int pieces = (kBlockN - first) * 8;  // 16-byte pieces per chunk
     for (int i = t + 128 * consumer; i < pieces * kChunks; i += 128 * active) {
       const int row = first + (i % pieces) / 8;
       const int chunk = i / pieces;
-      // Paged V: [box][chunk][kBoxRows rows] (the contiguous layout never reaches here).
-      const int offset = (row / kBoxRows) * kChunks * kBoxRows * 128 + chunk * kBoxRows * 128 + (row % kBoxRows) * 128;
-      *reinterpret_cast<uint4*>(sm.v + first_stage * C::Shape::kKvBytes + offset + (i % 8) * 16) =
+      *reinterpret_cast<uint4*>(sm.v + first_stage * C::Shape::kKvBytes + Kv::v_offset(row, chunk) + (i % 8) * 16) =
           uint4{0u, 0u, 0u, 0u};
     }
     sm90::fence_proxy_async_shared();

@@ -2,7 +2,7 @@
 // tile's walk into the mbarrier rings the consumers drain.
 #pragma once
 
-#include "prefill_sm90_tile.cuh"
+#include "prefill_sm90_kv.cuh"
 
 namespace astrai {
 
@@ -14,25 +14,25 @@ __device__ __forceinline__ void prefill_sm90_issue_q(const PrefillSm90Smem<C>& s
                                                      const PrefillSm90Walk& w, int slot) {
   using namespace sm90;
   unsigned char* q = sm.q + slot * C::Shape::kQBytes;
+  const int batch = PrefillSm90Kv<C>::q_batch(w.cta.batch_index);
   mbar_arrive_expect_tx(&sm.q_full[slot], C::Shape::kQBytes);
 #pragma unroll
   for (int c = 0; c < C::kChunks; ++c) {
     if constexpr (C::kPack)
       tma_load_4d(q + c * C::kBlockM * 128, map_q, &sm.q_full[slot], 64 * c, w.cta.head * C::kPackHeads,
-                  w.r.q_start + w.cta.start / C::kPackHeads, C::kPageSize == 0 ? w.cta.batch_index : 0);
+                  w.r.q_start + w.cta.start / C::kPackHeads, batch);
     else
       tma_load_4d(q + c * C::kBlockM * 128, map_q, &sm.q_full[slot], 64 * c, w.r.q_start + w.cta.start, w.cta.head,
-                  C::kPageSize == 0 ? w.cta.batch_index : 0);
+                  batch);
   }
 }
 
 // The K and V loads of one tile's walk (prefill_sm90_produce_walk, below, holds the walk's values;
-// these are references to them). Contiguous KV: one box per 64-column chunk and block, from lane
-// 0. Paged KV: boxes of kBoxRows tokens (never across a page), lane j looking up the page of box j
-// and issuing it; pages past the KV length get id -1, which TMA reads as zeros, like ids outside
-// the pool. Lane 0 issues every barrier operation.
+// these are references to them); the layout's boxes (prefill_sm90_kv.cuh). Lane 0 issues every
+// barrier operation.
 template <class C>
 struct PrefillSm90Producer {
+  using Kv = PrefillSm90Kv<C>;
   const PrefillParams& p;
   const int& lane;
   const int& g;  // the ring step of the walk's first block
@@ -43,51 +43,42 @@ struct PrefillSm90Producer {
   const int* const& table_row;
 
   // Page id of box `lane` of the block starting at `token` (contiguous: unused).
-  __device__ __forceinline__ int box_page(int token) const {
-    if constexpr (C::kPageSize == 0) {
-      return 0;
-    } else {
-      const int box_token = token + lane * C::kBoxRows;
-      return lane < C::kBoxes && box_token < r.kv_len ? table_page(p, table_row, box_token / C::kPageSize) : -1;
-    }
-  }
+  __device__ __forceinline__ int box_page(int token) const { return Kv::box_page(*this, token); }
 
-  // Step `it` walks block n_blocks - 1 - it. `is_v`: paged V's boxes bring whole rows. An FP8
-  // cache's boxes (K and V alike) bring whole rows of bytes, one 128-byte swizzle row each, into
-  // the byte rings.
+  // Step `it` walks block n_blocks - 1 - it. `is_v`: paged V's boxes bring whole rows.
   __device__ __forceinline__ void load_kv(const sm90::TmaMap* map, unsigned char* ring, sm90::u64* full,
                                           sm90::u64* empty, int it, int page, bool is_v) const {
     using namespace sm90;
-    constexpr int kBlockN = C::kBlockN;
-    constexpr int kChunks = C::kChunks;
-    constexpr int kBoxRows = C::kBoxRows;
     constexpr int kStageBytes = C::kKv8 ? C::kKv8Bytes : C::Shape::kKvBytes;
     const int s = (g + it) % C::kStages;
-    const int token = (n_blocks - 1 - it) * kBlockN;
+    const int token = (n_blocks - 1 - it) * C::kBlockN;
     unsigned char* stage = ring + s * kStageBytes;
     if (lane == 0) {
       mbar_wait(&empty[s], (((g + it) / C::kStages) & 1) ^ 1);
       mbar_arrive_expect_tx(&full[s], kStageBytes);
     }
-    if constexpr (C::kKv8) {
-      __syncwarp();
-      const int row = (token + lane * kBoxRows) % C::kPageSize;
-      if (lane < C::kBoxes) tma_load_4d(stage + lane * kBoxRows * C::kHeadDim, map, &full[s], 0, kv_head, row, page);
-    } else if constexpr (C::kPageSize == 0) {
+    // The layout's boxes (prefill_sm90_kv.cuh), issued here: behind a call of the layout's, NVVM
+    // ordered the stage's address arithmetic otherwise.
+    if constexpr (!Kv::kPaged) {
       if (lane == 0)
 #pragma unroll
-        for (int c = 0; c < kChunks; ++c)
-          tma_load_4d(stage + c * kBlockN * 128, map, &full[s], 64 * c, token, kv_head, batch_index);
+        for (int c = 0; c < C::kChunks; ++c)
+          tma_load_4d(stage + c * C::kBlockN * 128, map, &full[s], 64 * c, token, kv_head, batch_index);
     } else {
-      // Each lane issues its own box: one thread issuing them all was the bottleneck.
+      // Each lane issues its own box: one thread issuing them all was the bottleneck. An FP8
+      // cache's boxes (K and V alike) bring whole rows of bytes, one 128-byte swizzle row each,
+      // into the byte rings.
+      constexpr int kBoxRows = C::kBoxRows;
       __syncwarp();
-      const int row = (token + lane * kBoxRows) % C::kPageSize;
-      if (lane < C::kBoxes && is_v) {
-        tma_load_5d(stage + lane * kChunks * kBoxRows * 128, map, &full[s], 0, row, 0, kv_head, page);
+      const int row = C::Kv::tma_row(token + lane * kBoxRows);
+      if constexpr (C::kKv8) {
+        if (lane < C::kBoxes) tma_load_4d(stage + lane * kBoxRows * C::kHeadDim, map, &full[s], 0, kv_head, row, page);
+      } else if (lane < C::kBoxes && is_v) {
+        tma_load_5d(stage + lane * C::kChunks * kBoxRows * 128, map, &full[s], 0, row, 0, kv_head, page);
       } else if (lane < C::kBoxes) {
 #pragma unroll
-        for (int c = 0; c < kChunks; ++c)
-          tma_load_4d(stage + c * kBlockN * 128 + lane * kBoxRows * 128, map, &full[s], 64 * c, kv_head, row, page);
+        for (int c = 0; c < C::kChunks; ++c)
+          tma_load_4d(stage + c * C::kBlockN * 128 + lane * kBoxRows * 128, map, &full[s], 64 * c, kv_head, row, page);
       }
     }
   }
@@ -103,7 +94,7 @@ __device__ __forceinline__ void prefill_sm90_produce_walk(const PrefillParams& p
   const PrefillRequest& r = w.r;
   const int n_blocks = w.n_blocks;
   const int block_count = w.block_count;
-  const int* table_row = C::kPageSize == 0 ? nullptr : kv_table_row(p, batch_index);
+  const int* table_row = PrefillSm90Kv<C>::table_row(p, batch_index);
   const PrefillSm90Producer<C> loads{p, lane, g, batch_index, kv_head, r, n_blocks, table_row};
   // Page ids are fetched a block ahead: the lookup's latency hides behind the waits.
   int page = loads.box_page((n_blocks - 1) * C::kBlockN);
@@ -117,8 +108,10 @@ __device__ __forceinline__ void prefill_sm90_produce_walk(const PrefillParams& p
   sm90::u64* const v_empty = C::kKv8 ? sm.v8_empty : sm.v_empty;
   for (int it = 0; it < block_count; ++it) {
     const int next_page = it + 1 < block_count ? loads.box_page((n_blocks - 2 - it) * C::kBlockN) : 0;
-    if (C::kPersistent || C::kPageSize != 0 || it > 0) loads.load_kv(map_k, k_ring, k_full, k_empty, it, page, false);
-    ASTRAI_PREFILL_STAMP(C::kPageSize != 0 && it == 0 && lane == 0, 9);  // the first K block issued
+    // The first K block may have gone out with Q (prefill_sm90_kv.cuh).
+    constexpr bool kFirstKIssued = !C::kPersistent && PrefillSm90Kv<C>::kFirstKWithQ;
+    if (!kFirstKIssued || it > 0) loads.load_kv(map_k, k_ring, k_full, k_empty, it, page, false);
+    ASTRAI_PREFILL_STAMP(!kFirstKIssued && it == 0 && lane == 0, 9);  // the first K block issued
     if (it > 0) loads.load_kv(map_v, v_ring, v_full, v_empty, it - 1, previous_page, true);
     previous_page = page;
     page = next_page;

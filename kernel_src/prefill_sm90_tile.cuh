@@ -46,8 +46,9 @@ struct PrefillSm90Config {
   static constexpr int kStages = Shape::kStages;
   static constexpr int kChunks = Shape::kChunks;
   static constexpr bool kFp16 = IsFp16<T>::value;
-  // Tokens per TMA box of paged K and V (a box never crosses a page).
-  static constexpr int kBoxRows = kPageSize == 0 ? kBlockN : (kPageSize < 16 ? kPageSize : 16);
+  using Kv = KvLayout<kPageSize>;
+  // Tokens per TMA box of K and V (prefill_sm90_kv.cuh): a block's, or 16 at most of a page's.
+  static constexpr int kBoxRows = Kv::box_rows(kBlockN, 16);
   static constexpr int kBoxes = kBlockN / kBoxRows;
   static_assert(kBoxes <= 32 && kBlockN % kBoxRows == 0, "paged boxes");
   static constexpr bool kCap = (kFlags & kFeatureSoftCap) != 0;

@@ -7,6 +7,7 @@
 #include <exception>
 #include <functional>
 #include <random>
+#include <string_view>
 #include <system_error>
 #include <thread>
 
@@ -193,7 +194,27 @@ void share_directory(DirResult* dir, const CacheTrust& trust) {
   ::fstat(dir->fd.get(), &info);
 }
 
+namespace {
+
+// Whether lexically_normal() would return `text` unchanged and it has no trailing separator:
+// no empty, "." or ".." component and no doubled or trailing '/'. Most cache paths are so, and
+// their check is cheaper than the normalization (on the path of every engine's construction).
+bool already_normal(const std::string& text) {
+  if (text.empty() || text.back() == '/') return false;
+  std::size_t start = text[0] == '/' ? 1 : 0;
+  while (start <= text.size()) {
+    const std::size_t end = std::min(text.find('/', start), text.size());
+    const std::string_view component(text.data() + start, end - start);
+    if (component.empty() || component == "." || component == "..") return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
 fs::path normalize_for_open(const fs::path& path) {
+  if (already_normal(path.native())) return path;
   fs::path normal = path.lexically_normal();
   while (!normal.empty() && !normal.has_filename() && normal != normal.root_path())
     normal = normal.parent_path();

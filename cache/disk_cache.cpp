@@ -23,11 +23,12 @@ DiskCache::Chain DiskCache::open_chain(const char* sub, bool create) const {
     chain.why = "no cache directory";
     return chain;
   }
-  chain.where = root_;
-  auto stop = [&chain](DirResult& dir, const fs::path& where, const std::string& reason) {
+  using Level = Chain::Level;
+  if (sub != nullptr) chain.sub_name = sub;
+  auto stop = [&chain](DirResult& dir, Level level, const std::string& reason) {
     chain.status = dir.status == OpenStatus::ok ? OpenStatus::refused : dir.status;
     chain.why = reason.empty() ? dir.why : reason;
-    chain.where = where;
+    chain.level = level;
     return std::move(chain);
   };
 
@@ -37,7 +38,7 @@ DiskCache::Chain DiskCache::open_chain(const char* sub, bool create) const {
   mode_t root_mode = sharing_.enabled() ? 02770 : 0700;
   if (create) make_parents(root_);
   DirResult root = open_dir_at(AT_FDCWD, root_.c_str(), create, root_mode);
-  if (root.status != OpenStatus::ok) return stop(root, root_, {});
+  if (root.status != OpenStatus::ok) return stop(root, Level::root, {});
   switch (sharing_.kind) {
     case CacheSharing::Kind::off: chain.trust = private_trust; break;
     case CacheSharing::Kind::directory_group:
@@ -48,7 +49,7 @@ DiskCache::Chain DiskCache::open_chain(const char* sub, bool create) const {
   if (chain.trust.shared() && sharing_.owners_listed)
     chain.trust = CacheTrust::shared_with(chain.trust.group(), sharing_.owners);
   if (chain.trust.shared() && !is_own_group(chain.trust.group()))
-    return stop(root, root_,
+    return stop(root, Level::root,
                 fmt::format("shared with group {}, which is not one of this process's groups",
                             chain.trust.group()));
   if (create) share_directory(&root, chain.trust);
@@ -64,31 +65,39 @@ DiskCache::Chain DiskCache::open_chain(const char* sub, bool create) const {
              chain.trust.group(), chain.trust.group(), root_.string(), root_.string(),
              root_.string());
   if (std::string why = chain.trust.check(root.status_info); !why.empty())
-    return stop(root, root_, why);
+    return stop(root, Level::root, why);
   chain.root = std::move(root.fd);
 
   DirResult v1 = open_dir_at(chain.root.get(), "v1", create, chain.trust.directory_mode());
   if (v1.status == OpenStatus::ok && create) share_directory(&v1, chain.trust);
-  if (v1.status != OpenStatus::ok) return stop(v1, entries_dir_, {});
+  if (v1.status != OpenStatus::ok) return stop(v1, Level::v1, {});
   if (std::string why = chain.trust.check(v1.status_info); !why.empty())
-    return stop(v1, entries_dir_, why);
+    return stop(v1, Level::v1, why);
   chain.v1 = std::move(v1.fd);
-  chain.where = entries_dir_;
+  chain.level = Level::v1;
   if (sub == nullptr) {
     chain.status = OpenStatus::ok;
     return chain;
   }
 
-  const fs::path sub_path = entries_dir_ / sub;
   DirResult dir = open_dir_at(chain.v1.get(), sub, create, chain.trust.directory_mode());
   if (dir.status == OpenStatus::ok && create) share_directory(&dir, chain.trust);
-  if (dir.status != OpenStatus::ok) return stop(dir, sub_path, {});
+  if (dir.status != OpenStatus::ok) return stop(dir, Level::sub, {});
   if (std::string why = chain.trust.check(dir.status_info); !why.empty())
-    return stop(dir, sub_path, why);
+    return stop(dir, Level::sub, why);
   chain.sub = std::move(dir.fd);
-  chain.where = sub_path;
+  chain.level = Level::sub;
   chain.status = OpenStatus::ok;
   return chain;
+}
+
+fs::path DiskCache::where(const Chain& chain) const {
+  switch (chain.level) {
+    case Chain::Level::root: return root_;
+    case Chain::Level::v1: return entries_dir_;
+    case Chain::Level::sub: break;
+  }
+  return entries_dir_ / chain.sub_name;
 }
 
 void warn_refused(const fs::path& path, const std::string& why) {
@@ -111,7 +120,7 @@ DiskCache::DiskCache(fs::path root, CacheMode mode, std::uint64_t max_bytes, Cac
   const Chain chain = open_chain(nullptr, mode_ == CacheMode::read_write);
   if (chain.status == OpenStatus::ok) return;
   if (chain.status == OpenStatus::missing && mode_ == CacheMode::read_only) return;
-  degrade(fmt::format("{}: {}", chain.where.string(), chain.why));
+  degrade(fmt::format("{}: {}", where(chain).string(), chain.why));
 }
 
 bool DiskCache::usable_for_read() const {
@@ -130,7 +139,7 @@ bool DiskCache::check_usable(std::string* why, bool* missing) const {
   const Chain chain = open_chain(nullptr, false);
   if (chain.status == OpenStatus::ok) return true;
   if (missing) *missing = chain.status == OpenStatus::missing;
-  if (why) *why = fmt::format("{}: {}", chain.where.string(), chain.why);
+  if (why) *why = fmt::format("{}: {}", where(chain).string(), chain.why);
   return chain.status == OpenStatus::missing;
 }
 
@@ -146,10 +155,10 @@ void DiskCache::degrade(const std::string& why) const {
 }
 
 void DiskCache::report_refused(const Chain& chain) const {
-  if (chain.where == root_ || chain.where == entries_dir_)
-    degrade(fmt::format("{}: {}", chain.where.string(), chain.why));
+  if (chain.level != Chain::Level::sub)
+    degrade(fmt::format("{}: {}", where(chain).string(), chain.why));
   else
-    warn_refused(chain.where, chain.why);
+    warn_refused(where(chain), chain.why);
 }
 
 fs::path DiskCache::entry_path(const CacheKey& key, const std::string& variant_name) const {
@@ -179,16 +188,17 @@ std::optional<CacheEntryData> DiskCache::load(const CacheKey& key,
     return std::nullopt;
   }
   const std::string name = hex + "." + variant_name + std::string(kEntrySuffix);
-  const fs::path path = chain.where / name;
+  // The entry's path names it in warnings only: built when one is written.
+  const auto path = [&] { return where(chain) / name; };
   // O_NONBLOCK only matters if something odd (a FIFO) sits where an entry should be.
   const int raw_fd = openat_retry(chain.sub.get(), name.c_str(),
                                   O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
   if (raw_fd < 0) {
     const int error = errno;
     if (error == ELOOP)
-      warn_refused(path, "a symbolic link (never followed)");
+      warn_refused(path(), "a symbolic link (never followed)");
     else if (error != ENOENT && error != ENOTDIR)
-      log(LogLevel::debug, "cannot open cache entry {}: {}", path.string(), errno_text(error));
+      log(LogLevel::debug, "cannot open cache entry {}: {}", path().string(), errno_text(error));
     return std::nullopt;
   }
   Fd fd(raw_fd);
@@ -201,14 +211,14 @@ std::optional<CacheEntryData> DiskCache::load(const CacheKey& key,
   } else if (!S_ISREG(opened.st_mode)) {
     why = "not a regular file";
   } else if (std::string refused = chain.trust.check(opened); !refused.empty()) {
-    warn_refused(path, refused);  // foreign: neither loaded nor removed
+    warn_refused(path(), refused);  // foreign: neither loaded nor removed
     return std::nullopt;
   } else {
     std::vector<char> bytes;
     if (read_entry_fd(fd.get(), opened, &bytes, &why)) {
       if (is_other_entry_format(bytes.data(), bytes.size())) {
         // Another build of the library shares this cache: its entry is not damaged.
-        log(LogLevel::debug, "cache entry {} has another entry format; recompiling", path.string());
+        log(LogLevel::debug, "cache entry {} has another entry format; recompiling", path().string());
         return std::nullopt;
       }
       try {
@@ -223,8 +233,8 @@ std::optional<CacheEntryData> DiskCache::load(const CacheKey& key,
       if (entry && requires_signatures()) {
         // Sound but not signed by a trusted key: not ours to load, nor damage to remove.
         if (std::string refused = signature_refusal(hex, *entry, &opened); !refused.empty()) {
-          log_once(LogLevel::warn, "unsigned-cache-entry:" + path.string(),
-                   "not using kernel cache entry {}: {}; recompiling", path.string(), refused);
+          log_once(LogLevel::warn, "unsigned-cache-entry:" + path().string(),
+                   "not using kernel cache entry {}: {}; recompiling", path().string(), refused);
           return std::nullopt;
         }
       }
@@ -249,11 +259,11 @@ std::optional<CacheEntryData> DiskCache::load(const CacheKey& key,
       removed = ::unlinkat(chain.sub.get(), name.c_str(), 0) == 0;
   }
   if (removed) {
-    log_once(LogLevel::warn, "damaged-cache-entry:" + path.string(),
-             "removed damaged kernel cache entry {}: {}", path.string(), why);
+    log_once(LogLevel::warn, "damaged-cache-entry:" + path().string(),
+             "removed damaged kernel cache entry {}: {}", path().string(), why);
   } else {
-    log_once(LogLevel::warn, "damaged-cache-entry:" + path.string(),
-             "ignoring damaged kernel cache entry {}: {}", path.string(), why);
+    log_once(LogLevel::warn, "damaged-cache-entry:" + path().string(),
+             "ignoring damaged kernel cache entry {}: {}", path().string(), why);
   }
   return std::nullopt;
 }
@@ -366,7 +376,7 @@ bool DiskCache::store(const CacheKey& key, const CacheEntryData& entry) {
     }
     if (chain.status != OpenStatus::ok) {
       error = chain.status == OpenStatus::missing ? ENOENT : EIO;
-      failure = fmt::format("{}: {}", chain.where.string(), chain.why);
+      failure = fmt::format("{}: {}", where(chain).string(), chain.why);
     } else {
       if (std::string refused = replace_refused(chain.sub.get(), name, chain.trust);
           !refused.empty()) {
@@ -377,7 +387,7 @@ bool DiskCache::store(const CacheKey& key, const CacheEntryData& entry) {
       replaced = ::fstatat(chain.sub.get(), name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0
                      ? static_cast<std::uint64_t>(existing.st_size)
                      : 0;
-      error = publish_file(chain.sub.get(), chain.where, name, bytes, chain.trust, &failure);
+      error = publish_file(chain.sub.get(), where(chain), name, bytes, chain.trust, &failure);
     }
     if (error == 0) break;
     // ENOENT: the shard directory (or our temp file) was removed under us, typically by a
@@ -423,11 +433,11 @@ bool DiskCache::stage_import(const std::string& file_name, const std::vector<cha
   const Chain chain = open_chain(shard.c_str(), true);
   if (chain.status != OpenStatus::ok) {
     if (chain.status == OpenStatus::refused) report_refused(chain);
-    *why = fmt::format("{}: {}", chain.where.string(), chain.why);
+    *why = fmt::format("{}: {}", where(chain).string(), chain.why);
     return false;
   }
   std::string temp;
-  if (write_temp_file(chain.sub.get(), chain.where, bytes, chain.trust, &temp, why) != 0)
+  if (write_temp_file(chain.sub.get(), where(chain), bytes, chain.trust, &temp, why) != 0)
     return false;
   *staged = StagedEntry{shard, std::move(temp), file_name};
   return true;
@@ -436,13 +446,13 @@ bool DiskCache::stage_import(const std::string& file_name, const std::vector<cha
 bool DiskCache::commit_import(const StagedEntry& staged, std::string* why) {
   const Chain chain = open_chain(staged.shard.c_str(), false);
   if (chain.status != OpenStatus::ok) {
-    *why = fmt::format("{}: {}", chain.where.string(), chain.why);
+    *why = fmt::format("{}: {}", where(chain).string(), chain.why);
     return false;
   }
   if (std::string refused = replace_refused(chain.sub.get(), staged.name, chain.trust);
       !refused.empty()) {
     ::unlinkat(chain.sub.get(), staged.temp.c_str(), 0);
-    *why = fmt::format("{}: {}", (chain.where / staged.name).string(), refused);
+    *why = fmt::format("{}: {}", (where(chain) / staged.name).string(), refused);
     return false;
   }
   struct stat temp {};
@@ -455,9 +465,9 @@ bool DiskCache::commit_import(const StagedEntry& staged, std::string* why) {
       ::fstatat(chain.sub.get(), staged.name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0
           ? static_cast<std::uint64_t>(existing.st_size)
           : 0;
-  if (rename_into_place(chain.sub.get(), chain.where, staged.temp, staged.name, why) != 0)
+  if (rename_into_place(chain.sub.get(), where(chain), staged.temp, staged.name, why) != 0)
     return false;
-  count_store(added, replaced, chain.where / staged.name);  // imports count like stores
+  count_store(added, replaced, where(chain) / staged.name);  // imports count like stores
   return true;
 }
 
@@ -467,18 +477,26 @@ void DiskCache::discard_import(const StagedEntry& staged) const {
 }
 
 void DiskCache::set_network_mode(NetworkFsMode mode) {
-  bool network = mode == NetworkFsMode::on;
-  if (mode == NetworkFsMode::automatic && mode_ != CacheMode::off) {
-    const Chain chain = open_chain(nullptr, false);
-    network = chain.status == OpenStatus::ok && ::astrai::detail::on_network_fs(chain.root.get());
-  }
   std::lock_guard<std::mutex> lock(mutex_);
-  network_fs_ = network;
+  network_mode_ = mode;
+  network_fs_.reset();
+  if (mode != NetworkFsMode::automatic || mode_ == CacheMode::off)
+    network_fs_ = mode == NetworkFsMode::on;
 }
 
 bool DiskCache::on_network_fs() const {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (network_fs_) return *network_fs_;
+  }
+  // `automatic`, first asked: the root's file system (outside the lock: it is I/O). Two threads
+  // asking at once both look and find the same.
+  const Chain chain = open_chain(nullptr, false);
+  const bool network =
+      chain.status == OpenStatus::ok && ::astrai::detail::on_network_fs(chain.root.get());
   std::lock_guard<std::mutex> lock(mutex_);
-  return network_fs_;
+  if (!network_fs_) network_fs_ = network;
+  return *network_fs_;
 }
 
 std::unique_ptr<FileLock> DiskCache::lock_key(const CacheKey& key,
@@ -495,10 +513,10 @@ std::unique_ptr<FileLock> DiskCache::lock_key(const CacheKey& key,
   const std::string name = key.hex() + std::string(kLockSuffix);
   if (chain.status != OpenStatus::ok) {
     if (chain.status == OpenStatus::refused) report_refused(chain);
-    log(LogLevel::debug, "cannot use compile lock {}: {}", (chain.where / name).string(), chain.why);
+    log(LogLevel::debug, "cannot use compile lock {}: {}", (where(chain) / name).string(), chain.why);
     return nullptr;
   }
-  const fs::path path = chain.where / name;
+  const fs::path path = where(chain) / name;
   FileLock::Outcome outcome = FileLock::Outcome::unavailable;
   std::string why;
   std::unique_ptr<FileLock> lock =

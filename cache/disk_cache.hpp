@@ -126,7 +126,9 @@ class DiskCache {
   // compiles anyway). Stale locks of dead processes never block (flock is released on exit).
   // On a network file system (set_network_mode) it takes no lock and returns nullptr.
   std::unique_ptr<FileLock> lock_key(const CacheKey& key, std::chrono::milliseconds max_wait);
-  // ASTRAI_JIT_CACHE_NFS (cache/network_fs.hpp): `automatic` looks at the root's file system.
+  // ASTRAI_JIT_CACHE_NFS (cache/network_fs.hpp): `automatic` looks at the root's file system,
+  // on the first on_network_fs(): only a miss (its compile lock) needs to know, so a cached load
+  // never opens the root for it.
   void set_network_mode(NetworkFsMode mode);
   bool on_network_fs() const;
 
@@ -158,6 +160,8 @@ class DiskCache {
   struct Chain;
   // Opens root, v1 and (when `sub` is not null) v1/<sub>, creating them when `create`.
   Chain open_chain(const char* sub, bool create) const;
+  // The path of the directory a chain stopped at (or of the deepest one it opened).
+  std::filesystem::path where(const Chain& chain) const;
   bool remove_listed(const std::filesystem::path& path, std::uint64_t device,
                      std::uint64_t inode) const;
   // Scans; when the entries' total is over `evict_above`, removes least-recently-used ones
@@ -192,7 +196,10 @@ class DiskCache {
   std::shared_ptr<const TrustedKeys> trusted_keys_;
   mutable std::uint64_t last_refused_device_ = 0;  // guarded by mutex_
   mutable std::uint64_t last_refused_inode_ = 0;
-  bool network_fs_ = false;  // no compile locks (set_network_mode)
+  // No compile locks (set_network_mode); with `automatic`, unknown until on_network_fs() looks.
+  // Guarded by mutex_.
+  NetworkFsMode network_mode_ = NetworkFsMode::off;
+  mutable std::optional<bool> network_fs_ = false;
 };
 
 }  // namespace astrai::detail

@@ -71,7 +71,10 @@ void warn_refused(const std::filesystem::path& path, const std::string& why);
 struct DiskCache::Chain {
   OpenStatus status = OpenStatus::failed;
   std::string why;
-  std::filesystem::path where;  // the path that failed (or the deepest one opened)
+  // The directory that failed (or the deepest one opened), as a level below the root: its path
+  // (DiskCache::where) is only built for a message or a file operation's error, never on a hit.
+  enum class Level { root, v1, sub } level = Level::root;
+  std::string sub_name;  // the directory below v1, when one was asked for
   CacheTrust trust;
   Fd root, v1, sub;
 };

@@ -176,8 +176,10 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
     counters_.disk_hits.fetch_add(1, std::memory_order_relaxed);
     metrics.hit(tier, std::chrono::steady_clock::now() - load_start);
     if (source) *source = VariantSource::disk;
-    log(LogLevel::debug, "loaded {} from the cache at {} ({})", name, cache.root().string(),
-        key.hex());
+    // The arguments are built only when the line is written: a hit needs neither string.
+    if (Logger::instance().enabled(LogLevel::debug))
+      log(LogLevel::debug, "loaded {} from the cache at {} ({})", name, cache.root().string(),
+          key.hex());
     return variant;
   };
   auto try_disk = [&]() -> std::shared_ptr<const CompiledVariant> {
@@ -194,7 +196,8 @@ std::shared_ptr<const CompiledVariant> JitEngine::produce(const KernelSpec& spec
     metrics.miss(CacheTier::disk);
   };
 
-  const std::string file_name = entry_file_name(key, name);
+  // The remote tier's name for the entry; only the remote paths below use it.
+  const std::string file_name = remote_ ? entry_file_name(key, name) : std::string();
   bool remote_refused = false;  // the remote's entry failed verification: not fetched again
   auto try_remote = [&]() -> std::shared_ptr<const CompiledVariant> {
     if (!remote_ || config_.force_compile || remote_refused) return nullptr;

@@ -1,5 +1,6 @@
 #include "runtime/kernel_sources.hpp"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -27,8 +28,8 @@ namespace {
 // load in a fresh process, so it jumps from one '#' to the next (memchr) rather than walking
 // every line: a line-by-line scan of a family's 18 headers cost more than the rest of the load's
 // host work together.
-std::vector<std::string> quoted_includes(std::string_view text) {
-  std::vector<std::string> names;
+std::vector<std::string_view> quoted_includes(std::string_view text) {
+  std::vector<std::string_view> names;
   constexpr std::string_view kInclude = "include";
   for (std::size_t hash = text.find('#'); hash != std::string_view::npos; hash = text.find('#', hash + 1)) {
     // A directive: only blanks between the line's start and the '#'.
@@ -41,23 +42,31 @@ std::vector<std::string> quoted_includes(std::string_view text) {
     if (i == std::string_view::npos || text[i] != '"') continue;
     const std::size_t close = text.find_first_of("\"\n", i + 1);
     if (close == std::string_view::npos || text[close] != '"' || close == i + 1) continue;
-    names.emplace_back(text.substr(i + 1, close - i - 1));
+    names.push_back(text.substr(i + 1, close - i - 1));
   }
   return names;
 }
 
+// Visited files are marked by their place in the embedded table (a flag a file, no tree of
+// names), then sorted by name once at the end.
 std::vector<SourceView> compute_closure(std::string_view main_file) {
-  std::map<std::string_view, std::string_view> seen;
-  std::vector<std::string> pending = {std::string(main_file)};
+  const auto& sources = embedded_kernel_sources();
+  std::vector<bool> seen(sources.size(), false);
+  std::vector<SourceView> closure;
+  std::vector<std::string_view> pending = {main_file};
   while (!pending.empty()) {
-    const std::string name = pending.back();
+    const std::string_view name = pending.back();
     pending.pop_back();
-    if (seen.count(name)) continue;
     const EmbeddedSource* source = find_source(name);
-    for (auto& included : quoted_includes(source->text)) pending.push_back(std::move(included));
-    seen.emplace(source->name, source->text);
+    const std::size_t index = static_cast<std::size_t>(source - sources.data());
+    if (seen[index]) continue;
+    seen[index] = true;
+    closure.emplace_back(source->name, source->text);
+    for (std::string_view included : quoted_includes(source->text)) pending.push_back(included);
   }
-  return {seen.begin(), seen.end()};
+  std::sort(closure.begin(), closure.end(),
+            [](const SourceView& a, const SourceView& b) { return a.first < b.first; });
+  return closure;
 }
 
 }  // namespace

@@ -197,6 +197,22 @@ TEST_CASE("a trailing /. or /.. does not make the root's symbolic link followed"
   CHECK(config.cache_dir == dir.path() / "link");
 }
 
+TEST_CASE("normalize_for_open returns lexically normal paths without a trailing separator") {
+  // The reference: lexically_normal, then the trailing empty filename dropped.
+  auto reference = [](const fs::path& path) {
+    fs::path normal = path.lexically_normal();
+    while (!normal.empty() && !normal.has_filename() && normal != normal.root_path())
+      normal = normal.parent_path();
+    return normal;
+  };
+  for (const std::string text :
+       {"/a/b/c", "a/b", "a", "/", "", ".", "..", "/a/b/", "//a/b", "/a//b", "a/./b", "./a",
+        "a/..", "a/b/../c", "/..", "/a/.", "a/...", "...", ".a/b.", "/a/b/.hidden", "a//"}) {
+    CAPTURE(text);
+    CHECK(astrai::detail::normalize_for_open(text).native() == reference(text).native());
+  }
+}
+
 TEST_CASE("ASTRAI_JIT_RECORD never appends through a symbolic link to its directory") {
   QuietLog quiet;
   TempDir dir;

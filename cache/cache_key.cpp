@@ -17,13 +17,14 @@ namespace {
 // Field tags of the canonical serialization. Every field is written as
 //   u8 tag, u64 little-endian byte length, bytes
 // and the fields always appear in the same order, so the encoding is prefix-free and two
-// different inputs can never produce the same byte string. Never renumber these; add new tags
-// and bump kCacheKeySchemaVersion instead.
+// different inputs can never produce the same byte string (sources: unless their 128-bit
+// digests collide, the same bet the key itself makes). Never renumber these; add new tags and
+// bump kCacheKeySchemaVersion instead.
 enum class Tag : std::uint8_t {
   schema_version = 0x01,
   source_count = 0x02,
   source_name = 0x03,
-  source_bytes = 0x04,
+  source_bytes = 0x04,  // schema 1 only: a source's bytes; schema 2 writes source_digest
   variant_name = 0x05,
   instantiation = 0x06,
   option_count = 0x07,
@@ -31,10 +32,11 @@ enum class Tag : std::uint8_t {
   arch = 0x09,
   nvrtc_major = 0x0a,
   nvrtc_minor = 0x0b,
+  source_digest = 0x0c,  // 16 bytes: SourceDigest's high then low word, each little endian
 };
 
 // Where the canonical bytes go: a string (serialize_cache_key_inputs) or straight into the
-// XXH3 state (compute_cache_key; the same bytes, without building a copy of every source).
+// XXH3 state (compute_cache_key; the same bytes, without building a copy).
 struct StringSink {
   std::string* out;
   void write(const void* data, std::size_t size) { out->append(static_cast<const char*>(data), size); }
@@ -69,20 +71,23 @@ template <typename Sink> void write_u64_field(Sink& sink, Tag tag, std::uint64_t
   write_field(sink, tag, encoded, sizeof encoded);
 }
 
-template <typename Sink, typename Source>
-void write_key_fields(Sink& sink, const CacheKeyInputs& inputs, const std::vector<Source>& source_list) {
-  // Sources are hashed in name order (bytes as a tie-breaker for duplicate names) so the
+using DigestedSource = std::pair<std::string_view, SourceDigest>;
+
+template <typename Sink>
+void write_key_fields(Sink& sink, const CacheKeyInputs& inputs, std::vector<DigestedSource> sources) {
+  // Sources are written in name order (the digest as a tie-breaker for duplicate names) so the
   // order in which the caller collected them never matters.
-  std::vector<const Source*> sources;
-  sources.reserve(source_list.size());
-  for (const Source& source : source_list) sources.push_back(&source);
-  std::sort(sources.begin(), sources.end(),
-            [](const Source* a, const Source* b) { return *a < *b; });
+  std::sort(sources.begin(), sources.end());
   write_u32_field(sink, Tag::schema_version, kCacheKeySchemaVersion);
   write_u64_field(sink, Tag::source_count, static_cast<std::uint64_t>(sources.size()));
-  for (const Source* source : sources) {
-    write_string_field(sink, Tag::source_name, source->first);
-    write_string_field(sink, Tag::source_bytes, source->second);
+  for (const DigestedSource& source : sources) {
+    write_string_field(sink, Tag::source_name, source.first);
+    unsigned char digest[16];
+    for (int i = 0; i < 8; ++i) {
+      digest[i] = static_cast<unsigned char>((source.second.high >> (8 * i)) & 0xffu);
+      digest[8 + i] = static_cast<unsigned char>((source.second.low >> (8 * i)) & 0xffu);
+    }
+    write_field(sink, Tag::source_digest, digest, sizeof digest);
   }
   write_string_field(sink, Tag::variant_name, inputs.variant_name);
   write_string_field(sink, Tag::instantiation, inputs.instantiation);
@@ -94,15 +99,36 @@ void write_key_fields(Sink& sink, const CacheKeyInputs& inputs, const std::vecto
   write_u32_field(sink, Tag::nvrtc_minor, static_cast<std::uint32_t>(inputs.nvrtc_minor));
 }
 
+// Both ways of giving the sources become one list of (name, digest): owned sources are
+// digested here, digested ones are taken as they are.
+template <typename Sink> void write_key(Sink& sink, const CacheKeyInputs& inputs) {
+  std::vector<DigestedSource> sources;
+  if (inputs.digested_sources) {
+    sources = *inputs.digested_sources;
+  } else {
+    sources.reserve(inputs.sources.size());
+    for (const auto& source : inputs.sources) sources.emplace_back(source.first, source_digest(source.second));
+  }
+  write_key_fields(sink, inputs, std::move(sources));
+}
+
 }  // namespace
+
+SourceDigest source_digest(std::string_view bytes) {
+  static const char kEmpty = 0;  // XXH3 accepts a null pointer only together with a zero length
+  const XXH128_hash_t hash = XXH3_128bits(bytes.empty() ? &kEmpty : bytes.data(), bytes.size());
+  SourceDigest digest;
+  digest.high = hash.high64;
+  digest.low = hash.low64;
+  return digest;
+}
 
 std::string CacheKey::hex() const { return fmt::format("{:016x}{:016x}", high, low); }
 
 std::string serialize_cache_key_inputs(const CacheKeyInputs& inputs) {
   std::string out;
   StringSink sink{&out};
-  if (inputs.shared_sources) write_key_fields(sink, inputs, *inputs.shared_sources);
-  else write_key_fields(sink, inputs, inputs.sources);
+  write_key(sink, inputs);
   return out;
 }
 
@@ -111,8 +137,7 @@ CacheKey compute_cache_key(const CacheKeyInputs& inputs) {
   XXH3_INITSTATE(&state);
   XXH3_128bits_reset(&state);
   HashSink sink{&state};
-  if (inputs.shared_sources) write_key_fields(sink, inputs, *inputs.shared_sources);
-  else write_key_fields(sink, inputs, inputs.sources);
+  write_key(sink, inputs);
   const XXH128_hash_t hash = XXH3_128bits_digest(&state);
   CacheKey key;
   key.high = hash.high64;

@@ -21,7 +21,13 @@ CacheKey compile_request_key(const CompileRequest& request, const NvrtcVersion& 
   CacheKeyInputs inputs;
   inputs.variant_name = request.variant_name;
   for (const auto& expression : request.name_expressions) inputs.instantiation += expression + ";";
-  inputs.shared_sources = &request.headers;
+  // The key holds each header's digest: the library's own headers carry theirs (computed when
+  // it was built), any other header (a bench's, a test's) is hashed here.
+  std::vector<std::pair<std::string_view, SourceDigest>> digested;
+  digested.reserve(request.headers.size());
+  for (const SourceView& header : request.headers)
+    digested.emplace_back(header.first, kernel_source_digest(header.second));
+  inputs.digested_sources = &digested;
   inputs.options = request.options;
   inputs.arch = request.arch;
   inputs.nvrtc_major = version.major;

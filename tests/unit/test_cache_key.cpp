@@ -15,6 +15,8 @@ using astrai::detail::CacheKeyInputs;
 using astrai::detail::compute_cache_key;
 using astrai::detail::payload_checksum;
 using astrai::detail::serialize_cache_key_inputs;
+using astrai::detail::source_digest;
+using astrai::detail::SourceDigest;
 
 namespace {
 
@@ -41,14 +43,16 @@ TEST_SUITE("cache") {
 TEST_CASE("the cache key of a fixed input is pinned") {
   const CacheKeyInputs inputs = golden_inputs();
   // If either value changes, the on-disk naming changed: bump kCacheKeySchemaVersion.
-  CHECK(serialize_cache_key_inputs(inputs).size() == 462);
-  CHECK(compute_cache_key(inputs).hex() == "04f75d0721ed1fd4eb02c1df23e07e5c");
-  CHECK(astrai::detail::kCacheKeySchemaVersion == 1);
+  // Schema 1 (the sources' bytes) gave 462 bytes and 04f75d0721ed1fd4eb02c1df23e07e5c; schema
+  // 2 holds a 16-byte digest a source instead of its bytes.
+  CHECK(serialize_cache_key_inputs(inputs).size() == 406);
+  CHECK(compute_cache_key(inputs).hex() == "2c026aea9ff5cb5dd6d2fe5c94a2bcdc");
+  CHECK(astrai::detail::kCacheKeySchemaVersion == 2);
 }
 
 TEST_CASE("the serialization starts with the tagged schema version in little endian") {
   const std::string bytes = serialize_cache_key_inputs(golden_inputs());
-  const std::string expected_prefix("\x01\x04\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00", 13);
+  const std::string expected_prefix("\x01\x04\x00\x00\x00\x00\x00\x00\x00\x02\x00\x00\x00", 13);
   REQUIRE(bytes.size() > expected_prefix.size());
   CHECK(bytes.compare(0, expected_prefix.size(), expected_prefix) == 0);
 }
@@ -148,21 +152,32 @@ TEST_CASE("changing any input changes the key") {
   }
 }
 
-TEST_CASE("sources given as views key exactly like owned sources") {
-  // The runtime hashes its memoized closure (views into the embedded sources) without
-  // copying it; the bytes and the key must be those of the same sources held as strings.
+TEST_CASE("sources given as digests key exactly like owned sources") {
+  // The runtime keys its embedded sources by the digests computed when the library was built;
+  // the bytes and the key must be those of the same sources held as strings.
   const CacheKeyInputs owned = golden_inputs();
-  std::vector<std::pair<std::string_view, std::string_view>> views;
+  std::vector<std::pair<std::string_view, SourceDigest>> digested;
   for (auto it = owned.sources.rbegin(); it != owned.sources.rend(); ++it)
-    views.emplace_back(it->first, it->second);  // another order: the key sorts
+    digested.emplace_back(it->first, source_digest(it->second));  // another order: the key sorts
   CacheKeyInputs viewed = owned;
   viewed.sources.clear();
-  viewed.shared_sources = &views;
+  viewed.digested_sources = &digested;
   CHECK(serialize_cache_key_inputs(viewed) == serialize_cache_key_inputs(owned));
   CHECK(compute_cache_key(viewed) == compute_cache_key(owned));
-  // The views are what is hashed: changing one changes the key.
-  views[0].second = "#pragma once\n#define ASTRAI_WARP 64\n";
+  // The digests are what is hashed: another source text gives another key.
+  digested[0].second = source_digest("#pragma once\n#define ASTRAI_WARP 64\n");
   CHECK(compute_cache_key(viewed) != compute_cache_key(owned));
+}
+
+TEST_CASE("a source digest is XXH3-128 of the exact bytes") {
+  // Reference value of XXH3-128 (seed 0) for empty input, from the xxHash test vectors.
+  const SourceDigest empty = source_digest("");
+  CHECK(empty.high == 0x99AA06D3014798D8ULL);
+  CHECK(empty.low == 0x6001C324468D497FULL);
+  CHECK(source_digest(std::string_view()) == empty);
+  CHECK(source_digest("#pragma once\n") == source_digest(std::string("#pragma once\n")));
+  CHECK(source_digest("#pragma once\n") != source_digest("#pragma once \n"));
+  CHECK(source_digest(std::string_view("a\0b", 3)) != source_digest(std::string_view("a\0c", 3)));
 }
 
 TEST_CASE("the payload checksum is XXH3-64") {

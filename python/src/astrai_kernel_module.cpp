@@ -1,5 +1,5 @@
 /* A compiled module that AstrAI's loader of kernel modules finds in astrai/extension/lib/ under
- * one kernel's name (attn_decode, attn_prefill, ...). AstrAI's loader looks for compiled modules
+ * one kernel's name (attn_decode, attn_prefill, ..., fp8_mm). AstrAI's loader looks for compiled modules
  * (its newer versions list the .so files there), so the stand-in is one; it fills itself from
  * astrai_jit.astrai_csrc, which holds the function with AstrAI's signature. One library exports
  * every name's init function; astrai_jit.astrai_install copies it once per name. */
@@ -41,5 +41,7 @@ ASTRAI_KERNEL_MODULE(attn_prefill)
 ASTRAI_KERNEL_MODULE(attn_paged_decode)
 ASTRAI_KERNEL_MODULE(attn_paged_prefill)
 ASTRAI_KERNEL_MODULE(rotary_emb)
+/* AstrAI's FP8 GEMM module (2026-08 on), filled from astrai_jit.astrai_fp8. */
+ASTRAI_KERNEL_MODULE(fp8_mm)
 /* The library's own name, so it can be imported to check it. */
 ASTRAI_KERNEL_MODULE(_astrai_kernel_module)

@@ -187,7 +187,9 @@ struct MergeSourceParams {
   int states;                    // 0: the source adds nothing
 };
 
-enum MergeStatesLaunch : int { kMergeStatesThreads = 128 };  // an enum: no device global
+// An enum: no device global. The kernel is built for kMergeStatesCtasPerSm resident CTAs an SM
+// (its register bound), and the grid holds at most that many an SM, so that none waits for a slot.
+enum MergeStatesLaunch : int { kMergeStatesThreads = 128, kMergeStatesCtasPerSm = 12 };
 
 struct MergeStatesParams {
   MergeSourceParams a;

@@ -2,7 +2,8 @@
 // key sets merged into the attention over all of them, e.g. a shared prefix's pass and each
 // request's own suffix (cascade attention), or partial passes a caller splits itself.
 // Each thread owns 8 elements (one 16-byte vector) of one (row, head) item and reads that
-// vector of every state; the item's LSEs are read by each of its threads (one broadcast line).
+// vector of every state with the state's LSE (read by each of the item's threads: one
+// broadcast line), merging online.
 #pragma once
 
 #include "astrai_common.cuh"
@@ -10,43 +11,68 @@
 
 namespace astrai {
 
-// The largest LSE of one item over a source's states.
-__device__ __forceinline__ float source_max_lse(const MergeSourceParams& s, int row, int head, float max_lse) {
-  const float* lse = s.lse + row * s.lse_stride_row + head * s.lse_stride_head;
-  for (int i = 0; i < s.states; ++i) max_lse = fmaxf(max_lse, lse[i * s.lse_stride_state]);
-  return max_lse;
+// acc * rescale, where a zero factor (states outweighed past float's range) drops acc whatever
+// it holds, as a zero weight does in add_weighted.
+__device__ __forceinline__ float rescaled(float acc, float rescale) { return rescale != 0.f ? acc * rescale : 0.f; }
+
+// Folds two states (LSEs s0, s1; an absent second one has LSE -inf) into the running merge of an
+// item's earlier states: the running maximum moves to the largest LSE seen and what was summed so
+// far is rescaled to it. Each state is so read once, its LSE with its vector, with no pass over
+// the LSEs first, and the loads of a pair are in flight together.
+template <typename T>
+__device__ __forceinline__ void fold_pair(float (&acc)[8], float& max_lse, float& total, float s0, const uint4& v0,
+                                          float s1, const uint4& v1) {
+  const float top = fmaxf(max_lse, fmaxf(s0, s1));
+  if (top == negative_infinity()) return;  // every state so far is empty
+  const float rescale = lse_merge_weight(max_lse, top);
+  const float w0 = lse_merge_weight(s0, top);
+  const float w1 = lse_merge_weight(s1, top);
+  max_lse = top;
+  total = rescaled(total, rescale) + w0 + w1;
+  const unsigned a_words[4] = {v0.x, v0.y, v0.z, v0.w};
+  const unsigned b_words[4] = {v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    float lo = add_weighted(rescaled(acc[2 * j], rescale), w0, low_half<T>(a_words[j]));
+    float hi = add_weighted(rescaled(acc[2 * j + 1], rescale), w0, high_half<T>(a_words[j]));
+    acc[2 * j] = add_weighted(lo, w1, low_half<T>(b_words[j]));
+    acc[2 * j + 1] = add_weighted(hi, w1, high_half<T>(b_words[j]));
+  }
 }
 
-// Adds a source's states of one item, weighted, to this thread's 8 accumulators and their
-// weights to `total`. Every vector is read, whatever its weight, so that the reads of a
-// thread's states are in flight together; a zero weight keeps an empty state's values out.
+// Folds a source's states of one item into the running merge, two at a time.
 template <typename T>
-__device__ __forceinline__ void add_source_states(const MergeSourceParams& s, int row, int head, int vector,
-                                                  float max_lse, float (&acc)[8], float& total) {
+__device__ __forceinline__ void fold_source(const MergeSourceParams& s, int row, int head, int vector,
+                                            float (&acc)[8], float& max_lse, float& total) {
   const float* lse = s.lse + row * s.lse_stride_row + head * s.lse_stride_head;
   const T* v = static_cast<const T*>(s.v) + row * s.v_stride_row + head * s.v_stride_head + vector * 8;
-#pragma unroll 4
-  for (int i = 0; i < s.states; ++i) {
-    const uint4 packed = *reinterpret_cast<const uint4*>(v + i * s.v_stride_state);
-    const float w = lse_merge_weight(lse[i * s.lse_stride_state], max_lse);
-    total += w;
-    const unsigned words[4] = {packed.x, packed.y, packed.z, packed.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      acc[2 * j] = add_weighted(acc[2 * j], w, low_half<T>(words[j]));
-      acc[2 * j + 1] = add_weighted(acc[2 * j + 1], w, high_half<T>(words[j]));
+  for (int i = 0; i < s.states; i += 2) {
+    const float s0 = lse[0];
+    const uint4 v0 = *reinterpret_cast<const uint4*>(v);
+    float s1 = negative_infinity();
+    uint4 v1 = make_uint4(0u, 0u, 0u, 0u);
+    if (i + 1 < s.states) {
+      s1 = lse[s.lse_stride_state];
+      v1 = *reinterpret_cast<const uint4*>(v + s.v_stride_state);
     }
+    fold_pair<T>(acc, max_lse, total, s0, v0, s1, v1);
+    lse += 2 * s.lse_stride_state;
+    v += 2 * s.v_stride_state;
   }
 }
 
 // A grid-stride loop over the (row, head) items, kMergeStatesThreads / (kHeadDim / 8) of them a CTA
-// per pass. out and lse may be the very tensors of a source's single state (in place): each
-// thread reads its own vector before writing it, and the CTA's barrier keeps an item's LSE from
-// being overwritten before all of the item's threads have read it.
+// per pass. Bandwidth-bound: kMergeStatesCtasPerSm CTAs an SM (40 registers a thread, none
+// spilled) keep enough loads in flight.
+// out and lse may be the very tensors of a source's single state (in place): each thread reads
+// its own vector before writing it, and a barrier keeps an item's LSE from being overwritten
+// before all of the item's threads have read it (the warp's, when no item straddles two warps).
 template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(kMergeStatesThreads) merge_states_kernel(const MergeStatesParams p) {
+__global__ void __launch_bounds__(kMergeStatesThreads, kMergeStatesCtasPerSm)
+    merge_states_kernel(const MergeStatesParams p) {
   constexpr int kVectors = kHeadDim / 8;
   constexpr int kItemsPerCta = kMergeStatesThreads / kVectors;
+  constexpr bool kItemInWarp = 32 % kVectors == 0;
   static_assert(kHeadDim % 8 == 0 && kItemsPerCta >= 1, "head_dim: a multiple of 8 up to 8 * kMergeStatesThreads");
   wait_for_previous_grid();  // a no-op unless launched as a programmatic dependent
   allow_dependent_grid();
@@ -63,11 +89,14 @@ __global__ void __launch_bounds__(kMergeStatesThreads) merge_states_kernel(const
     float total = 0.f;
     float max_lse = negative_infinity();
     if (active) {
-      max_lse = source_max_lse(p.b, row, head, source_max_lse(p.a, row, head, max_lse));
-      add_source_states<T>(p.a, row, head, vector, max_lse, acc, total);
-      add_source_states<T>(p.b, row, head, vector, max_lse, acc, total);
+      fold_source<T>(p.a, row, head, vector, acc, max_lse, total);
+      fold_source<T>(p.b, row, head, vector, acc, max_lse, total);
     }
-    __syncthreads();
+    if constexpr (kItemInWarp) {
+      __syncwarp();
+    } else {
+      __syncthreads();
+    }
     if (active) {
       const float inverse = lse_merge_inverse(total);
       unsigned words[4];

@@ -118,7 +118,7 @@ int rotary_grid_size(long long vectors, int num_sms) {
 int merge_states_grid_size(long long items, int head_dim, int num_sms) {
   const long long per_cta = std::max(1, kMergeStatesThreads / std::max(head_dim / 8, 1));
   const long long needed = (items + per_cta - 1) / per_cta;
-  const long long cap = 16LL * std::max(num_sms, 1);
+  const long long cap = static_cast<long long>(kMergeStatesCtasPerSm) * std::max(num_sms, 1);
   return static_cast<int>(std::max<long long>(1, std::min(needed, cap)));
 }
 

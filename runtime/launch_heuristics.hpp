@@ -66,8 +66,8 @@ bool prefill_sm90_takes_wide_tiles(TileChoice tiles, int head_dim, int max_q_len
 // vectors, capped at a few waves (the kernel strides over the rest).
 int rotary_grid_size(long long vectors, int num_sms);
 // Grid size for merge_states: CTAs of kMergeStatesThreads threads, each taking
-// kMergeStatesThreads / (head_dim / 8) (row, head) items a pass, up to 16 CTAs an SM (the
-// kernel loops over the rest).
+// kMergeStatesThreads / (head_dim / 8) (row, head) items a pass, up to kMergeStatesCtasPerSm
+// CTAs an SM, as many as are resident at once (the kernel loops over the rest).
 int merge_states_grid_size(long long items, int head_dim, int num_sms);
 
 }  // namespace astrai::detail

@@ -246,8 +246,8 @@ TEST_CASE("the merge_states grid takes 128 / (head_dim / 8) items a CTA up to 16
   CHECK(merge_states_grid_size(128, 8, 132) == 1);    // one thread an item
   CHECK(merge_states_grid_size(3, 1024, 132) == 3);   // an item a CTA
   CHECK(merge_states_grid_size(42, 24, 132) == 1);    // 3 vectors an item: 42 items a CTA
-  CHECK(merge_states_grid_size(1LL << 40, 128, 132) == 16 * 132);
-  CHECK(merge_states_grid_size(1LL << 40, 128, 0) == 16);
+  CHECK(merge_states_grid_size(1LL << 40, 128, 132) == astrai::kMergeStatesCtasPerSm * 132);
+  CHECK(merge_states_grid_size(1LL << 40, 128, 0) == astrai::kMergeStatesCtasPerSm);
   for (const int head_dim : {8, 64, 128, 512, 1024})
     for (const long long items : {1LL, 7LL, 1000LL, 1LL << 20}) {
       const long long per_cta = 128 / (head_dim / 8);
@@ -255,8 +255,8 @@ TEST_CASE("the merge_states grid takes 128 / (head_dim / 8) items a CTA up to 16
       CAPTURE(head_dim);
       CAPTURE(items);
       CHECK(grid >= 1);
-      CHECK(grid <= 16 * 132);
-      if (grid < 16 * 132) {
+      CHECK(grid <= astrai::kMergeStatesCtasPerSm * 132);
+      if (grid < astrai::kMergeStatesCtasPerSm * 132) {
         CHECK(per_cta * grid >= items);
         CHECK(per_cta * (grid - 1) < items);
       }

@@ -370,6 +370,35 @@ __device__ __forceinline__ u64 smem_desc(unsigned address, unsigned lbo, unsigne
         ASTRAI_F8(96), ASTRAI_F8(104), ASTRAI_F8(112), ASTRAI_F8(120)  \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
 
+// FP8 (e4m3) operands, k32 a step: both from shared memory K-major (FP8 wgmma has no transposed
+// form), or A from registers (the m16k32 fragment: a0 rows 0-7 bytes 4(l%4)..+3 of cols 0-15,
+// a1 rows 8-15, a2 and a3 the same of cols 16-31). N = 128.
+#define ASTRAI_F8_D128                                                                            \
+  ASTRAI_F8(0), ASTRAI_F8(8), ASTRAI_F8(16), ASTRAI_F8(24), ASTRAI_F8(32), ASTRAI_F8(40), ASTRAI_F8(48), \
+      ASTRAI_F8(56)
+#define ASTRAI_D64_LIST                                                                           \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"                        \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"               \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"               \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+
+__device__ __forceinline__ void wgmma_ss_e4m3_n128(float (&d)[64], u64 desc_a, u64 desc_b, int accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ASTRAI_D64_LIST "%64, %65, p, 1, 1;\n}\n"
+               : ASTRAI_F8_D128
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_rs_e4m3_n128(float (&d)[64], const unsigned (&a)[4], u64 desc_b,
+                                                   int accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ASTRAI_D64_LIST
+               "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+               : ASTRAI_F8_D128
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+#undef ASTRAI_D64_LIST
+#undef ASTRAI_F8_D128
+
 // kFirst > 0: D is registers kFirst .. kFirst + kN / 2 of `tile`, columns 2 kFirst .. of a wider
 // accumulator (the fragment's registers run column block by column block).
 template <int kN, bool kFp16, int kFirst = 0, int kRegs>

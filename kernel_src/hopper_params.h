@@ -129,7 +129,12 @@ constexpr bool prefill_sm90_packs_gqa(int group) { return prefill_sm90_pack_head
 // Serving features the Hopper prefill computes: the soft-cap, sinks, the sliding window, and an
 // FP8 cache (paged, at the head dims of prefill_sm90_serves_kv8), widened in shared memory.
 constexpr unsigned prefill_sm90_features() {
-  return kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2;
+  return kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2 | kFeatureQkvE4m3;
+}
+// FP8 attention (kFeatureQkvE4m3, prefill_sm90_fp8.cuh): contiguous KV, head dim 128, no other
+// feature; its tiles are the FP8 cache's (128-token blocks, a byte ring for V).
+constexpr bool prefill_sm90_serves_qkv8(int head_dim, int page_size, unsigned flags) {
+  return head_dim == 128 && page_size == 0 && (flags & ~kFeatureQkvE4m3) == 0;
 }
 // Head dims whose FP8 rows are one 128-byte swizzle row (the TMA box of the cache's bytes), and
 // whose rings fit: 128.

@@ -18,6 +18,10 @@ enum FeatureBit : unsigned {
   // the new query tokens per request (named ".q2" .. ".q8"); 0 is the single-token decode.
   kFeatureQLenField = 7u << 5,
   kFeatureAlibi = 1u << 8,  // ALiBi: a per-head linear bias by key distance, slope * (key - query)
+  // FP8 attention (the Hopper prefill): q, k and v in e4m3 (value = fp8 * scale), both GEMMs on
+  // FP8 operands, P quantized to e4m3; out keeps T. Scales: k_scale and v_scale as an FP8 cache's,
+  // q_scale per tensor or per query head.
+  kFeatureQkvE4m3 = 1u << 9,
   // Every serving option the portable kernels compute (their static_asserts check against it).
   kPortableFeatures = kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2 | kFeatureAlibi,
 };
@@ -57,6 +61,8 @@ struct AttentionFeatures {
   const float* v_scale;  // FP8 KV: the same for V
   int kv_scale_stride;   // FP8 KV: 0 one scale per tensor, 1 one per KV head
   const float* alibi_slopes;  // ALiBi: [n_heads] f32 slopes in the units of the scaled scores
+  const float* q_scale;  // FP8 attention: f32 dequantization scale of q, [1] or [n_heads]
+  int q_scale_stride;    // FP8 attention: 0 one scale per tensor, 1 one per query head
 };
 
 // Split-KV partial results live in a float workspace (multi-token decode: n_heads becomes

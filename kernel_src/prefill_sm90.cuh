@@ -29,6 +29,7 @@
 // prefill_sm90_softmax.cuh (masks, online softmax), prefill_sm90_epilogue.cuh (O and LSE).
 #include "prefill_sm90_consumer.cuh"
 #include "prefill_sm90_epilogue.cuh"
+#include "prefill_sm90_fp8.cuh"
 #include "prefill_sm90_producer.cuh"
 #include "prefill_sm90_tile.cuh"
 #include "prefill_sm90_widen.cuh"
@@ -79,6 +80,13 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillParams& p, con
   float dot_scale[2] = {k_scale, k_scale};
   float score_scale[2];
   score_scale[0] = score_scale[1] = C::kCap ? 1.f : C::kKv8 ? p.scale_log2 * k_scale : p.scale_log2;
+  if constexpr (C::kQkv8) {  // the dots are of q's and k's bytes: both scales, q's by the row's head
+    const float qk_scale = p.scale_log2 * kv_scale(p.features.k_scale, p.features.kv_scale_stride,
+                                                   cta.head / (C::kGroup / C::kPackHeads));
+    for (int h = 0; h < 2; ++h)
+      score_scale[h] = qk_scale * kv_scale(p.features.q_scale, p.features.q_scale_stride,
+                                           cta.head * C::kPackHeads + (row0 + 8 * h) % C::kPackHeads);
+  }
 
   float o[C::kHeadDim / 2];
   float s[kBlockN / 2];
@@ -194,8 +202,8 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
       (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);  // kQSlots tiles
   unsigned char* const smem_k = smem_q + C::kQSlots * C::Shape::kQBytes;
   unsigned char* const smem_v = smem_k + C::kStages * C::Shape::kKvBytes;
-  // An FP8 cache's byte rings (none else).
-  constexpr int kByteRing = C::kKv8 ? C::kStages * C::kKv8Bytes : 0;
+  // An FP8 cache's byte rings, and FP8 attention's (its K ring unused) (none else).
+  constexpr int kByteRing = C::kByteRings ? C::kStages * C::kKv8Bytes : 0;
   unsigned char* const smem_k8 = smem_v + C::kStages * C::Shape::kKvBytes;
   unsigned char* const smem_v8 = smem_k8 + kByteRing;
   u64* const q_full = reinterpret_cast<u64*>(smem_v8 + kByteRing);  // one a Q slot
@@ -225,11 +233,12 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     }
     for (int s = 0; s < C::kStages; ++s) {
       // TMA fills a 16-bit stage (one arrival with its bytes), or with an FP8 cache the wideners.
+      // (FP8 attention: TMA fills K's, the transposition V's.)
       mbar_init(&sm.k_full[s], C::kKv8 ? kPrefillSm90Wideners : 1);
-      mbar_init(&sm.v_full[s], C::kKv8 ? kPrefillSm90Wideners : 1);
+      mbar_init(&sm.v_full[s], C::kByteRings ? kPrefillSm90Wideners : 1);
       mbar_init(&sm.k_empty[s], 128 * first.active);
       mbar_init(&sm.v_empty[s], 128 * first.active);
-      if constexpr (C::kKv8) {
+      if constexpr (C::kByteRings) {
         mbar_init(&sm.k8_full[s], 1);
         mbar_init(&sm.v8_full[s], 1);
         mbar_init(&sm.k8_empty[s], kPrefillSm90Wideners);
@@ -267,6 +276,11 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
     if constexpr (C::kKv8) {
       if (threadIdx.x >= 32) {
         if (first.block_count > 0) prefill_sm90_widen_walk<C>(sm, first, 0, threadIdx.x - 32);
+        return;
+      }
+    } else if constexpr (C::kQkv8) {
+      if (threadIdx.x >= 32) {
+        if (first.block_count > 0) prefill_sm90_transpose_walk<C>(sm, first, 0, threadIdx.x - 32);
         return;
       }
     }

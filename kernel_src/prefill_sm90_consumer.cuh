@@ -3,6 +3,7 @@
 // KV blocks the producer brings, with the online softmax in between (prefill_sm90_softmax.cuh).
 #pragma once
 
+#include "prefill_sm90_fp8.cuh"
 #include "prefill_sm90_kv.cuh"
 #include "prefill_sm90_softmax.cuh"
 #include "prefill_sm90_tile.cuh"
@@ -31,7 +32,7 @@ struct PrefillSm90Consumer {
   // blocks (hd256, the wide hd128 tiles) cut their P V to 64 or keep all 80: left whole, they ran
   // 3-5% slower. The soft-cap's variants keep whole blocks (they spilled with the cut), and so do
   // persistent CTAs (the tile loop's state and the cut spilled S at hd64).
-  static constexpr bool kCutFirst = !C::kCap && !C::kPersistent;
+  static constexpr bool kCutFirst = !C::kCap && !C::kPersistent && !C::kQkv8;
   // Lazy rescaling (prefill_sm90_online_softmax) at head dims of 128 and more.
   static constexpr bool kLazyRescale = kHeadDim >= 128;
   // The previous block's P V is waited for after the softmax, so that the exp2s overlap it; pinned
@@ -92,6 +93,17 @@ struct PrefillSm90Consumer {
     const unsigned k_base = shared_address(sm.k + stage * C::Shape::kKvBytes) + kFirstCol * 128;
     reg_fence(s);
     wgmma_fence();
+    if constexpr (C::kQkv8) {  // e4m3 bytes: 32 a step (prefill_sm90_fp8.cuh)
+      static_assert(kWidth == 128 && kFirstCol == 0, "FP8 attention's blocks go whole");
+#pragma unroll
+      for (int kk = 0; kk < kHeadDim / 32; ++kk) {
+        const unsigned offset = (kk % 4) * 32;
+        wgmma_ss_e4m3_n128(s, smem_desc(q_base + (kk / 4) * C::kBlockM * 128 + offset, 16, 1024),
+                           smem_desc(k_base + (kk / 4) * kBlockN * 128 + offset, 16, 1024), kk > 0);
+      }
+      wgmma_commit();
+      return;
+    }
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       const unsigned offset = (kk % 4) * 32;
@@ -129,6 +141,14 @@ struct PrefillSm90Consumer {
     reg_fence(o);
     reg_fence(pa);
     wgmma_fence();
+    if constexpr (C::kQkv8) {  // V^T in the stage, 32 tokens (two of these steps) a wgmma (prefill_sm90_fp8.cuh)
+      static_assert(kFirstStep % 2 == 0 && kSteps % 2 == 0, "whole 32-token steps");
+#pragma unroll
+      for (int kk = kFirstStep / 2; kk < (kFirstStep + kSteps) / 2; ++kk)
+        wgmma_rs_e4m3_n128(o, pa[kk], smem_desc(v_base + kk * 32, 16, 1024), 1);
+      wgmma_commit();
+      return;
+    }
     // k-step kk reads tokens 16kk.. of every chunk, where the layout put them (prefill_sm90_kv.cuh).
     using Kv = PrefillSm90Kv<C>;
 #pragma unroll
@@ -163,7 +183,7 @@ struct PrefillSm90Consumer {
     }
     prefill_sm90_mask_scores<kBlockN, C::kCap, C::kWindow>(s, col0, lane, stop, first_key, mask_from, window_mask_until,
                                                            p.features);
-    if constexpr (C::kKv8)
+    if constexpr (C::kKv8 || C::kQkv8)
       prefill_sm90_online_softmax<kBlockN, kLazyRescale>(s, row_max, row_sum, score_scale, correction);
     else
       prefill_sm90_online_softmax<kBlockN, kLazyRescale>(s, row_max, row_sum, score_scale[0], correction);
@@ -188,6 +208,10 @@ struct PrefillSm90Consumer {
 
   // P in the register layout of wgmma's A operand: k-step kk takes s[8kk .. 8kk + 7].
   __device__ __forceinline__ void pack_p() {
+    if constexpr (C::kQkv8) {
+      prefill_sm90_pack_p_e4m3<kBlockN>(s, pa);
+      return;
+    }
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk)
 #pragma unroll

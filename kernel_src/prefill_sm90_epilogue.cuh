@@ -24,8 +24,9 @@ __device__ __forceinline__ void prefill_sm90_epilogue(PrefillSm90Consumer<C>& c)
     if constexpr (C::kSink) sink_factor = fold_sink(p.features.sinks[c.row_head(c.row0 + 8 * h)], &c.row_max[h], &sum);
     const bool empty = !(sum > 0.f);
     inverse[h] = empty ? 0.f : sink_factor / sum;
-    // An FP8 cache's V scale goes on the output (the widened V holds the cache's values).
-    if constexpr (C::kKv8)
+    // An FP8 cache's V scale goes on the output (the widened V holds the cache's values), and
+    // FP8 attention's (P V ran on V's bytes).
+    if constexpr (C::kKv8 || C::kQkv8)
       inverse[h] *= kv_scale(p.features.v_scale, p.features.kv_scale_stride, c.cta.head / (C::kGroup / C::kPackHeads));
     lse[h] = empty ? negative_infinity() : (c.row_max[h] + log2f(sum)) * kLn2;
   }

@@ -42,10 +42,11 @@ struct PrefillSm90Kv<C, false> {
   // The first thread's K block beside Q: the walk's first, into stage 0.
   __device__ __forceinline__ static void issue_first_k(unsigned char* stage, const sm90::TmaMap* map, sm90::u64* full,
                                                        const PrefillSm90Walk& first) {
-    sm90::mbar_arrive_expect_tx(full, C::Shape::kKvBytes);
+    sm90::mbar_arrive_expect_tx(full, C::kKTxBytes);
 #pragma unroll
-    for (int c = 0; c < C::kChunks; ++c)
-      sm90::tma_load_4d(stage + c * C::kBlockN * 128, map, full, 64 * c, (first.n_blocks - 1) * C::kBlockN,
+    for (int c = 0; c < C::kQkChunks; ++c)
+      sm90::tma_load_4d(stage + c * C::kBlockN * 128, map, full, C::kQkChunkElems * c,
+                        (first.n_blocks - 1) * C::kBlockN,
                         first.cta.head / (C::kGroup / C::kPackHeads), first.cta.batch_index);
   }
 };

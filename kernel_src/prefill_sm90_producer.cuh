@@ -15,15 +15,15 @@ __device__ __forceinline__ void prefill_sm90_issue_q(const PrefillSm90Smem<C>& s
   using namespace sm90;
   unsigned char* q = sm.q + slot * C::Shape::kQBytes;
   const int batch = PrefillSm90Kv<C>::q_batch(w.cta.batch_index);
-  mbar_arrive_expect_tx(&sm.q_full[slot], C::Shape::kQBytes);
+  mbar_arrive_expect_tx(&sm.q_full[slot], C::kQTxBytes);
 #pragma unroll
-  for (int c = 0; c < C::kChunks; ++c) {
+  for (int c = 0; c < C::kQkChunks; ++c) {
     if constexpr (C::kPack)
-      tma_load_4d(q + c * C::kBlockM * 128, map_q, &sm.q_full[slot], 64 * c, w.cta.head * C::kPackHeads,
-                  w.r.q_start + w.cta.start / C::kPackHeads, batch);
+      tma_load_4d(q + c * C::kBlockM * 128, map_q, &sm.q_full[slot], C::kQkChunkElems * c,
+                  w.cta.head * C::kPackHeads, w.r.q_start + w.cta.start / C::kPackHeads, batch);
     else
-      tma_load_4d(q + c * C::kBlockM * 128, map_q, &sm.q_full[slot], 64 * c, w.r.q_start + w.cta.start, w.cta.head,
-                  batch);
+      tma_load_4d(q + c * C::kBlockM * 128, map_q, &sm.q_full[slot], C::kQkChunkElems * c,
+                  w.r.q_start + w.cta.start, w.cta.head, batch);
   }
 }
 
@@ -49,21 +49,23 @@ struct PrefillSm90Producer {
   __device__ __forceinline__ void load_kv(const sm90::TmaMap* map, unsigned char* ring, sm90::u64* full,
                                           sm90::u64* empty, int it, int page, bool is_v) const {
     using namespace sm90;
+    // A byte ring's stages hold bytes; FP8 attention's K lands in the K ring's stages as bytes.
     constexpr int kStageBytes = C::kKv8 ? C::kKv8Bytes : C::Shape::kKvBytes;
     const int s = (g + it) % C::kStages;
     const int token = (n_blocks - 1 - it) * C::kBlockN;
-    unsigned char* stage = ring + s * kStageBytes;
+    unsigned char* stage = ring + s * (C::kQkv8 && is_v ? C::kKv8Bytes : kStageBytes);
     if (lane == 0) {
       mbar_wait(&empty[s], (((g + it) / C::kStages) & 1) ^ 1);
-      mbar_arrive_expect_tx(&full[s], kStageBytes);
+      mbar_arrive_expect_tx(&full[s], C::kKTxBytes);
     }
     // The layout's boxes (prefill_sm90_kv.cuh), issued here: behind a call of the layout's, NVVM
     // ordered the stage's address arithmetic otherwise.
     if constexpr (!Kv::kPaged) {
       if (lane == 0)
 #pragma unroll
-        for (int c = 0; c < C::kChunks; ++c)
-          tma_load_4d(stage + c * C::kBlockN * 128, map, &full[s], 64 * c, token, kv_head, batch_index);
+        for (int c = 0; c < C::kQkChunks; ++c)
+          tma_load_4d(stage + c * C::kBlockN * 128, map, &full[s], C::kQkChunkElems * c, token, kv_head,
+                      batch_index);
     } else {
       // Each lane issues its own box: one thread issuing them all was the bottleneck. An FP8
       // cache's boxes (K and V alike) bring whole rows of bytes, one 128-byte swizzle row each,
@@ -99,13 +101,15 @@ __device__ __forceinline__ void prefill_sm90_produce_walk(const PrefillParams& p
   // Page ids are fetched a block ahead: the lookup's latency hides behind the waits.
   int page = loads.box_page((n_blocks - 1) * C::kBlockN);
   int previous_page = 0;
-  // An FP8 cache's bytes go to their own rings, which the widening drains (prefill_sm90_widen.cuh).
+  // An FP8 cache's bytes go to their own rings, which the widening drains (prefill_sm90_widen.cuh);
+  // FP8 attention's V bytes too, which the transposition drains (prefill_sm90_fp8.cuh).
+  constexpr bool kVBytes = C::kByteRings;
   unsigned char* const k_ring = C::kKv8 ? sm.k8 : sm.k;
-  unsigned char* const v_ring = C::kKv8 ? sm.v8 : sm.v;
+  unsigned char* const v_ring = kVBytes ? sm.v8 : sm.v;
   sm90::u64* const k_full = C::kKv8 ? sm.k8_full : sm.k_full;
   sm90::u64* const k_empty = C::kKv8 ? sm.k8_empty : sm.k_empty;
-  sm90::u64* const v_full = C::kKv8 ? sm.v8_full : sm.v_full;
-  sm90::u64* const v_empty = C::kKv8 ? sm.v8_empty : sm.v_empty;
+  sm90::u64* const v_full = kVBytes ? sm.v8_full : sm.v_full;
+  sm90::u64* const v_empty = kVBytes ? sm.v8_empty : sm.v_empty;
   for (int it = 0; it < block_count; ++it) {
     const int next_page = it + 1 < block_count ? loads.box_page((n_blocks - 2 - it) * C::kBlockN) : 0;
     // The first K block may have gone out with Q (prefill_sm90_kv.cuh).

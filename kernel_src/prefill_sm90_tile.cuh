@@ -74,8 +74,21 @@ struct PrefillSm90Config {
   static_assert(!kKv8 || (kPageSize >= 8 && prefill_sm90_serves_kv8(kHeadDim) &&
                           kBlockN == prefill_sm90_block_n(kHeadDim, kConsumers, true)),
                 "an FP8 cache: paged, hd128, 128-token blocks (hopper_params.h)");
-  static constexpr int kProducerRegs = prefill_sm90_producer_regs(kConsumers, kPersistent, kKv8);
-  static constexpr int kConsumerRegs = prefill_sm90_consumer_regs(kConsumers, kKv8);
+  // FP8 attention (prefill_sm90_fp8.cuh): Q and K tiles of bytes go to e4m3 wgmmas as TMA landed
+  // them; V's bytes land in the byte ring, and the producer warpgroup's warps 1-3 transpose them
+  // into the V stage (FP8 wgmma reads B K-major only).
+  static constexpr bool kQkv8 = (kFlags & kFeatureQkvE4m3) != 0;
+  static_assert(!kQkv8 || (prefill_sm90_serves_qkv8(kHeadDim, kPageSize, kFlags) && !kPersistent &&
+                           kBlockN == prefill_sm90_block_n(kHeadDim, kConsumers, true)),
+                "FP8 attention: contiguous, hd128, 128-token blocks, no other feature (hopper_params.h)");
+  static constexpr bool kByteRings = kKv8 || kQkv8;
+  // Q and K rows as TMA boxes: 64 16-bit elements a 128-byte chunk, or 128 FP8 ones.
+  static constexpr int kQkChunkElems = kQkv8 ? 128 : 64;
+  static constexpr int kQkChunks = kHeadDim / kQkChunkElems;
+  static constexpr int kQTxBytes = kQkv8 ? kBlockM * kHeadDim : Shape::kQBytes;
+  static constexpr int kKTxBytes = kByteRings ? kKv8Bytes : Shape::kKvBytes;
+  static constexpr int kProducerRegs = prefill_sm90_producer_regs(kConsumers, kPersistent, kByteRings);
+  static constexpr int kConsumerRegs = prefill_sm90_consumer_regs(kConsumers, kByteRings);
 };
 
 // Shared memory: kQSlots Q tiles, the K and V rings, then their mbarriers (prefill_sm90_smem_bytes

@@ -244,6 +244,9 @@ void KernelSpec::validate() const {
       throw InvalidArgument(fmt::format("{}: the sm_90a implementation does not serve it: {}", variant, why));
   if (wide && !hopper)
     throw InvalidArgument(fmt::format("{}: .wide names a tiling of the sm_90a implementation only", variant));
+  if (!hopper && (flags & kFeatureQkvE4m3) != 0)
+    throw InvalidArgument(fmt::format("{}: qkv_e4m3 (FP8 attention) is a variant of the sm_90a wgmma prefill only",
+                                      variant));
   if (wide && (info.hopper.has_wide == nullptr || !info.hopper.has_wide(head_dim, flags)))
     throw InvalidArgument(fmt::format("{}: {} has no wide tiling at head_dim {}{}", variant, info.name, head_dim,
                                       (flags & kFeatureKvFp8) != 0 ? " with an FP8 cache" : ""));

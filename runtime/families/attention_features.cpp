@@ -53,7 +53,7 @@ void check_kv_cache(const char* call, const AttentionOptions& o, const OptionCon
   if (o.kv_dtype != KvDType::same && o.kv_dtype != KvDType::e4m3 && o.kv_dtype != KvDType::e5m2)
     fail_argument(call, fmt::format("kv_dtype {} is not valid (allowed: same, e4m3, e5m2)",
                                     static_cast<int>(o.kv_dtype)));
-  if (!fp8(o)) {
+  if (!fp8(o) && o.qkv_dtype == KvDType::same) {
     for (const auto& [name, scale] : {std::pair{"k_scale", o.k_scale}, std::pair{"v_scale", o.v_scale}})
       if (scale != nullptr)
         fail_argument(call, fmt::format("{} = {} is set but kv_dtype is same (scales belong to an FP8 cache: "
@@ -72,12 +72,35 @@ void fill_kv_cache(const AttentionOptions& o, float, AttentionFeatures* values) 
   values->kv_scale_stride = o.kv_scale_per_head ? 1 : 0;
 }
 
+// FP8 attention: e4m3 only, with its three scales (4-byte aligned), never beside an FP8 cache.
+void check_qkv8(const char* call, const AttentionOptions& o, const OptionContext&) {
+  if (o.qkv_dtype == KvDType::same) {
+    if (o.q_scale != nullptr)
+      fail_argument(call, fmt::format("q_scale = {} is set but qkv_dtype is same (it scales e4m3 queries)",
+                                      static_cast<const void*>(o.q_scale)));
+    return;
+  }
+  if (o.qkv_dtype != KvDType::e4m3)
+    fail_argument(call, fmt::format("qkv_dtype {} is not valid (allowed: same, e4m3)", kv_dtype_name(o.qkv_dtype)));
+  if (fp8(o)) fail_argument(call, "qkv_dtype e4m3 with an FP8 kv_dtype: q, k and v are already e4m3");
+  require_pointer(call, "q_scale", o.q_scale, 4);
+  require_pointer(call, "k_scale", o.k_scale, 4);
+  require_pointer(call, "v_scale", o.v_scale, 4);
+}
+
+void fill_qkv8(const AttentionOptions& o, float scale, AttentionFeatures* values) {
+  fill_kv_cache(o, scale, values);
+  values->q_scale = o.q_scale;
+  values->q_scale_stride = o.q_scale_per_head ? 1 : 0;
+}
+
 // The option's value as the call spelled it, for a refusal.
 std::string option_value(const AttentionOption& option, const AttentionOptions& o) {
   if (option.bit == kFeatureSoftCap) return fmt::format("logit_cap {}", o.logit_cap);
   if (option.bit == kFeatureSink) return fmt::format("sinks = {}", static_cast<const void*>(o.sinks));
   if (option.bit == kFeatureWindow) return fmt::format("window_left {}", o.window_left);
   if (option.bit == kFeatureAlibi) return fmt::format("alibi_slopes = {}", static_cast<const void*>(o.alibi_slopes));
+  if (option.bit == kFeatureQkvE4m3) return fmt::format("qkv_dtype {}", kv_dtype_name(o.qkv_dtype));
   return fmt::format("kv_dtype {}", kv_dtype_name(o.kv_dtype));
 }
 
@@ -98,6 +121,8 @@ const std::vector<AttentionOption>& attention_options() {
        }},
       {"sink", kFeatureSink, kAttention, [](const AttentionOptions& o) { return o.sinks != nullptr; }, check_sinks,
        [](const AttentionOptions& o, float, AttentionFeatures* v) { v->sinks = o.sinks; }},
+      {"qkv_e4m3", kFeatureQkvE4m3, kind_bit(KernelKind::prefill),
+       [](const AttentionOptions& o) { return o.qkv_dtype == KvDType::e4m3; }, check_qkv8, fill_qkv8},
       {"alibi", kFeatureAlibi, kAttention, [](const AttentionOptions& o) { return o.alibi_slopes != nullptr; },
        check_alibi, [](const AttentionOptions& o, float, AttentionFeatures* v) { v->alibi_slopes = o.alibi_slopes; }},
   };

@@ -21,7 +21,8 @@ std::vector<std::string> prefill_instantiations(const KernelSpec& spec, int page
 
 std::vector<std::string> prefill_sm90_instantiations(const KernelSpec& spec, int page_size) {
   const int consumers = prefill_sm90_consumers(spec.head_dim, spec.wide);
-  const bool kv8 = (spec.flags & kFeatureKvFp8) != 0;
+  // An FP8 cache and FP8 attention take the byte rings' 128-token blocks.
+  const bool kv8 = (spec.flags & (kFeatureKvFp8 | kFeatureQkvE4m3)) != 0;
   return {fmt::format("astrai::prefill_sm90_kernel<{}, {}, {}, {}, {}, {}, {}{}>", device_type_name(spec.dtype),
                       spec.head_dim, page_size, spec.group_size, consumers,
                       prefill_sm90_block_n(spec.head_dim, consumers, kv8), spec.flags,
@@ -33,11 +34,11 @@ bool prefill_sm90_serves(int head_dim, int page_size) {
 }
 
 bool prefill_sm90_has_wide(int head_dim, std::uint32_t flags) {
-  return prefill_sm90_wide_consumers(head_dim) != 0 && (flags & kFeatureKvFp8) == 0;
+  return prefill_sm90_wide_consumers(head_dim) != 0 && (flags & (kFeatureKvFp8 | kFeatureQkvE4m3)) == 0;
 }
 
 PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_size, int consumers, int block_n,
-                               bool kv8) {
+                               bool kv8, bool qkv8) {
   using U = std::uint64_t;
   const U d = static_cast<U>(head_dim);
   PrefillMaps maps;
@@ -81,6 +82,14 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
   // Packed: a pack's heads at block_m / pack positions; else block_m positions of one head.
   maps.q.box = packed ? std::vector<std::uint32_t>{64, pack, block_m / pack, 1}
                       : std::vector<std::uint32_t>{64, block_m, 1, 1};
+  if (qkv8) {
+    // FP8 attention (contiguous): q, K and V in boxes of whole rows of bytes (one 128-byte
+    // swizzle row at hd128), the strides counting bytes.
+    for (TensorMapShape* shape : {&maps.q, &maps.k, &maps.v}) {
+      shape->box[0] = static_cast<std::uint32_t>(head_dim);
+      shape->element_bytes = 1;
+    }
+  }
   return maps;
 }
 
@@ -96,7 +105,8 @@ bool prefill_sm90_maps(const Device& device, const Plan& plan, const char* launc
                        CUtensorMap* map_q, CUtensorMap* map_k, CUtensorMap* map_v) {
   const KernelSpec& spec = plan.spec;
   const PrefillMaps shapes = prefill_map_shapes(params, spec.head_dim, spec.page_size, plan.consumers, plan.block_n,
-                                                (spec.flags & kFeatureKvFp8) != 0);
+                                                (spec.flags & kFeatureKvFp8) != 0,
+                                                (spec.flags & kFeatureQkvE4m3) != 0);
   if (!tma_can_read(launch_name, {{"q", shapes.q}})) return false;
   const bool fp16 = spec.dtype == DType::fp16;
   constexpr CUtensorMapL2promotion kPromotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;

@@ -34,7 +34,7 @@ struct PrefillMaps {
   TensorMapShape q, k, v;
 };
 PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_size, int consumers, int block_n,
-                               bool kv8 = false);
+                               bool kv8 = false, bool qkv8 = false);
 // The Hopper kernel's grid: (tiles of the longest request, heads, requests); with packed GQA the
 // tiles hold a pack's heads and the second dimension counts packs.
 GridSize prefill_sm90_grid(const PrefillParams& p, int max_q_len, int consumers);

@@ -22,6 +22,8 @@ const char* hopper_shape_refusal(KernelKind kind, int head_dim, int page_size, s
     if (!is_decode_kind(kind) && !prefill_sm90_serves_kv8(head_dim))
       return "an FP8 KV cache is served at head_dim 128 only";
   }
+  if ((flags & kFeatureQkvE4m3) != 0 && !(kind == KernelKind::prefill && prefill_sm90_serves_qkv8(head_dim, page_size, flags)))
+    return "FP8 attention is served by the contiguous prefill at head_dim 128 with no other feature";
   if ((flags & ~hopper.supported_flags) != 0) return "a requested feature is not served";
   if (!hopper.serves(head_dim, page_size)) {
     if (kind == KernelKind::mla_decode) return "pages are under 16 tokens";
@@ -131,7 +133,7 @@ const char* sm90_prefill_refusal(const AttentionProblem& problem, const DeviceTr
 const char* configure_sm90_prefill(const AttentionProblem& problem, const DeviceTraits& device,
                                    const OccupancyQuery&, Plan* plan) {
   plan->spec = problem_spec(problem, device, true);
-  const bool kv8 = (problem.flags & kFeatureKvFp8) != 0;
+  const bool kv8 = (problem.flags & (kFeatureKvFp8 | kFeatureQkvE4m3)) != 0;  // byte rings
   // hopper_has_wide is false with an FP8 cache: its byte rings leave no room for the wide tiles' Q.
   plan->spec.wide = hopper_has_wide(problem) &&
                     prefill_sm90_takes_wide_tiles(device.prefill_tiles, problem.head_dim, problem.max_q_len,
@@ -166,7 +168,11 @@ GridSize prefill_sm90_tile_grid(int max_q_len, int n_heads, int group, int batch
 
 namespace {
 
-const char* portable_refusal(const AttentionProblem&, const DeviceTraits&) { return nullptr; }
+// The portable kernels read 16-bit q, K and V: FP8 attention has only the Hopper kernel.
+const char* portable_refusal(const AttentionProblem& problem, const DeviceTraits&) {
+  if ((problem.flags & kFeatureQkvE4m3) != 0) return "FP8 attention (qkv_dtype e4m3) runs on sm_90a's wgmma prefill only";
+  return nullptr;
+}
 
 const char* configure_portable_prefill(const AttentionProblem& problem, const DeviceTraits& device,
                                        const OccupancyQuery&, Plan* plan) {

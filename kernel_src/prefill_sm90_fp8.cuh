@@ -1,0 +1,101 @@
+// The Hopper prefill's FP8 attention (prefill_sm90.cuh, kFeatureQkvE4m3): Q, K and V in e4m3,
+// both GEMMs on e4m3 wgmma (k32 a step), P quantized to e4m3 for the second one.
+//   S = Q K^T: the Q and K tiles are TMA's bytes, K-major and 128-byte swizzled, one 128-byte
+//     chunk a row at hd128: the same bytes a 16-bit tile of half the head dim has, so the
+//     descriptors walk them as the 16-bit GEMM does, 32 bytes a step.
+//   O += P V: FP8 wgmma takes B K-major only, so V (its rows are tokens) is transposed: warps
+//     1-3 of the producer warpgroup turn each V block TMA landed in the byte ring into V^T (a
+//     128-byte row of tokens for each of the head dim's columns) in the V stage.
+//   P stays in the registers the S accumulator left it in. The accumulator's columns of a
+//     thread (2q, 2q+1, 8+2q, 9+2q of each 16, q = lane % 4) are not the A fragment's (4q..4q+3),
+//     so instead of moving P between lanes the transposition permutes V's tokens the same way:
+//     A slot 4q + b of each 16 holds P column sigma(4q + b) = {2q, 2q+1, 8+2q, 9+2q}[b], and
+//     V^T's column 4q + b of each 16 holds token sigma(4q + b). The sum over tokens is the same.
+// The scales stay out of the tiles: q's and k's multiply the scores, v's the output.
+#pragma once
+
+#include "prefill_sm90_tile.cuh"
+#include "prefill_sm90_widen.cuh"
+
+namespace astrai {
+
+// Byte offset of byte `col` of row `row` in a tile of 128-byte rows, 128-byte swizzled (16-byte
+// piece p of row r at p ^ r % 8), as TMA lands them and as the wgmma descriptors read them.
+__device__ __forceinline__ unsigned swizzled_byte(unsigned row, unsigned col) {
+  return row * 128 + ((((col >> 4) ^ row) & 7) << 4) + (col & 15);
+}
+
+// One V block: the bytes at `bytes` (kBlockN token rows of kHeadDim bytes) into V^T at `tile`
+// (kHeadDim rows of kBlockN token bytes), tokens permuted as the header says. Task i moves a 4 x
+// 4 block: 4 tokens (the sources of slots 4q..4q+3 of a 16) x 4 columns (bytes 4c..4c+3).
+template <class C>
+__device__ __forceinline__ void prefill_sm90_transpose_block(const unsigned char* bytes, unsigned char* tile,
+                                                             unsigned t) {
+  static_assert(C::kHeadDim == 128 && C::kBlockN == 128, "rows of one 128-byte swizzle row each way");
+  constexpr unsigned kColumnGroups = C::kHeadDim / 4;
+  constexpr unsigned kTasks = kColumnGroups * (C::kBlockN / 4);
+  for (unsigned i = t; i < kTasks; i += kPrefillSm90Wideners) {
+    const unsigned c4 = (i % kColumnGroups) * 4;  // the block's first head-dim column
+    const unsigned slot = (i / kColumnGroups) * 4;  // its first token slot in V^T's rows
+    const unsigned q = (slot % 16) / 4;
+    const unsigned token0 = slot - slot % 16 + 2 * q;  // tokens token0, +1, +8, +9
+    unsigned x[4];
+    const unsigned tokens[4] = {token0, token0 + 1, token0 + 8, token0 + 9};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x[j] = *reinterpret_cast<const unsigned*>(bytes + swizzled_byte(tokens[j], c4));
+    // y[j] = byte j of each x, in token order: the 4 x 4 byte block transposed.
+    const unsigned lo01 = __byte_perm(x[0], x[1], 0x5140), lo23 = __byte_perm(x[2], x[3], 0x5140);
+    const unsigned hi01 = __byte_perm(x[0], x[1], 0x7362), hi23 = __byte_perm(x[2], x[3], 0x7362);
+    const unsigned y[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
+                           __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) *reinterpret_cast<unsigned*>(tile + swizzled_byte(c4 + j, slot)) = y[j];
+  }
+}
+
+// V's ring step `step`: waits for its bytes and for the consumers to have left the V stage,
+// transposes, frees the byte stage and fills the V stage (the fence hands the generic proxy's
+// stores to the wgmmas).
+template <class C>
+__device__ __forceinline__ void prefill_sm90_transpose_step(const PrefillSm90Smem<C>& sm, int step, int t) {
+  using namespace sm90;
+  const int s = step % C::kStages;
+  const unsigned parity = (step / C::kStages) & 1;
+  mbar_wait(&sm.v8_full[s], parity);
+  mbar_wait(&sm.v_empty[s], parity ^ 1);
+  prefill_sm90_transpose_block<C>(sm.v8 + s * C::kKv8Bytes, sm.v + s * C::Shape::kKvBytes, t);
+  fence_proxy_async_shared();
+  mbar_arrive(&sm.v8_empty[s]);
+  mbar_arrive(&sm.v_full[s]);
+}
+
+// The V blocks of tile `w`'s walk (first ring step g), in the producer's order.
+template <class C>
+__device__ __forceinline__ void prefill_sm90_transpose_walk(const PrefillSm90Smem<C>& sm, const PrefillSm90Walk& w,
+                                                            int g, int t) {
+  for (int it = 0; it < w.block_count; ++it) prefill_sm90_transpose_step<C>(sm, g + it, t);
+}
+
+// Four values as e4m3 bytes, the first in the lowest (saturated to +-448; NaN kept).
+__device__ __forceinline__ unsigned pack_e4m3x4(float v0, float v1, float v2, float v3) {
+  unsigned short lo, hi;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(v1), "f"(v0));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(v3), "f"(v2));
+  return static_cast<unsigned>(lo) | (static_cast<unsigned>(hi) << 16);
+}
+
+// P of a block (the S accumulator s, kBlockN / 2 registers) as the A fragments of the P V
+// GEMM's kBlockN / 32 steps, in the accumulator's own column order (the header's sigma).
+template <int kBlockN>
+__device__ __forceinline__ void prefill_sm90_pack_p_e4m3(const float (&s)[kBlockN / 2], unsigned (&pa)[kBlockN / 16][4]) {
+#pragma unroll
+  for (int kc = 0; kc < kBlockN / 32; ++kc) {
+    const float* v = s + 16 * kc;
+    pa[kc][0] = pack_e4m3x4(v[0], v[1], v[4], v[5]);
+    pa[kc][1] = pack_e4m3x4(v[2], v[3], v[6], v[7]);
+    pa[kc][2] = pack_e4m3x4(v[8], v[9], v[12], v[13]);
+    pa[kc][3] = pack_e4m3x4(v[10], v[11], v[14], v[15]);
+  }
+}
+
+}  // namespace astrai

@@ -1,0 +1,147 @@
+// FP8 attention (qkv_e4m3) on any machine: the variant compiled with NVRTC and its PTX checked for
+// what the design rests on (e4m3 wgmma for both GEMMs, P quantized to e4m3 in registers, the V
+// transposition's byte permutes and its hand-over to the async proxy, no spills), the refusals of
+// every shape and path it does not serve, and the argument checks.
+#include <doctest/doctest.h>
+
+#include <regex>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "astrai/error.hpp"
+#include "astrai/runtime.hpp"
+#include "kernel_src/hopper_params.h"
+#include "runtime/compile_plan.hpp"
+#include "runtime/families/prefill_launch.hpp"
+#include "runtime/kernel_spec.hpp"
+#include "runtime/plan/implementations.hpp"
+#include "tests/support/ptx.hpp"
+
+namespace fp8_attention_test {
+
+using astrai::DType;
+using astrai::testing::contains;
+using astrai::detail::KernelKind;
+using astrai::detail::KernelSpec;
+
+KernelSpec fp8_prefill(DType dtype, int group, std::uint32_t extra = 0) {
+  KernelSpec spec;
+  spec.kind = KernelKind::prefill;
+  spec.dtype = dtype;
+  spec.head_dim = 128;
+  spec.group_size = group;
+  spec.flags = astrai::kFeatureQkvE4m3 | extra;
+  spec.arch = "sm_90a";
+  spec.hopper = true;
+  return spec;
+}
+
+astrai::PrefillArgs fp8_args() {
+  static float scales[3] = {1.f, 1.f, 1.f};
+  alignas(16) static unsigned char bytes[16];
+  astrai::PrefillArgs a;
+  a.batch = 1;
+  a.q_len = 1;
+  a.kv_len = 1;
+  a.n_heads = 4;
+  a.n_kv_heads = 1;
+  a.head_dim = 128;
+  a.q = a.k = a.v = bytes;
+  a.out = bytes;
+  a.qkv_dtype = astrai::KvDType::e4m3;
+  a.q_scale = &scales[0];
+  a.k_scale = &scales[1];
+  a.v_scale = &scales[2];
+  return a;
+}
+
+TEST_SUITE("hopper") {
+  TEST_CASE("sm_90a FP8 attention: e4m3 wgmma on both GEMMs, P to e4m3 in registers, V transposed by the producer") {
+    for (DType dtype : {DType::bf16, DType::fp16}) {
+      for (int group : {1, 4, 8}) {
+        KernelSpec spec = fp8_prefill(dtype, group);
+        CAPTURE(spec.name());
+        REQUIRE(astrai::detail::hopper_serves(spec));
+        CHECK(spec.name().find(".qkv_e4m3.wgmma.") != std::string::npos);
+        astrai::detail::CompileRequest request = astrai::detail::compile_request(spec);
+        request.options.push_back("--ptxas-options=-v");
+        const auto result = astrai::detail::nvrtc_compile(request, true);
+        INFO("NVRTC log: " << result.log);
+        // S and P V as m64n128k32 e4m3 wgmmas, and no 16-bit GEMM at all.
+        CHECK(contains(result.ptx, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"));
+        CHECK_FALSE(contains(result.ptx, "k16.f32.bf16.bf16"));
+        CHECK_FALSE(contains(result.ptx, "k16.f32.f16.f16"));
+        // P quantized to e4m3 pairs; the transposition's byte permutes, then the async proxy.
+        CHECK(contains(result.ptx, "cvt.rn.satfinite.e4m3x2.f32"));
+        CHECK(contains(result.ptx, "prmt.b32"));
+        CHECK(contains(result.ptx, "fence.proxy.async.shared::cta"));
+        // q, K and V by 4-D TMA boxes of bytes.
+        CHECK(contains(result.ptx, "cp.async.bulk.tensor.4d"));
+        CHECK(contains(result.ptx, fmt::format("setmaxnreg.dec.sync.aligned.u32 {}",
+                                               astrai::prefill_sm90_producer_regs(2, false, true))));
+        const std::regex spills(R"((\d+) bytes spill stores)");
+        std::smatch match;
+        REQUIRE(std::regex_search(result.log, match, spills));
+        CHECK(match[1].str() == "0");
+      }
+    }
+  }
+
+  TEST_CASE("sm_90a FP8 attention: the byte rings' blocks and shared memory, boxes of whole rows of bytes") {
+    const KernelSpec spec = fp8_prefill(DType::bf16, 4);
+    const auto names = astrai::detail::prefill_sm90_instantiations(spec, 0);
+    REQUIRE(names.size() == 1);
+    CHECK(names[0].find(fmt::format(", {}, 512>", astrai::prefill_sm90_block_n(128, 2, true))) != std::string::npos);
+    astrai::PrefillParams p{};
+    p.batch = 2;
+    p.q_len = 100;
+    p.kv_len = 300;
+    p.n_heads = 8;
+    p.n_kv_heads = 2;
+    const auto maps = astrai::detail::prefill_map_shapes(p, 128, 0, 2, 128, false, true);
+    for (const auto* shape : {&maps.q, &maps.k, &maps.v}) {
+      CHECK(shape->element_bytes == 1);
+      CHECK(shape->box[0] == 128u);  // one 128-byte swizzle row
+    }
+  }
+
+  TEST_CASE("FP8 attention is refused by name where it is not served") {
+    // Other head dims, pages, features, and every path but the sm_90a wgmma prefill.
+    CHECK_FALSE(astrai::detail::hopper_serves([] {
+      KernelSpec s = fp8_prefill(DType::bf16, 4);
+      s.head_dim = 64;
+      return s;
+    }()));
+    CHECK_FALSE(astrai::detail::hopper_serves(fp8_prefill(DType::bf16, 4, astrai::kFeatureSoftCap)));
+    CHECK_FALSE(astrai::detail::hopper_serves([] {
+      KernelSpec s = fp8_prefill(DType::bf16, 4);
+      s.kind = KernelKind::paged_prefill;
+      s.page_size = 16;
+      return s;
+    }()));
+    KernelSpec portable = fp8_prefill(DType::bf16, 4);
+    portable.hopper = false;
+    CHECK_THROWS_WITH_AS(portable.validate(), doctest::Contains("qkv_e4m3"), astrai::InvalidArgument);
+  }
+}
+
+TEST_CASE("FP8 attention's arguments: its three scales, never beside an FP8 cache") {
+  CHECK_NOTHROW(astrai::validate_args(fp8_args()));
+  for (const char* missing : {"q_scale", "k_scale", "v_scale"}) {
+    astrai::PrefillArgs a = fp8_args();
+    if (std::string(missing) == "q_scale") a.q_scale = nullptr;
+    if (std::string(missing) == "k_scale") a.k_scale = nullptr;
+    if (std::string(missing) == "v_scale") a.v_scale = nullptr;
+    CHECK_THROWS_WITH_AS(astrai::validate_args(a), doctest::Contains(missing), astrai::InvalidArgument);
+  }
+  astrai::PrefillArgs e5m2 = fp8_args();
+  e5m2.qkv_dtype = astrai::KvDType::e5m2;
+  CHECK_THROWS_WITH_AS(astrai::validate_args(e5m2), doctest::Contains("qkv_dtype"), astrai::InvalidArgument);
+  astrai::PrefillArgs stray = fp8_args();
+  stray.qkv_dtype = astrai::KvDType::same;
+  stray.k_scale = stray.v_scale = nullptr;
+  CHECK_THROWS_WITH_AS(astrai::validate_args(stray), doctest::Contains("q_scale"), astrai::InvalidArgument);
+}
+
+}  // namespace fp8_attention_test

@@ -61,8 +61,6 @@ struct AttentionFeatures {
   const float* v_scale;  // FP8 KV: the same for V
   int kv_scale_stride;   // FP8 KV: 0 one scale per tensor, 1 one per KV head
   const float* alibi_slopes;  // ALiBi: [n_heads] f32 slopes in the units of the scaled scores
-  const float* q_scale;  // FP8 attention: f32 dequantization scale of q, [1] or [n_heads]
-  int q_scale_stride;    // FP8 attention: 0 one scale per tensor, 1 one per query head
 };
 
 // Split-KV partial results live in a float workspace (multi-token decode: n_heads becomes
@@ -377,6 +375,10 @@ struct PrefillParams {
                                  // causal limit: row i sits at its causal position)
   PrefillTileOrder tile_order;   // the grid of tiles (prefill_tile_order): launched, or walked
                                  // by persistent CTAs
+  // FP8 attention (kFeatureQkvE4m3): q's f32 dequantization scale, [1] or [n_heads] (stride 0 or
+  // 1); K's and V's are the features' k_scale and v_scale. Last, so that no other member moves.
+  const float* q_scale;
+  int q_scale_stride;
 };
 
 // Tiling shared by the host launcher and the prefill kernel.

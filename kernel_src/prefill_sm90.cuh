@@ -84,7 +84,7 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillParams& p, con
     const float qk_scale = p.scale_log2 * kv_scale(p.features.k_scale, p.features.kv_scale_stride,
                                                    cta.head / (C::kGroup / C::kPackHeads));
     for (int h = 0; h < 2; ++h)
-      score_scale[h] = qk_scale * kv_scale(p.features.q_scale, p.features.q_scale_stride,
+      score_scale[h] = qk_scale * kv_scale(p.q_scale, p.q_scale_stride,
                                            cta.head * C::kPackHeads + (row0 + 8 * h) % C::kPackHeads);
   }
 

@@ -78,6 +78,7 @@ void check_qkv8(const char* call, const AttentionOptions& o, const OptionContext
     if (o.q_scale != nullptr)
       fail_argument(call, fmt::format("q_scale = {} is set but qkv_dtype is same (it scales e4m3 queries)",
                                       static_cast<const void*>(o.q_scale)));
+    if (o.q_scale_per_head) fail_argument(call, "q_scale_per_head is set but qkv_dtype is same (no q_scale)");
     return;
   }
   if (o.qkv_dtype != KvDType::e4m3)
@@ -86,12 +87,6 @@ void check_qkv8(const char* call, const AttentionOptions& o, const OptionContext
   require_pointer(call, "q_scale", o.q_scale, 4);
   require_pointer(call, "k_scale", o.k_scale, 4);
   require_pointer(call, "v_scale", o.v_scale, 4);
-}
-
-void fill_qkv8(const AttentionOptions& o, float scale, AttentionFeatures* values) {
-  fill_kv_cache(o, scale, values);
-  values->q_scale = o.q_scale;
-  values->q_scale_stride = o.q_scale_per_head ? 1 : 0;
 }
 
 // The option's value as the call spelled it, for a refusal.
@@ -122,7 +117,7 @@ const std::vector<AttentionOption>& attention_options() {
       {"sink", kFeatureSink, kAttention, [](const AttentionOptions& o) { return o.sinks != nullptr; }, check_sinks,
        [](const AttentionOptions& o, float, AttentionFeatures* v) { v->sinks = o.sinks; }},
       {"qkv_e4m3", kFeatureQkvE4m3, kind_bit(KernelKind::prefill),
-       [](const AttentionOptions& o) { return o.qkv_dtype == KvDType::e4m3; }, check_qkv8, fill_qkv8},
+       [](const AttentionOptions& o) { return o.qkv_dtype == KvDType::e4m3; }, check_qkv8, fill_kv_cache},  // q_scale: PrefillParams's own
       {"alibi", kFeatureAlibi, kAttention, [](const AttentionOptions& o) { return o.alibi_slopes != nullptr; },
        check_alibi, [](const AttentionOptions& o, float, AttentionFeatures* v) { v->alibi_slopes = o.alibi_slopes; }},
   };

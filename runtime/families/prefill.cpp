@@ -142,6 +142,8 @@ void Runtime::prefill(const PrefillArgs& input) {
   params.scale_log2 = args.scale * detail::kLog2e;
   const detail::FeatureRequest features = detail::attention_features(args, args.scale);
   params.features = features.values;
+  params.q_scale = args.q_scale;
+  params.q_scale_stride = args.q_scale_per_head ? 1 : 0;
   detail::launch_prefill(*impl_, detail::prefill_family(), "cuLaunchKernel(prefill)", args.dtype, args.head_dim,
                  0, features.flags, args.q_len, params, args.stream);
 }

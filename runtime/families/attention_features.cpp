@@ -101,6 +101,14 @@ std::string option_value(const AttentionOption& option, const AttentionOptions& 
 
 }  // namespace
 
+std::string requested_option_values(const AttentionOptions& options, std::uint32_t flags) {
+  std::string values;
+  for (const AttentionOption& option : attention_options())
+    if ((option.bit & flags) != 0 && option.requested(options))
+      values += (values.empty() ? "" : ", ") + option_value(option, options);
+  return values;
+}
+
 const std::vector<AttentionOption>& attention_options() {
   static const std::vector<AttentionOption> options = {
       {"kv_e4m3", kFeatureKvE4m3, kFp8Kinds, [](const AttentionOptions& o) { return o.kv_dtype == KvDType::e4m3; },

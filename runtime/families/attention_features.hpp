@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -55,6 +56,10 @@ struct FeatureRequest {
 void check_attention_options(const char* call, const AttentionOptions& options, const OptionContext& context);
 // What a checked call asks for; `scale` is the resolved softmax scale.
 FeatureRequest attention_features(const AttentionOptions& options, float scale);
+
+// The options among `flags` that a call requests, as it spelled them ("logit_cap 30, window_left
+// 8"), for a refusal.
+std::string requested_option_values(const AttentionOptions& options, std::uint32_t flags);
 
 // FP8 rows are one byte an element and copied 16 bytes at a time: every K/V stride a multiple
 // of 16 elements (called with the resolved strides).

@@ -49,6 +49,21 @@ PrefillArgs resolve_prefill_args(const PrefillArgs& input) {
                             a.causal_offset));
   a.scale = resolve_scale(kCall, a.scale, a.head_dim);
   check_attention_options(kCall, a, {family.kind, a.causal_offset >= 0, "causal_offset >= 0"});
+  if (a.qkv_dtype == KvDType::e4m3) {
+    // FP8 attention has one kernel, the sm_90a wgmma prefill's, and takes only its shape
+    // (prefill_sm90_serves_qkv8, which the planner asks too): refused here by argument, before
+    // any device is asked.
+    constexpr const char* kFp8 = "with qkv_dtype e4m3 (FP8 attention: float8_e4m3fn q, k and v)";
+    if (!prefill_sm90_serves_qkv8(a.head_dim, 0, kFeatureQkvE4m3))
+      fail_argument(kCall, fmt::format("head_dim {} is not served {} (allowed: 128)", a.head_dim, kFp8));
+    const std::uint32_t others = attention_features(a, a.scale).flags & ~kFeatureQkvE4m3;
+    if (!prefill_sm90_serves_qkv8(a.head_dim, 0, others | kFeatureQkvE4m3))
+      fail_argument(kCall, fmt::format("{} is not served {} (allowed: none of logit_cap, sinks, window_left, "
+                                       "alibi_slopes)", requested_option_values(a, others), kFp8));
+    if (a.mask != nullptr)
+      fail_argument(kCall, fmt::format("mask = {} is not served {} (allowed: none; causal_offset for a causal "
+                                       "prefill)", static_cast<const void*>(a.mask), kFp8));
+  }
 
   const std::int64_t d = a.head_dim;
   const std::int64_t q_rows = std::max(1, a.q_len);    // q_len 0: nothing is read or written

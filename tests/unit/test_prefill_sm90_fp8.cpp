@@ -126,7 +126,8 @@ TEST_SUITE("hopper") {
   }
 }
 
-TEST_CASE("FP8 attention's arguments: its three scales, never beside an FP8 cache") {
+TEST_CASE("FP8 attention's arguments: its three scales, never beside an FP8 cache, only its shape") {
+  alignas(16) static float lse_rows[4] = {};
   CHECK_NOTHROW(astrai::validate_args(fp8_args()));
   for (const char* missing : {"q_scale", "k_scale", "v_scale"}) {
     astrai::PrefillArgs a = fp8_args();
@@ -138,6 +139,28 @@ TEST_CASE("FP8 attention's arguments: its three scales, never beside an FP8 cach
   astrai::PrefillArgs e5m2 = fp8_args();
   e5m2.qkv_dtype = astrai::KvDType::e5m2;
   CHECK_THROWS_WITH_AS(astrai::validate_args(e5m2), doctest::Contains("qkv_dtype"), astrai::InvalidArgument);
+  // Only the wgmma prefill's shape: head dim 128, no other option, no mask; refused by argument.
+  astrai::PrefillArgs hd64 = fp8_args();
+  hd64.head_dim = 64;
+  CHECK_THROWS_WITH_AS(astrai::validate_args(hd64), doctest::Contains("head_dim 64 is not served with qkv_dtype e4m3"),
+                       astrai::InvalidArgument);
+  astrai::PrefillArgs capped = fp8_args();
+  capped.logit_cap = 30.f;
+  CHECK_THROWS_WITH_AS(astrai::validate_args(capped), doctest::Contains("logit_cap 30 is not served with qkv_dtype"),
+                       astrai::InvalidArgument);
+  astrai::PrefillArgs windowed = fp8_args();
+  windowed.causal_offset = 0;
+  windowed.window_left = 8;
+  CHECK_THROWS_WITH_AS(astrai::validate_args(windowed), doctest::Contains("window_left 8 is not served"),
+                       astrai::InvalidArgument);
+  astrai::PrefillArgs masked = fp8_args();
+  static bool keep[16] = {true};
+  masked.mask = keep;
+  CHECK_THROWS_WITH_AS(astrai::validate_args(masked), doctest::Contains("mask = "), astrai::InvalidArgument);
+  astrai::PrefillArgs causal = fp8_args();
+  causal.causal_offset = 0;
+  causal.lse = lse_rows;
+  CHECK_NOTHROW(astrai::validate_args(causal));
   astrai::PrefillArgs stray = fp8_args();
   stray.qkv_dtype = astrai::KvDType::same;
   stray.k_scale = stray.v_scale = nullptr;

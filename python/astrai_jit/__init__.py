@@ -6,7 +6,7 @@
 Kernels (PyTorch tensors on one CUDA device; each also a custom op, ``torch.ops.astrai_jit.*``):
     paged_decode   decode over a paged KV cache (GQA, masks, FP8 cache, fused append, q_len 2..8)
     decode         decode over a contiguous KV cache
-    prefill        prefill over contiguous K and V (causal or not)
+    prefill        prefill over contiguous K and V (causal or not; FP8 q, k and v on sm_90a)
     paged_prefill  prefill over a paged KV cache
     mla_decode     MLA decode, absorbed form (576-wide q against one paged latent head)
     rotary_emb     rotary embedding of interleaved pairs, in place or not

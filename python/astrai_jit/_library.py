@@ -61,6 +61,12 @@ _KV_SCALES = [("k_scale", "Tensor?"), ("v_scale", "Tensor?")]
 # Options added after the first ops' schemas, as trailing arguments with defaults (so that calls
 # made with the earlier schemas keep working).
 _LATER_OPTIONS = [("alibi_slopes", "Tensor?", None)]
+# FP8 attention's scales (prefill with float8_e4m3fn q, k and v), trailing prefill's arguments
+# with defaults as the later options do: k_scale and v_scale as an FP8 cache's, and q_scale, the
+# last option of the pack (the other calls pack it as None).
+_FP8_ATTENTION_OPTIONS = [("k_scale", "Tensor?", None), ("v_scale", "Tensor?", None), ("q_scale", "Tensor?", None)]
+# Arguments that trail a generated call's parameters with these defaults (_ops._call).
+_TRAILING_DEFAULTS = _LATER_OPTIONS + _FP8_ATTENTION_OPTIONS
 # The attention calls take their options as one extension argument, `options`: a tuple of these
 # values in this order (an option the op does not take goes as its default). The extension reads
 # it by its own table (python/src/attention_options.hpp's kOptionFields), which
@@ -69,7 +75,7 @@ _LATER_OPTIONS = [("alibi_slopes", "Tensor?", None)]
 # An option left out: the scale 1/sqrt(head_dim), no soft-cap, no window, no tensor.
 _OPTION_DEFAULTS = {"scale": 0.0, "logit_cap": 0.0, "window_left": -1}
 _PACKED_OPTIONS = [*[(name, kind, _OPTION_DEFAULTS.get(name)) for name, kind in _OPTIONS + _KV_SCALES],
-                   *_LATER_OPTIONS]
+                   *_LATER_OPTIONS, ("q_scale", "Tensor?", None)]
 _PACKED_NAMES = [name for name, *_ in _PACKED_OPTIONS]
 _LATER_NAMES = [name for name, *_ in _LATER_OPTIONS]
 _PAGED_DECODE_HEAD = [("q", "Tensor"), ("k_cache", "Tensor"), ("v_cache", "Tensor"), ("page_table", "Tensor"),
@@ -133,8 +139,10 @@ _TABLE = {
     "decode": _Op("decode", _CONTIGUOUS_HEAD + _OPTIONS + _KV_SCALES + [("stream", "int")] + _LATER_OPTIONS,
                   ("out", "lse"), [*[a[0] for a in _CONTIGUOUS_HEAD + _OPTIONS + _KV_SCALES], "stream", *_LATER_NAMES],
                   packs_options=True),
-    "prefill": _Op("prefill", _CONTIGUOUS_HEAD + _OPTIONS + [("stream", "int")] + _LATER_OPTIONS, ("out", "lse"),
-                   [*[a[0] for a in _CONTIGUOUS_HEAD + _OPTIONS], "stream", *_LATER_NAMES], packs_options=True),
+    "prefill": _Op("prefill", _CONTIGUOUS_HEAD + _OPTIONS + [("stream", "int")] + _LATER_OPTIONS +
+                   _FP8_ATTENTION_OPTIONS, ("out", "lse"),
+                   [*[a[0] for a in _CONTIGUOUS_HEAD + _OPTIONS], "stream", *_LATER_NAMES,
+                    *[a[0] for a in _FP8_ATTENTION_OPTIONS]], packs_options=True),
     "paged_prefill": _Op(
         "paged_prefill",
         [("q", "Tensor"), ("k_cache", "Tensor"), ("v_cache", "Tensor"), ("page_table", "Tensor"),

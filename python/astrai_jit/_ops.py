@@ -104,7 +104,7 @@ def _call(*entries: str, runs_on: Optional[str] = None):
     assert [fits for fits, _ in branches].count("") == 1, entries
     # The later options trailing the parameters keep their defaults, so that a positional caller
     # written before one existed (astrai_csrc's hot path) still calls it right.
-    later = {name: default for name, _, default in _library._LATER_OPTIONS}
+    later = {name: default for name, _, default in _library._TRAILING_DEFAULTS}
     signature = list(params)
     for i in reversed(range(len(params))):
         if params[i] not in later:
@@ -271,10 +271,56 @@ def decode(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sca
     return (out, lse) if return_lse else out
 
 
+_E4M3 = getattr(torch, "float8_e4m3fn", None)
+_OUT_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _fp8_attention_scale(call: str, name: str, value, q: Tensor):
+    """A scale of FP8 attention as the extension takes it: a tensor as given (the extension checks
+    its dtype and shape), a number as an f32 0-d tensor on q's device (made on the device, so
+    that CUDA graph capture records it), None as None."""
+    if value is None or isinstance(value, Tensor):
+        return value
+    heads = "n_heads" if name == "q_scale" else "n_kv_heads"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{call}: {name} is a {type(value).__name__} (allowed: a float > 0, or an f32 tensor, [] or "
+                        f"[1], or [{heads}])")
+    value = float(value)
+    if not value > 0.0 or math.isinf(value):
+        raise ValueError(f"{call}: {name} {value} is not a positive finite number (allowed: > 0)")
+    return torch.full((), value, dtype=torch.float32, device=q.device)
+
+
+def _prefill_out(call: str, q: Tensor, out: Optional[Tensor], out_dtype) -> Tensor:
+    """out as given or allocated: q's dtype, or with float8_e4m3fn q out_dtype (default
+    bfloat16); out_dtype must agree with a given out, and without FP8 q be q's dtype."""
+    if not isinstance(q, Tensor):
+        raise _not_a_tensor(call, "q", q)
+    fp8 = q.dtype == _E4M3
+    if out_dtype is not None and out_dtype not in _OUT_DTYPES:
+        raise TypeError(f"{call}: out_dtype is {out_dtype!r} (allowed: torch.bfloat16, torch.float16, or None)")
+    if out is not None:
+        if not isinstance(out, Tensor):
+            raise _not_a_tensor(call, "out", out)
+        if out_dtype is not None and out.dtype != out_dtype:
+            raise TypeError(f"{call}: out has dtype {out.dtype} but out_dtype is {out_dtype} (allowed: an out of "
+                            f"dtype out_dtype, or out_dtype None)")
+    if not fp8:
+        if out_dtype is not None and out_dtype != q.dtype:
+            raise TypeError(f"{call}: out_dtype is {out_dtype} but q has dtype {q.dtype} (allowed: None or "
+                            f"{q.dtype}, the dtype of q; another output dtype needs float8_e4m3fn q, k and v)")
+        return _out_like(call, q, out)
+    if out is not None:
+        return out
+    return torch.empty(q.shape, dtype=out_dtype or torch.bfloat16, device=q.device)
+
+
 def prefill(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, scale: Optional[float] = None,
             mask: Optional[Tensor] = None, causal_offset: int = -1, return_lse: bool = False,
             logit_cap: float = 0.0, sinks: Optional[Tensor] = None, window_left: int = -1,
-            alibi_slopes: Optional[Tensor] = None, stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+            alibi_slopes: Optional[Tensor] = None, q_scale: Union[float, Tensor, None] = None,
+            k_scale: Union[float, Tensor, None] = None, v_scale: Union[float, Tensor, None] = None,
+            out_dtype: Optional[torch.dtype] = None, stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Prefill attention over a contiguous KV cache.
 
     q ``[batch, q_len, n_heads, head_dim]``; k, v ``[batch, kv_len, n_kv_heads, head_dim]``;
@@ -282,13 +328,28 @@ def prefill(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sc
     broadcasts); ``causal_offset`` -1 is non-causal, ``p >= 0`` puts the first query at
     position p (a fresh prompt: ``kv_len - q_len``). Returns out like q (and the f32 LSE
     ``[batch, q_len, n_heads]`` with ``return_lse``).
+
+    FP8 attention (sm_90a only): q, k and v all of dtype ``torch.float8_e4m3fn`` are read as
+    ``value * scale``, with ``q_scale``, ``k_scale`` and ``v_scale`` required: each a float, or
+    an f32 tensor of one scale (``[]`` or ``[1]``) or one per head (``[n_heads]`` for q_scale,
+    ``[n_kv_heads]`` for k_scale and v_scale, both the same shape). Both GEMMs run on e4m3
+    operands and the softmax's P is rounded to e4m3 before P V. out is ``out_dtype``
+    (``torch.bfloat16``, the default, or ``torch.float16``; a given out's dtype otherwise).
+    Served: head_dim 128, contiguous KV, with or without ``causal_offset`` and ``return_lse``;
+    a mask, ``logit_cap``, ``sinks``, ``window_left`` and ``alibi_slopes`` are refused, as are
+    other head dims and FP8 q in the other calls (paged_prefill's FP8 cache takes a 16-bit q).
     """
     call = "prefill"
-    out = _out_like(call, q, out)
+    out = _prefill_out(call, q, out, out_dtype)
     lse = _lse(q, q.shape[:3]) if return_lse else None
     scale, logit_cap, window_left = _options(call, scale, logit_cap, window_left, sinks, alibi_slopes=alibi_slopes)
+    if q_scale is not None or k_scale is not None or v_scale is not None:
+        q_scale = _fp8_attention_scale(call, "q_scale", q_scale, q)
+        k_scale = _fp8_attention_scale(call, "k_scale", k_scale, q)
+        v_scale = _fp8_attention_scale(call, "v_scale", v_scale, q)
     causal_offset = int(causal_offset)
-    _PREFILL(q, k, v, out, lse, mask, causal_offset, scale, logit_cap, sinks, window_left, stream, alibi_slopes)
+    _PREFILL(q, k, v, out, lse, mask, causal_offset, scale, logit_cap, sinks, window_left, stream, alibi_slopes,
+             k_scale, v_scale, q_scale)
     return (out, lse) if return_lse else out
 
 

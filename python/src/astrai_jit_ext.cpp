@@ -183,7 +183,7 @@ void decode(const Input& q, const Input& k, const Input& v, const Output& out, c
   a.batch = as_int(kCall, "batch", q.shape(0));
   a.n_heads = as_int(kCall, "n_heads", q.shape(h));
   a.head_dim = as_int(kCall, "head_dim", q.shape(h + 1));
-  set_contiguous_kv(c, a, k, v, true, options.k_scale(), options.v_scale());
+  set_contiguous_kv(c, a, k, v, ContiguousKv::fp8_cache, options.k_scale(), options.v_scale());
   c.same_shape("out", out, "q", q);
   c.unit_last("q", q);
   c.unit_last("out", out);
@@ -213,21 +213,36 @@ void decode(const Input& q, const Input& k, const Input& v, const Output& out, c
   launch(&astrai::Runtime::decode, a);
 }
 
-void prefill(const Input& q, const Input& k, const Input& v, const Output& out, const Opt<Output>& lse,
-             const Opt<Input>& mask, int causal_offset, const nb::tuple& pack, Opt<std::uintptr_t> stream) {
+// FP8 attention: q of dtype float8_e4m3fn makes the call qkv_dtype e4m3 (k and v must be e4m3
+// too), out keeps a 16-bit dtype of its own (the call's dtype), and q_scale, k_scale and v_scale
+// are required: f32, one each or one per query head (q) and per KV head (k and v).
+astrai::PrefillArgs prefill_args(const Input& q, const Input& k, const Input& v, const Output& out,
+                                 const Opt<Output>& lse, const Opt<Input>& mask, int causal_offset,
+                                 const AttentionOptionArgs& options, Opt<std::uintptr_t> stream) {
   constexpr const char* kCall = "prefill";
-  const AttentionOptionArgs options = read_options(kCall, pack);
   Checker c(kCall);
   astrai::PrefillArgs a;
   c.rank("q", q, 4, "[batch, q_len, n_heads, head_dim]");
   c.rank("out", out, 4, "[batch, q_len, n_heads, head_dim]");
-  a.dtype = c.attention_dtype("q", q);
-  c.same_dtype("out", out, a.dtype);
+  if (Checker::is_e4m3(q.dtype())) {
+    a.qkv_dtype = astrai::KvDType::e4m3;
+    a.dtype = c.attention_dtype("out", out);  // FP8 attention writes bf16 or fp16
+  } else {
+    if (q.dtype().bits == 8)  // another FP8 format: FP8 attention is e4m3 only
+      throw nb::type_error(("prefill: q has dtype " + dtype_string(q.dtype()) +
+                            " (allowed: bfloat16, float16, or float8_e4m3fn with k and v float8_e4m3fn too)").c_str());
+    a.dtype = c.attention_dtype("q", q);
+    c.same_dtype("out", out, a.dtype);
+    if (options.q_scale())
+      c.fail(std::string("q_scale is given but q has dtype ") + torch_dtype_name(a.dtype) +
+             " (allowed: None; scales come with float8_e4m3fn q, k and v, FP8 attention)");
+  }
   a.batch = as_int(kCall, "batch", q.shape(0));
   a.q_len = as_int(kCall, "q_len", q.shape(1));
   a.n_heads = as_int(kCall, "n_heads", q.shape(2));
   a.head_dim = as_int(kCall, "head_dim", q.shape(3));
-  set_contiguous_kv(c, a, k, v, false, options.k_scale(), options.v_scale());
+  set_contiguous_kv(c, a, k, v, ContiguousKv::q_dtype, options.k_scale(), options.v_scale(),
+                    options.q_scale().has_value());
   c.same_shape("out", out, "q", q);
   c.unit_last("q", q);
   c.unit_last("out", out);
@@ -257,7 +272,57 @@ void prefill(const Input& q, const Input& k, const Input& v, const Output& out, 
                       {{a.batch, "batch of q"}, {a.q_len, "q_len of q"}, {a.n_heads, "n_heads of q"}});
   a.causal_offset = causal_offset;
   finish_attention_args(c, a, q, options, stream);
+  return a;
+}
+
+void prefill(const Input& q, const Input& k, const Input& v, const Output& out, const Opt<Output>& lse,
+             const Opt<Input>& mask, int causal_offset, const nb::tuple& pack, Opt<std::uintptr_t> stream) {
+  const astrai::PrefillArgs a =
+      prefill_args(q, k, v, out, lse, mask, causal_offset, read_options("prefill", pack), stream);
   launch(&astrai::Runtime::prefill, a);
+}
+
+// For the marshalling tests: what a prefill call with these arguments hands the runtime (after
+// every check; nothing launched), as a dict of astrai::PrefillArgs fields, pointers as ints.
+nb::dict prefill_args_dict(const Input& q, const Input& k, const Input& v, const Output& out,
+                           const Opt<Output>& lse, const Opt<Input>& mask, int causal_offset, const nb::tuple& pack,
+                           Opt<std::uintptr_t> stream) {
+  const astrai::PrefillArgs a =
+      prefill_args(q, k, v, out, lse, mask, causal_offset, read_options("prefill", pack), stream);
+  auto address = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
+  nb::dict d;
+  d["dtype"] = astrai::dtype_name(a.dtype);
+  d["qkv_dtype"] = astrai::kv_dtype_name(a.qkv_dtype);
+  d["kv_dtype"] = astrai::kv_dtype_name(a.kv_dtype);
+  d["batch"] = a.batch;
+  d["q_len"] = a.q_len;
+  d["kv_len"] = a.kv_len;
+  d["n_heads"] = a.n_heads;
+  d["n_kv_heads"] = a.n_kv_heads;
+  d["head_dim"] = a.head_dim;
+  d["scale"] = a.scale;
+  d["causal_offset"] = a.causal_offset;
+  d["logit_cap"] = a.logit_cap;
+  d["window_left"] = a.window_left;
+  d["q"] = address(a.q);
+  d["k"] = address(a.k);
+  d["v"] = address(a.v);
+  d["out"] = address(a.out);
+  d["lse"] = address(a.lse);
+  d["mask"] = address(a.mask);
+  d["sinks"] = address(a.sinks);
+  d["alibi_slopes"] = address(a.alibi_slopes);
+  d["q_scale"] = address(a.q_scale);
+  d["k_scale"] = address(a.k_scale);
+  d["v_scale"] = address(a.v_scale);
+  d["q_scale_per_head"] = a.q_scale_per_head;
+  d["kv_scale_per_head"] = a.kv_scale_per_head;
+  d["q_strides"] = nb::make_tuple(a.q_stride_batch, a.q_stride_seq, a.q_stride_head);
+  d["k_strides"] = nb::make_tuple(a.k_stride_batch, a.k_stride_seq, a.k_stride_head);
+  d["v_strides"] = nb::make_tuple(a.v_stride_batch, a.v_stride_seq, a.v_stride_head);
+  d["out_strides"] = nb::make_tuple(a.out_stride_batch, a.out_stride_seq, a.out_stride_head);
+  d["stream"] = address(a.stream);
+  return d;
 }
 
 void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, const Input& page_table,
@@ -699,6 +764,11 @@ NB_MODULE(_C, m) {
         "current stream (stream=None), rather than through __dlpack__.");
   m.def("_set_host_only", [](bool on) { host_only = on; }, nb::arg("on"),
         "Benchmark mode: calls accept CPU tensors and launch nothing.");
+  m.def("_prefill_args", &prefill_args_dict, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"),
+        nb::arg("lse").none(), nb::arg("mask").none(), nb::arg("causal_offset"), nb::arg("options"),
+        nb::arg("stream").none(),
+        "For tests: the astrai::PrefillArgs (a dict) a prefill call with these arguments launches; checks "
+        "everything, launches nothing.");
   m.def("_attention_option_fields", &option_fields,
         "The attention options' pack as the extension reads it: (name, schema kind, default) a field, in order.");
   m.def("loaded_variants", &loaded_variants, "Variant names this process has loaded.");

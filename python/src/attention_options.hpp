@@ -21,6 +21,7 @@ enum class OptionKind {
   integer,   // an int field of astrai::AttentionOptions
   per_head,  // an f32 [n_heads] tensor; its data fills a pointer field of astrai::AttentionOptions
   kv_scale,  // an FP8 cache's K or V scale, read with the cache's format (set_kv_format)
+  q_scale,   // FP8 attention's q scale: an f32 tensor, [] or [1], or [n_heads] (one per query head)
 };
 
 // One row of the pack: its name (the Python table's), what it is, and the field it sets. The
@@ -44,6 +45,7 @@ constexpr OptionField per_head_option(const char* name, const float* astrai::Att
   return {name, OptionKind::per_head, nullptr, nullptr, field};
 }
 constexpr OptionField kv_scale_option(const char* name) { return {name, OptionKind::kv_scale}; }
+constexpr OptionField q_scale_option(const char* name) { return {name, OptionKind::q_scale}; }
 
 // The pack, in order. New options go at the end (a shorter pack then still reads as before).
 constexpr OptionField kOptionFields[] = {
@@ -54,6 +56,7 @@ constexpr OptionField kOptionFields[] = {
     kv_scale_option("k_scale"),
     kv_scale_option("v_scale"),
     per_head_option("alibi_slopes", &astrai::AttentionOptions::alibi_slopes),
+    q_scale_option("q_scale"),
 };
 constexpr std::size_t kOptionCount = sizeof(kOptionFields) / sizeof(kOptionFields[0]);
 
@@ -72,7 +75,9 @@ constexpr std::size_t option_index(const char* name) {
 // The rows the KV format reads by name; the rest are read by kind.
 constexpr std::size_t kKScale = option_index("k_scale");
 constexpr std::size_t kVScale = option_index("v_scale");
+constexpr std::size_t kQScale = option_index("q_scale");
 static_assert(kKScale < kOptionCount && kVScale < kOptionCount, "the KV format reads k_scale and v_scale");
+static_assert(kQScale < kOptionCount, "FP8 attention reads q_scale");
 
 // One call's options as read from its pack: the scalars in an AttentionOptions (copied into the
 // Args with the other options), the tensors by row (checked once the call's shapes are known).
@@ -83,6 +88,7 @@ struct AttentionOptionArgs {
 
   const Opt<Input>& k_scale() const { return tensors[kKScale]; }
   const Opt<Input>& v_scale() const { return tensors[kVScale]; }
+  const Opt<Input>& q_scale() const { return tensors[kQScale]; }
 };
 
 // The name of a value's type, as the Python wrappers' TypeErrors spell it.
@@ -121,6 +127,7 @@ AttentionOptionArgs read_options(const char* call, const nb::tuple& pack) {
         break;
       case OptionKind::per_head:
       case OptionKind::kv_scale:
+      case OptionKind::q_scale:
         if (value.is_none()) break;
         if (!o.tensors[i].emplace().read(value)) allowed = "a tensor, or None";
         break;
@@ -152,6 +159,20 @@ void set_features(Checker& c, Args& a, const AttentionOptionArgs& o) {
       c.dim(f.name, t, 0, a.n_heads, "n_heads of q");
       c.contiguous(f.name, t);
       options.*f.per_head = static_cast<const float*>(t.data());
+    } else if (f.kind == OptionKind::q_scale && o.tensors[i]) {
+      // One scale ([] or [1]) or one per query head; only with FP8 attention (the call read
+      // q's dtype into qkv_dtype first).
+      const Input& t = *o.tensors[i];
+      if (options.qkv_dtype == astrai::KvDType::same)
+        c.fail(std::string(f.name) + " is given but q is not float8_e4m3fn (allowed: None; q_scale scales FP8 "
+               "attention's q, k and v: prefill with float8_e4m3fn q, k and v)");
+      c.rank(f.name, t, t.ndim() <= 1 ? t.ndim() : 1, "[] or [1] for one scale, or [n_heads]");
+      c.dtype(f.name, t, Kind::float32);
+      const std::int64_t count = t.ndim() == 0 ? 1 : static_cast<std::int64_t>(t.shape(0));
+      if (count != 1) c.dim(f.name, t, 0, a.n_heads, "n_heads of q, or 1 for one scale");
+      c.contiguous(f.name, t);
+      options.q_scale = static_cast<const float*>(t.data());
+      options.q_scale_per_head = count > 1;
     }
   }
 }
@@ -178,7 +199,8 @@ nb::list option_fields() {
       case OptionKind::real: rows.append(nb::make_tuple(f.name, "float", defaults.scalars.*f.real)); break;
       case OptionKind::integer: rows.append(nb::make_tuple(f.name, "int", defaults.scalars.*f.integer)); break;
       case OptionKind::per_head:
-      case OptionKind::kv_scale: rows.append(nb::make_tuple(f.name, "Tensor?", nb::none())); break;
+      case OptionKind::kv_scale:
+      case OptionKind::q_scale: rows.append(nb::make_tuple(f.name, "Tensor?", nb::none())); break;
     }
   }
   return rows;

@@ -56,6 +56,9 @@ std::string dtype_string(nb::dlpack::dtype d) {
   return base + std::to_string(d.bits);
 }
 
+// An attention dtype as the tensors' dtypes are spelled in messages.
+const char* torch_dtype_name(astrai::DType d) { return d == astrai::DType::bf16 ? "bfloat16" : "float16"; }
+
 std::string device_string(int type, int id) {
   switch (type) {
     case nb::device::cpu::value: return "cpu";
@@ -231,7 +234,15 @@ class Checker {
     const auto code = static_cast<nb::dlpack::dtype_code>(d.code);
     if (d.lanes == 1 && d.bits == 16 && code == nb::dlpack::dtype_code::Bfloat) return astrai::DType::bf16;
     if (d.lanes == 1 && d.bits == 16 && code == nb::dlpack::dtype_code::Float) return astrai::DType::fp16;
-    type_error(name, d, "bfloat16, float16");
+    // An FP8 q: FP8 attention is prefill's alone (which reads q's dtype before this).
+    type_error(name, d, is_e4m3(d) && std::string(name) == "q"
+                            ? "bfloat16, float16; float8_e4m3fn q, k and v are served by prefill only"
+                            : "bfloat16, float16");
+  }
+
+  static bool is_e4m3(nb::dlpack::dtype d) {
+    return d.lanes == 1 && d.bits == 8 && static_cast<nb::dlpack::dtype_code>(d.code) ==
+                                              nb::dlpack::dtype_code::Float8_E4M3FN;
   }
 
   // The format of a K or V cache: q's dtype, or an FP8 format the kernels dequantize.
@@ -390,23 +401,19 @@ int as_int(const char* call, const char* what, std::size_t value) {
   return static_cast<int>(value);
 }
 
-// The cache format from K and V (the same for both), and the FP8 scales: f32, one ([] or [1])
-// or one per KV head ([n_kv_heads]), the same shape for K and V. The runtime's checks name a
-// missing scale, or a scale without an FP8 cache.
+// The K and V scales of FP8 K and V (`fp8`: an FP8 cache, or FP8 attention's k and v): f32, one
+// ([] or [1]) or one per KV head ([n_kv_heads]), the same shape for K and V; a missing scale
+// with FP8, or a scale without, is refused by name.
 template <typename Args>
-void set_kv_format(Checker& c, Args& a, const char* k_name, const Input& k, const char* v_name, const Input& v,
-                   const Opt<Input>& k_scale, const Opt<Input>& v_scale) {
-  a.kv_dtype = c.kv_dtype(k_name, k, a.dtype);
-  if (c.kv_dtype(v_name, v, a.dtype) != a.kv_dtype)
-    throw nb::type_error((std::string(c.call()) + ": " + v_name + " has dtype " + dtype_string(v.dtype()) +
-                          " (allowed: " + dtype_string(k.dtype()) + ", the dtype of " + k_name + ")").c_str());
+void set_kv_scales(Checker& c, Args& a, bool fp8, const char* k_name, const Input& k, const Opt<Input>& k_scale,
+                   const Opt<Input>& v_scale) {
   const Opt<Input>* scales[2] = {&k_scale, &v_scale};
   const char* names[2] = {"k_scale", "v_scale"};
   for (int i = 0; i < 2; ++i) {
-    if (a.kv_dtype == astrai::KvDType::same && *scales[i])
+    if (!fp8 && *scales[i])
       c.fail(std::string(names[i]) + " is given but " + k_name + " has dtype " + dtype_string(k.dtype()) +
              " (allowed: scales with a float8_e4m3fn or float8_e5m2 cache only)");
-    if (a.kv_dtype != astrai::KvDType::same && !*scales[i])
+    if (fp8 && !*scales[i])
       c.fail(std::string(k_name) + " has dtype " + dtype_string(k.dtype()) + " but " + names[i] +
              " is missing (allowed: an f32 scale, [] or [1], or [n_kv_heads])");
   }
@@ -427,6 +434,17 @@ void set_kv_format(Checker& c, Args& a, const char* k_name, const Input& k, cons
   if (k_scale) a.k_scale = static_cast<const float*>(k_scale->data());
   if (v_scale) a.v_scale = static_cast<const float*>(v_scale->data());
   a.kv_scale_per_head = counts[0] > 1 || counts[1] > 1;
+}
+
+// The cache format from K and V (the same for both), and the FP8 scales (set_kv_scales).
+template <typename Args>
+void set_kv_format(Checker& c, Args& a, const char* k_name, const Input& k, const char* v_name, const Input& v,
+                   const Opt<Input>& k_scale, const Opt<Input>& v_scale) {
+  a.kv_dtype = c.kv_dtype(k_name, k, a.dtype);
+  if (c.kv_dtype(v_name, v, a.dtype) != a.kv_dtype)
+    throw nb::type_error((std::string(c.call()) + ": " + v_name + " has dtype " + dtype_string(v.dtype()) +
+                          " (allowed: " + dtype_string(k.dtype()) + ", the dtype of " + k_name + ")").c_str());
+  set_kv_scales(c, a, a.kv_dtype != astrai::KvDType::same, k_name, k, k_scale, v_scale);
 }
 
 // A paged K/V cache pair, [num_pages, page_size, n_kv_heads, head_dim] each (q's head_dim, read
@@ -456,24 +474,43 @@ void set_paged_cache(Checker& c, Args& a, const Input& k_cache, const Input& v_c
   a.v_stride_head = c.stride("v_cache", v_cache, 2);
 }
 
+// What contiguous K and V may be: an FP8 cache beside a 16-bit q (decode), or q's dtype (prefill),
+// where e4m3 q, k and v together are FP8 attention (a.qkv_dtype, read from q first).
+enum class ContiguousKv { fp8_cache, q_dtype };
+
 // Contiguous K and V, [batch, kv_len, n_kv_heads, head_dim] each (q's batch and head_dim read
-// into `a` first): kv_len and n_kv_heads, pointers and strides. With `fp8`, K and V may be an FP8
-// cache with the scales k_scale and v_scale (decode); without, they have q's dtype (prefill).
+// into `a` first): kv_len and n_kv_heads, pointers and strides, and with FP8 the scales k_scale
+// and v_scale (FP8 attention's q_scale is checked for here too, after k's and v's dtypes, so that
+// the scales are named in order; set_features reads it).
 template <typename Args>
-void set_contiguous_kv(Checker& c, Args& a, const Input& k, const Input& v, bool fp8, const Opt<Input>& k_scale,
-                       const Opt<Input>& v_scale) {
+void set_contiguous_kv(Checker& c, Args& a, const Input& k, const Input& v, ContiguousKv kind,
+                       const Opt<Input>& k_scale, const Opt<Input>& v_scale, bool has_q_scale = false) {
   const char* kLayout = "[batch, kv_len, n_kv_heads, head_dim]";
   c.rank("k", k, 4, kLayout);
   c.rank("v", v, 4, kLayout);
   a.kv_len = as_int(c.call(), "kv_len", k.shape(1));
   a.n_kv_heads = as_int(c.call(), "n_kv_heads", k.shape(2));
-  if (fp8) {
+  if (kind == ContiguousKv::fp8_cache) {
     set_kv_format(c, a, "k", k, "v", v, k_scale, v_scale);
+  } else if (a.qkv_dtype == astrai::KvDType::e4m3) {
+    for (const auto& [name, t] : {std::pair{"k", &k}, std::pair{"v", &v}})
+      if (!Checker::is_e4m3(t->dtype()))
+        throw nb::type_error((std::string(c.call()) + ": " + name + " has dtype " + dtype_string(t->dtype()) +
+                              " (allowed: float8_e4m3fn, the dtype of q: FP8 attention takes q, k and v in e4m3)")
+                                 .c_str());
+    if (!has_q_scale)
+      c.fail("q has dtype float8_e4m3fn but q_scale is missing (allowed: an f32 scale, [] or [1], or [n_heads])");
+    set_kv_scales(c, a, true, "k", k, k_scale, v_scale);
   } else {
+    for (const auto& [name, t] : {std::pair{"k", &k}, std::pair{"v", &v}})
+      if (Checker::is_e4m3(t->dtype()))
+        throw nb::type_error((std::string(c.call()) + ": " + name + " has dtype float8_e4m3fn but q has dtype " +
+                              torch_dtype_name(a.dtype) + " (allowed: " + torch_dtype_name(a.dtype) +
+                              ", the dtype of q; or float8_e4m3fn q, k and v together, FP8 attention)").c_str());
     for (const auto& [name, scale] : {std::pair{"k_scale", &k_scale}, std::pair{"v_scale", &v_scale}})
       if (*scale)
-        c.fail(std::string(name) + " is given but " + c.call() + " takes no FP8 cache (allowed: None; k and v "
-               "have q's dtype)");
+        c.fail(std::string(name) + " is given but q has dtype " + torch_dtype_name(a.dtype) + " (allowed: None; "
+               "scales come with float8_e4m3fn q, k and v, FP8 attention)");
     c.same_dtype("k", k, a.dtype);
     c.same_dtype("v", v, a.dtype);
   }

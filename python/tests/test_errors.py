@@ -424,9 +424,11 @@ class TestFeatures:
             astrai_jit.paged_decode(q, k8, v8, table, lens, k_scale=torch.ones(1, dtype=bf16), v_scale=torch.ones(1))
 
     def test_prefill_takes_no_fp8_cache(self, host_only):
+        # An FP8 k is FP8 attention's, with q and v in e4m3 too (test_fp8_attention.py).
         q = torch.randn(2, 5, 8, 64, dtype=bf16)
         k = torch.randn(2, 20, 2, 64, dtype=bf16).to(torch.float8_e4m3fn)
-        with raises(TypeError, "prefill: k has dtype float8_e4m3fn (allowed: bfloat16, float16)"):
+        with raises(TypeError, "prefill: k has dtype float8_e4m3fn but q has dtype bfloat16 (allowed: bfloat16, the "
+                               "dtype of q; or float8_e4m3fn q, k and v together, FP8 attention)"):
             astrai_jit.prefill(q, k, k)
 
     def test_every_feature_passes_the_checks(self, host_only):
@@ -486,7 +488,8 @@ class TestOptionsPack:
     def test_contiguous_prefill_refuses_fp8_scales(self, host_only):
         q = torch.randn(1, 4, 8, 64, dtype=bf16)
         k = torch.randn(1, 16, 2, 64, dtype=bf16)
-        with raises(ValueError, "prefill: k_scale is given but prefill takes no FP8 cache"):
+        with raises(ValueError, "prefill: k_scale is given but q has dtype bfloat16 (allowed: None; scales come with "
+                                "float8_e4m3fn q, k and v, FP8 attention)"):
             astrai_jit._C.prefill(q, k, k, torch.empty_like(q), None, None, -1,
                                   (0.0, 0.0, None, -1, torch.ones(1), torch.ones(1)), 0)
 

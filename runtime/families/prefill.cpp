@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <limits>
 
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "runtime/families/arg_checks.hpp"
@@ -82,6 +84,19 @@ PrefillArgs resolve_prefill_args(const PrefillArgs& input) {
                      {"k_stride_head", &a.k_stride_head}, a.n_kv_heads, d, kv_rows);
   resolve_kv_strides(kCall, {"v_stride_batch", &a.v_stride_batch}, {"v_stride_seq", &a.v_stride_seq},
                      {"v_stride_head", &a.v_stride_head}, a.n_kv_heads, d, kv_rows);
+  if (a.qkv_dtype == KvDType::e4m3) {
+    // The FP8 kernel reads q, K and V only through TMA, whose strides are whole 16-byte units;
+    // with one-byte elements a view can break that, and no other kernel could take the call.
+    const std::pair<const char*, std::int64_t> byte_strides[] = {
+        {"q_stride_head", a.q_stride_head}, {"q_stride_seq", a.q_stride_seq}, {"q_stride_batch", a.q_stride_batch},
+        {"k_stride_head", a.k_stride_head}, {"k_stride_seq", a.k_stride_seq}, {"k_stride_batch", a.k_stride_batch},
+        {"v_stride_head", a.v_stride_head}, {"v_stride_seq", a.v_stride_seq}, {"v_stride_batch", a.v_stride_batch}};
+    for (const auto& [name, stride] : byte_strides)
+      if (stride % 16 != 0)
+        fail_argument(kCall, fmt::format("{} {} is not served with qkv_dtype e4m3 (allowed: a multiple of 16 "
+                                         "elements, as FP8 attention reads q, k and v through TMA)",
+                                         name, stride));
+  }
   require_stride(kCall, "out_stride_head", a.out_stride_head, 1, false);
   require_stride(kCall, "out_stride_seq", a.out_stride_seq, 1, false);
   require_stride(kCall, "out_stride_batch", a.out_stride_batch, 1, false);

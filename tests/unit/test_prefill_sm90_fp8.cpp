@@ -161,6 +161,13 @@ TEST_CASE("FP8 attention's arguments: its three scales, never beside an FP8 cach
   causal.causal_offset = 0;
   causal.lse = lse_rows;
   CHECK_NOTHROW(astrai::validate_args(causal));
+  // Views whose strides TMA cannot take (whole 16-byte units) are refused by name.
+  astrai::PrefillArgs strided = fp8_args();
+  strided.k_stride_seq = strided.n_kv_heads * strided.head_dim + 8;
+  CHECK_THROWS_WITH_AS(astrai::validate_args(strided), doctest::Contains("k_stride_seq"), astrai::InvalidArgument);
+  astrai::PrefillArgs padded = fp8_args();
+  padded.q_stride_seq = padded.n_heads * padded.head_dim + 16;
+  CHECK_NOTHROW(astrai::validate_args(padded));
   astrai::PrefillArgs stray = fp8_args();
   stray.qkv_dtype = astrai::KvDType::same;
   stray.k_scale = stray.v_scale = nullptr;

@@ -131,10 +131,11 @@ constexpr bool prefill_sm90_packs_gqa(int group) { return prefill_sm90_pack_head
 constexpr unsigned prefill_sm90_features() {
   return kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2 | kFeatureQkvE4m3;
 }
-// FP8 attention (kFeatureQkvE4m3, prefill_sm90_fp8.cuh): contiguous KV, head dim 128, no other
-// feature; its tiles are the FP8 cache's (128-token blocks, a byte ring for V).
+// FP8 attention (kFeatureQkvE4m3, prefill_sm90_fp8.cuh): head dim 128, contiguous KV or an e4m3
+// cache in pages of 8 tokens or more (the FP8 cache's boxes), no other feature; its tiles are the
+// FP8 cache's (128-token blocks, a byte ring for V).
 constexpr bool prefill_sm90_serves_qkv8(int head_dim, int page_size, unsigned flags) {
-  return head_dim == 128 && page_size == 0 && (flags & ~kFeatureQkvE4m3) == 0;
+  return head_dim == 128 && (page_size == 0 || page_size >= 8) && (flags & ~kFeatureQkvE4m3) == 0;
 }
 // Head dims whose FP8 rows are one 128-byte swizzle row (the TMA box of the cache's bytes), and
 // whose rings fit: 128.

@@ -190,11 +190,12 @@ struct PrefillSm90Consumer {
   }
 
   // Paged KV: the block holding the end of the KV arrives with the rest of its last page, which
-  // may hold anything (even NaN, and 0 * NaN is NaN in P V). Zero those V rows once (stage 0).
+  // may hold anything (even NaN, and 0 * NaN is NaN in P V). Zero those V rows once (stage 0);
+  // FP8 attention's transposition has cleared them (prefill_sm90_fp8.cuh).
   __device__ __forceinline__ void clear_v_tail() {
     using Kv = PrefillSm90Kv<C>;
     const int first = r.kv_len - (n_blocks - 1) * kBlockN;  // the walk's first block is the last one
-    if (!Kv::kVTailToClear || first >= kBlockN) return;
+    if (!Kv::kVTailToClear || C::kQkv8 || first >= kBlockN) return;
     const int pieces = (kBlockN - first) * 8;  // 16-byte pieces per chunk
     for (int i = t + 128 * consumer; i < pieces * kChunks; i += 128 * active) {
       const int row = first + (i % pieces) / 8;

@@ -26,11 +26,13 @@ __device__ __forceinline__ unsigned swizzled_byte(unsigned row, unsigned col) {
 }
 
 // One V block: the bytes at `bytes` (kBlockN token rows of kHeadDim bytes) into V^T at `tile`
-// (kHeadDim rows of kBlockN token bytes), tokens permuted as the header says. Task i moves a 4 x
-// 4 block: 4 tokens (the sources of slots 4q..4q+3 of a 16) x 4 columns (bytes 4c..4c+3).
+// (kHeadDim rows of kBlockN token bytes), tokens permuted as the header says; tokens from `valid`
+// on become zeros (a page's rows past the KV's end hold anything, even NaN, and 0 * NaN is NaN in
+// P V). Task i moves a 4 x 4 block: 4 tokens (the sources of slots 4q..4q+3 of a 16) x 4 columns
+// (bytes 4c..4c+3).
 template <class C>
 __device__ __forceinline__ void prefill_sm90_transpose_block(const unsigned char* bytes, unsigned char* tile,
-                                                             unsigned t) {
+                                                             unsigned t, unsigned valid) {
   static_assert(C::kHeadDim == 128 && C::kBlockN == 128, "rows of one 128-byte swizzle row each way");
   constexpr unsigned kColumnGroups = C::kHeadDim / 4;
   constexpr unsigned kTasks = kColumnGroups * (C::kBlockN / 4);
@@ -42,7 +44,8 @@ __device__ __forceinline__ void prefill_sm90_transpose_block(const unsigned char
     unsigned x[4];
     const unsigned tokens[4] = {token0, token0 + 1, token0 + 8, token0 + 9};
 #pragma unroll
-    for (int j = 0; j < 4; ++j) x[j] = *reinterpret_cast<const unsigned*>(bytes + swizzled_byte(tokens[j], c4));
+    for (int j = 0; j < 4; ++j)
+      x[j] = tokens[j] < valid ? *reinterpret_cast<const unsigned*>(bytes + swizzled_byte(tokens[j], c4)) : 0u;
     // y[j] = byte j of each x, in token order: the 4 x 4 byte block transposed.
     const unsigned lo01 = __byte_perm(x[0], x[1], 0x5140), lo23 = __byte_perm(x[2], x[3], 0x5140);
     const unsigned hi01 = __byte_perm(x[0], x[1], 0x7362), hi23 = __byte_perm(x[2], x[3], 0x7362);
@@ -54,26 +57,32 @@ __device__ __forceinline__ void prefill_sm90_transpose_block(const unsigned char
 }
 
 // V's ring step `step`: waits for its bytes and for the consumers to have left the V stage,
-// transposes, frees the byte stage and fills the V stage (the fence hands the generic proxy's
-// stores to the wgmmas).
+// transposes (`valid` tokens of KV), frees the byte stage and fills the V stage (the fence hands
+// the generic proxy's stores to the wgmmas).
 template <class C>
-__device__ __forceinline__ void prefill_sm90_transpose_step(const PrefillSm90Smem<C>& sm, int step, int t) {
+__device__ __forceinline__ void prefill_sm90_transpose_step(const PrefillSm90Smem<C>& sm, int step, int t,
+                                                            unsigned valid) {
   using namespace sm90;
   const int s = step % C::kStages;
   const unsigned parity = (step / C::kStages) & 1;
   mbar_wait(&sm.v8_full[s], parity);
   mbar_wait(&sm.v_empty[s], parity ^ 1);
-  prefill_sm90_transpose_block<C>(sm.v8 + s * C::kKv8Bytes, sm.v + s * C::Shape::kKvBytes, t);
+  prefill_sm90_transpose_block<C>(sm.v8 + s * C::kKv8Bytes, sm.v + s * C::Shape::kKvBytes, t, valid);
   fence_proxy_async_shared();
   mbar_arrive(&sm.v8_empty[s]);
   mbar_arrive(&sm.v_full[s]);
 }
 
-// The V blocks of tile `w`'s walk (first ring step g), in the producer's order.
+// The V blocks of tile `w`'s walk (first ring step g), in the producer's order. The first holds
+// the end of the KV: paged, the rest of its last page comes with it, which the transposition
+// clears (contiguous KV: TMA's zeros past the sequence).
 template <class C>
 __device__ __forceinline__ void prefill_sm90_transpose_walk(const PrefillSm90Smem<C>& sm, const PrefillSm90Walk& w,
                                                             int g, int t) {
-  for (int it = 0; it < w.block_count; ++it) prefill_sm90_transpose_step<C>(sm, g + it, t);
+  const int tail = w.r.kv_len - (w.n_blocks - 1) * C::kBlockN;
+  const unsigned first_valid = C::Kv::kPaged && tail < C::kBlockN ? static_cast<unsigned>(tail) : C::kBlockN;
+  for (int it = 0; it < w.block_count; ++it)
+    prefill_sm90_transpose_step<C>(sm, g + it, t, it == 0 ? first_valid : C::kBlockN);
 }
 
 // Four values as e4m3 bytes, the first in the lowest (saturated to +-448; NaN kept).

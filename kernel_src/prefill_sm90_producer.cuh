@@ -69,11 +69,11 @@ struct PrefillSm90Producer {
     } else {
       // Each lane issues its own box: one thread issuing them all was the bottleneck. An FP8
       // cache's boxes (K and V alike) bring whole rows of bytes, one 128-byte swizzle row each,
-      // into the byte rings.
+      // into the byte rings (FP8 attention's K into the K ring, where the wgmmas read them).
       constexpr int kBoxRows = C::kBoxRows;
       __syncwarp();
       const int row = C::Kv::tma_row(token + lane * kBoxRows);
-      if constexpr (C::kKv8) {
+      if constexpr (C::kByteRings) {
         if (lane < C::kBoxes) tma_load_4d(stage + lane * kBoxRows * C::kHeadDim, map, &full[s], 0, kv_head, row, page);
       } else if (lane < C::kBoxes && is_v) {
         tma_load_5d(stage + lane * C::kChunks * kBoxRows * 128, map, &full[s], 0, row, 0, kv_head, page);

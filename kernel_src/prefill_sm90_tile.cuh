@@ -80,7 +80,7 @@ struct PrefillSm90Config {
   static constexpr bool kQkv8 = (kFlags & kFeatureQkvE4m3) != 0;
   static_assert(!kQkv8 || (prefill_sm90_serves_qkv8(kHeadDim, kPageSize, kFlags) && !kPersistent &&
                            kBlockN == prefill_sm90_block_n(kHeadDim, kConsumers, true)),
-                "FP8 attention: contiguous, hd128, 128-token blocks, no other feature (hopper_params.h)");
+                "FP8 attention: hd128, pages of 8 tokens or more, 128-token blocks, no other feature (hopper_params.h)");
   static constexpr bool kByteRings = kKv8 || kQkv8;
   // Q and K rows as TMA boxes: 64 16-bit elements a 128-byte chunk, or 128 FP8 ones.
   static constexpr int kQkChunkElems = kQkv8 ? 128 : 64;

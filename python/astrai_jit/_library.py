@@ -63,7 +63,7 @@ _KV_SCALES = [("k_scale", "Tensor?"), ("v_scale", "Tensor?")]
 _LATER_OPTIONS = [("alibi_slopes", "Tensor?", None)]
 # FP8 attention's scales (prefill with float8_e4m3fn q, k and v), trailing prefill's arguments
 # with defaults as the later options do: k_scale and v_scale as an FP8 cache's, and q_scale, the
-# last option of the pack (the other calls pack it as None).
+# last option of the pack (paged_prefill takes it last too; the other calls pack it as None).
 _FP8_ATTENTION_OPTIONS = [("k_scale", "Tensor?", None), ("v_scale", "Tensor?", None), ("q_scale", "Tensor?", None)]
 # Arguments that trail a generated call's parameters with these defaults (_ops._call).
 _TRAILING_DEFAULTS = _LATER_OPTIONS + _FP8_ATTENTION_OPTIONS
@@ -148,11 +148,12 @@ _TABLE = {
         [("q", "Tensor"), ("k_cache", "Tensor"), ("v_cache", "Tensor"), ("page_table", "Tensor"),
          ("seq_lens", "Tensor"), ("qo_indptr", "Tensor"), ("out", "Tensor"), ("lse", "Tensor?"), ("mask", "Tensor?"),
          ("max_q_len", "int"), ("causal", "bool"), *_OPTIONS, *_KV_SCALES, ("stream", "int"),
-         ("req_indices", "Tensor?", None), ("seq_lens_are_offsets", "bool", False), *_LATER_OPTIONS],
+         ("req_indices", "Tensor?", None), ("seq_lens_are_offsets", "bool", False), *_LATER_OPTIONS,
+         ("q_scale", "Tensor?", None)],
         ("out", "lse"),
         ["q", "k_cache", "v_cache", "page_table", "seq_lens", "qo_indptr", "out", "lse", "mask", "max_q_len", "causal",
          "scale", "logit_cap", "sinks", "window_left", "k_scale", "v_scale", "stream", "req_indices",
-         "seq_lens_are_offsets", *_LATER_NAMES], packs_options=True),
+         "seq_lens_are_offsets", *_LATER_NAMES, "q_scale"], packs_options=True),
     "rotary_emb": _Op("rotary_emb", [("x", "Tensor"), ("freqs_cis", "Tensor"), ("out", "Tensor"), ("stream", "int")],
                       ("out",), ["x", "freqs_cis", "out", "stream"]),
     "rotary_emb_": _Op("rotary_emb", [("x", "Tensor"), ("freqs_cis", "Tensor"), ("stream", "int")], ("x",),

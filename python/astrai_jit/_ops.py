@@ -357,9 +357,10 @@ def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tenso
                   qo_indptr: Tensor, *, out: Optional[Tensor] = None, scale: Optional[float] = None,
                   mask: Optional[Tensor] = None, causal: bool = True, max_q_len: Optional[int] = None,
                   return_lse: bool = False, logit_cap: float = 0.0, sinks: Optional[Tensor] = None,
-                  window_left: int = -1, alibi_slopes: Optional[Tensor] = None, k_scale: Optional[Tensor] = None,
-                  v_scale: Optional[Tensor] = None,
+                  window_left: int = -1, alibi_slopes: Optional[Tensor] = None,
+                  k_scale: Union[float, Tensor, None] = None, v_scale: Union[float, Tensor, None] = None,
                   req_indices: Optional[Tensor] = None, kv_indptr: Optional[Tensor] = None,
+                  q_scale: Union[float, Tensor, None] = None, out_dtype: Optional[torch.dtype] = None,
                   stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Prefill over a paged KV cache for a ragged batch (chunked prefill).
 
@@ -370,10 +371,21 @@ def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tenso
     q) or ``[batch, rows, kv]`` (rows numbered within each request, rows >= max_q_len), kv =
     max_pages_per_seq * page_size. ``max_q_len`` (the longest request's query count) sizes the
     grid; None uses total_q, always enough, and needs no device-to-host copy.
+
+    FP8 attention (sm_90a only): q, k_cache and v_cache all of dtype ``torch.float8_e4m3fn``, with
+    ``q_scale``, ``k_scale`` and ``v_scale`` required and ``out_dtype`` as for :func:`prefill`.
+    Served: head_dim 128, pages of 8 tokens or more, causal or not, with or without
+    ``return_lse``; a mask and the other options are refused. A 16-bit q over an FP8 cache
+    (``k_scale`` and ``v_scale`` only) is the FP8 cache's path instead.
     """
     call = "paged_prefill"
-    out = _out_like(call, q, out)
+    out = _prefill_out(call, q, out, out_dtype)
     lse = _lse(q, q.shape[:2]) if return_lse else None
+    fp8_attention = isinstance(q, Tensor) and q.dtype == _E4M3
+    if fp8_attention or q_scale is not None:
+        q_scale = _fp8_attention_scale(call, "q_scale", q_scale, q)
+        k_scale = _fp8_attention_scale(call, "k_scale", k_scale, q)
+        v_scale = _fp8_attention_scale(call, "v_scale", v_scale, q)
     scale, logit_cap, window_left = _options(call, scale, logit_cap, window_left, sinks, k_scale, v_scale,
                                              alibi_slopes)
     max_q_len = -1 if max_q_len is None else int(max_q_len)
@@ -387,7 +399,7 @@ def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tenso
     causal = bool(causal)
     _PAGED_PREFILL(q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse, mask, max_q_len, causal, scale,
                    logit_cap, sinks, window_left, k_scale, v_scale, stream, req_indices, seq_lens_are_offsets,
-                   alibi_slopes)
+                   alibi_slopes, q_scale)
     return (out, lse) if return_lse else out
 
 

@@ -213,9 +213,27 @@ void decode(const Input& q, const Input& k, const Input& v, const Output& out, c
   launch(&astrai::Runtime::decode, a);
 }
 
-// FP8 attention: q of dtype float8_e4m3fn makes the call qkv_dtype e4m3 (k and v must be e4m3
-// too), out keeps a 16-bit dtype of its own (the call's dtype), and q_scale, k_scale and v_scale
-// are required: f32, one each or one per query head (q) and per KV head (k and v).
+// A prefill's dtypes from q and out. FP8 attention: q of dtype float8_e4m3fn makes the call
+// qkv_dtype e4m3 (k and v must be e4m3 too), out keeps a 16-bit dtype of its own (the call's
+// dtype), and q_scale, k_scale and v_scale are required: f32, one each or one per query head (q)
+// and per KV head (k and v).
+template <typename Args>
+void set_prefill_dtypes(Checker& c, Args& a, const Input& q, const Output& out, const AttentionOptionArgs& options) {
+  if (Checker::is_e4m3(q.dtype())) {
+    a.qkv_dtype = astrai::KvDType::e4m3;
+    a.dtype = c.attention_dtype("out", out);  // FP8 attention writes bf16 or fp16
+    return;
+  }
+  if (q.dtype().bits == 8)  // another FP8 format: FP8 attention is e4m3 only
+    throw nb::type_error((std::string(c.call()) + ": q has dtype " + dtype_string(q.dtype()) +
+                          " (allowed: bfloat16, float16, or float8_e4m3fn with k and v float8_e4m3fn too)").c_str());
+  a.dtype = c.attention_dtype("q", q);
+  c.same_dtype("out", out, a.dtype);
+  if (options.q_scale())
+    c.fail(std::string("q_scale is given but q has dtype ") + torch_dtype_name(a.dtype) +
+           " (allowed: None; scales come with float8_e4m3fn q, k and v, FP8 attention)");
+}
+
 astrai::PrefillArgs prefill_args(const Input& q, const Input& k, const Input& v, const Output& out,
                                  const Opt<Output>& lse, const Opt<Input>& mask, int causal_offset,
                                  const AttentionOptionArgs& options, Opt<std::uintptr_t> stream) {
@@ -224,19 +242,7 @@ astrai::PrefillArgs prefill_args(const Input& q, const Input& k, const Input& v,
   astrai::PrefillArgs a;
   c.rank("q", q, 4, "[batch, q_len, n_heads, head_dim]");
   c.rank("out", out, 4, "[batch, q_len, n_heads, head_dim]");
-  if (Checker::is_e4m3(q.dtype())) {
-    a.qkv_dtype = astrai::KvDType::e4m3;
-    a.dtype = c.attention_dtype("out", out);  // FP8 attention writes bf16 or fp16
-  } else {
-    if (q.dtype().bits == 8)  // another FP8 format: FP8 attention is e4m3 only
-      throw nb::type_error(("prefill: q has dtype " + dtype_string(q.dtype()) +
-                            " (allowed: bfloat16, float16, or float8_e4m3fn with k and v float8_e4m3fn too)").c_str());
-    a.dtype = c.attention_dtype("q", q);
-    c.same_dtype("out", out, a.dtype);
-    if (options.q_scale())
-      c.fail(std::string("q_scale is given but q has dtype ") + torch_dtype_name(a.dtype) +
-             " (allowed: None; scales come with float8_e4m3fn q, k and v, FP8 attention)");
-  }
+  set_prefill_dtypes(c, a, q, out, options);
   a.batch = as_int(kCall, "batch", q.shape(0));
   a.q_len = as_int(kCall, "q_len", q.shape(1));
   a.n_heads = as_int(kCall, "n_heads", q.shape(2));
@@ -339,11 +345,10 @@ void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, c
   c.rank(lens_name, seq_lens, 1, seq_lens_are_offsets ? "[batch + 1]" : "[batch]");
   c.rank("qo_indptr", qo_indptr, 1, "[batch + 1]");
   c.rank("out", out, 3, "[total_q, n_heads, head_dim]");
-  a.dtype = c.attention_dtype("q", q);
+  set_prefill_dtypes(c, a, q, out, options);
   c.dtype("page_table", page_table, Kind::index);
   c.dtype(lens_name, seq_lens, Kind::index);
   c.dtype("qo_indptr", qo_indptr, Kind::index);
-  c.same_dtype("out", out, a.dtype);
   a.batch = as_int(kCall, "batch", qo_indptr.shape(0)) - 1;
   if (a.batch < 0) invalid(kCall, "qo_indptr has shape [0] (allowed: [batch + 1])");
   c.dim(lens_name, seq_lens, 0, a.batch + (seq_lens_are_offsets ? 1 : 0),
@@ -353,7 +358,7 @@ void paged_prefill(const Input& q, const Input& k_cache, const Input& v_cache, c
   a.max_q_len = max_q_len < 0 ? a.total_q : max_q_len;
   a.n_heads = as_int(kCall, "n_heads", q.shape(1));
   a.head_dim = as_int(kCall, "head_dim", q.shape(2));
-  set_paged_cache(c, a, k_cache, v_cache, options.k_scale(), options.v_scale());
+  set_paged_cache(c, a, k_cache, v_cache, options.k_scale(), options.v_scale(), options.q_scale().has_value());
   a.max_pages_per_seq = as_int(kCall, "max_pages_per_seq", page_table.shape(1));
   set_request_rows(c, kCall, a, page_table, req_indices, "batch, from qo_indptr");
   c.same_shape("out", out, "q", q);

@@ -17,6 +17,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "astrai/runtime.hpp"
@@ -236,7 +237,7 @@ class Checker {
     if (d.lanes == 1 && d.bits == 16 && code == nb::dlpack::dtype_code::Float) return astrai::DType::fp16;
     // An FP8 q: FP8 attention is prefill's alone (which reads q's dtype before this).
     type_error(name, d, is_e4m3(d) && std::string(name) == "q"
-                            ? "bfloat16, float16; float8_e4m3fn q, k and v are served by prefill only"
+                            ? "bfloat16, float16; float8_e4m3fn q, k and v are served by prefill and paged_prefill only"
                             : "bfloat16, float16");
   }
 
@@ -447,19 +448,42 @@ void set_kv_format(Checker& c, Args& a, const char* k_name, const Input& k, cons
   set_kv_scales(c, a, a.kv_dtype != astrai::KvDType::same, k_name, k, k_scale, v_scale);
 }
 
+// FP8 attention's K and V (a.qkv_dtype e4m3, read from q first): both e4m3, with q_scale given
+// (checked here, after k's and v's dtypes, so that the scales are named in order; set_features
+// reads it) and k_scale and v_scale.
+template <typename Args>
+void set_fp8_attention_kv(Checker& c, Args& a, const char* k_name, const Input& k, const char* v_name,
+                          const Input& v, const Opt<Input>& k_scale, const Opt<Input>& v_scale, bool has_q_scale) {
+  for (const auto& [name, t] : {std::pair{k_name, &k}, std::pair{v_name, &v}})
+    if (!Checker::is_e4m3(t->dtype()))
+      throw nb::type_error((std::string(c.call()) + ": " + name + " has dtype " + dtype_string(t->dtype()) +
+                            " (allowed: float8_e4m3fn, the dtype of q: FP8 attention takes q, k and v in e4m3)")
+                               .c_str());
+  if (!has_q_scale)
+    c.fail("q has dtype float8_e4m3fn but q_scale is missing (allowed: an f32 scale, [] or [1], or [n_heads])");
+  set_kv_scales(c, a, true, k_name, k, k_scale, v_scale);
+}
+
 // A paged K/V cache pair, [num_pages, page_size, n_kv_heads, head_dim] each (q's head_dim, read
 // into `a` first): its shape into num_pages, page_size and n_kv_heads, its format and scales,
-// its pointers and strides.
+// its pointers and strides. With FP8 attention (a.qkv_dtype e4m3) the cache is e4m3 as q is.
 template <typename Args>
 void set_paged_cache(Checker& c, Args& a, const Input& k_cache, const Input& v_cache, const Opt<Input>& k_scale,
-                     const Opt<Input>& v_scale) {
+                     const Opt<Input>& v_scale, bool has_q_scale = false) {
   const char* kLayout = "[num_pages, page_size, n_kv_heads, head_dim]";
   c.rank("k_cache", k_cache, 4, kLayout);
   c.rank("v_cache", v_cache, 4, kLayout);
   a.num_pages = as_int(c.call(), "num_pages", k_cache.shape(0));
   a.page_size = as_int(c.call(), "page_size", k_cache.shape(1));
   a.n_kv_heads = as_int(c.call(), "n_kv_heads", k_cache.shape(2));
-  set_kv_format(c, a, "k_cache", k_cache, "v_cache", v_cache, k_scale, v_scale);
+  if constexpr (std::is_same_v<Args, astrai::PagedPrefillArgs>) {
+    if (a.qkv_dtype == astrai::KvDType::e4m3)
+      set_fp8_attention_kv(c, a, "k_cache", k_cache, "v_cache", v_cache, k_scale, v_scale, has_q_scale);
+    else
+      set_kv_format(c, a, "k_cache", k_cache, "v_cache", v_cache, k_scale, v_scale);
+  } else {
+    set_kv_format(c, a, "k_cache", k_cache, "v_cache", v_cache, k_scale, v_scale);
+  }
   c.dim("k_cache", k_cache, 3, a.head_dim, "head_dim of q");
   c.same_shape("v_cache", v_cache, "k_cache", k_cache);
   c.unit_last("k_cache", k_cache);
@@ -493,14 +517,7 @@ void set_contiguous_kv(Checker& c, Args& a, const Input& k, const Input& v, Cont
   if (kind == ContiguousKv::fp8_cache) {
     set_kv_format(c, a, "k", k, "v", v, k_scale, v_scale);
   } else if (a.qkv_dtype == astrai::KvDType::e4m3) {
-    for (const auto& [name, t] : {std::pair{"k", &k}, std::pair{"v", &v}})
-      if (!Checker::is_e4m3(t->dtype()))
-        throw nb::type_error((std::string(c.call()) + ": " + name + " has dtype " + dtype_string(t->dtype()) +
-                              " (allowed: float8_e4m3fn, the dtype of q: FP8 attention takes q, k and v in e4m3)")
-                                 .c_str());
-    if (!has_q_scale)
-      c.fail("q has dtype float8_e4m3fn but q_scale is missing (allowed: an f32 scale, [] or [1], or [n_heads])");
-    set_kv_scales(c, a, true, "k", k, k_scale, v_scale);
+    set_fp8_attention_kv(c, a, "k", k, "v", v, k_scale, v_scale, has_q_scale);
   } else {
     for (const auto& [name, t] : {std::pair{"k", &k}, std::pair{"v", &v}})
       if (Checker::is_e4m3(t->dtype()))

@@ -67,8 +67,10 @@ class TestMarshalling:
         assert _C._attention_option_fields()[-1] == ("q_scale", "Tensor?", None)
         schema = str(torch.ops.astrai_jit.prefill.default._schema)
         assert schema.endswith("Tensor? k_scale=None, Tensor? v_scale=None, Tensor? q_scale=None) -> ()"), schema
-        # The other calls keep their signatures: q_scale is prefill's alone.
-        for call in (_ops._DECODE, _ops._PAGED_DECODE, _ops._PAGED_PREFILL):
+        # paged_prefill takes it last too; the decode calls keep their signatures.
+        schema = str(torch.ops.astrai_jit.paged_prefill.default._schema)
+        assert schema.endswith("Tensor? alibi_slopes=None, Tensor? q_scale=None) -> ()"), schema
+        for call in (_ops._DECODE, _ops._PAGED_DECODE):
             assert "q_scale" not in call.__code__.co_varnames
 
     def test_tensor_scales_reach_the_pack_as_given(self, monkeypatch):
@@ -279,22 +281,18 @@ class TestChecks:
             astrai_jit.prefill(q16, k16, k16, out_dtype=fp16)
         assert astrai_jit.prefill(q16, k16, k16, out_dtype=bf16).dtype == bf16
 
-    def test_paged_and_decode_calls_refuse_fp8_q_by_name(self, host_only):
+    def test_decode_calls_refuse_fp8_q_by_name(self, host_only):
         q8 = torch.randn(7, 8, 128).to(E4M3)
         cache = torch.randn(10, 16, 2, 128, dtype=bf16)
         table = torch.zeros(2, 4, dtype=torch.int32)
         lens = torch.ones(2, dtype=torch.int32)
-        indptr = torch.tensor([0, 3, 7], dtype=torch.int32)
-        allowed = "(allowed: bfloat16, float16; float8_e4m3fn q, k and v are served by prefill only)"
-        with raises(TypeError, f"paged_prefill: q has dtype float8_e4m3fn {allowed}"):
-            astrai_jit.paged_prefill(q8, cache.to(E4M3), cache.to(E4M3), table, lens, indptr, k_scale=one(),
-                                     v_scale=one())
+        allowed = "(allowed: bfloat16, float16; float8_e4m3fn q, k and v are served by prefill and paged_prefill only)"
         with raises(TypeError, f"paged_decode: q has dtype float8_e4m3fn {allowed}"):
             astrai_jit.paged_decode(q8[:2], cache, cache, table, lens)
         with raises(TypeError, f"decode: q has dtype float8_e4m3fn {allowed}"):
             astrai_jit.decode(q8[:2, None], *[torch.randn(2, 20, 2, 128).to(E4M3)] * 2, k_scale=one(), v_scale=one())
-        with pytest.raises(TypeError, match="q_scale"):  # not an argument of the paged calls
-            astrai_jit.paged_prefill(q8, cache, cache, table, lens, indptr, q_scale=1.0)
+        with pytest.raises(TypeError, match="q_scale"):  # not an argument of the decode calls
+            astrai_jit.paged_decode(q8[:2], cache, cache, table, lens, q_scale=1.0)
 
     def test_q_scale_in_another_calls_pack_is_refused(self, host_only):
         # A direct extension caller: q_scale is FP8 attention's, prefill's alone.
@@ -304,6 +302,78 @@ class TestChecks:
         pack = (0.0, 0.0, None, -1, None, None, None, torch.ones(1))
         with raises(ValueError, "paged_decode: q_scale is given but q is not float8_e4m3fn (allowed: None"):
             _C.paged_decode(q, cache, cache, table, None, torch.empty_like(q), None, None, None, None, None, pack, 0)
+
+
+def paged_inputs(page_size=16, head_dim=128, cache_dtype=E4M3):
+    # 2 requests (3 and 4 query rows) over a 10-page e4m3 cache.
+    q = torch.randn(7, 8, head_dim).to(E4M3)
+    cache = torch.randn(10, page_size, 2, head_dim).to(cache_dtype)
+    table = torch.arange(8, dtype=torch.int32).reshape(2, 4)
+    lens = torch.tensor([20, 30], dtype=torch.int32)
+    indptr = torch.tensor([0, 3, 7], dtype=torch.int32)
+    return q, cache, cache.clone(), table, lens, indptr
+
+
+class TestPaged:
+    """paged_prefill with float8_e4m3fn q and cache: FP8 attention over pages."""
+
+    @pytest.mark.parametrize("out_dtype", [None, fp16])
+    def test_fp8_q_and_cache_pass_every_check(self, host_only, out_dtype):
+        q, k, v, table, lens, indptr = paged_inputs()
+        out = astrai_jit.paged_prefill(q, k, v, table, lens, indptr, **SCALES, out_dtype=out_dtype, max_q_len=4)
+        assert out.dtype == (out_dtype or bf16) and out.shape == q.shape
+        out, lse = astrai_jit.paged_prefill(q, k, v, table.long(), lens.long(), indptr.long(), q_scale=torch.ones(8),
+                                            k_scale=torch.ones(2), v_scale=torch.ones(2), causal=False,
+                                            return_lse=True)
+        assert lse.shape == (7, 8) and lse.dtype == torch.float32
+
+    def test_the_scales_reach_the_pack(self, monkeypatch):
+        q, k, v, table, lens, indptr = paged_inputs()
+        seen = []
+        monkeypatch.setitem(_ops._PAGED_PREFILL.__globals__, "_ext", lambda *args: seen.append(args))
+        astrai_jit.paged_prefill(q, k, v, table, lens, indptr, **SCALES, stream=3)
+        (args,) = seen
+        names = re.findall(r"[(,] ?(\w+):", _C.paged_prefill.__doc__.splitlines()[0])
+        options = dict(zip(_library._PACKED_NAMES, dict(zip(names, args))["options"]))
+        for name, value in SCALES.items():
+            t = options[name]
+            assert t.dtype == torch.float32 and t.shape == () and t.item() == value
+        assert args[6].dtype == bf16 and args[6].shape == q.shape  # out
+
+    @pytest.mark.parametrize("page_size", [1, 4])
+    def test_pages_under_8_tokens_are_refused(self, host_only, page_size):
+        with raises(ValueError, f"paged_prefill: page_size {page_size} is not served with qkv_dtype e4m3 (FP8 "
+                                f"attention: float8_e4m3fn q, k and v) (allowed: 8 or more)"):
+            astrai_jit.paged_prefill(*paged_inputs(page_size=page_size), **SCALES)
+
+    def test_other_head_dims_options_and_a_mask_are_refused(self, host_only):
+        with raises(ValueError, "paged_prefill: head_dim 64 is not served with qkv_dtype e4m3"):
+            astrai_jit.paged_prefill(*paged_inputs(head_dim=64), **SCALES)
+        args = paged_inputs()
+        with raises(ValueError, "paged_prefill: window_left 8 is not served with qkv_dtype e4m3"):
+            astrai_jit.paged_prefill(*args, **SCALES, window_left=8)
+        with raises(ValueError, "(allowed: none; causal for a causal prefill)"):
+            astrai_jit.paged_prefill(*args, **SCALES, mask=torch.ones(7, 64, dtype=torch.bool))
+
+    def test_fp8_q_needs_an_e4m3_cache_and_every_scale(self, host_only):
+        q, k, v, table, lens, indptr = paged_inputs(cache_dtype=bf16)
+        with raises(TypeError, "paged_prefill: k_cache has dtype bfloat16 (allowed: float8_e4m3fn, the dtype of q: "
+                               "FP8 attention takes q, k and v in e4m3)"):
+            astrai_jit.paged_prefill(q, k, v, table, lens, indptr, **SCALES)
+        q, k, v, table, lens, indptr = paged_inputs()
+        with raises(ValueError, "paged_prefill: q has dtype float8_e4m3fn but q_scale is missing"):
+            astrai_jit.paged_prefill(q, k, v, table, lens, indptr, k_scale=1.0, v_scale=1.0)
+        with raises(ValueError, "paged_prefill: k_cache has dtype float8_e4m3fn but v_scale is missing"):
+            astrai_jit.paged_prefill(q, k, v, table, lens, indptr, q_scale=1.0, k_scale=1.0)
+
+    def test_a_16_bit_q_over_an_fp8_cache_is_the_caches_path(self, host_only):
+        # k_scale and v_scale with a bfloat16 q: the FP8 cache, as before; q_scale is refused there.
+        _, k, v, table, lens, indptr = paged_inputs()
+        q16 = torch.randn(7, 8, 128, dtype=bf16)
+        out = astrai_jit.paged_prefill(q16, k, v, table, lens, indptr, k_scale=one(), v_scale=one())
+        assert out.dtype == bf16
+        with raises(ValueError, "paged_prefill: q_scale is given but q has dtype bfloat16"):
+            astrai_jit.paged_prefill(q16, k, v, table, lens, indptr, q_scale=1.0, k_scale=one(), v_scale=one())
 
 
 # --- On the GPU -----------------------------------------------------------------------------
@@ -405,3 +475,52 @@ def test_fp8_attention_refuses_a_missing_scale_on_the_gpu_too():
     q, k, v = (t.cuda() for t in fp8_inputs())
     with raises(ValueError, "prefill: q has dtype float8_e4m3fn but q_scale is missing"):
         astrai_jit.prefill(q, k, v, k_scale=1.0, v_scale=1.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [8, 16, 64])
+@pytest.mark.parametrize("causal", [True, False])
+def test_paged_fp8_attention_against_the_dequantized_reference(page_size, causal):
+    # Two requests whose KV ends mid-page (the rest of the page: NaN codes, which no output may
+    # show), q shorter than the KV (chunked prefill) and as long; per-head scales, GQA 4.
+    _need_sm90a()
+    dev, d, heads, kv_heads = "cuda", 128, 8, 2
+    kv_lens, q_lens = [300, 77], [100, 77]
+    k, v = torch.randn(2, 300, kv_heads, d, device=dev), torch.randn(2, 300, kv_heads, d, device=dev)
+    q = torch.randn(2, 100, heads, d, device=dev)
+    q8, qs = _quantize(q, True)
+    k8, ks = _quantize(k, True)
+    v8, vs = _quantize(v, True)
+    pages_per_seq = -(-300 // page_size)
+    table = torch.randperm(2 * pages_per_seq, device=dev, dtype=torch.int32).reshape(2, pages_per_seq)
+    nan = torch.full((1,), 0x7F, dtype=torch.uint8, device=dev).view(E4M3)
+    k_cache = nan.expand(2 * pages_per_seq * page_size * kv_heads * d).reshape(-1, page_size, kv_heads, d).clone()
+    v_cache = k_cache.clone()
+    for b in range(2):
+        for j in range(0, kv_lens[b], page_size):
+            n = min(page_size, kv_lens[b] - j)
+            page = table[b, j // page_size]
+            k_cache[page, :n] = k8[b, j:j + n]
+            v_cache[page, :n] = v8[b, j:j + n]
+    q_rows = torch.cat([q8[b, :q_lens[b]] for b in range(2)])
+    indptr = torch.tensor([0, q_lens[0], q_lens[0] + q_lens[1]], dtype=torch.int32, device=dev)
+    lens = torch.tensor(kv_lens, dtype=torch.int32, device=dev)
+    out, lse = astrai_jit.paged_prefill(q_rows, k_cache, v_cache, table, lens, indptr, q_scale=qs, k_scale=ks,
+                                        v_scale=vs, causal=causal, return_lse=True, max_q_len=max(q_lens))
+    torch.cuda.synchronize()
+    assert out.dtype == bf16 and out.shape == q_rows.shape
+    qd, kd, vd = _dequantized(q8, qs), _dequantized(k8, ks), _dequantized(v8, vs)
+    for b in range(2):
+        rows = slice(int(indptr[b]), int(indptr[b + 1]))
+        kv, ql = kv_lens[b], q_lens[b]
+        keep = causal_keep(1, ql, kv, kv - ql, dev) if causal else None
+        want, lse_want = attention_ref(qd[b:b + 1, :ql], kd[b:b + 1, :kv], vd[b:b + 1, :kv], keep)
+        got = out[rows].double()[None]
+        v_max = vd[b, :kv].abs().amax().item()
+        error = (got - want).abs()
+        bound = 0.0625 * v_max + 2 * UNIT_ROUNDOFF[bf16] * want.abs() + 1e-6
+        assert torch.isfinite(got).all(), f"request {b}: a NaN from the page's tail reached the output"
+        assert (error <= bound).all(), (b, error.max().item())
+        assert ((lse[rows].double()[None] - lse_want).abs() <= 2e-3 + 1e-5 * lse_want.abs()).all()
+        rms = math.sqrt((error ** 2).sum().item() / max((want ** 2).sum().item(), 1e-300))
+        assert rms < 0.03, (b, rms)

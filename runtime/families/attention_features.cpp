@@ -124,7 +124,7 @@ const std::vector<AttentionOption>& attention_options() {
        }},
       {"sink", kFeatureSink, kAttention, [](const AttentionOptions& o) { return o.sinks != nullptr; }, check_sinks,
        [](const AttentionOptions& o, float, AttentionFeatures* v) { v->sinks = o.sinks; }},
-      {"qkv_e4m3", kFeatureQkvE4m3, kind_bit(KernelKind::prefill),
+      {"qkv_e4m3", kFeatureQkvE4m3, kind_bit(KernelKind::prefill) | kind_bit(KernelKind::paged_prefill),
        [](const AttentionOptions& o) { return o.qkv_dtype == KvDType::e4m3; }, check_qkv8, fill_kv_cache},  // q_scale: PrefillParams's own
       {"alibi", kFeatureAlibi, kAttention, [](const AttentionOptions& o) { return o.alibi_slopes != nullptr; },
        check_alibi, [](const AttentionOptions& o, float, AttentionFeatures* v) { v->alibi_slopes = o.alibi_slopes; }},

@@ -90,6 +90,11 @@ PagedPrefillArgs resolve_paged_prefill_args(const PagedPrefillArgs& input) {
   if (a.mask != nullptr && a.mask_rows_per_request && a.mask_stride_q < 0)
     fail_argument(kCall, fmt::format("mask_stride_q {} is not valid (allowed: >= 0; 0 shares one row)",
                                      a.mask_stride_q));
+  check_fp8_attention(kCall, a, a.scale, a.head_dim, a.page_size, a.mask, "causal",
+                      {{"q_stride_head", a.q_stride_head}, {"q_stride_token", a.q_stride_token},
+                       {"k_stride_page", a.k_stride_page}, {"k_stride_token", a.k_stride_token},
+                       {"k_stride_head", a.k_stride_head}, {"v_stride_page", a.v_stride_page},
+                       {"v_stride_token", a.v_stride_token}, {"v_stride_head", a.v_stride_head}});
   require_fp8_strides(kCall, a,
                       {{"k_stride_page", a.k_stride_page}, {"k_stride_token", a.k_stride_token},
                        {"k_stride_head", a.k_stride_head}, {"v_stride_page", a.v_stride_page},
@@ -156,6 +161,8 @@ void Runtime::paged_prefill(const PagedPrefillArgs& input) {
   params.scale_log2 = args.scale * detail::kLog2e;
   const detail::FeatureRequest features = detail::attention_features(args, args.scale);
   params.features = features.values;
+  params.q_scale = args.q_scale;
+  params.q_scale_stride = args.q_scale_per_head ? 1 : 0;
   detail::launch_prefill(*impl_, detail::paged_prefill_family(), "cuLaunchKernel(paged_prefill)", args.dtype,
                  args.head_dim, args.page_size, features.flags, args.max_q_len, params, args.stream);
 }

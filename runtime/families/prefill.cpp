@@ -4,8 +4,6 @@
 #include <cstdint>
 #include <limits>
 
-#include <utility>
-
 #include <fmt/format.h>
 
 #include "runtime/families/arg_checks.hpp"
@@ -51,21 +49,6 @@ PrefillArgs resolve_prefill_args(const PrefillArgs& input) {
                             a.causal_offset));
   a.scale = resolve_scale(kCall, a.scale, a.head_dim);
   check_attention_options(kCall, a, {family.kind, a.causal_offset >= 0, "causal_offset >= 0"});
-  if (a.qkv_dtype == KvDType::e4m3) {
-    // FP8 attention has one kernel, the sm_90a wgmma prefill's, and takes only its shape
-    // (prefill_sm90_serves_qkv8, which the planner asks too): refused here by argument, before
-    // any device is asked.
-    constexpr const char* kFp8 = "with qkv_dtype e4m3 (FP8 attention: float8_e4m3fn q, k and v)";
-    if (!prefill_sm90_serves_qkv8(a.head_dim, 0, kFeatureQkvE4m3))
-      fail_argument(kCall, fmt::format("head_dim {} is not served {} (allowed: 128)", a.head_dim, kFp8));
-    const std::uint32_t others = attention_features(a, a.scale).flags & ~kFeatureQkvE4m3;
-    if (!prefill_sm90_serves_qkv8(a.head_dim, 0, others | kFeatureQkvE4m3))
-      fail_argument(kCall, fmt::format("{} is not served {} (allowed: none of logit_cap, sinks, window_left, "
-                                       "alibi_slopes)", requested_option_values(a, others), kFp8));
-    if (a.mask != nullptr)
-      fail_argument(kCall, fmt::format("mask = {} is not served {} (allowed: none; causal_offset for a causal "
-                                       "prefill)", static_cast<const void*>(a.mask), kFp8));
-  }
 
   const std::int64_t d = a.head_dim;
   const std::int64_t q_rows = std::max(1, a.q_len);    // q_len 0: nothing is read or written
@@ -84,19 +67,12 @@ PrefillArgs resolve_prefill_args(const PrefillArgs& input) {
                      {"k_stride_head", &a.k_stride_head}, a.n_kv_heads, d, kv_rows);
   resolve_kv_strides(kCall, {"v_stride_batch", &a.v_stride_batch}, {"v_stride_seq", &a.v_stride_seq},
                      {"v_stride_head", &a.v_stride_head}, a.n_kv_heads, d, kv_rows);
-  if (a.qkv_dtype == KvDType::e4m3) {
-    // The FP8 kernel reads q, K and V only through TMA, whose strides are whole 16-byte units;
-    // with one-byte elements a view can break that, and no other kernel could take the call.
-    const std::pair<const char*, std::int64_t> byte_strides[] = {
-        {"q_stride_head", a.q_stride_head}, {"q_stride_seq", a.q_stride_seq}, {"q_stride_batch", a.q_stride_batch},
-        {"k_stride_head", a.k_stride_head}, {"k_stride_seq", a.k_stride_seq}, {"k_stride_batch", a.k_stride_batch},
-        {"v_stride_head", a.v_stride_head}, {"v_stride_seq", a.v_stride_seq}, {"v_stride_batch", a.v_stride_batch}};
-    for (const auto& [name, stride] : byte_strides)
-      if (stride % 16 != 0)
-        fail_argument(kCall, fmt::format("{} {} is not served with qkv_dtype e4m3 (allowed: a multiple of 16 "
-                                         "elements, as FP8 attention reads q, k and v through TMA)",
-                                         name, stride));
-  }
+  check_fp8_attention(kCall, a, a.scale, a.head_dim, 0, a.mask, "causal_offset",
+                      {{"q_stride_head", a.q_stride_head}, {"q_stride_seq", a.q_stride_seq},
+                       {"q_stride_batch", a.q_stride_batch}, {"k_stride_head", a.k_stride_head},
+                       {"k_stride_seq", a.k_stride_seq}, {"k_stride_batch", a.k_stride_batch},
+                       {"v_stride_head", a.v_stride_head}, {"v_stride_seq", a.v_stride_seq},
+                       {"v_stride_batch", a.v_stride_batch}});
   require_stride(kCall, "out_stride_head", a.out_stride_head, 1, false);
   require_stride(kCall, "out_stride_seq", a.out_stride_seq, 1, false);
   require_stride(kCall, "out_stride_batch", a.out_stride_batch, 1, false);

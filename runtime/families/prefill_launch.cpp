@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include "kernel_src/hopper_params.h"
+#include "runtime/families/arg_checks.hpp"
+#include "runtime/families/attention_features.hpp"
 #include "runtime/launch_heuristics.hpp"
 #include "runtime/plan/implementations.hpp"
 #include "runtime/plan/plan_memo.hpp"
@@ -35,6 +37,31 @@ bool prefill_sm90_serves(int head_dim, int page_size) {
 
 bool prefill_sm90_has_wide(int head_dim, std::uint32_t flags) {
   return prefill_sm90_wide_consumers(head_dim) != 0 && (flags & (kFeatureKvFp8 | kFeatureQkvE4m3)) == 0;
+}
+
+void check_fp8_attention(const char* call, const AttentionOptions& options, float scale, int head_dim,
+                         int page_size, const void* mask, const char* causal_name,
+                         std::initializer_list<std::pair<const char*, std::int64_t>> strides) {
+  if (options.qkv_dtype != KvDType::e4m3) return;
+  constexpr const char* kFp8 = "with qkv_dtype e4m3 (FP8 attention: float8_e4m3fn q, k and v)";
+  if (!prefill_sm90_serves_qkv8(head_dim, 0, kFeatureQkvE4m3))
+    fail_argument(call, fmt::format("head_dim {} is not served {} (allowed: 128)", head_dim, kFp8));
+  if (!prefill_sm90_serves_qkv8(head_dim, page_size, kFeatureQkvE4m3))
+    fail_argument(call, fmt::format("page_size {} is not served {} (allowed: 8 or more)", page_size, kFp8));
+  const std::uint32_t others = attention_features(options, scale).flags & ~kFeatureQkvE4m3;
+  if (!prefill_sm90_serves_qkv8(head_dim, page_size, others | kFeatureQkvE4m3))
+    fail_argument(call, fmt::format("{} is not served {} (allowed: none of logit_cap, sinks, window_left, "
+                                    "alibi_slopes)", requested_option_values(options, others), kFp8));
+  if (mask != nullptr)
+    fail_argument(call, fmt::format("mask = {} is not served {} (allowed: none; {} for a causal prefill)", mask,
+                                    kFp8, causal_name));
+  // The kernel reads q, K and V only through TMA; with one-byte elements a view can break that,
+  // and no other kernel could take the call.
+  for (const auto& [name, stride] : strides)
+    if (stride % 16 != 0)
+      fail_argument(call, fmt::format("{} {} is not served with qkv_dtype e4m3 (allowed: a multiple of 16 "
+                                      "elements, as FP8 attention reads q, k and v through TMA)",
+                                      name, stride));
 }
 
 PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_size, int consumers, int block_n,
@@ -71,7 +98,7 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
               {64, U(page_size), chunks, U(p.n_kv_heads), pages},
               {p.v_stride_seq, 64, p.v_stride_head, p.v_stride_page},
               {64, box, chunks, 1, 1}};
-    if (kv8) {
+    if (kv8 || qkv8) {
       // An FP8 cache: K and V alike in boxes of whole rows of bytes (one 128-byte swizzle row).
       maps.k = {p.k, {d, U(p.n_kv_heads), U(page_size), pages}, {p.k_stride_head, p.k_stride_seq, p.k_stride_page},
                 {static_cast<std::uint32_t>(head_dim), 1, box, 1}, 1};
@@ -83,8 +110,8 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
   maps.q.box = packed ? std::vector<std::uint32_t>{64, pack, block_m / pack, 1}
                       : std::vector<std::uint32_t>{64, block_m, 1, 1};
   if (qkv8) {
-    // FP8 attention (contiguous): q, K and V in boxes of whole rows of bytes (one 128-byte
-    // swizzle row at hd128), the strides counting bytes.
+    // FP8 attention: q, K and V in boxes of whole rows of bytes (one 128-byte swizzle row at
+    // hd128), the strides counting bytes.
     for (TensorMapShape* shape : {&maps.q, &maps.k, &maps.v}) {
       shape->box[0] = static_cast<std::uint32_t>(head_dim);
       shape->element_bytes = 1;

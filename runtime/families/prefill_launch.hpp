@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 
 #include "kernel_src/kernel_params.h"
 #include "runtime/runtime_impl.hpp"
@@ -21,6 +23,15 @@ bool prefill_sm90_serves(int head_dim, int page_size);
 // Head dims whose Hopper prefill has a wide tiling too (HopperImplementation::has_wide); an FP8
 // cache's byte rings leave no room for its Q tile.
 bool prefill_sm90_has_wide(int head_dim, std::uint32_t flags);
+
+// FP8 attention (qkv_dtype e4m3) has one kernel, the sm_90a wgmma prefill's, and takes only its
+// shape (prefill_sm90_serves_qkv8, which the planner asks too): what it does not serve is refused
+// here by argument, before any device is asked. `page_size` 0: contiguous KV; `causal_name`: the
+// call's causal argument, which a refused mask's message points to; `strides`: q's, k's and v's,
+// resolved (elements, one byte each), which TMA needs in whole 16-byte units.
+void check_fp8_attention(const char* call, const AttentionOptions& options, float scale, int head_dim,
+                         int page_size, const void* mask, const char* causal_name,
+                         std::initializer_list<std::pair<const char*, std::int64_t>> strides);
 
 // The TMA views of q, K and V the Hopper kernel reads (kernel_src/prefill_sm90.cuh): contiguous
 // q {d, q_len, heads, batch}, K/V {d, kv_len, kv_heads, batch}; paged q {d, total_q, heads, 1},

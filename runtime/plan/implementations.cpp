@@ -22,8 +22,9 @@ const char* hopper_shape_refusal(KernelKind kind, int head_dim, int page_size, s
     if (!is_decode_kind(kind) && !prefill_sm90_serves_kv8(head_dim))
       return "an FP8 KV cache is served at head_dim 128 only";
   }
-  if ((flags & kFeatureQkvE4m3) != 0 && !(kind == KernelKind::prefill && prefill_sm90_serves_qkv8(head_dim, page_size, flags)))
-    return "FP8 attention is served by the contiguous prefill at head_dim 128 with no other feature";
+  if ((flags & kFeatureQkvE4m3) != 0 && !((kind == KernelKind::prefill || kind == KernelKind::paged_prefill) &&
+                                          prefill_sm90_serves_qkv8(head_dim, page_size, flags)))
+    return "FP8 attention is served at head_dim 128, contiguous or in pages of 8 tokens or more, with no other feature";
   if ((flags & ~hopper.supported_flags) != 0) return "a requested feature is not served";
   if (!hopper.serves(head_dim, page_size)) {
     if (kind == KernelKind::mla_decode) return "pages are under 16 tokens";

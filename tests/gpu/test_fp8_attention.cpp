@@ -31,6 +31,9 @@ struct Fp8AttentionCase {
   bool peaked = false;    // each query row aimed at one key
   float outlier = 8.f;    // a few values this many times the rest
   unsigned seed = 1;
+  int page_size = 0;      // paged_prefill over pages of this many tokens (0: prefill)
+  bool causal = true;     // paged: the q rows are the KV's last
+  int kv_shrink = 0;      // paged: request b's KV is kv_len - b * kv_shrink tokens (down to 0)
 };
 
 constexpr int kHeadDim = 128;
@@ -61,14 +64,35 @@ Quantized quantize(const std::vector<float>& x, int heads, bool per_head) {
   return q;
 }
 
-void run_case(const Fp8AttentionCase& c) {
-  CAPTURE(fmt::format("B{} q{} kv{} heads {}/{} causal_offset {} per-head q {} kv {} peaked {} {}", c.batch, c.q_len,
-                      c.kv_len, c.n_heads, c.n_kv_heads, c.causal_offset, c.per_head_q, c.per_head_kv, c.peaked,
-                      c.dtype == DType::bf16 ? "bf16" : "fp16"));
-  std::mt19937 rng(c.seed);
+// Request b's lengths: contiguous, every request's; paged, kv_len shrinks by kv_shrink a request
+// (down to 0) and q rows are at most its KV (the new tokens are the KV's last).
+int kv_len_of(const Fp8AttentionCase& c, int b) {
+  return c.page_size == 0 ? c.kv_len : std::max(c.kv_len - b * c.kv_shrink, 0);
+}
+int q_len_of(const Fp8AttentionCase& c, int b) {
+  return c.page_size == 0 ? c.q_len : std::min(c.q_len, kv_len_of(c, b));
+}
+// The last key query row i of request b sees (-1: none).
+int last_key(const Fp8AttentionCase& c, int b, int i) {
+  const int kv = kv_len_of(c, b);
+  if (c.page_size != 0) return c.causal ? kv - q_len_of(c, b) + i : kv - 1;
+  return c.causal_offset >= 0 ? std::min(kv - 1, c.causal_offset + i) : kv - 1;
+}
+
+// The inputs as the reference sees them: q rows [total_q][heads][d], K and V [batch][kv_len][kv
+// heads][d] (request b's rows from b * kv_len, its own length kv_len_of), as e4m3 codes.
+struct Inputs {
+  std::vector<int> q_start;  // [batch + 1]
+  Quantized q, k, v;
+};
+
+Inputs make_inputs(const Fp8AttentionCase& c, std::mt19937& rng) {
   std::normal_distribution<float> normal;
   std::uniform_real_distribution<float> unit(0.f, 1.f);
-  const std::size_t q_count = static_cast<std::size_t>(c.batch) * c.q_len * c.n_heads * kHeadDim;
+  Inputs in;
+  in.q_start.assign(c.batch + 1, 0);
+  for (int b = 0; b < c.batch; ++b) in.q_start[b + 1] = in.q_start[b] + q_len_of(c, b);
+  const std::size_t q_count = static_cast<std::size_t>(in.q_start[c.batch]) * c.n_heads * kHeadDim;
   const std::size_t kv_count = static_cast<std::size_t>(c.batch) * c.kv_len * c.n_kv_heads * kHeadDim;
   auto draw = [&](std::size_t n) {
     std::vector<float> x(n);
@@ -77,75 +101,149 @@ void run_case(const Fp8AttentionCase& c) {
   };
   std::vector<float> k = draw(kv_count), v = draw(kv_count), q = draw(q_count);
   const int group = c.n_heads / c.n_kv_heads;
-  if (c.peaked && c.kv_len > 0) {
+  if (c.peaked) {
     // q = 2.5 k_j + noise for a key j the row sees: its score stands well above the others.
     for (int b = 0; b < c.batch; ++b)
-      for (int i = 0; i < c.q_len; ++i) {
-        const int last = c.causal_offset >= 0 ? std::min(c.kv_len - 1, c.causal_offset + i) : c.kv_len - 1;
+      for (int i = 0; i < q_len_of(c, b); ++i) {
+        const int last = last_key(c, b, i);
         if (last < 0) continue;
         for (int h = 0; h < c.n_heads; ++h) {
           const int j = static_cast<int>(rng() % (last + 1));
           for (int d = 0; d < kHeadDim; ++d)
-            q[((static_cast<std::size_t>(b) * c.q_len + i) * c.n_heads + h) * kHeadDim + d] =
+            q[((static_cast<std::size_t>(in.q_start[b]) + i) * c.n_heads + h) * kHeadDim + d] =
                 2.5f * k[((static_cast<std::size_t>(b) * c.kv_len + j) * c.n_kv_heads + h / group) * kHeadDim + d] +
                 0.1f * normal(rng);
         }
       }
   }
-  const Quantized qq = quantize(q, c.n_heads, c.per_head_q);
-  const Quantized kq = quantize(k, c.n_kv_heads, c.per_head_kv);
-  const Quantized vq = quantize(v, c.n_kv_heads, c.per_head_kv);
+  in.q = quantize(q, c.n_heads, c.per_head_q);
+  in.k = quantize(k, c.n_kv_heads, c.per_head_kv);
+  in.v = quantize(v, c.n_kv_heads, c.per_head_kv);
+  return in;
+}
 
-  DeviceBuffer q_dev = DeviceBuffer::from(qq.codes), k_dev = DeviceBuffer::from(kq.codes),
-               v_dev = DeviceBuffer::from(vq.codes);
-  DeviceBuffer q_scale = DeviceBuffer::from(qq.scales), k_scale = DeviceBuffer::from(kq.scales),
-               v_scale = DeviceBuffer::from(vq.scales);
-  DeviceBuffer out_dev(std::max<std::size_t>(q_count * 2, 16));
-  out_dev.fill_byte(0xff);
-  const std::size_t rows = static_cast<std::size_t>(c.batch) * c.q_len * c.n_heads;
-  DeviceBuffer lse_dev(std::max<std::size_t>(rows * 4, 16));
-  lse_dev.fill_byte(0xff);
+// K's or V's codes in pages of `page_size` tokens [pages][page_size][kv heads][d], request b's
+// pages at table row b in a shuffled order; the slots past each request's end hold NaN codes
+// (0x7f), which no output may show.
+std::vector<std::uint8_t> paged_codes(const Fp8AttentionCase& c, const std::vector<std::uint8_t>& codes,
+                                      const std::vector<int>& table, int pages_per_seq) {
+  const std::size_t row = static_cast<std::size_t>(c.n_kv_heads) * kHeadDim;
+  std::vector<std::uint8_t> pages(table.size() * c.page_size * row, 0x7f);
+  for (int b = 0; b < c.batch; ++b)
+    for (int j = 0; j < kv_len_of(c, b); ++j) {
+      const std::size_t page = static_cast<std::size_t>(table[static_cast<std::size_t>(b) * pages_per_seq + j / c.page_size]);
+      std::copy_n(codes.begin() + (static_cast<std::size_t>(b) * c.kv_len + j) * row, row,
+                  pages.begin() + (page * c.page_size + j % c.page_size) * row);
+    }
+  return pages;
+}
 
-  PrefillArgs a;
+// Runs the kernel (contiguous prefill or paged_prefill) into out [total_q][heads][d] and lse
+// [total_q][heads], both poisoned first.
+void run_kernel(const Fp8AttentionCase& c, const Inputs& in, std::mt19937& rng, DeviceBuffer& out_dev,
+                DeviceBuffer& lse_dev) {
+  DeviceBuffer q_dev = DeviceBuffer::from(in.q.codes);
+  DeviceBuffer q_scale = DeviceBuffer::from(in.q.scales), k_scale = DeviceBuffer::from(in.k.scales),
+               v_scale = DeviceBuffer::from(in.v.scales);
+  AttentionOptions o;
+  o.qkv_dtype = KvDType::e4m3;
+  o.q_scale = static_cast<const float*>(q_scale.get());
+  o.q_scale_per_head = c.per_head_q;
+  o.k_scale = static_cast<const float*>(k_scale.get());
+  o.v_scale = static_cast<const float*>(v_scale.get());
+  o.kv_scale_per_head = c.per_head_kv;
+  if (c.page_size == 0) {
+    DeviceBuffer k_dev = DeviceBuffer::from(in.k.codes), v_dev = DeviceBuffer::from(in.v.codes);
+    PrefillArgs a;
+    static_cast<AttentionOptions&>(a) = o;
+    a.dtype = c.dtype;
+    a.batch = c.batch;
+    a.q_len = c.q_len;
+    a.kv_len = c.kv_len;
+    a.n_heads = c.n_heads;
+    a.n_kv_heads = c.n_kv_heads;
+    a.head_dim = kHeadDim;
+    a.causal_offset = c.causal_offset;
+    a.q = q_dev.get();
+    a.k = k_dev.get();
+    a.v = v_dev.get();
+    a.out = out_dev.get();
+    a.lse = static_cast<float*>(lse_dev.get());
+    Runtime::get().prefill(a);
+    synchronize();
+    return;
+  }
+  const int pages_per_seq = std::max((c.kv_len + c.page_size - 1) / c.page_size, 1);
+  std::vector<int> table(static_cast<std::size_t>(c.batch) * pages_per_seq);
+  for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int>(i);
+  std::shuffle(table.begin(), table.end(), rng);
+  std::vector<int> lens(c.batch);
+  for (int b = 0; b < c.batch; ++b) lens[b] = kv_len_of(c, b);
+  DeviceBuffer k_dev = DeviceBuffer::from(paged_codes(c, in.k.codes, table, pages_per_seq));
+  DeviceBuffer v_dev = DeviceBuffer::from(paged_codes(c, in.v.codes, table, pages_per_seq));
+  DeviceBuffer table_dev = DeviceBuffer::from(table), lens_dev = DeviceBuffer::from(lens),
+               indptr_dev = DeviceBuffer::from(in.q_start);
+  PagedPrefillArgs a;
+  static_cast<AttentionOptions&>(a) = o;
   a.dtype = c.dtype;
   a.batch = c.batch;
-  a.q_len = c.q_len;
-  a.kv_len = c.kv_len;
+  a.total_q = in.q_start[c.batch];
+  a.max_q_len = 0;
+  for (int b = 0; b < c.batch; ++b) a.max_q_len = std::max(a.max_q_len, q_len_of(c, b));
   a.n_heads = c.n_heads;
   a.n_kv_heads = c.n_kv_heads;
   a.head_dim = kHeadDim;
-  a.causal_offset = c.causal_offset;
+  a.page_size = c.page_size;
+  a.num_pages = static_cast<int>(table.size());
+  a.max_pages_per_seq = pages_per_seq;
+  a.causal = c.causal;
   a.q = q_dev.get();
-  a.k = k_dev.get();
-  a.v = v_dev.get();
+  a.k_cache = k_dev.get();
+  a.v_cache = v_dev.get();
+  a.qo_indptr = static_cast<const int*>(indptr_dev.get());
+  a.seq_lens = static_cast<const int*>(lens_dev.get());
+  a.page_table = static_cast<const int*>(table_dev.get());
   a.out = out_dev.get();
   a.lse = static_cast<float*>(lse_dev.get());
-  a.qkv_dtype = KvDType::e4m3;
-  a.q_scale = static_cast<const float*>(q_scale.get());
-  a.q_scale_per_head = c.per_head_q;
-  a.k_scale = static_cast<const float*>(k_scale.get());
-  a.v_scale = static_cast<const float*>(v_scale.get());
-  a.kv_scale_per_head = c.per_head_kv;
-  Runtime::get().prefill(a);
+  Runtime::get().paged_prefill(a);
   synchronize();
-  const std::vector<std::uint16_t> out = out_dev.to_host<std::uint16_t>(q_count);
+}
+
+void run_case(const Fp8AttentionCase& c) {
+  CAPTURE(fmt::format("B{} q{} kv{} heads {}/{} page {} causal_offset {} causal {} shrink {} per-head q {} kv {} "
+                      "peaked {} {}", c.batch, c.q_len, c.kv_len, c.n_heads, c.n_kv_heads, c.page_size,
+                      c.causal_offset, c.causal, c.kv_shrink, c.per_head_q, c.per_head_kv, c.peaked,
+                      c.dtype == DType::bf16 ? "bf16" : "fp16"));
+  std::mt19937 rng(c.seed);
+  const Inputs in = make_inputs(c, rng);
+  const std::size_t rows = static_cast<std::size_t>(in.q_start[c.batch]) * c.n_heads;
+  DeviceBuffer out_dev(std::max<std::size_t>(rows * kHeadDim * 2, 16));
+  out_dev.fill_byte(0xff);
+  DeviceBuffer lse_dev(std::max<std::size_t>(rows * 4, 16));
+  lse_dev.fill_byte(0xff);
+  run_kernel(c, in, rng, out_dev, lse_dev);
+  const std::vector<std::uint16_t> out = out_dev.to_host<std::uint16_t>(rows * kHeadDim);
   const std::vector<float> lse = lse_dev.to_host<float>(rows);
 
+  const int group = c.n_heads / c.n_kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(kHeadDim));
   double worst = 0, worst_lse = 0, sum_sq = 0, ref_sq = 0;
   int failures = 0;
   std::vector<double> s(static_cast<std::size_t>(std::max(c.kv_len, 1)));
   for (int b = 0; b < c.batch; ++b)
-    for (int i = 0; i < c.q_len; ++i)
+    for (int i = 0; i < q_len_of(c, b); ++i)
       for (int h = 0; h < c.n_heads; ++h) {
         const int kvh = h / group;
-        const std::size_t q_row = ((static_cast<std::size_t>(b) * c.q_len + i) * c.n_heads + h) * kHeadDim;
-        const int last = c.causal_offset >= 0 ? std::min(c.kv_len - 1, c.causal_offset + i) : c.kv_len - 1;
+        const std::size_t row = (static_cast<std::size_t>(in.q_start[b]) + i) * c.n_heads + h;
+        const std::size_t q_row = row * kHeadDim;
+        const int last = last_key(c, b, i);
+        auto kv_row = [&](int j) {
+          return ((static_cast<std::size_t>(b) * c.kv_len + j) * c.n_kv_heads + kvh) * kHeadDim;
+        };
         double top = -INFINITY;
         for (int j = 0; j <= last; ++j) {
-          const std::size_t k_row = ((static_cast<std::size_t>(b) * c.kv_len + j) * c.n_kv_heads + kvh) * kHeadDim;
           double dot = 0;
-          for (int d = 0; d < kHeadDim; ++d) dot += double(qq.value(q_row + d, h)) * kq.value(k_row + d, kvh);
+          for (int d = 0; d < kHeadDim; ++d) dot += double(in.q.value(q_row + d, h)) * in.k.value(kv_row(j) + d, kvh);
           s[j] = dot * scale;
           top = std::max(top, s[j]);
         }
@@ -157,8 +255,7 @@ void run_case(const Fp8AttentionCase& c) {
         for (int d = 0; d < kHeadDim; ++d) {
           double want = 0;
           for (int j = 0; j <= last; ++j) {
-            const std::size_t v_row = ((static_cast<std::size_t>(b) * c.kv_len + j) * c.n_kv_heads + kvh) * kHeadDim;
-            const double value = vq.value(v_row + d, kvh);
+            const double value = in.v.value(kv_row(j) + d, kvh);
             want += std::exp(s[j] - top) / total * value;
             v_max = std::max(v_max, std::fabs(value));
           }
@@ -171,7 +268,6 @@ void run_case(const Fp8AttentionCase& c) {
           if (!(error <= bound) && failures++ < 5)
             FAIL_CHECK(fmt::format("b={} i={} h={} d={}: got {} want {} (bound {})", b, i, h, d, got, want, bound));
         }
-        const std::size_t row = (static_cast<std::size_t>(b) * c.q_len + i) * c.n_heads + h;
         const double lse_want = last < 0 ? -INFINITY : top + std::log(total);
         if (last < 0) {
           CHECK(std::isinf(lse[row]));
@@ -212,6 +308,44 @@ TEST_CASE("FP8 attention on sm_90a: e4m3 q, k and v through both wgmma GEMMs aga
     run_case(c);
   }
   CHECK(loaded_variants_named(".qkv_e4m3.wgmma.") > 0);
+}
+
+TEST_CASE("FP8 attention over pages on sm_90a: e4m3 q and cache, ragged requests, NaN past each request's end") {
+  if (!sm90a_target()) return not_run("FP8 attention: needs an sm_90a target");
+  if (mma_forced_off() || wgmma_forced_off()) return not_run("FP8 attention: the wgmma prefill is turned off");
+  std::mt19937 rng(test_seed(9013));
+  // Pages of one box (8, 16 tokens) and of several (64); requests whose KV ends mid-page and
+  // mid-block, one with no KV at all; chunked prefill (q shorter than the KV) and whole prompts.
+  auto paged = [](DType dtype, int batch, int q_len, int kv_len, int heads, int kv_heads, int page, bool causal,
+                  int shrink, bool per_head, bool peaked) {
+    Fp8AttentionCase c;
+    c.dtype = dtype;
+    c.batch = batch;
+    c.q_len = q_len;
+    c.kv_len = kv_len;
+    c.n_heads = heads;
+    c.n_kv_heads = kv_heads;
+    c.page_size = page;
+    c.causal = causal;
+    c.kv_shrink = shrink;
+    c.per_head_q = c.per_head_kv = per_head;
+    c.peaked = peaked;
+    return c;
+  };
+  const Fp8AttentionCase cases[] = {
+      paged(DType::bf16, 1, 1, 1, 4, 1, 16, true, 0, false, false),
+      paged(DType::bf16, 3, 100, 333, 8, 2, 16, true, 111, false, true),
+      paged(DType::fp16, 2, 129, 257, 4, 4, 8, true, 100, true, false),
+      paged(DType::bf16, 4, 64, 1000, 16, 2, 64, true, 250, false, false),
+      paged(DType::bf16, 2, 37, 200, 8, 1, 64, false, 63, true, true),
+      paged(DType::fp16, 2, 300, 300, 4, 1, 16, true, 1, false, true),
+      paged(DType::bf16, 3, 50, 100, 4, 1, 16, true, 50, false, false),  // the last request: no KV, no rows
+  };
+  for (Fp8AttentionCase c : cases) {
+    c.seed = rng();
+    run_case(c);
+  }
+  CHECK(loaded_variants_named("paged_prefill.bf16.hd128.ps16.g4.qkv_e4m3.wgmma.") > 0);
 }
 
 TEST_CASE("FP8 attention refuses by name what it does not serve") {

@@ -4,8 +4,10 @@
 // every shape and path it does not serve, and the argument checks.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <regex>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -25,11 +27,13 @@ using astrai::testing::contains;
 using astrai::detail::KernelKind;
 using astrai::detail::KernelSpec;
 
-KernelSpec fp8_prefill(DType dtype, int group, std::uint32_t extra = 0) {
+// page_size 0: the contiguous prefill; else the paged one.
+KernelSpec fp8_prefill(DType dtype, int group, std::uint32_t extra = 0, int page_size = 0) {
   KernelSpec spec;
-  spec.kind = KernelKind::prefill;
+  spec.kind = page_size == 0 ? KernelKind::prefill : KernelKind::paged_prefill;
   spec.dtype = dtype;
   spec.head_dim = 128;
+  spec.page_size = page_size;
   spec.group_size = group;
   spec.flags = astrai::kFeatureQkvE4m3 | extra;
   spec.arch = "sm_90a";
@@ -58,9 +62,11 @@ astrai::PrefillArgs fp8_args() {
 
 TEST_SUITE("hopper") {
   TEST_CASE("sm_90a FP8 attention: e4m3 wgmma on both GEMMs, P to e4m3 in registers, V transposed by the producer") {
-    for (DType dtype : {DType::bf16, DType::fp16}) {
+    // Contiguous, and paged (pages of one box and of several).
+    const std::pair<DType, int> cases[] = {{DType::bf16, 0}, {DType::fp16, 0}, {DType::bf16, 16}, {DType::fp16, 64}};
+    for (const auto& [dtype, page_size] : cases) {
       for (int group : {1, 4, 8}) {
-        KernelSpec spec = fp8_prefill(dtype, group);
+        KernelSpec spec = fp8_prefill(dtype, group, 0, page_size);
         CAPTURE(spec.name());
         REQUIRE(astrai::detail::hopper_serves(spec));
         CHECK(spec.name().find(".qkv_e4m3.wgmma.") != std::string::npos);
@@ -76,8 +82,12 @@ TEST_SUITE("hopper") {
         CHECK(contains(result.ptx, "cvt.rn.satfinite.e4m3x2.f32"));
         CHECK(contains(result.ptx, "prmt.b32"));
         CHECK(contains(result.ptx, "fence.proxy.async.shared::cta"));
-        // q, K and V by 4-D TMA boxes of bytes.
+        // q, K and V by 4-D TMA boxes of bytes (no 5-D box: paged V as the FP8 cache's, whole rows).
         CHECK(contains(result.ptx, "cp.async.bulk.tensor.4d"));
+        CHECK_FALSE(contains(result.ptx, "cp.async.bulk.tensor.5d"));
+        // Paged: the tail of the last page's V is cleared in the transposition (a select on the
+        // token, no store of zeros by the consumers).
+        if (page_size != 0) CHECK(contains(result.ptx, "selp.b32"));
         CHECK(contains(result.ptx, fmt::format("setmaxnreg.dec.sync.aligned.u32 {}",
                                                astrai::prefill_sm90_producer_regs(2, false, true))));
         const std::regex spills(R"((\d+) bytes spill stores)");
@@ -104,6 +114,23 @@ TEST_SUITE("hopper") {
       CHECK(shape->element_bytes == 1);
       CHECK(shape->box[0] == 128u);  // one 128-byte swizzle row
     }
+    // Paged: K and V in boxes of whole rows of bytes, up to 16 tokens of one page (the FP8
+    // cache's boxes).
+    p.total_q = 200;
+    p.num_pages = 40;
+    for (int page_size : {8, 16, 64}) {
+      CAPTURE(page_size);
+      const auto paged = astrai::detail::prefill_map_shapes(p, 128, page_size, 2, 128, false, true);
+      for (const auto* shape : {&paged.q, &paged.k, &paged.v}) {
+        CHECK(shape->element_bytes == 1);
+        CHECK(shape->box[0] == 128u);
+      }
+      for (const auto* shape : {&paged.k, &paged.v}) {
+        REQUIRE(shape->box.size() == 4);
+        const std::uint32_t rows = static_cast<std::uint32_t>(std::min(page_size, 16));
+        CHECK(shape->box[2] == rows);
+      }
+    }
   }
 
   TEST_CASE("FP8 attention is refused by name where it is not served") {
@@ -114,10 +141,11 @@ TEST_SUITE("hopper") {
       return s;
     }()));
     CHECK_FALSE(astrai::detail::hopper_serves(fp8_prefill(DType::bf16, 4, astrai::kFeatureSoftCap)));
+    CHECK(astrai::detail::hopper_serves(fp8_prefill(DType::bf16, 4, 0, 8)));
+    CHECK_FALSE(astrai::detail::hopper_serves(fp8_prefill(DType::bf16, 4, astrai::kFeatureWindow, 16)));
     CHECK_FALSE(astrai::detail::hopper_serves([] {
-      KernelSpec s = fp8_prefill(DType::bf16, 4);
-      s.kind = KernelKind::paged_prefill;
-      s.page_size = 16;
+      KernelSpec s = fp8_prefill(DType::bf16, 4, 0, 16);
+      s.kind = KernelKind::paged_decode;
       return s;
     }()));
     KernelSpec portable = fp8_prefill(DType::bf16, 4);
@@ -172,6 +200,68 @@ TEST_CASE("FP8 attention's arguments: its three scales, never beside an FP8 cach
   stray.qkv_dtype = astrai::KvDType::same;
   stray.k_scale = stray.v_scale = nullptr;
   CHECK_THROWS_WITH_AS(astrai::validate_args(stray), doctest::Contains("q_scale"), astrai::InvalidArgument);
+}
+
+}  // namespace fp8_attention_test
+
+namespace fp8_attention_test {
+
+astrai::PagedPrefillArgs fp8_paged_args() {
+  static float scales[3] = {1.f, 1.f, 1.f};
+  alignas(16) static unsigned char bytes[16];
+  static int indptr[2] = {0, 1}, lens[1] = {1}, table[1] = {0};
+  astrai::PagedPrefillArgs a;
+  a.batch = 1;
+  a.total_q = 1;
+  a.max_q_len = 1;
+  a.n_heads = 4;
+  a.n_kv_heads = 1;
+  a.head_dim = 128;
+  a.page_size = 16;
+  a.num_pages = 1;
+  a.max_pages_per_seq = 1;
+  a.q = bytes;
+  a.k_cache = a.v_cache = bytes;
+  a.out = bytes;
+  a.qo_indptr = indptr;
+  a.seq_lens = lens;
+  a.page_table = table;
+  a.causal = true;
+  a.qkv_dtype = astrai::KvDType::e4m3;
+  a.q_scale = &scales[0];
+  a.k_scale = &scales[1];
+  a.v_scale = &scales[2];
+  return a;
+}
+
+TEST_CASE("FP8 attention over pages: only its shape, refused by argument elsewhere") {
+  CHECK_NOTHROW(astrai::validate_args(fp8_paged_args()));
+  astrai::PagedPrefillArgs small = fp8_paged_args();
+  small.page_size = 1;
+  CHECK_THROWS_WITH_AS(astrai::validate_args(small),
+                       doctest::Contains("page_size 1 is not served with qkv_dtype e4m3"), astrai::InvalidArgument);
+  astrai::PagedPrefillArgs hd64 = fp8_paged_args();
+  hd64.head_dim = 64;
+  CHECK_THROWS_WITH_AS(astrai::validate_args(hd64), doctest::Contains("head_dim 64 is not served with qkv_dtype e4m3"),
+                       astrai::InvalidArgument);
+  astrai::PagedPrefillArgs sink = fp8_paged_args();
+  static float sinks[4] = {};
+  sink.sinks = sinks;
+  CHECK_THROWS_WITH_AS(astrai::validate_args(sink), doctest::Contains("sinks = "), astrai::InvalidArgument);
+  astrai::PagedPrefillArgs masked = fp8_paged_args();
+  static bool keep[16] = {true};
+  masked.mask = keep;
+  CHECK_THROWS_WITH_AS(astrai::validate_args(masked), doctest::Contains("(allowed: none; causal for a causal"),
+                       astrai::InvalidArgument);
+  astrai::PagedPrefillArgs strided = fp8_paged_args();
+  strided.q_stride_token = strided.n_heads * strided.head_dim + 8;
+  CHECK_THROWS_WITH_AS(astrai::validate_args(strided), doctest::Contains("q_stride_token"), astrai::InvalidArgument);
+  astrai::PagedPrefillArgs missing = fp8_paged_args();
+  missing.v_scale = nullptr;
+  CHECK_THROWS_WITH_AS(astrai::validate_args(missing), doctest::Contains("v_scale"), astrai::InvalidArgument);
+  astrai::PagedPrefillArgs cache8 = fp8_paged_args();
+  cache8.kv_dtype = astrai::KvDType::e4m3;
+  CHECK_THROWS_WITH_AS(astrai::validate_args(cache8), doctest::Contains("already e4m3"), astrai::InvalidArgument);
 }
 
 }  // namespace fp8_attention_test

@@ -299,6 +299,7 @@ struct CaseDef {
   std::string ratio_label;
   RatioOf ratio_of = RatioOf::rate;
   KvDType kv_dtype = KvDType::same;  // decode and paged_prefill cases: an FP8 cache
+  bool qkv_e4m3 = false;             // prefill cases: FP8 attention, e4m3 q, k and v (.qkv_e4m3)
   // Serving features, set up as the GPU tests do (tests/gpu/test_paged_decode.cpp).
   float logit_cap = 0.f;  // > 0: soft-cap (.cap)
   bool sinks = false;     // one random sink logit per query head (.sink)
@@ -322,6 +323,7 @@ struct CaseDef {
     std::uint32_t bits = 0;
     if (kv_dtype == KvDType::e4m3) bits |= kFeatureKvE4m3;
     if (kv_dtype == KvDType::e5m2) bits |= kFeatureKvE5m2;
+    if (qkv_e4m3) bits |= kFeatureQkvE4m3;
     if (window_left >= 0) bits |= kFeatureWindow;
     if (logit_cap > 0) bits |= kFeatureSoftCap;
     if (sinks) bits |= kFeatureSink;
@@ -407,6 +409,8 @@ struct PagedLayout {
 PagedLayout make_paged_layout(std::vector<std::int32_t> lens, int page_size, std::mt19937& rng, bool shuffle = true);
 // A case's seed, from its name.
 std::uint64_t seed_of(const std::string& name);
+// Sink logits for a case with sinks, one per query head, in the range the GPU tests use.
+std::vector<float> sink_logits(const CaseDef& def);
 // The decode variant the runtime launched last (on sm_90a its tiling follows the split plan,
 // which the bench does not repeat), else the expected one.
 std::string launched_decode_variant(const std::string& expected);

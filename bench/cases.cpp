@@ -191,6 +191,25 @@ std::vector<CaseDef> all_cases() {
   });
   cases.back().ratio_to = "paged_prefill/hd128.ps16.causal.B8x512.kv8192";
   cases.back().ratio_label = "TFLOP/s vs bf16";
+  // FP8 attention (sm_90a): e4m3 q, k and v, each row against its bf16 twin (its label less
+  // ".qkv_e4m3").
+  struct Fp8Row {
+    CaseKind kind;
+    bool causal;
+    int batch, len, page, prefix;
+  };
+  for (const Fp8Row& r : {Fp8Row{CaseKind::prefill, true, 2, 8192, 0, 0}, Fp8Row{CaseKind::prefill, false, 4, 4096, 0, 0},
+                          Fp8Row{CaseKind::paged_prefill, true, 2, 8192, 16, 0},
+                          Fp8Row{CaseKind::paged_prefill, true, 8, 512, 16, 7680}}) {
+    prefill(r.kind, 128, r.causal, r.batch, r.len, r.page, [&](CaseDef& c) {
+      c.prefix = r.prefix;
+      c.qkv_e4m3 = true;
+    });
+    CaseDef& row = cases.back();
+    row.ratio_to = row.name().substr(0, row.name().rfind(".qkv_e4m3"));
+    row.ratio_label = "TFLOP/s vs bf16";
+    row.ratio_of = RatioOf::rate;
+  }
   // On sm_90a these run the Hopper kernel like the plain row; the window cuts the score work
   // (noted with the row).
   prefill(CaseKind::prefill, 128, true, 2, 8192, 0, window);
@@ -530,147 +549,6 @@ void Bench::case_decode(const CaseDef& def, CaseResult* result) {
                        2.0 * static_cast<double>(q_elems) * 2;
   result->variant = launched_decode_variant(result->variant);
   finish(result, timing, bytes, false);
-}
-
-double attention_flops(const CaseDef& def) {
-  if (def.kind == CaseKind::paged_prefill && def.prefix > 0) {
-    // A causal chunk after `prefix` cached tokens: query i sees prefix + i + 1 keys.
-    const double keys = static_cast<double>(def.len) * def.prefix + def.len * (def.len + 1.0) / 2;
-    return 4.0 * def.batch * def.n_heads * keys * def.head_dim;
-  }
-  const double flops = 4.0 * def.batch * def.n_heads * static_cast<double>(def.len) * def.len * def.head_dim;
-  if (def.window_left < 0) return def.causal ? flops / 2 : flops;
-  // A causal window: query i attends to min(i + 1, window_left + 1) keys.
-  const double window = std::min<double>(def.window_left + 1.0, def.len);
-  const double keys = window * (window + 1) / 2 + (def.len - window) * window;
-  return 4.0 * def.batch * def.n_heads * keys * def.head_dim;
-}
-
-void Bench::case_prefill(const CaseDef& def, CaseResult* result) {
-  result->variant = planned_prefill_variant(KernelKind::prefill, def, def.flags());
-  if (!def.features().empty()) result->notes.push_back(def.features());
-  if (def.window_left >= 0) {
-    CaseDef causal = def;
-    causal.window_left = -1;
-    result->notes.push_back(
-        fmt::format("{:.2f}x the causal score work", attention_flops(def) / attention_flops(causal)));
-  }
-  const std::size_t q_elems = static_cast<std::size_t>(def.batch) * def.len * def.n_heads * def.head_dim;
-  const std::size_t kv_elems = static_cast<std::size_t>(def.batch) * def.len * def.n_kv_heads * def.head_dim;
-  const std::size_t set_bytes = 2 * q_elems * 2 + 2 * kv_elems * 2;
-  const int sets = choose_sets(set_bytes, 0, &result->notes);
-  result->sets = sets;
-  struct Set {
-    DeviceBuffer q, k, v, out;
-  };
-  std::vector<Set> buffers;
-  for (int s = 0; s < sets; ++s) {
-    Set set{DeviceBuffer(q_elems * 2), DeviceBuffer(kv_elems * 2), DeviceBuffer(kv_elems * 2),
-            DeviceBuffer(q_elems * 2)};
-    const std::uint64_t seed = seed_of(def.name()) + 4u * static_cast<std::uint64_t>(s);
-    fill_bf16(set.q, q_elems, seed);
-    fill_bf16(set.k, kv_elems, seed + 1);
-    fill_bf16(set.v, kv_elems, seed + 2);
-    fill_bf16(set.out, q_elems, seed + 3);
-    buffers.push_back(std::move(set));
-  }
-  DeviceBuffer sinks;
-  if (def.sinks) sinks = DeviceBuffer::from(sink_logits(def));
-  sync_all();
-  astrai::PrefillArgs base;
-  base.dtype = DType::bf16;
-  base.batch = def.batch;
-  base.q_len = def.len;
-  base.kv_len = def.len;
-  base.n_heads = def.n_heads;
-  base.n_kv_heads = def.n_kv_heads;
-  base.head_dim = def.head_dim;
-  base.causal_offset = def.causal ? 0 : -1;  // a fresh prompt: kv_len - q_len
-  base.logit_cap = def.logit_cap;
-  if (def.sinks) base.sinks = sinks.as<const float>();
-  base.window_left = def.window_left;
-  const Call call = [&](int s, CUstream stream) {
-    astrai::PrefillArgs args = base;
-    const Set& set = buffers[static_cast<std::size_t>(s)];
-    args.q = set.q.ptr();
-    args.k = set.k.ptr();
-    args.v = set.v.ptr();
-    args.out = set.out.ptr();
-    args.stream = stream;
-    Runtime::get().prefill(args);
-  };
-  const Timing timing = time_calls(sets, call);
-  finish(result, timing, attention_flops(def), true);
-}
-
-void Bench::case_paged_prefill(const CaseDef& def, CaseResult* result) {
-  std::mt19937 rng(static_cast<std::uint32_t>(seed_of(def.name())));
-  const PagedLayout layout = make_paged_layout(
-      std::vector<std::int32_t>(static_cast<std::size_t>(def.batch), def.prefix + def.len), def.page_size, rng);
-  const bool fp8 = def.kv_dtype != KvDType::same;
-  result->variant = planned_prefill_variant(KernelKind::paged_prefill, def, def.flags());
-  const int total_q = def.batch * def.len;
-  std::vector<std::int32_t> qo_indptr(static_cast<std::size_t>(def.batch) + 1);
-  for (int b = 0; b <= def.batch; ++b) qo_indptr[static_cast<std::size_t>(b)] = b * def.len;
-  const std::size_t pool_elems =
-      static_cast<std::size_t>(layout.num_pages) * def.page_size * def.n_kv_heads * def.head_dim;
-  const std::size_t q_elems = static_cast<std::size_t>(total_q) * def.n_heads * def.head_dim;
-  const std::size_t kv_element_bytes = fp8 ? 1 : 2;
-  const std::size_t set_bytes = 2 * pool_elems * kv_element_bytes + 2 * q_elems * 2;
-  const std::size_t shared_bytes = (layout.table.size() + layout.lens.size() + qo_indptr.size()) * 4;
-  const int sets = choose_sets(set_bytes, shared_bytes, &result->notes);
-  result->sets = sets;
-  struct Set {
-    DeviceBuffer q, k, v, out;
-  };
-  std::vector<Set> buffers;
-  for (int s = 0; s < sets; ++s) {
-    Set set{DeviceBuffer(q_elems * 2), DeviceBuffer(pool_elems * kv_element_bytes),
-            DeviceBuffer(pool_elems * kv_element_bytes), DeviceBuffer(q_elems * 2)};
-    const std::uint64_t seed = seed_of(def.name()) + 4u * static_cast<std::uint64_t>(s);
-    fill_bf16(set.q, q_elems, seed);
-    fill_kv(set.k, pool_elems, seed + 1, def.kv_dtype);
-    fill_kv(set.v, pool_elems, seed + 2, def.kv_dtype);
-    fill_bf16(set.out, q_elems, seed + 3);
-    buffers.push_back(std::move(set));
-  }
-  const DeviceBuffer table = DeviceBuffer::from(layout.table);
-  const DeviceBuffer seq_lens = DeviceBuffer::from(layout.lens);
-  const DeviceBuffer indptr = DeviceBuffer::from(qo_indptr);
-  const DeviceBuffer scales = DeviceBuffer::from(std::vector<float>(static_cast<std::size_t>(def.n_kv_heads), 1.f));
-  sync_all();
-  astrai::PagedPrefillArgs base;
-  base.dtype = DType::bf16;
-  base.batch = def.batch;
-  base.total_q = total_q;
-  base.max_q_len = def.len;
-  base.n_heads = def.n_heads;
-  base.n_kv_heads = def.n_kv_heads;
-  base.head_dim = def.head_dim;
-  base.page_size = def.page_size;
-  base.num_pages = layout.num_pages;
-  base.max_pages_per_seq = layout.width;
-  base.causal = def.causal;
-  base.qo_indptr = indptr.as<const std::int32_t>();
-  base.page_table = table.as<const std::int32_t>();
-  base.seq_lens = seq_lens.as<const std::int32_t>();
-  if (fp8) {
-    base.kv_dtype = def.kv_dtype;
-    base.k_scale = base.v_scale = scales.as<const float>();
-    base.kv_scale_per_head = true;
-  }
-  const Call call = [&](int s, CUstream stream) {
-    astrai::PagedPrefillArgs args = base;
-    const Set& set = buffers[static_cast<std::size_t>(s)];
-    args.q = set.q.ptr();
-    args.k_cache = set.k.ptr();
-    args.v_cache = set.v.ptr();
-    args.out = set.out.ptr();
-    args.stream = stream;
-    Runtime::get().paged_prefill(args);
-  };
-  const Timing timing = time_calls(sets, call);
-  finish(result, timing, attention_flops(def), true);
 }
 
 void Bench::case_rotary(const CaseDef& def, CaseResult* result) {

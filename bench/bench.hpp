@@ -300,6 +300,7 @@ struct CaseDef {
   RatioOf ratio_of = RatioOf::rate;
   KvDType kv_dtype = KvDType::same;  // decode and paged_prefill cases: an FP8 cache
   bool qkv_e4m3 = false;             // prefill cases: FP8 attention, e4m3 q, k and v (.qkv_e4m3)
+  bool p_fp16 = false;               // FP8 attention with P kept in f16 (.p_fp16)
   // Serving features, set up as the GPU tests do (tests/gpu/test_paged_decode.cpp).
   float logit_cap = 0.f;  // > 0: soft-cap (.cap)
   bool sinks = false;     // one random sink logit per query head (.sink)
@@ -324,6 +325,7 @@ struct CaseDef {
     if (kv_dtype == KvDType::e4m3) bits |= kFeatureKvE4m3;
     if (kv_dtype == KvDType::e5m2) bits |= kFeatureKvE5m2;
     if (qkv_e4m3) bits |= kFeatureQkvE4m3;
+    if (p_fp16) bits |= kFeatureQkvP16;
     if (window_left >= 0) bits |= kFeatureWindow;
     if (logit_cap > 0) bits |= kFeatureSoftCap;
     if (sinks) bits |= kFeatureSink;

@@ -191,19 +191,22 @@ std::vector<CaseDef> all_cases() {
   });
   cases.back().ratio_to = "paged_prefill/hd128.ps16.causal.B8x512.kv8192";
   cases.back().ratio_label = "TFLOP/s vs bf16";
-  // FP8 attention (sm_90a): e4m3 q, k and v, each row against its bf16 twin (its label less
-  // ".qkv_e4m3").
+  // FP8 attention (sm_90a): e4m3 q, k and v (and once P kept in f16), each row against its bf16
+  // twin (its label less ".qkv_e4m3...").
   struct Fp8Row {
     CaseKind kind;
     bool causal;
     int batch, len, page, prefix;
+    bool p16;
   };
-  for (const Fp8Row& r : {Fp8Row{CaseKind::prefill, true, 2, 8192, 0, 0}, Fp8Row{CaseKind::prefill, false, 4, 4096, 0, 0},
-                          Fp8Row{CaseKind::paged_prefill, true, 2, 8192, 16, 0},
-                          Fp8Row{CaseKind::paged_prefill, true, 8, 512, 16, 7680}}) {
+  for (const Fp8Row& r :
+       {Fp8Row{CaseKind::prefill, true, 2, 8192, 0, 0, false}, Fp8Row{CaseKind::prefill, true, 2, 8192, 0, 0, true},
+        Fp8Row{CaseKind::prefill, false, 4, 4096, 0, 0, false}, Fp8Row{CaseKind::paged_prefill, true, 2, 8192, 16, 0, false},
+        Fp8Row{CaseKind::paged_prefill, true, 8, 512, 16, 7680, false}}) {
     prefill(r.kind, 128, r.causal, r.batch, r.len, r.page, [&](CaseDef& c) {
       c.prefix = r.prefix;
       c.qkv_e4m3 = true;
+      c.p_fp16 = r.p16;
     });
     CaseDef& row = cases.back();
     row.ratio_to = row.name().substr(0, row.name().rfind(".qkv_e4m3"));

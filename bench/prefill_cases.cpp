@@ -11,8 +11,9 @@ namespace {
 // FP8 attention's options: e4m3 q, k and v, one scale of 1 each (the bench's e4m3 values are
 // already in range).
 template <typename Args>
-void set_fp8_attention(Args* args, const DeviceBuffer& one, CaseResult* result) {
+void set_fp8_attention(Args* args, const DeviceBuffer& one, bool p_fp16, CaseResult* result) {
   args->qkv_dtype = KvDType::e4m3;
+  args->p_fp16 = p_fp16;
   args->q_scale = args->k_scale = args->v_scale = one.as<const float>();
   result->notes.push_back("% of the bf16 GEMM ceiling: e4m3 wgmma's peak is twice it");
 }
@@ -69,7 +70,7 @@ void Bench::case_prefill(const CaseDef& def, CaseResult* result) {
   const DeviceBuffer scales = DeviceBuffer::from(std::vector<float>{1.f});
   sync_all();
   astrai::PrefillArgs base;
-  if (def.qkv_e4m3) set_fp8_attention(&base, scales, result);
+  if (def.qkv_e4m3) set_fp8_attention(&base, scales, def.p_fp16, result);
   base.dtype = DType::bf16;
   base.batch = def.batch;
   base.q_len = def.len;
@@ -149,7 +150,7 @@ void Bench::case_paged_prefill(const CaseDef& def, CaseResult* result) {
   base.page_table = table.as<const std::int32_t>();
   base.seq_lens = seq_lens.as<const std::int32_t>();
   if (def.qkv_e4m3) {
-    set_fp8_attention(&base, scales, result);
+    set_fp8_attention(&base, scales, def.p_fp16, result);
   } else if (fp8) {
     base.kv_dtype = def.kv_dtype;
     base.k_scale = base.v_scale = scales.as<const float>();

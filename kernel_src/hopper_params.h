@@ -129,13 +129,14 @@ constexpr bool prefill_sm90_packs_gqa(int group) { return prefill_sm90_pack_head
 // Serving features the Hopper prefill computes: the soft-cap, sinks, the sliding window, and an
 // FP8 cache (paged, at the head dims of prefill_sm90_serves_kv8), widened in shared memory.
 constexpr unsigned prefill_sm90_features() {
-  return kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2 | kFeatureQkvE4m3;
+  return kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2 | kFeatureQkvE4m3 |
+         kFeatureQkvP16;
 }
 // FP8 attention (kFeatureQkvE4m3, prefill_sm90_fp8.cuh): head dim 128, contiguous KV or an e4m3
-// cache in pages of 8 tokens or more (the FP8 cache's boxes), no other feature; its tiles are the
-// FP8 cache's (128-token blocks, a byte ring for V).
+// cache in pages of 8 tokens or more (the FP8 cache's boxes), no other feature but P in f16
+// (kFeatureQkvP16); its tiles are the FP8 cache's (128-token blocks, a byte ring for V).
 constexpr bool prefill_sm90_serves_qkv8(int head_dim, int page_size, unsigned flags) {
-  return head_dim == 128 && (page_size == 0 || page_size >= 8) && (flags & ~kFeatureQkvE4m3) == 0;
+  return head_dim == 128 && (page_size == 0 || page_size >= 8) && (flags & ~(kFeatureQkvE4m3 | kFeatureQkvP16)) == 0;
 }
 // Head dims whose FP8 rows are one 128-byte swizzle row (the TMA box of the cache's bytes), and
 // whose rings fit: 128.

@@ -22,6 +22,9 @@ enum FeatureBit : unsigned {
   // FP8 operands, P quantized to e4m3; out keeps T. Scales: k_scale and v_scale as an FP8 cache's,
   // q_scale per tensor or per query head.
   kFeatureQkvE4m3 = 1u << 9,
+  // With kFeatureQkvE4m3: P stays in f16 for P V (V widened to f16) instead of e4m3, for callers
+  // who need P's probabilities under 2^-10 or more than e4m3's 4 significant bits.
+  kFeatureQkvP16 = 1u << 10,
   // Every serving option the portable kernels compute (their static_asserts check against it).
   kPortableFeatures = kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2 | kFeatureAlibi,
 };

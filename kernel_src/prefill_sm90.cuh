@@ -278,6 +278,11 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
         if (first.block_count > 0) prefill_sm90_widen_walk<C>(sm, first, 0, threadIdx.x - 32);
         return;
       }
+    } else if constexpr (C::kP16) {
+      if (threadIdx.x >= 32) {
+        if (first.block_count > 0) prefill_sm90_widen_v_walk<C>(sm, first, 0, threadIdx.x - 32);
+        return;
+      }
     } else if constexpr (C::kQkv8) {
       if (threadIdx.x >= 32) {
         if (first.block_count > 0) prefill_sm90_transpose_walk<C>(sm, first, 0, threadIdx.x - 32);

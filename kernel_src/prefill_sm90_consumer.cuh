@@ -141,7 +141,7 @@ struct PrefillSm90Consumer {
     reg_fence(o);
     reg_fence(pa);
     wgmma_fence();
-    if constexpr (C::kQkv8) {  // V^T in the stage, 32 tokens (two of these steps) a wgmma (prefill_sm90_fp8.cuh)
+    if constexpr (C::kVTransposed) {  // V^T in the stage, 32 tokens (two of these steps) a wgmma (prefill_sm90_fp8.cuh)
       static_assert(kFirstStep % 2 == 0 && kSteps % 2 == 0, "whole 32-token steps");
 #pragma unroll
       for (int kk = kFirstStep / 2; kk < (kFirstStep + kSteps) / 2; ++kk)
@@ -191,11 +191,11 @@ struct PrefillSm90Consumer {
 
   // Paged KV: the block holding the end of the KV arrives with the rest of its last page, which
   // may hold anything (even NaN, and 0 * NaN is NaN in P V). Zero those V rows once (stage 0);
-  // FP8 attention's transposition has cleared them (prefill_sm90_fp8.cuh).
+  // FP8 attention's transposition has cleared them (prefill_sm90_fp8.cuh), its widening not.
   __device__ __forceinline__ void clear_v_tail() {
     using Kv = PrefillSm90Kv<C>;
     const int first = r.kv_len - (n_blocks - 1) * kBlockN;  // the walk's first block is the last one
-    if (!Kv::kVTailToClear || C::kQkv8 || first >= kBlockN) return;
+    if (!Kv::kVTailToClear || C::kVTransposed || first >= kBlockN) return;
     const int pieces = (kBlockN - first) * 8;  // 16-byte pieces per chunk
     for (int i = t + 128 * consumer; i < pieces * kChunks; i += 128 * active) {
       const int row = first + (i % pieces) / 8;
@@ -209,7 +209,7 @@ struct PrefillSm90Consumer {
 
   // P in the register layout of wgmma's A operand: k-step kk takes s[8kk .. 8kk + 7].
   __device__ __forceinline__ void pack_p() {
-    if constexpr (C::kQkv8) {
+    if constexpr (C::kVTransposed) {
       prefill_sm90_pack_p_e4m3<kBlockN>(s, pa);
       return;
     }

@@ -68,19 +68,23 @@ struct PrefillSm90Config {
   static constexpr bool kKv8 = (kFlags & kFeatureKvFp8) != 0;
   static constexpr bool kE5m2 = (kFlags & kFeatureKvE5m2) != 0;
   static constexpr int kKv8Bytes = kBlockN * kHeadDim;  // one FP8 block of K or V
-  // The GEMMs' type: f16 with an FP8 cache (prefill_sm90_widen.cuh), else T.
-  static constexpr bool kMmaFp16 = kFp16 || kKv8;
+  // FP8 attention keeping P in f16 (kFeatureQkvP16): P V on f16 wgmma, V widened to f16 as an
+  // FP8 cache's is (prefill_sm90_widen.cuh) rather than transposed.
+  static constexpr bool kP16 = (kFlags & kFeatureQkvE4m3) != 0 && (kFlags & kFeatureQkvP16) != 0;
+  // The 16-bit GEMMs' type: f16 with an FP8 cache or P16 (prefill_sm90_widen.cuh), else T.
+  static constexpr bool kMmaFp16 = kFp16 || kKv8 || kP16;
   using MmaT = typename Select<kMmaFp16, fp16_t, T>::type;
   static_assert(!kKv8 || (kPageSize >= 8 && prefill_sm90_serves_kv8(kHeadDim) &&
                           kBlockN == prefill_sm90_block_n(kHeadDim, kConsumers, true)),
                 "an FP8 cache: paged, hd128, 128-token blocks (hopper_params.h)");
   // FP8 attention (prefill_sm90_fp8.cuh): Q and K tiles of bytes go to e4m3 wgmmas as TMA landed
   // them; V's bytes land in the byte ring, and the producer warpgroup's warps 1-3 transpose them
-  // into the V stage (FP8 wgmma reads B K-major only).
+  // into the V stage (FP8 wgmma reads B K-major only), or with P16 widen them.
   static constexpr bool kQkv8 = (kFlags & kFeatureQkvE4m3) != 0;
   static_assert(!kQkv8 || (prefill_sm90_serves_qkv8(kHeadDim, kPageSize, kFlags) && !kPersistent &&
                            kBlockN == prefill_sm90_block_n(kHeadDim, kConsumers, true)),
                 "FP8 attention: hd128, pages of 8 tokens or more, 128-token blocks, no other feature (hopper_params.h)");
+  static constexpr bool kVTransposed = kQkv8 && !kP16;  // else V is widened (P16) or 16-bit already
   static constexpr bool kByteRings = kKv8 || kQkv8;
   // Q and K rows as TMA boxes: 64 16-bit elements a 128-byte chunk, or 128 FP8 ones.
   static constexpr int kQkChunkElems = kQkv8 ? 128 : 64;

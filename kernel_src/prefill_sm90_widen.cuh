@@ -102,6 +102,14 @@ __device__ __forceinline__ void prefill_sm90_widen_walk(const PrefillSm90Smem<C>
   prefill_sm90_widen_step<C, true>(sm, g + w.block_count - 1, t);
 }
 
+// FP8 attention keeping P in f16 (C::kP16): V's blocks only, K going to the e4m3 wgmmas as TMA
+// landed it.
+template <class C>
+__device__ __forceinline__ void prefill_sm90_widen_v_walk(const PrefillSm90Smem<C>& sm, const PrefillSm90Walk& w,
+                                                          int g, int t) {
+  for (int it = 0; it < w.block_count; ++it) prefill_sm90_widen_step<C, true>(sm, g + it, t);
+}
+
 // A consumer's 64 rows of a bf16 Q tile made f16 in place (FP8 cache variants with bf16 q), each
 // row scaled by 2^-e (kv8_q_row_exponent) so that its largest magnitude fits f16. Thread t holds
 // the rows of its wgmma accumulator (16 (t / 32) + (t % 32) / 4, and + 8), the four threads of a

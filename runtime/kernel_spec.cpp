@@ -244,6 +244,8 @@ void KernelSpec::validate() const {
       throw InvalidArgument(fmt::format("{}: the sm_90a implementation does not serve it: {}", variant, why));
   if (wide && !hopper)
     throw InvalidArgument(fmt::format("{}: .wide names a tiling of the sm_90a implementation only", variant));
+  if ((flags & kFeatureQkvP16) != 0 && (flags & kFeatureQkvE4m3) == 0)
+    throw InvalidArgument(fmt::format("{}: p_fp16 keeps FP8 attention's P in f16 and needs qkv_e4m3 beside it", variant));
   if (!hopper && (flags & kFeatureQkvE4m3) != 0)
     throw InvalidArgument(fmt::format("{}: qkv_e4m3 (FP8 attention) is a variant of the sm_90a wgmma prefill only",
                                       variant));

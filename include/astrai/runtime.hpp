@@ -85,13 +85,16 @@ struct AttentionOptions {
   // slope * (j - i) before the softmax; the LSE includes it. Needs query positions (as a window
   // does). Runs the ".alibi" variant.
   const float* alibi_slopes = nullptr;
-  // FP8 attention (prefill on sm_90a, head_dim 128, contiguous): e4m3 makes q, k and v one byte
-  // an element, read as fp8_to_f32(x) * scale: q_scale (one value, or with q_scale_per_head one
-  // per query head), k_scale and v_scale as an FP8 cache's; out keeps dtype. Both GEMMs run on
-  // FP8 operands, P quantized to e4m3. Runs the ".qkv_e4m3" variant.
+  // FP8 attention (prefill and paged_prefill on sm_90a, head_dim 128): e4m3 makes q, k and v
+  // one byte an element, read as fp8_to_f32(x) * scale: q_scale (one value, or with
+  // q_scale_per_head one per query head), k_scale and v_scale as an FP8 cache's; out keeps dtype.
+  // Both GEMMs run on FP8 operands, P quantized to e4m3. Runs the ".qkv_e4m3" variant.
   KvDType qkv_dtype = KvDType::same;
   const float* q_scale = nullptr;
   bool q_scale_per_head = false;
+  // FP8 attention only: P stays in f16 for P V (V widened to f16) instead of rounding to e4m3,
+  // at the cost of the second GEMM's FP8 rate. Runs the ".qkv_e4m3.p_fp16" variant.
+  bool p_fp16 = false;
 };
 
 // Paged decode attention: one new query token per sequence against a paged KV cache.

@@ -61,10 +61,12 @@ _KV_SCALES = [("k_scale", "Tensor?"), ("v_scale", "Tensor?")]
 # Options added after the first ops' schemas, as trailing arguments with defaults (so that calls
 # made with the earlier schemas keep working).
 _LATER_OPTIONS = [("alibi_slopes", "Tensor?", None)]
-# FP8 attention's scales (prefill with float8_e4m3fn q, k and v), trailing prefill's arguments
-# with defaults as the later options do: k_scale and v_scale as an FP8 cache's, and q_scale, the
-# last option of the pack (paged_prefill takes it last too; the other calls pack it as None).
-_FP8_ATTENTION_OPTIONS = [("k_scale", "Tensor?", None), ("v_scale", "Tensor?", None), ("q_scale", "Tensor?", None)]
+# FP8 attention's options (prefill with float8_e4m3fn q, k and v), trailing prefill's arguments
+# with defaults as the later options do: k_scale and v_scale as an FP8 cache's, q_scale, and
+# p_fp16 (P kept in f16), the pack's last two (paged_prefill takes them last too; the other calls
+# pack their defaults).
+_FP8_ATTENTION_OPTIONS = [("k_scale", "Tensor?", None), ("v_scale", "Tensor?", None), ("q_scale", "Tensor?", None),
+                          ("p_fp16", "bool", False)]
 # Arguments that trail a generated call's parameters with these defaults (_ops._call).
 _TRAILING_DEFAULTS = _LATER_OPTIONS + _FP8_ATTENTION_OPTIONS
 # The attention calls take their options as one extension argument, `options`: a tuple of these
@@ -75,7 +77,7 @@ _TRAILING_DEFAULTS = _LATER_OPTIONS + _FP8_ATTENTION_OPTIONS
 # An option left out: the scale 1/sqrt(head_dim), no soft-cap, no window, no tensor.
 _OPTION_DEFAULTS = {"scale": 0.0, "logit_cap": 0.0, "window_left": -1}
 _PACKED_OPTIONS = [*[(name, kind, _OPTION_DEFAULTS.get(name)) for name, kind in _OPTIONS + _KV_SCALES],
-                   *_LATER_OPTIONS, ("q_scale", "Tensor?", None)]
+                   *_LATER_OPTIONS, ("q_scale", "Tensor?", None), ("p_fp16", "bool", False)]
 _PACKED_NAMES = [name for name, *_ in _PACKED_OPTIONS]
 _LATER_NAMES = [name for name, *_ in _LATER_OPTIONS]
 _PAGED_DECODE_HEAD = [("q", "Tensor"), ("k_cache", "Tensor"), ("v_cache", "Tensor"), ("page_table", "Tensor"),
@@ -149,11 +151,11 @@ _TABLE = {
          ("seq_lens", "Tensor"), ("qo_indptr", "Tensor"), ("out", "Tensor"), ("lse", "Tensor?"), ("mask", "Tensor?"),
          ("max_q_len", "int"), ("causal", "bool"), *_OPTIONS, *_KV_SCALES, ("stream", "int"),
          ("req_indices", "Tensor?", None), ("seq_lens_are_offsets", "bool", False), *_LATER_OPTIONS,
-         ("q_scale", "Tensor?", None)],
+         ("q_scale", "Tensor?", None), ("p_fp16", "bool", False)],
         ("out", "lse"),
         ["q", "k_cache", "v_cache", "page_table", "seq_lens", "qo_indptr", "out", "lse", "mask", "max_q_len", "causal",
          "scale", "logit_cap", "sinks", "window_left", "k_scale", "v_scale", "stream", "req_indices",
-         "seq_lens_are_offsets", *_LATER_NAMES, "q_scale"], packs_options=True),
+         "seq_lens_are_offsets", *_LATER_NAMES, "q_scale", "p_fp16"], packs_options=True),
     "rotary_emb": _Op("rotary_emb", [("x", "Tensor"), ("freqs_cis", "Tensor"), ("out", "Tensor"), ("stream", "int")],
                       ("out",), ["x", "freqs_cis", "out", "stream"]),
     "rotary_emb_": _Op("rotary_emb", [("x", "Tensor"), ("freqs_cis", "Tensor"), ("stream", "int")], ("x",),

@@ -291,6 +291,17 @@ def _fp8_attention_scale(call: str, name: str, value, q: Tensor):
     return torch.full((), value, dtype=torch.float32, device=q.device)
 
 
+def _p_fp16(call: str, p_dtype) -> bool:
+    """FP8 attention's P format as the extension takes it: True for torch.float16 (P kept in f16
+    for P V), False for None or torch.float8_e4m3fn (the default, P rounded to e4m3)."""
+    if p_dtype is None or p_dtype == _E4M3:
+        return False
+    if p_dtype == torch.float16:
+        return True
+    raise TypeError(f"{call}: p_dtype is {p_dtype!r} (allowed: None or torch.float8_e4m3fn, P rounded to e4m3; "
+                    f"torch.float16, P kept in f16)")
+
+
 def _prefill_out(call: str, q: Tensor, out: Optional[Tensor], out_dtype) -> Tensor:
     """out as given or allocated: q's dtype, or with float8_e4m3fn q out_dtype (default
     bfloat16); out_dtype must agree with a given out, and without FP8 q be q's dtype."""
@@ -320,7 +331,8 @@ def prefill(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sc
             logit_cap: float = 0.0, sinks: Optional[Tensor] = None, window_left: int = -1,
             alibi_slopes: Optional[Tensor] = None, q_scale: Union[float, Tensor, None] = None,
             k_scale: Union[float, Tensor, None] = None, v_scale: Union[float, Tensor, None] = None,
-            out_dtype: Optional[torch.dtype] = None, stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+            out_dtype: Optional[torch.dtype] = None, p_dtype: Optional[torch.dtype] = None,
+            stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Prefill attention over a contiguous KV cache.
 
     q ``[batch, q_len, n_heads, head_dim]``; k, v ``[batch, kv_len, n_kv_heads, head_dim]``;
@@ -333,7 +345,8 @@ def prefill(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sc
     ``value * scale``, with ``q_scale``, ``k_scale`` and ``v_scale`` required: each a float, or
     an f32 tensor of one scale (``[]`` or ``[1]``) or one per head (``[n_heads]`` for q_scale,
     ``[n_kv_heads]`` for k_scale and v_scale, both the same shape). Both GEMMs run on e4m3
-    operands and the softmax's P is rounded to e4m3 before P V. out is ``out_dtype``
+    operands and the softmax's P is rounded to e4m3 before P V (``p_dtype=torch.float16`` keeps
+    P in f16 instead, V widened to f16, at the second GEMM's 16-bit rate). out is ``out_dtype``
     (``torch.bfloat16``, the default, or ``torch.float16``; a given out's dtype otherwise).
     Served: head_dim 128, contiguous KV, with or without ``causal_offset`` and ``return_lse``;
     a mask, ``logit_cap``, ``sinks``, ``window_left`` and ``alibi_slopes`` are refused, as are
@@ -348,8 +361,9 @@ def prefill(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sc
         k_scale = _fp8_attention_scale(call, "k_scale", k_scale, q)
         v_scale = _fp8_attention_scale(call, "v_scale", v_scale, q)
     causal_offset = int(causal_offset)
+    p_fp16 = _p_fp16(call, p_dtype)
     _PREFILL(q, k, v, out, lse, mask, causal_offset, scale, logit_cap, sinks, window_left, stream, alibi_slopes,
-             k_scale, v_scale, q_scale)
+             k_scale, v_scale, q_scale, p_fp16)
     return (out, lse) if return_lse else out
 
 
@@ -361,7 +375,7 @@ def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tenso
                   k_scale: Union[float, Tensor, None] = None, v_scale: Union[float, Tensor, None] = None,
                   req_indices: Optional[Tensor] = None, kv_indptr: Optional[Tensor] = None,
                   q_scale: Union[float, Tensor, None] = None, out_dtype: Optional[torch.dtype] = None,
-                  stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+                  p_dtype: Optional[torch.dtype] = None, stream=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Prefill over a paged KV cache for a ragged batch (chunked prefill).
 
     q ``[total_q, n_heads, head_dim]``, request b's queries at rows ``qo_indptr[b] ..
@@ -373,7 +387,8 @@ def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tenso
     grid; None uses total_q, always enough, and needs no device-to-host copy.
 
     FP8 attention (sm_90a only): q, k_cache and v_cache all of dtype ``torch.float8_e4m3fn``, with
-    ``q_scale``, ``k_scale`` and ``v_scale`` required and ``out_dtype`` as for :func:`prefill`.
+    ``q_scale``, ``k_scale`` and ``v_scale`` required, ``out_dtype`` and ``p_dtype`` as for
+    :func:`prefill`.
     Served: head_dim 128, pages of 8 tokens or more, causal or not, with or without
     ``return_lse``; a mask and the other options are refused. A 16-bit q over an FP8 cache
     (``k_scale`` and ``v_scale`` only) is the FP8 cache's path instead.
@@ -397,9 +412,10 @@ def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tenso
     elif seq_lens is None:
         raise ValueError(f"{call}: seq_lens is None (allowed: [batch] lengths, or kv_indptr offsets)")
     causal = bool(causal)
+    p_fp16 = _p_fp16(call, p_dtype)
     _PAGED_PREFILL(q, k_cache, v_cache, page_table, seq_lens, qo_indptr, out, lse, mask, max_q_len, causal, scale,
                    logit_cap, sinks, window_left, k_scale, v_scale, stream, req_indices, seq_lens_are_offsets,
-                   alibi_slopes, q_scale)
+                   alibi_slopes, q_scale, p_fp16)
     return (out, lse) if return_lse else out
 
 

@@ -322,6 +322,7 @@ nb::dict prefill_args_dict(const Input& q, const Input& k, const Input& v, const
   d["k_scale"] = address(a.k_scale);
   d["v_scale"] = address(a.v_scale);
   d["q_scale_per_head"] = a.q_scale_per_head;
+  d["p_fp16"] = a.p_fp16;
   d["kv_scale_per_head"] = a.kv_scale_per_head;
   d["q_strides"] = nb::make_tuple(a.q_stride_batch, a.q_stride_seq, a.q_stride_head);
   d["k_strides"] = nb::make_tuple(a.k_stride_batch, a.k_stride_seq, a.k_stride_head);

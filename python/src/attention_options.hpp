@@ -19,6 +19,7 @@ enum class OptionKind {
   scale,     // the softmax scale (each Args struct's own `scale`; <= 0 means 1/sqrt(head_dim))
   real,      // a float field of astrai::AttentionOptions
   integer,   // an int field of astrai::AttentionOptions
+  flag,      // a bool field of astrai::AttentionOptions
   per_head,  // an f32 [n_heads] tensor; its data fills a pointer field of astrai::AttentionOptions
   kv_scale,  // an FP8 cache's K or V scale, read with the cache's format (set_kv_format)
   q_scale,   // FP8 attention's q scale: an f32 tensor, [] or [1], or [n_heads] (one per query head)
@@ -32,6 +33,7 @@ struct OptionField {
   float astrai::AttentionOptions::*real = nullptr;
   int astrai::AttentionOptions::*integer = nullptr;
   const float* astrai::AttentionOptions::*per_head = nullptr;
+  bool astrai::AttentionOptions::*flag = nullptr;
 };
 
 constexpr OptionField softmax_scale(const char* name) { return {name, OptionKind::scale}; }
@@ -43,6 +45,9 @@ constexpr OptionField int_option(const char* name, int astrai::AttentionOptions:
 }
 constexpr OptionField per_head_option(const char* name, const float* astrai::AttentionOptions::*field) {
   return {name, OptionKind::per_head, nullptr, nullptr, field};
+}
+constexpr OptionField flag_option(const char* name, bool astrai::AttentionOptions::*field) {
+  return {name, OptionKind::flag, nullptr, nullptr, nullptr, field};
 }
 constexpr OptionField kv_scale_option(const char* name) { return {name, OptionKind::kv_scale}; }
 constexpr OptionField q_scale_option(const char* name) { return {name, OptionKind::q_scale}; }
@@ -57,6 +62,7 @@ constexpr OptionField kOptionFields[] = {
     kv_scale_option("v_scale"),
     per_head_option("alibi_slopes", &astrai::AttentionOptions::alibi_slopes),
     q_scale_option("q_scale"),
+    flag_option("p_fp16", &astrai::AttentionOptions::p_fp16),
 };
 constexpr std::size_t kOptionCount = sizeof(kOptionFields) / sizeof(kOptionFields[0]);
 
@@ -125,6 +131,13 @@ AttentionOptionArgs read_options(const char* call, const nb::tuple& pack) {
       case OptionKind::integer:
         if (!nb::try_cast(value, o.scalars.*f.integer)) allowed = "an int";
         break;
+      case OptionKind::flag:
+        if (!nb::isinstance<nb::bool_>(value)) {
+          allowed = "a bool";
+          break;
+        }
+        o.scalars.*f.flag = nb::cast<bool>(value);
+        break;
       case OptionKind::per_head:
       case OptionKind::kv_scale:
       case OptionKind::q_scale:
@@ -152,6 +165,8 @@ void set_features(Checker& c, Args& a, const AttentionOptionArgs& o) {
       options.*f.real = o.scalars.*f.real;
     } else if (f.kind == OptionKind::integer) {
       options.*f.integer = o.scalars.*f.integer;
+    } else if (f.kind == OptionKind::flag) {
+      options.*f.flag = o.scalars.*f.flag;
     } else if (f.kind == OptionKind::per_head && o.tensors[i]) {
       const Input& t = *o.tensors[i];
       c.rank(f.name, t, 1, "[n_heads]");
@@ -198,6 +213,7 @@ nb::list option_fields() {
       case OptionKind::scale: rows.append(nb::make_tuple(f.name, "float", defaults.scale)); break;
       case OptionKind::real: rows.append(nb::make_tuple(f.name, "float", defaults.scalars.*f.real)); break;
       case OptionKind::integer: rows.append(nb::make_tuple(f.name, "int", defaults.scalars.*f.integer)); break;
+      case OptionKind::flag: rows.append(nb::make_tuple(f.name, "bool", defaults.scalars.*f.flag)); break;
       case OptionKind::per_head:
       case OptionKind::kv_scale:
       case OptionKind::q_scale: rows.append(nb::make_tuple(f.name, "Tensor?", nb::none())); break;

@@ -62,16 +62,36 @@ def options_of(args) -> dict:
 
 
 class TestMarshalling:
-    def test_the_scales_trail_prefills_op_and_close_the_pack(self):
-        assert [name for name, *_ in _library._PACKED_OPTIONS][-1] == "q_scale"
-        assert _C._attention_option_fields()[-1] == ("q_scale", "Tensor?", None)
+    def test_the_scales_and_p_fp16_trail_prefills_op_and_close_the_pack(self):
+        assert [name for name, *_ in _library._PACKED_OPTIONS][-2:] == ["q_scale", "p_fp16"]
+        assert _C._attention_option_fields()[-2:] == [("q_scale", "Tensor?", None), ("p_fp16", "bool", False)]
         schema = str(torch.ops.astrai_jit.prefill.default._schema)
-        assert schema.endswith("Tensor? k_scale=None, Tensor? v_scale=None, Tensor? q_scale=None) -> ()"), schema
-        # paged_prefill takes it last too; the decode calls keep their signatures.
+        assert schema.endswith("Tensor? k_scale=None, Tensor? v_scale=None, Tensor? q_scale=None, bool p_fp16=False) "
+                               "-> ()"), schema
+        # paged_prefill takes them last too; the decode calls keep their signatures.
         schema = str(torch.ops.astrai_jit.paged_prefill.default._schema)
-        assert schema.endswith("Tensor? alibi_slopes=None, Tensor? q_scale=None) -> ()"), schema
+        assert schema.endswith("Tensor? alibi_slopes=None, Tensor? q_scale=None, bool p_fp16=False) -> ()"), schema
         for call in (_ops._DECODE, _ops._PAGED_DECODE):
-            assert "q_scale" not in call.__code__.co_varnames
+            assert "q_scale" not in call.__code__.co_varnames and "p_fp16" not in call.__code__.co_varnames
+
+    @pytest.mark.parametrize("p_dtype, want", [(None, False), (E4M3, False), (fp16, True)])
+    def test_p_dtype_reaches_the_pack_and_the_runtime(self, monkeypatch, host_only, p_dtype, want):
+        q, k, v = fp8_inputs()
+        args = recorded(monkeypatch, lambda: astrai_jit.prefill(q, k, v, **SCALES, p_dtype=p_dtype, stream=0))
+        assert options_of(args)["p_fp16"] is want
+        assert _C._prefill_args(*args)["p_fp16"] is want
+
+    def test_p_dtype_is_checked(self, host_only):
+        q, k, v = fp8_inputs()
+        with raises(TypeError, "prefill: p_dtype is torch.bfloat16 (allowed: None or torch.float8_e4m3fn, P rounded to "
+                               "e4m3; torch.float16, P kept in f16)"):
+            astrai_jit.prefill(q, k, v, **SCALES, p_dtype=bf16)
+        q16, k16 = torch.randn(2, 5, 8, 128, dtype=bf16), torch.randn(2, 20, 2, 128, dtype=bf16)
+        with raises(ValueError, "prefill: p_fp16 is set but qkv_dtype is same (allowed: with qkv_dtype e4m3 only"):
+            astrai_jit.prefill(q16, k16, k16, p_dtype=fp16)
+        with raises(TypeError, "prefill: p_fp16 is a int (allowed: a bool)"):
+            pack = (0.0, 0.0, None, -1, None, None, None, None, 1)
+            _C.prefill(q16, k16, k16, torch.empty_like(q16), None, None, -1, pack, 0)
 
     def test_tensor_scales_reach_the_pack_as_given(self, monkeypatch):
         q, k, v = fp8_inputs()
@@ -480,9 +500,11 @@ def test_fp8_attention_refuses_a_missing_scale_on_the_gpu_too():
 @pytest.mark.gpu
 @pytest.mark.parametrize("page_size", [8, 16, 64])
 @pytest.mark.parametrize("causal", [True, False])
-def test_paged_fp8_attention_against_the_dequantized_reference(page_size, causal):
+@pytest.mark.parametrize("p_dtype", [None, fp16])
+def test_paged_fp8_attention_against_the_dequantized_reference(page_size, causal, p_dtype):
     # Two requests whose KV ends mid-page (the rest of the page: NaN codes, which no output may
-    # show), q shorter than the KV (chunked prefill) and as long; per-head scales, GQA 4.
+    # show), q shorter than the KV (chunked prefill) and as long; per-head scales, GQA 4; P in
+    # e4m3 or (p_dtype float16) in f16, under a tighter bound.
     _need_sm90a()
     dev, d, heads, kv_heads = "cuda", 128, 8, 2
     kv_lens, q_lens = [300, 77], [100, 77]
@@ -506,7 +528,8 @@ def test_paged_fp8_attention_against_the_dequantized_reference(page_size, causal
     indptr = torch.tensor([0, q_lens[0], q_lens[0] + q_lens[1]], dtype=torch.int32, device=dev)
     lens = torch.tensor(kv_lens, dtype=torch.int32, device=dev)
     out, lse = astrai_jit.paged_prefill(q_rows, k_cache, v_cache, table, lens, indptr, q_scale=qs, k_scale=ks,
-                                        v_scale=vs, causal=causal, return_lse=True, max_q_len=max(q_lens))
+                                        v_scale=vs, causal=causal, return_lse=True, max_q_len=max(q_lens),
+                                        p_dtype=p_dtype)
     torch.cuda.synchronize()
     assert out.dtype == bf16 and out.shape == q_rows.shape
     qd, kd, vd = _dequantized(q8, qs), _dequantized(k8, ks), _dequantized(v8, vs)
@@ -518,9 +541,9 @@ def test_paged_fp8_attention_against_the_dequantized_reference(page_size, causal
         got = out[rows].double()[None]
         v_max = vd[b, :kv].abs().amax().item()
         error = (got - want).abs()
-        bound = 0.0625 * v_max + 2 * UNIT_ROUNDOFF[bf16] * want.abs() + 1e-6
+        bound = (0.004 if p_dtype is fp16 else 0.0625) * v_max + 2 * UNIT_ROUNDOFF[bf16] * want.abs() + 1e-6
         assert torch.isfinite(got).all(), f"request {b}: a NaN from the page's tail reached the output"
         assert (error <= bound).all(), (b, error.max().item())
         assert ((lse[rows].double()[None] - lse_want).abs() <= 2e-3 + 1e-5 * lse_want.abs()).all()
         rms = math.sqrt((error ** 2).sum().item() / max((want ** 2).sum().item(), 1e-300))
-        assert rms < 0.03, (b, rms)
+        assert rms < (0.005 if p_dtype is fp16 else 0.03), (b, rms)

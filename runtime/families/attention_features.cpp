@@ -89,6 +89,13 @@ void check_qkv8(const char* call, const AttentionOptions& o, const OptionContext
   require_pointer(call, "v_scale", o.v_scale, 4);
 }
 
+// P in f16 is FP8 attention's option.
+void check_p16(const char* call, const AttentionOptions& o, const OptionContext&) {
+  if (o.p_fp16 && o.qkv_dtype != KvDType::e4m3)
+    fail_argument(call, fmt::format("p_fp16 is set but qkv_dtype is {} (allowed: with qkv_dtype e4m3 only: it keeps "
+                                    "FP8 attention's P in f16)", kv_dtype_name(o.qkv_dtype)));
+}
+
 // The option's value as the call spelled it, for a refusal.
 std::string option_value(const AttentionOption& option, const AttentionOptions& o) {
   if (option.bit == kFeatureSoftCap) return fmt::format("logit_cap {}", o.logit_cap);
@@ -96,6 +103,7 @@ std::string option_value(const AttentionOption& option, const AttentionOptions& 
   if (option.bit == kFeatureWindow) return fmt::format("window_left {}", o.window_left);
   if (option.bit == kFeatureAlibi) return fmt::format("alibi_slopes = {}", static_cast<const void*>(o.alibi_slopes));
   if (option.bit == kFeatureQkvE4m3) return fmt::format("qkv_dtype {}", kv_dtype_name(o.qkv_dtype));
+  if (option.bit == kFeatureQkvP16) return "p_fp16";
   return fmt::format("kv_dtype {}", kv_dtype_name(o.kv_dtype));
 }
 
@@ -126,6 +134,8 @@ const std::vector<AttentionOption>& attention_options() {
        [](const AttentionOptions& o, float, AttentionFeatures* v) { v->sinks = o.sinks; }},
       {"qkv_e4m3", kFeatureQkvE4m3, kind_bit(KernelKind::prefill) | kind_bit(KernelKind::paged_prefill),
        [](const AttentionOptions& o) { return o.qkv_dtype == KvDType::e4m3; }, check_qkv8, fill_kv_cache},  // q_scale: PrefillParams's own
+      {"p_fp16", kFeatureQkvP16, kind_bit(KernelKind::prefill) | kind_bit(KernelKind::paged_prefill),
+       [](const AttentionOptions& o) { return o.p_fp16; }, check_p16, [](const AttentionOptions&, float, AttentionFeatures*) {}},
       {"alibi", kFeatureAlibi, kAttention, [](const AttentionOptions& o) { return o.alibi_slopes != nullptr; },
        check_alibi, [](const AttentionOptions& o, float, AttentionFeatures* v) { v->alibi_slopes = o.alibi_slopes; }},
   };

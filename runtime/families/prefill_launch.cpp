@@ -48,7 +48,7 @@ void check_fp8_attention(const char* call, const AttentionOptions& options, floa
     fail_argument(call, fmt::format("head_dim {} is not served {} (allowed: 128)", head_dim, kFp8));
   if (!prefill_sm90_serves_qkv8(head_dim, page_size, kFeatureQkvE4m3))
     fail_argument(call, fmt::format("page_size {} is not served {} (allowed: 8 or more)", page_size, kFp8));
-  const std::uint32_t others = attention_features(options, scale).flags & ~kFeatureQkvE4m3;
+  const std::uint32_t others = attention_features(options, scale).flags & ~(kFeatureQkvE4m3 | kFeatureQkvP16);
   if (!prefill_sm90_serves_qkv8(head_dim, page_size, others | kFeatureQkvE4m3))
     fail_argument(call, fmt::format("{} is not served {} (allowed: none of logit_cap, sinks, window_left, "
                                     "alibi_slopes)", requested_option_values(options, others), kFp8));

@@ -144,7 +144,7 @@ expect_rc 0
 expect_count '\.tma\.' 0   # head dim 64: the direct path
 run warm --dry-run --arch sm_90a --kernels prefill --head-dims 128 --group-sizes 4 --features kv_e4m3
 expect_rc 2
-expect_err "--features kv_e4m3: prefill does not support kv_e4m3 \(supported: swa, cap, sink, qkv_e4m3, alibi\)"
+expect_err "--features kv_e4m3: prefill does not support kv_e4m3 \(supported: swa, cap, sink, qkv_e4m3, p_fp16, alibi\)"
 run warm --dry-run --arch sm_90a --kernels paged_decode --features kv_e4m3+kv_e5m2
 expect_rc 2
 expect_err "--features 'kv_e4m3\+kv_e5m2': the features kv_e4m3 and kv_e5m2 exclude each other"
@@ -153,7 +153,7 @@ check "warm --features refuses unknown or repeated features by name"
 run warm --dry-run --arch sm_90a --features cap+cap
 expect_rc 2
 expect_err "--features 'cap\+cap' is not a feature set \(allowed: none, or distinct features joined by "\
-"'\+': kv_e4m3, kv_e5m2, swa, cap, sink, qkv_e4m3, alibi"
+"'\+': kv_e4m3, kv_e5m2, swa, cap, sink, qkv_e4m3, p_fp16, alibi"
 run warm --dry-run --arch sm_90a --features softcap
 expect_rc 2
 expect_err "--features 'softcap' is not a feature set"

@@ -47,8 +47,8 @@ TEST_CASE("a feature is a named field of the variant name, before .nomma and the
   CHECK(KernelSpec::parse(cap.name()) == cap);
   CHECK(KernelSpec::parse(cap.name()).flags == astrai::kFeatureSoftCap);
   // Bits no feature names stay distinct and parseable (and are refused by validate()).
-  CHECK(with_flags(attention_spec(KernelKind::paged_decode), 0x400 | astrai::kFeatureSoftCap).name() ==
-        "paged_decode.bf16.hd128.ps16.g4.cap.f400.sm_90a");
+  CHECK(with_flags(attention_spec(KernelKind::paged_decode), 0x800 | astrai::kFeatureSoftCap).name() ==
+        "paged_decode.bf16.hd128.ps16.g4.cap.f800.sm_90a");
 }
 
 TEST_CASE("several features appear in the fixed order of kernel_features()") {
@@ -188,8 +188,8 @@ TEST_CASE("every attention family takes the soft-cap, sinks and window; the Hopp
                                        astrai::kFeatureSoftCap);
   CHECK(rejection(rotary) ==
         "rotary_emb.bf16.hd64.cap.sm_90a: rotary_emb does not support the feature cap (allowed: none)");
-  CHECK(rejection(with_flags(attention_spec(KernelKind::decode), 0x400)) ==
-        "decode.bf16.hd128.g4.f400.sm_90a: flags 0x400 name no feature (allowed: kv_e4m3, kv_e5m2, swa, cap, sink, alibi)");
+  CHECK(rejection(with_flags(attention_spec(KernelKind::decode), 0x800)) ==
+        "decode.bf16.hd128.g4.f800.sm_90a: flags 0x800 name no feature (allowed: kv_e4m3, kv_e5m2, swa, cap, sink, alibi)");
 }
 
 TEST_CASE("the strict hint's warm command selects the features") {
@@ -270,7 +270,7 @@ TEST_CASE("kv_e4m3 with kv_e5m2 is refused by name, as a spec, a variant name an
 
 TEST_CASE("prefill and rotary_emb refuse an FP8 cache by name; the wgmma paged prefill serves it at hd128") {
   CHECK(rejection(with_flags(attention_spec(KernelKind::prefill), astrai::kFeatureKvE4m3)) ==
-        "prefill.bf16.hd128.g4.kv_e4m3.sm_90a: prefill does not support the feature kv_e4m3 (allowed: swa, cap, sink, qkv_e4m3, alibi)");
+        "prefill.bf16.hd128.g4.kv_e4m3.sm_90a: prefill does not support the feature kv_e4m3 (allowed: swa, cap, sink, qkv_e4m3, p_fp16, alibi)");
   CHECK(rejection(with_flags(astrai::testing::rotary_spec(DType::bf16, 64, "sm_90a"), astrai::kFeatureKvE5m2)) ==
         "rotary_emb.bf16.hd64.kv_e5m2.sm_90a: rotary_emb does not support the feature kv_e5m2 (allowed: none)");
   KernelSpec wgmma = with_flags(attention_spec(KernelKind::paged_prefill), astrai::kFeatureKvE4m3);

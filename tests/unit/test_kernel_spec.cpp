@@ -121,10 +121,10 @@ TEST_CASE("a forced CUDA-core variant carries the nomma field before the arch") 
 
 TEST_CASE("flag bits that name no feature appear as a hex field in the name") {
   KernelSpec spec = paged_decode_spec(DType::bf16, 128, 16, 4, "sm_90a");
-  spec.flags = 0x1c00;
-  CHECK(spec.name() == "paged_decode.bf16.hd128.ps16.g4.f1c00.sm_90a");
+  spec.flags = 0x3800;
+  CHECK(spec.name() == "paged_decode.bf16.hd128.ps16.g4.f3800.sm_90a");
   spec.force_no_mma = true;
-  CHECK(spec.name() == "paged_decode.bf16.hd128.ps16.g4.f1c00.nomma.sm_90a");
+  CHECK(spec.name() == "paged_decode.bf16.hd128.ps16.g4.f3800.nomma.sm_90a");
 }
 
 TEST_CASE("parse inverts name for many valid specs") {
@@ -219,7 +219,7 @@ TEST_CASE("parse rejects names whose fields are well formed but unsupported") {
       {"paged_decode.bf16.hd128.ps16.g4.sm_70", "arch 'sm_70' is not supported"},
       {"rotary_emb.bf16.hd64.sm_89x", "arch 'sm_89x' is not supported"},
       {"rotary_emb.bf16.hd12.sm_89", "head_dim 12 is not supported"},
-      {"rotary_emb.bf16.hd64.f400.sm_89", "flags 0x400 name no feature (allowed: none)"},
+      {"rotary_emb.bf16.hd64.f800.sm_89", "flags 0x800 name no feature (allowed: none)"},
       {"rotary_emb.bf16.hd64.cap.sm_89", "rotary_emb does not support the feature cap (allowed: none)"},
   };
   for (const auto& entry : cases) {

@@ -41,6 +41,22 @@ KernelSpec fp8_prefill(DType dtype, int group, std::uint32_t extra = 0, int page
   return spec;
 }
 
+// The variant compiled by NVRTC (ptxas verbose), once checked to be served on sm_90a, to carry
+// `fields` in its name, and to spill nothing.
+astrai::detail::CompileResult compile_unspilled(const KernelSpec& spec, const char* fields) {
+  REQUIRE(astrai::detail::hopper_serves(spec));
+  CHECK(spec.name().find(fields) != std::string::npos);
+  astrai::detail::CompileRequest request = astrai::detail::compile_request(spec);
+  request.options.push_back("--ptxas-options=-v");
+  auto result = astrai::detail::nvrtc_compile(request, true);
+  INFO("NVRTC log: " << result.log);
+  const std::regex spills(R"((\d+) bytes spill stores)");
+  std::smatch match;
+  REQUIRE(std::regex_search(result.log, match, spills));
+  CHECK(match[1].str() == "0");
+  return result;
+}
+
 astrai::PrefillArgs fp8_args() {
   static float scales[3] = {1.f, 1.f, 1.f};
   alignas(16) static unsigned char bytes[16];
@@ -66,14 +82,9 @@ TEST_SUITE("hopper") {
     const std::pair<DType, int> cases[] = {{DType::bf16, 0}, {DType::fp16, 0}, {DType::bf16, 16}, {DType::fp16, 64}};
     for (const auto& [dtype, page_size] : cases) {
       for (int group : {1, 4, 8}) {
-        KernelSpec spec = fp8_prefill(dtype, group, 0, page_size);
+        const KernelSpec spec = fp8_prefill(dtype, group, 0, page_size);
         CAPTURE(spec.name());
-        REQUIRE(astrai::detail::hopper_serves(spec));
-        CHECK(spec.name().find(".qkv_e4m3.wgmma.") != std::string::npos);
-        astrai::detail::CompileRequest request = astrai::detail::compile_request(spec);
-        request.options.push_back("--ptxas-options=-v");
-        const auto result = astrai::detail::nvrtc_compile(request, true);
-        INFO("NVRTC log: " << result.log);
+        const auto result = compile_unspilled(spec, ".qkv_e4m3.wgmma.");
         // S and P V as m64n128k32 e4m3 wgmmas, and no 16-bit GEMM at all.
         CHECK(contains(result.ptx, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"));
         CHECK_FALSE(contains(result.ptx, "k16.f32.bf16.bf16"));
@@ -90,10 +101,6 @@ TEST_SUITE("hopper") {
         if (page_size != 0) CHECK(contains(result.ptx, "selp.b32"));
         CHECK(contains(result.ptx, fmt::format("setmaxnreg.dec.sync.aligned.u32 {}",
                                                astrai::prefill_sm90_producer_regs(2, false, true))));
-        const std::regex spills(R"((\d+) bytes spill stores)");
-        std::smatch match;
-        REQUIRE(std::regex_search(result.log, match, spills));
-        CHECK(match[1].str() == "0");
       }
     }
   }
@@ -232,6 +239,38 @@ astrai::PagedPrefillArgs fp8_paged_args() {
   a.k_scale = &scales[1];
   a.v_scale = &scales[2];
   return a;
+}
+
+TEST_SUITE("hopper") {
+  TEST_CASE("sm_90a FP8 attention with P in f16: S on e4m3 wgmma, V widened, P V on f16 wgmma") {
+    for (int page_size : {0, 16}) {
+      for (DType dtype : {DType::bf16, DType::fp16}) {
+        const KernelSpec spec = fp8_prefill(dtype, 4, astrai::kFeatureQkvP16, page_size);
+        CAPTURE(spec.name());
+        const auto result = compile_unspilled(spec, ".qkv_e4m3.p_fp16.wgmma.");
+        CHECK(contains(result.ptx, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"));
+        // P V in f16 whatever the output type (every e4m3 value is an f16 one), V by the
+        // widening's conversions, and P never rounded to e4m3.
+        CHECK(contains(result.ptx, "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"));
+        CHECK_FALSE(contains(result.ptx, "k16.f32.bf16.bf16"));
+        CHECK(contains(result.ptx, "cvt.rn.f16x2.e4m3x2"));
+        CHECK_FALSE(contains(result.ptx, "cvt.rn.satfinite.e4m3x2.f32"));
+      }
+    }
+    // p_fp16 is FP8 attention's alone.
+    KernelSpec alone = fp8_prefill(DType::bf16, 4, astrai::kFeatureQkvP16);
+    alone.flags &= ~astrai::kFeatureQkvE4m3;
+    CHECK_THROWS_WITH_AS(alone.validate(), doctest::Contains("needs qkv_e4m3"), astrai::InvalidArgument);
+    astrai::PrefillArgs stray = fp8_args();
+    stray.qkv_dtype = astrai::KvDType::same;
+    stray.q_scale = stray.k_scale = stray.v_scale = nullptr;
+    stray.p_fp16 = true;
+    CHECK_THROWS_WITH_AS(astrai::validate_args(stray), doctest::Contains("p_fp16 is set but qkv_dtype is same"),
+                         astrai::InvalidArgument);
+    astrai::PrefillArgs p16 = fp8_args();
+    p16.p_fp16 = true;
+    CHECK_NOTHROW(astrai::validate_args(p16));
+  }
 }
 
 TEST_CASE("FP8 attention over pages: only its shape, refused by argument elsewhere") {

@@ -1,5 +1,7 @@
 // The Hopper prefill's FP8 attention (prefill_sm90.cuh, kFeatureQkvE4m3): Q, K and V in e4m3,
-// both GEMMs on e4m3 wgmma (k32 a step), P quantized to e4m3 for the second one.
+// both GEMMs on e4m3 wgmma (k32 a step), P quantized to e4m3 for the second one. (With
+// kFeatureQkvP16, P stays in f16 and V is widened to f16 instead, as an FP8 cache's is:
+// prefill_sm90_widen.cuh; nothing below serves that variant but the first GEMM.)
 //   S = Q K^T: the Q and K tiles are TMA's bytes, K-major and 128-byte swizzled, one 128-byte
 //     chunk a row at hd128: the same bytes a 16-bit tile of half the head dim has, so the
 //     descriptors walk them as the 16-bit GEMM does, 32 bytes a step.

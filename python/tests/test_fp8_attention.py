@@ -415,6 +415,21 @@ def _quantize(x, per_head):
     return codes, scales
 
 
+def _score_magnitude(qd, kd, keep):
+    """[B, Lq, H]: the largest scaled sum of |q_d k_d| over the keys a row sees (0 for none). The
+    tensor cores sum e4m3 products with fewer bits than f32 keeps, so a row's scores, and its LSE,
+    come out low by a share of it (a shift common to the row that leaves O alone); the LSE is
+    allowed SCORE_SUM_SHARE of it."""
+    group = qd.shape[2] // kd.shape[2]
+    sums = torch.einsum("bqhd,bkhd->bhqk", qd.abs(), kd.abs().repeat_interleave(group, dim=2)) / math.sqrt(qd.shape[3])
+    if keep is not None:
+        sums = sums.masked_fill(~keep[:, None], 0.0)
+    return sums.amax(dim=-1).transpose(1, 2)
+
+
+SCORE_SUM_SHARE = 1.0 / 64
+
+
 def _dequantized(codes, scales):
     s = scales.double()
     return codes.double() * (s[None, None, :, None] if s.numel() > 1 else s)
@@ -483,7 +498,8 @@ def test_fp8_attention_against_the_dequantized_reference(case):
     assert not bad.any(), (f"{int(bad.sum())} elements past the bound, first at {bad.nonzero()[0].tolist()}: got "
                            f"{out.double()[bad][0].item()} want {want[bad][0].item()} bound {bound[bad][0].item()}")
     lse_error = (lse.double() - lse_want).abs()
-    assert (lse_error <= 2e-3 + 1e-5 * lse_want.abs()).all(), lse_error.max().item()
+    lse_bound = 2e-3 + 1e-5 * lse_want.abs() + SCORE_SUM_SHARE * _score_magnitude(qd, kd, keep)
+    assert (lse_error <= lse_bound).all(), lse_error.max().item()
     # On average the roundings cancel: the RMS error stays well under the per-element bound.
     rms = math.sqrt((error ** 2).sum().item() / max((want ** 2).sum().item(), 1e-300))
     assert rms < 0.03, rms
@@ -544,6 +560,8 @@ def test_paged_fp8_attention_against_the_dequantized_reference(page_size, causal
         bound = (0.004 if p_dtype is fp16 else 0.0625) * v_max + 2 * UNIT_ROUNDOFF[bf16] * want.abs() + 1e-6
         assert torch.isfinite(got).all(), f"request {b}: a NaN from the page's tail reached the output"
         assert (error <= bound).all(), (b, error.max().item())
-        assert ((lse[rows].double()[None] - lse_want).abs() <= 2e-3 + 1e-5 * lse_want.abs()).all()
+        lse_bound = 2e-3 + 1e-5 * lse_want.abs() + SCORE_SUM_SHARE * _score_magnitude(qd[b:b + 1, :ql],
+                                                                                    kd[b:b + 1, :kv], keep)
+        assert ((lse[rows].double()[None] - lse_want).abs() <= lse_bound).all()
         rms = math.sqrt((error ** 2).sum().item() / max((want ** 2).sum().item(), 1e-300))
         assert rms < (0.005 if p_dtype is fp16 else 0.03), (b, rms)

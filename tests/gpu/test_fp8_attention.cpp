@@ -38,6 +38,8 @@ struct Fp8AttentionCase {
 };
 
 constexpr int kHeadDim = 128;
+// The LSE's allowance for the e4m3 GEMM's accumulation, of the largest sum of |q_d k_d|.
+constexpr double kScoreSumBits = 1.0 / 64;
 
 // Values of one tensor as e4m3 codes with their scales (one, or one per head of `heads`): the
 // largest magnitude of each scale's slice lands on 448.
@@ -244,9 +246,15 @@ void run_case(const Fp8AttentionCase& c) {
           return ((static_cast<std::size_t>(b) * c.kv_len + j) * c.n_kv_heads + kvh) * kHeadDim;
         };
         double top = -INFINITY;
+        double magnitude = 0;  // the largest sum of |q_d k_d| (scaled) over the row's keys
         for (int j = 0; j <= last; ++j) {
-          double dot = 0;
-          for (int d = 0; d < kHeadDim; ++d) dot += double(in.q.value(q_row + d, h)) * in.k.value(kv_row(j) + d, kvh);
+          double dot = 0, dot_abs = 0;
+          for (int d = 0; d < kHeadDim; ++d) {
+            const double product = double(in.q.value(q_row + d, h)) * in.k.value(kv_row(j) + d, kvh);
+            dot += product;
+            dot_abs += std::fabs(product);
+          }
+          magnitude = std::max(magnitude, dot_abs * scale);
           s[j] = dot * scale;
           top = std::max(top, s[j]);
         }
@@ -278,7 +286,10 @@ void run_case(const Fp8AttentionCase& c) {
         } else {
           const double lse_error = std::fabs(lse[row] - lse_want);
           worst_lse = std::max(worst_lse, lse_error);
-          if (!(lse_error <= 2e-3 + 1e-5 * std::fabs(lse_want)) && failures++ < 5)
+          // The tensor cores sum e4m3 products with fewer bits than f32 keeps, so a row's scores
+          // (and its LSE) come out low by a share of the sum of their terms' magnitudes; a shift
+          // common to the row's scores leaves O alone, not the LSE.
+          if (!(lse_error <= 2e-3 + 1e-5 * std::fabs(lse_want) + kScoreSumBits * magnitude) && failures++ < 5)
             FAIL_CHECK(fmt::format("b={} i={} h={}: LSE {} want {}", b, i, h, lse[row], lse_want));
         }
       }

@@ -389,8 +389,9 @@ TEST_CASE("FP8 attention refuses by name what it does not serve") {
   a.n_kv_heads = 1;
   a.head_dim = kHeadDim;
   a.qkv_dtype = KvDType::e4m3;
-  // No scales: refused before any launch.
-  CHECK_THROWS_WITH_AS(Runtime::get().prefill(a), doctest::Contains("q_scale"), InvalidArgument);
+  // No scales: refused before any launch, the first one checked named (k_scale, as an FP8
+  // cache's scales are checked first).
+  CHECK_THROWS_WITH_AS(Runtime::get().prefill(a), doctest::Contains("k_scale is null"), InvalidArgument);
 }
 
 }  // namespace astrai::gpu_test

@@ -184,10 +184,18 @@ __device__ __forceinline__ uint4 ld_shared_v4(unsigned address) {
                : "memory");
   return v;
 }
+__device__ __forceinline__ unsigned ld_shared_u32(unsigned address) {
+  unsigned v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(address) : "memory");
+  return v;
+}
 __device__ __forceinline__ uint2 ld_shared_v2(unsigned address) {
   uint2 v;
   asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(address) : "memory");
   return v;
+}
+__device__ __forceinline__ void st_shared_v2(unsigned address, uint2 v) {
+  asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(address), "r"(v.x), "r"(v.y) : "memory");
 }
 __device__ __forceinline__ void st_shared_v4(unsigned address, uint4 v) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)

@@ -27,34 +27,53 @@ __device__ __forceinline__ unsigned swizzled_byte(unsigned row, unsigned col) {
   return row * 128 + ((((col >> 4) ^ row) & 7) << 4) + (col & 15);
 }
 
-// One V block: the bytes at `bytes` (kBlockN token rows of kHeadDim bytes) into V^T at `tile`
-// (kHeadDim rows of kBlockN token bytes), tokens permuted as the header says; tokens from `valid`
-// on become zeros (a page's rows past the KV's end hold anything, even NaN, and 0 * NaN is NaN in
-// P V). Task i moves a 4 x 4 block: 4 tokens (the sources of slots 4q..4q+3 of a 16) x 4 columns
-// (bytes 4c..4c+3).
+// One V block: the bytes at shared address `bytes` (kBlockN token rows of kHeadDim bytes) into
+// V^T at `tile` (kHeadDim rows of kBlockN token bytes), tokens permuted as the header says; tokens
+// from `valid` on become zeros (a page's rows past the KV's end hold anything, even NaN, and
+// 0 * NaN is NaN in P V). Task (c, z, h) moves 4 head-dim columns (bytes 4c..4c+3 of a token) of
+// the 8 tokens whose slots make half h of 16-byte piece z of a V^T row: 8 four-byte loads, byte
+// transposes, 4 eight-byte stores. Lane l of a warp in round w takes c = l, z = l % 8 ^ w % 8 and
+// h = l / 8 % 2 ^ w / 8: a load's 32 lanes read one bank each, and a store's 16-lane phase writes
+// 16 different 8-byte places of their rows' swizzle (z ^ row % 8 differs over 8 lanes, h over the
+// other 8), so neither meets a bank conflict. (Lanes on one column and consecutive slots wrote 2
+// pieces: 16-way conflicts that held the kernel below the bf16 one's rate.)
 template <class C>
-__device__ __forceinline__ void prefill_sm90_transpose_block(const unsigned char* bytes, unsigned char* tile,
-                                                             unsigned t, unsigned valid) {
+__device__ __forceinline__ void prefill_sm90_transpose_block(unsigned bytes, unsigned tile, unsigned t,
+                                                             unsigned valid) {
   static_assert(C::kHeadDim == 128 && C::kBlockN == 128, "rows of one 128-byte swizzle row each way");
-  constexpr unsigned kColumnGroups = C::kHeadDim / 4;
-  constexpr unsigned kTasks = kColumnGroups * (C::kBlockN / 4);
+  static_assert(kPrefillSm90Wideners % 32 == 0, "whole warps, each lane on its column in every round");
+  constexpr unsigned kColumnGroups = C::kHeadDim / 4;  // 32: a warp's lanes
+  constexpr unsigned kTasks = kColumnGroups * (C::kBlockN / 8);
   for (unsigned i = t; i < kTasks; i += kPrefillSm90Wideners) {
-    const unsigned c4 = (i % kColumnGroups) * 4;  // the block's first head-dim column
-    const unsigned slot = (i / kColumnGroups) * 4;  // its first token slot in V^T's rows
-    const unsigned q = (slot % 16) / 4;
-    const unsigned token0 = slot - slot % 16 + 2 * q;  // tokens token0, +1, +8, +9
-    unsigned x[4];
-    const unsigned tokens[4] = {token0, token0 + 1, token0 + 8, token0 + 9};
+    const unsigned lane = i % kColumnGroups, round = i / kColumnGroups;
+    const unsigned c4 = lane * 4;
+    const unsigned z = (lane % 8) ^ (round % 8);
+    const unsigned h = ((lane / 8) % 2) ^ (round / 8);
+    unsigned x[2][4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      x[j] = tokens[j] < valid ? *reinterpret_cast<const unsigned*>(bytes + swizzled_byte(tokens[j], c4)) : 0u;
-    // y[j] = byte j of each x, in token order: the 4 x 4 byte block transposed.
-    const unsigned lo01 = __byte_perm(x[0], x[1], 0x5140), lo23 = __byte_perm(x[2], x[3], 0x5140);
-    const unsigned hi01 = __byte_perm(x[0], x[1], 0x7362), hi23 = __byte_perm(x[2], x[3], 0x7362);
-    const unsigned y[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
-                           __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
+    for (unsigned qq = 0; qq < 2; ++qq) {
+      const unsigned token0 = 16 * z + 4 * h + 2 * qq;  // slots 4q..4q+3 hold tokens +0, +1, +8, +9
 #pragma unroll
-    for (int j = 0; j < 4; ++j) *reinterpret_cast<unsigned*>(tile + swizzled_byte(c4 + j, slot)) = y[j];
+      for (unsigned k = 0; k < 4; ++k) {
+        const unsigned token = token0 + (k & 1) + (k >> 1) * 8;
+        x[qq][k] = token < valid ? sm90::ld_shared_u32(bytes + swizzled_byte(token, c4)) : 0u;
+      }
+    }
+    unsigned out[4][2];  // [column j][qq]: V^T row c4 + j, slots 16z + 8h + 4qq .. + 3
+#pragma unroll
+    for (unsigned qq = 0; qq < 2; ++qq) {
+      // Byte j of each of the four tokens, in token order: the 4 x 4 byte block transposed.
+      const unsigned* v = x[qq];
+      const unsigned lo01 = __byte_perm(v[0], v[1], 0x5140), lo23 = __byte_perm(v[2], v[3], 0x5140);
+      const unsigned hi01 = __byte_perm(v[0], v[1], 0x7362), hi23 = __byte_perm(v[2], v[3], 0x7362);
+      out[0][qq] = __byte_perm(lo01, lo23, 0x5410);
+      out[1][qq] = __byte_perm(lo01, lo23, 0x7632);
+      out[2][qq] = __byte_perm(hi01, hi23, 0x5410);
+      out[3][qq] = __byte_perm(hi01, hi23, 0x7632);
+    }
+#pragma unroll
+    for (unsigned j = 0; j < 4; ++j)
+      sm90::st_shared_v2(tile + swizzled_byte(c4 + j, 16 * z + 8 * h), make_uint2(out[j][0], out[j][1]));
   }
 }
 
@@ -69,7 +88,8 @@ __device__ __forceinline__ void prefill_sm90_transpose_step(const PrefillSm90Sme
   const unsigned parity = (step / C::kStages) & 1;
   mbar_wait(&sm.v8_full[s], parity);
   mbar_wait(&sm.v_empty[s], parity ^ 1);
-  prefill_sm90_transpose_block<C>(sm.v8 + s * C::kKv8Bytes, sm.v + s * C::Shape::kKvBytes, t, valid);
+  prefill_sm90_transpose_block<C>(shared_address(sm.v8) + s * C::kKv8Bytes, shared_address(sm.v) + s * C::Shape::kKvBytes,
+                                  t, valid);
   fence_proxy_async_shared();
   mbar_arrive(&sm.v8_empty[s]);
   mbar_arrive(&sm.v_full[s]);

@@ -93,6 +93,10 @@ TEST_SUITE("hopper") {
         CHECK(contains(result.ptx, "cvt.rn.satfinite.e4m3x2.f32"));
         CHECK(contains(result.ptx, "prmt.b32"));
         CHECK(contains(result.ptx, "fence.proxy.async.shared::cta"));
+        // The transposition reads and writes shared memory by its window's addresses: 4-byte
+        // loads of token rows, 8-byte stores into V^T rows (a warp's lanes on different places).
+        CHECK(contains(result.ptx, "ld.shared.b32"));
+        CHECK(contains(result.ptx, "st.shared.v2.b32"));
         // q, K and V by 4-D TMA boxes of bytes (no 5-D box: paged V as the FP8 cache's, whole rows).
         CHECK(contains(result.ptx, "cp.async.bulk.tensor.4d"));
         CHECK_FALSE(contains(result.ptx, "cp.async.bulk.tensor.5d"));

@@ -7,8 +7,8 @@
 #   default_decode, default_decode_more  the decode and paged_decode suites, and the kv_fp8,
 #                    multi_token and mla_decode suites, on the default path (tensor cores; on
 #                    sm_90a the TMA decode), ASTRAI_TEST_SWEEP random cases;
-#   default_prefill  prefill, paged_prefill, rotary_emb, merge_states and cascade suites (on
-#                    sm_90a the Hopper prefill, tilings chosen by grid size);
+#   default_prefill  prefill, paged_prefill, rotary_emb, merge_states, cascade and fp8_attention
+#                    suites (on sm_90a the Hopper prefill, tilings chosen by grid size);
 #   multi_gpu        the multi_gpu suite with every GPU visible, only where two or more are (else
 #                    listed as NOT RUN in the verdicts, never as passed);
 #   nomma_decode, nomma_decode_more, nomma_rest  the whole suite on CUDA cores
@@ -22,8 +22,8 @@
 #   wide CTAs, half the sweep) and sm90_check
 #   (astrai-sm90-check --check-only, when BUILD_DIR/bench has it);
 #   memcheck, racecheck, synccheck and initcheck over the decode suites, over the prefill
-#   suites and over kv_fp8, rotary_emb, merge_states, cascade and mla_decode (the FP8 append
-#   writes the cache; default path, SAN_SWEEP random cases), and on sm_90a racecheck and
+#   suites and over kv_fp8, rotary_emb, merge_states, cascade, mla_decode and fp8_attention (the
+#   FP8 append writes the cache; default path, SAN_SWEEP random cases), and on sm_90a racecheck and
 #   synccheck with the wide decode CTAs and the wide prefill tiles forced.
 # Nothing skips silently: ASTRAI_REQUIRE_GPU=1 turns a missing GPU (exit 77) and a filter that
 # runs no test case into failures; every job's verdict says how many cases it compared; the data
@@ -58,7 +58,7 @@ decode_suites=--test-suite=decode,paged_decode,kv_fp8,multi_token,mla_decode
 # The decode suites in two halves of about equal time: the longest jobs, split.
 decode_core=--test-suite=decode,paged_decode
 decode_more=--test-suite=kv_fp8,multi_token,mla_decode
-prefill_suites=--test-suite=prefill,paged_prefill,rotary_emb,merge_states,cascade
+prefill_suites=--test-suite=prefill,paged_prefill,rotary_emb,merge_states,cascade,fp8_attention
 status=0
 names=()
 pids=()
@@ -157,7 +157,7 @@ if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
     start_job "${tool}_prefill" ASTRAI_TEST_SWEEP=$san_sweep -- \
       compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --test-suite=prefill,paged_prefill
     start_job "${tool}_fp8_rotary_merge" ASTRAI_TEST_SWEEP=$san_sweep -- \
-      compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --test-suite=kv_fp8,rotary_emb,merge_states,cascade,mla_decode
+      compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --test-suite=kv_fp8,rotary_emb,merge_states,cascade,mla_decode,fp8_attention
   done
   if [ $hopper = 1 ]; then
     for tool in racecheck synccheck; do

@@ -303,6 +303,10 @@ void run_case(const Fp8AttentionCase& c) {
 
 }  // namespace
 
+// A suite of its own, so that the GPU suite's prefill jobs and their sanitizers name it (a test
+// outside every suite ran only in the job that turns tensor cores off, where it does not run).
+TEST_SUITE("fp8_attention") {
+
 TEST_CASE("FP8 attention on sm_90a: e4m3 q, k and v through both wgmma GEMMs against the dequantized reference") {
   if (!sm90a_target()) return not_run("FP8 attention: needs an sm_90a target");
   if (mma_forced_off() || wgmma_forced_off()) return not_run("FP8 attention: the wgmma prefill is turned off");
@@ -393,5 +397,7 @@ TEST_CASE("FP8 attention refuses by name what it does not serve") {
   // cache's scales are checked first).
   CHECK_THROWS_WITH_AS(Runtime::get().prefill(a), doctest::Contains("k_scale is null"), InvalidArgument);
 }
+
+}  // TEST_SUITE
 
 }  // namespace astrai::gpu_test

@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from timing import timed  # bench/, the script's own directory
+from timing import optional_flashinfer, timed  # bench/, the script's own directory
 
 
 def row(name: str, t, bytes_moved: float = 0.0, ceiling: float = 0.0, base: float = 0.0) -> None:
@@ -56,13 +56,7 @@ def main() -> int:
 
     import astrai_jit
 
-    flashinfer = None
-    if not args.no_flashinfer:
-        try:
-            import flashinfer
-            print(f"flashinfer {flashinfer.__version__}", flush=True)
-        except Exception as error:  # the peer is optional; our rows still run
-            print(f"flashinfer not importable: {error!r}", flush=True)
+    flashinfer = optional_flashinfer(args.no_flashinfer)
     dev = torch.device("cuda")
     print(torch.cuda.get_device_name(dev), flush=True)
     torch.manual_seed(0)

@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from timing import timed  # bench/, the script's own directory
+from timing import optional_flashinfer, timed  # bench/, the script's own directory
 
 E4M3 = torch.float8_e4m3fn
 
@@ -62,13 +62,7 @@ def main() -> int:
 
     import astrai_jit
 
-    flashinfer = None
-    if not args.no_flashinfer:
-        try:
-            import flashinfer
-            print(f"flashinfer {flashinfer.__version__}", flush=True)
-        except Exception as error:  # the peer is optional; our rows still run
-            print(f"flashinfer not importable: {error!r}", flush=True)
+    flashinfer = optional_flashinfer(args.no_flashinfer)
     dev = torch.device("cuda")
     print(torch.cuda.get_device_name(dev), flush=True)
     torch.manual_seed(0)

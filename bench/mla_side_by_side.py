@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from timing import timed  # bench/, the script's own directory
+from timing import optional_flashinfer, timed  # bench/, the script's own directory
 
 SCALE = 1.0 / math.sqrt(192)
 SHAPES = [(64, 8192, 128, 1), (64, 8192, 16, 1), (1, 8192, 128, 1), (32, 4096, 128, 2)]
@@ -126,14 +126,7 @@ def main() -> int:
     args = parser.parse_args()
     import astrai_jit
 
-    flashinfer = None
-    if not args.no_flashinfer:
-        try:
-            import flashinfer
-            import flashinfer.mla  # noqa: F401
-            print(f"flashinfer {flashinfer.__version__}", flush=True)
-        except Exception as error:  # noqa: BLE001
-            print(f"flashinfer not importable: {error!r}", flush=True)
+    flashinfer = optional_flashinfer(args.no_flashinfer, "mla")
     print(f"device {torch.cuda.get_device_name()}", flush=True)
     src = torch.empty(1 << 29, dtype=torch.bfloat16, device="cuda")
     dst = torch.empty_like(src)

@@ -31,8 +31,8 @@ def _ref(a8, b8, sa, sb):
 
 def _close(got, want_and_spread, rtol=2 ** -8, atol=1e-30):
     # bf16 rounding of the result (half an ulp), plus the rounding of the sum: cuBLASLt's FP8
-    # tensor-core products on Hopper are added with fewer bits than float32 (about 14 bits of
-    # mantissa between promotions), so each output is allowed 2^-11 of its sum of |a_i b_i|.
+    # tensor-core products on Hopper are added with fewer bits than float32 between promotions,
+    # so each output is allowed 2^-11 of its sum of |a_i b_i|.
     want, spread = want_and_spread
     err = (got.double() - want).abs()
     bound = rtol * want.abs() + 2 ** -11 * spread + atol

@@ -57,8 +57,16 @@ astrai::detail::CompileResult compile_unspilled(const KernelSpec& spec, const ch
   return result;
 }
 
-astrai::PrefillArgs fp8_args() {
+// e4m3 q, k and v with unit scales (the options PrefillArgs and PagedPrefillArgs share).
+void set_e4m3(astrai::AttentionOptions* options) {
   static float scales[3] = {1.f, 1.f, 1.f};
+  options->qkv_dtype = astrai::KvDType::e4m3;
+  options->q_scale = &scales[0];
+  options->k_scale = &scales[1];
+  options->v_scale = &scales[2];
+}
+
+astrai::PrefillArgs fp8_args() {
   alignas(16) static unsigned char bytes[16];
   astrai::PrefillArgs a;
   a.batch = 1;
@@ -69,10 +77,7 @@ astrai::PrefillArgs fp8_args() {
   a.head_dim = 128;
   a.q = a.k = a.v = bytes;
   a.out = bytes;
-  a.qkv_dtype = astrai::KvDType::e4m3;
-  a.q_scale = &scales[0];
-  a.k_scale = &scales[1];
-  a.v_scale = &scales[2];
+  set_e4m3(&a);
   return a;
 }
 
@@ -218,7 +223,6 @@ TEST_CASE("FP8 attention's arguments: its three scales, never beside an FP8 cach
 namespace fp8_attention_test {
 
 astrai::PagedPrefillArgs fp8_paged_args() {
-  static float scales[3] = {1.f, 1.f, 1.f};
   alignas(16) static unsigned char bytes[16];
   static int indptr[2] = {0, 1}, lens[1] = {1}, table[1] = {0};
   astrai::PagedPrefillArgs a;
@@ -238,10 +242,7 @@ astrai::PagedPrefillArgs fp8_paged_args() {
   a.seq_lens = lens;
   a.page_table = table;
   a.causal = true;
-  a.qkv_dtype = astrai::KvDType::e4m3;
-  a.q_scale = &scales[0];
-  a.k_scale = &scales[1];
-  a.v_scale = &scales[2];
+  set_e4m3(&a);
   return a;
 }
 

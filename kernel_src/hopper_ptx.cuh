@@ -223,6 +223,18 @@ __device__ __forceinline__ u64 smem_desc(unsigned address, unsigned lbo, unsigne
          (static_cast<u64>((lbo & 0x3ffffu) >> 4) << 16) |
          (static_cast<u64>((sbo & 0x3ffffu) >> 4) << 32) | (1ull << 62);
 }
+// The descriptor of the tile `bytes` (a multiple of 16) further on: its start address is the low
+// word's first field (address / 16, 14 bits), which a shared-memory address (under 228 KB) never
+// carries out of, so the step is a 32-bit add where smem_desc's masks and shifts cost five
+// operations a descriptor.
+// (Written on the words in PTX: in C++ the compiler made it a 64-bit add with its carry.)
+__device__ __forceinline__ u64 smem_desc_plus(u64 desc, unsigned bytes) {
+  unsigned lo, hi;
+  asm("mov.b64 {%0, %1}, %2;" : "=r"(lo), "=r"(hi) : "l"(desc));
+  u64 out;
+  asm("mov.b64 %0, {%1, %2};" : "=l"(out) : "r"(lo + (bytes >> 4)), "r"(hi));
+  return out;
+}
 
 // Accumulator fragment of a 64 x N wgmma, thread t of the warpgroup (w = t / 32, l = t % 32):
 // d[4j + {0,1}] is row 16w + l/4, columns 8j + 2(l%4) + {0,1}; d[4j + {2,3}] is the row 8 below.

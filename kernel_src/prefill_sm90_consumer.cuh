@@ -99,11 +99,12 @@ struct PrefillSm90Consumer {
     wgmma_fence();
     if constexpr (C::kQkv8) {  // e4m3 bytes: 32 a step (prefill_sm90_fp8.cuh)
       static_assert(kWidth == 128 && kFirstCol == 0, "FP8 attention's blocks go whole");
+      const u64 q_desc = smem_desc(q_base, 16, 1024), k_desc = smem_desc(k_base, 16, 1024);
 #pragma unroll
       for (int kk = 0; kk < kHeadDim / 32; ++kk) {
         const unsigned offset = (kk % 4) * 32;
-        wgmma_ss_e4m3_n128(s, smem_desc(q_base + (kk / 4) * C::kBlockM * 128 + offset, 16, 1024),
-                           smem_desc(k_base + (kk / 4) * kBlockN * 128 + offset, 16, 1024), kk > 0);
+        wgmma_ss_e4m3_n128(s, smem_desc_plus(q_desc, (kk / 4) * C::kBlockM * 128 + offset),
+                           smem_desc_plus(k_desc, (kk / 4) * kBlockN * 128 + offset), kk > 0);
       }
       wgmma_commit();
       return;
@@ -147,9 +148,10 @@ struct PrefillSm90Consumer {
     wgmma_fence();
     if constexpr (C::kVTransposed) {  // V^T in the stage, 32 tokens (two of these steps) a wgmma (prefill_sm90_fp8.cuh)
       static_assert(kFirstStep % 2 == 0 && kSteps % 2 == 0, "whole 32-token steps");
+      const u64 v_desc = smem_desc(v_base, 16, 1024);
 #pragma unroll
       for (int kk = kFirstStep / 2; kk < (kFirstStep + kSteps) / 2; ++kk)
-        wgmma_rs_e4m3_n128(o, pa[kk], smem_desc(v_base + kk * 32, 16, 1024), 1);
+        wgmma_rs_e4m3_n128(o, pa[kk], smem_desc_plus(v_desc, kk * 32), 1);
       wgmma_commit();
       return;
     }

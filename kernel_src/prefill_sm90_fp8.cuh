@@ -21,12 +21,6 @@
 
 namespace astrai {
 
-// Byte offset of byte `col` of row `row` in a tile of 128-byte rows, 128-byte swizzled (16-byte
-// piece p of row r at p ^ r % 8), as TMA lands them and as the wgmma descriptors read them.
-__device__ __forceinline__ unsigned swizzled_byte(unsigned row, unsigned col) {
-  return row * 128 + ((((col >> 4) ^ row) & 7) << 4) + (col & 15);
-}
-
 // One V block: the bytes at shared address `bytes` (kBlockN token rows of kHeadDim bytes) into
 // V^T at `tile` (kHeadDim rows of kBlockN token bytes), tokens permuted as the header says; with
 // kCheck, tokens from `valid` on become zeros (a page's rows past the KV's end hold anything, even
@@ -38,11 +32,13 @@ __device__ __forceinline__ unsigned swizzled_byte(unsigned row, unsigned col) {
 // 8 lanes, h over the other 8), so neither meets a bank conflict. (Lanes on one column and
 // consecutive slots wrote 2 pieces: 16-way conflicts that held the kernel below the bf16 one's
 // rate.)
-// The addresses are swizzled_byte's, taken apart so that a round costs a few operations: a load's
-// token 16z + 4h + u + 8e (u = 2 qq + k % 2, e = k / 2) has 4h + u as its low bits, so its piece is
-// (c / 4 ^ 4h) ^ u and the 8e rows are an immediate offset; a store's row 4c + j has 4 (c % 2) + j
-// as its low bits, so its piece is (z ^ 4 (c % 2)) ^ j. Written as swizzled_byte calls with a
-// check of each token, the loop took a third of the kernel's issued instructions (ncu, H100).
+// Both tiles have 128-byte rows, 128-byte swizzled as TMA lands them and the wgmma descriptors
+// read them: byte b of row r at r * 128 + (b / 16 ^ r % 8) * 16 + b % 16. The addresses are that
+// formula taken apart, so that a round costs a few operations: a load's token 16z + 4h + u + 8e
+// (u = 2 qq + k % 2, e = k / 2) has 4h + u as its low bits, so its piece is (c / 4 ^ 4h) ^ u and
+// the 8e rows are an immediate offset; a store's row 4c + j has 4 (c % 2) + j as its low bits, so
+// its piece is (z ^ 4 (c % 2)) ^ j. Computed whole for each access, with a check of each token,
+// the loop took a third of the kernel's issued instructions (ncu, H100).
 template <class C, bool kCheck>
 __device__ __forceinline__ void prefill_sm90_transpose_block(unsigned bytes, unsigned tile, unsigned t,
                                                              unsigned valid) {

@@ -19,6 +19,9 @@ inline constexpr int kGemmSmemBytes = kGemmStages * (kGemmStageBytesA + kGemmSta
 // Prefill (prefill_sm90.cuh): a producer warpgroup and two or three consumer warpgroups of 64
 // query rows each, K and V blocks two deep.
 inline constexpr int kPrefillSm90Stages = 2;  // K and V blocks in flight, each
+// Threads that widen an FP8 cache's bytes or transpose FP8 attention's V: warps 1..3 of the
+// producer warpgroup.
+inline constexpr int kPrefillSm90Wideners = 96;
 
 // Consumer warpgroups: three at hd64, whose softmax weighs most against its GEMMs (a third
 // warpgroup's softmax hides behind two others' GEMMs), two at larger head dims, whose O tile needs

@@ -16,6 +16,7 @@
 // The scales stay out of the tiles: q's and k's multiply the scores, v's the output.
 #pragma once
 
+#include "prefill_sm90_fp8_layout.h"
 #include "prefill_sm90_tile.cuh"
 #include "prefill_sm90_widen.cuh"
 
@@ -24,21 +25,13 @@ namespace astrai {
 // One V block: the bytes at shared address `bytes` (kBlockN token rows of kHeadDim bytes) into
 // V^T at `tile` (kHeadDim rows of kBlockN token bytes), tokens permuted as the header says; with
 // kCheck, tokens from `valid` on become zeros (a page's rows past the KV's end hold anything, even
-// NaN, and 0 * NaN is NaN in P V). Task (c, z, h) moves 4 head-dim columns (bytes 4c..4c+3 of a
-// token) of the 8 tokens whose slots make half h of 16-byte piece z of a V^T row: 8 four-byte
-// loads, byte transposes, 4 eight-byte stores. Lane l of a warp in round w takes c = l,
-// z = l % 8 ^ w % 8 and h = l / 8 % 2 ^ w / 8: a load's 32 lanes read one bank each, and a store's
-// 16-lane phase writes 16 different 8-byte places of their rows' swizzle (z ^ row % 8 differs over
-// 8 lanes, h over the other 8), so neither meets a bank conflict. (Lanes on one column and
-// consecutive slots wrote 2 pieces: 16-way conflicts that held the kernel below the bf16 one's
-// rate.)
-// Both tiles have 128-byte rows, 128-byte swizzled as TMA lands them and the wgmma descriptors
-// read them: byte b of row r at r * 128 + (b / 16 ^ r % 8) * 16 + b % 16. The addresses are that
-// formula taken apart, so that a round costs a few operations: a load's token 16z + 4h + u + 8e
-// (u = 2 qq + k % 2, e = k / 2) has 4h + u as its low bits, so its piece is (c / 4 ^ 4h) ^ u and
-// the 8e rows are an immediate offset; a store's row 4c + j has 4 (c % 2) + j as its low bits, so
-// its piece is (z ^ 4 (c % 2)) ^ j. Computed whole for each access, with a check of each token,
-// the loop took a third of the kernel's issued instructions (ncu, H100).
+// NaN, and 0 * NaN is NaN in P V). Each lane of the 3 transposing warps takes a task a round
+// (Fp8TransposeTask, prefill_sm90_fp8_layout.h): 8 four-byte loads, byte transposes, 4 eight-byte
+// stores. A load's 32 lanes read one bank each, and a store's 16-lane phase writes 16 different
+// 8-byte places of their rows' swizzle (z ^ row % 8 differs over 8 lanes, h over the other 8), so
+// neither meets a bank conflict. (Lanes on one column and consecutive slots wrote 2 pieces: 16-way
+// conflicts that held the kernel below the bf16 one's rate. Addresses computed whole for each
+// access, with a check of each token, took a third of the kernel's issued instructions.)
 template <class C, bool kCheck>
 __device__ __forceinline__ void prefill_sm90_transpose_block(unsigned bytes, unsigned tile, unsigned t,
                                                              unsigned valid) {
@@ -46,28 +39,20 @@ __device__ __forceinline__ void prefill_sm90_transpose_block(unsigned bytes, uns
   static_assert(kPrefillSm90Wideners % 32 == 0, "whole warps, each lane on its column in every round");
   constexpr unsigned kRounds = C::kBlockN / 8;  // a round: a warp's 32 column groups, 8 tokens each
   const unsigned lane = t % 32;
-  const unsigned load_base = bytes + (lane % 4) * 4;  // byte 4c % 16 of its piece
-  const unsigned store_base = tile + lane * 4 * 128;  // V^T row 4c
   for (unsigned round = t / 32; round < kRounds; round += kPrefillSm90Wideners / 32) {
-    const unsigned z = (lane % 8) ^ (round % 8);
-    const unsigned h = ((lane / 8) % 2) ^ (round / 8);
-    const unsigned rows = load_base + z * 16 * 128 + h * 4 * 128;  // token 16z + 4h
-    const unsigned load_piece = (lane / 4) ^ (h * 4);
+    const Fp8TransposeTask task(lane, round);
     unsigned x[2][4];
 #pragma unroll
-    for (unsigned u = 0; u < 4; ++u) {
-      const unsigned at = rows + u * 128 + ((load_piece ^ u) << 4);
+    for (unsigned u = 0; u < 4; ++u)
 #pragma unroll
       for (unsigned e = 0; e < 2; ++e) {
-        unsigned& word = x[u / 2][u % 2 + 2 * e];  // slots 4q..4q+3 hold tokens +0, +1, +8, +9
-        if constexpr (kCheck) {
-          const unsigned token = 16 * z + 4 * h + u + 8 * e;
-          word = token < valid ? sm90::ld_shared_u32(at + e * 8 * 128) : 0u;
-        } else {
-          word = sm90::ld_shared_u32(at + e * 8 * 128);
-        }
+        unsigned& word = x[u / 2][u % 2 + 2 * e];
+        const unsigned at = bytes + task.load_offset(u, e);
+        if constexpr (kCheck)
+          word = task.token(u, e) < valid ? sm90::ld_shared_u32(at) : 0u;
+        else
+          word = sm90::ld_shared_u32(at);
       }
-    }
     unsigned out[4][2];  // [column j][qq]: V^T row 4c + j, slots 16z + 8h + 4qq .. + 3
 #pragma unroll
     for (unsigned qq = 0; qq < 2; ++qq) {
@@ -80,11 +65,9 @@ __device__ __forceinline__ void prefill_sm90_transpose_block(unsigned bytes, uns
       out[2][qq] = __byte_perm(hi01, hi23, 0x5410);
       out[3][qq] = __byte_perm(hi01, hi23, 0x7632);
     }
-    const unsigned store_piece = z ^ ((lane % 2) * 4);
-    const unsigned place = store_base + h * 8;
 #pragma unroll
     for (unsigned j = 0; j < 4; ++j)
-      sm90::st_shared_v2(place + j * 128 + ((store_piece ^ j) << 4), make_uint2(out[j][0], out[j][1]));
+      sm90::st_shared_v2(tile + task.store_offset(j), make_uint2(out[j][0], out[j][1]));
   }
 }
 

@@ -14,8 +14,6 @@
 
 namespace astrai {
 
-inline constexpr int kPrefillSm90Wideners = 96;  // warps 1..3 of the producer warpgroup
-
 // One block: the bytes at shared address `bytes` (kBlockN rows of 128 bytes, 128-byte swizzled
 // as TMA landed them: piece p of row r at p ^ r % 8) into the f16 tile at `tile` in the
 // consumers' layout: K [chunk][row][128 B], paged V [box][chunk][kBoxRows rows][128 B]

@@ -8,12 +8,14 @@
 #include <regex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "astrai/error.hpp"
 #include "astrai/runtime.hpp"
 #include "kernel_src/hopper_params.h"
+#include "kernel_src/prefill_sm90_fp8_layout.h"
 #include "runtime/compile_plan.hpp"
 #include "runtime/families/prefill_launch.hpp"
 #include "runtime/kernel_spec.hpp"
@@ -112,6 +114,73 @@ TEST_SUITE("hopper") {
                                                astrai::prefill_sm90_producer_regs(2, false, true))));
       }
     }
+  }
+
+  TEST_CASE("sm_90a FP8 attention: the V transposition writes each byte of V^T once, from its token, without bank "
+            "conflicts") {
+    // The kernel's own offsets (prefill_sm90_fp8_layout.h) over a block's rounds, as the 96
+    // transposing threads take them: lane l of warp w in rounds w, w + 3, ... < 16.
+    constexpr unsigned kRows = 128, kThreads = astrai::kPrefillSm90Wideners, kRounds = 16;
+    // V^T byte -> 1 + (token * 128 + column) of the V byte it holds (0: not written).
+    std::vector<unsigned> source(kRows * 128, 0);
+    bool addresses_ok = true, once = true;
+    for (unsigned t = 0; t < kThreads; ++t) {
+      const unsigned lane = t % 32;
+      for (unsigned round = t / 32; round < kRounds; round += kThreads / 32) {
+        const astrai::Fp8TransposeTask task(lane, round);
+        unsigned token[2][4];
+        for (unsigned u = 0; u < 4; ++u)
+          for (unsigned e = 0; e < 2; ++e) {
+            token[u / 2][u % 2 + 2 * e] = task.token(u, e);
+            addresses_ok &= task.load_offset(u, e) == astrai::swizzle128_offset(task.token(u, e), 4 * lane);
+          }
+        for (unsigned j = 0; j < 4; ++j) {
+          const unsigned at = task.store_offset(j);
+          addresses_ok &= at == astrai::swizzle128_offset(4 * lane + j, 16 * task.z + 8 * task.h);
+          // Byte k of the 8-byte store: byte j of word k % 4 of group k / 4 (the 4 x 4 transposes).
+          for (unsigned k = 0; k < 8; ++k) {
+            once &= source[at + k] == 0;
+            source[at + k] = 1 + token[k / 4][k % 4] * 128 + 4 * lane + j;
+          }
+        }
+      }
+    }
+    CHECK(addresses_ok);
+    CHECK(once);
+    // V^T row c, slot s holds column c of token sigma(s): slot 4q + b of each 16 holds
+    // {2q, 2q + 1, 8 + 2q, 9 + 2q}[b] of that 16, the accumulator's column order of P.
+    unsigned wrong = 0;
+    for (unsigned c = 0; c < 128; ++c)
+      for (unsigned slot = 0; slot < kRows; ++slot) {
+        const unsigned q = slot % 16 / 4, b = slot % 4;
+        const unsigned sigma = slot / 16 * 16 + 2 * q + (b % 2) + 8 * (b / 2);
+        wrong += source[astrai::swizzle128_offset(c, slot)] != 1 + sigma * 128 + c;
+      }
+    CHECK(wrong == 0u);
+    // A warp's round: each load's 32 lanes read 32 banks, each store's two 16-lane phases write
+    // 16 different 8-byte bank pairs.
+    unsigned conflicts = 0;
+    for (unsigned round = 0; round < kRounds; ++round) {
+      for (unsigned u = 0; u < 4; ++u)
+        for (unsigned e = 0; e < 2; ++e) {
+          std::vector<bool> bank(32, false);
+          for (unsigned lane = 0; lane < 32; ++lane) {
+            const unsigned b = astrai::Fp8TransposeTask(lane, round).load_offset(u, e) / 4 % 32;
+            conflicts += bank[b];
+            bank[b] = true;
+          }
+        }
+      for (unsigned j = 0; j < 4; ++j)
+        for (unsigned phase = 0; phase < 2; ++phase) {
+          std::vector<bool> pair(16, false);
+          for (unsigned lane = 16 * phase; lane < 16 * phase + 16; ++lane) {
+            const unsigned b = astrai::Fp8TransposeTask(lane, round).store_offset(j) / 8 % 16;
+            conflicts += pair[b];
+            pair[b] = true;
+          }
+        }
+    }
+    CHECK(conflicts == 0u);
   }
 
   TEST_CASE("sm_90a FP8 attention: the byte rings' blocks and shared memory, boxes of whole rows of bytes") {

@@ -198,12 +198,14 @@ std::vector<CaseDef> all_cases() {
     bool causal;
     int batch, len, page, prefix;
     bool p16;
+    int head_dim = 128;
   };
   for (const Fp8Row& r :
        {Fp8Row{CaseKind::prefill, true, 2, 8192, 0, 0, false}, Fp8Row{CaseKind::prefill, true, 2, 8192, 0, 0, true},
         Fp8Row{CaseKind::prefill, false, 4, 4096, 0, 0, false}, Fp8Row{CaseKind::paged_prefill, true, 2, 8192, 16, 0, false},
-        Fp8Row{CaseKind::paged_prefill, true, 8, 512, 16, 7680, false}}) {
-    prefill(r.kind, 128, r.causal, r.batch, r.len, r.page, [&](CaseDef& c) {
+        Fp8Row{CaseKind::paged_prefill, true, 8, 512, 16, 7680, false},
+        Fp8Row{CaseKind::prefill, true, 2, 8192, 0, 0, false, 256}}) {
+    prefill(r.kind, r.head_dim, r.causal, r.batch, r.len, r.page, [&](CaseDef& c) {
       c.prefix = r.prefix;
       c.qkv_e4m3 = true;
       c.p_fp16 = r.p16;

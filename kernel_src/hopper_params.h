@@ -48,12 +48,15 @@ constexpr int prefill_sm90_block_m(int consumers) { return 64 * consumers; }  //
 // they take the 8 a thread that the consumers leave in the pool (two leave none).
 // An FP8 cache's producer warpgroup also widens the cache's bytes (prefill_sm90_widen.cuh) and
 // takes 56 a thread (at 40 its walk's addresses spilled); its consumers' 128-token blocks fit 224.
-constexpr int prefill_sm90_producer_regs(int consumers, bool persistent, bool kv8 = false) {
-  return kv8 ? 56 : persistent && consumers == 3 ? 32 : 24;
+// FP8 attention at hd256: the consumers' O (128), S (64) and P (16) need 240 (at 232 ptxas
+// serialized the wgmmas), which leaves the transposing producer 24 (a few of its per-lane
+// offsets spill, loaded once a block).
+constexpr int prefill_sm90_producer_regs(int consumers, bool persistent, bool kv8 = false, int head_dim = 128) {
+  return kv8 ? (head_dim == 256 ? 24 : 56) : persistent && consumers == 3 ? 32 : 24;
 }
 constexpr int prefill_sm90_launch_regs(int consumers) { return 65536 / prefill_sm90_threads(consumers) / 8 * 8; }
-constexpr int prefill_sm90_consumer_regs(int consumers, bool kv8 = false) {
-  return kv8 ? 224 : consumers == 2 ? 240 : 160;
+constexpr int prefill_sm90_consumer_regs(int consumers, bool kv8 = false, int head_dim = 128) {
+  return kv8 ? (head_dim == 256 ? 240 : 224) : consumers == 2 ? 240 : 160;
 }
 static_assert(128 * prefill_sm90_producer_regs(2, true) + 256 * prefill_sm90_consumer_regs(2) <=
                   prefill_sm90_threads(2) * prefill_sm90_launch_regs(2),
@@ -75,18 +78,36 @@ constexpr int prefill_sm90_block_n(int head_dim, int consumers, bool kv8 = false
   return kv8 ? 128 : consumers == 3 ? (head_dim <= 64 ? 128 : 80) : head_dim <= 128 ? 192 : 80;
 }
 
-// Q (two slots in a persistent CTA), the K and V rings, their mbarriers (a full one per Q slot,
-// and a full and an empty one per stage of K and of V), a word per warp (sm90::pin_wait_after),
-// persistent CTAs' empty barrier per Q slot, and 1 KB to align the tiles by hand. An FP8 cache
-// adds the rings of its bytes (TMA lands them there; the widening fills the 16-bit rings) with
-// their own full and empty barriers.
+// A Q slot's and each ring stage's bytes, by variant. 16-bit: Q, K and V tiles of 16-bit
+// elements. An FP8 cache: those, and the rings of its bytes (k8, v8) that TMA lands and the
+// widening drains. FP8 attention: Q and K tiles of bytes, as TMA landed them for the wgmmas; V's
+// bytes in the v8 ring, and in the V ring their transposition (bytes), or with P in f16 their
+// widening (16-bit); no k8 ring.
+struct PrefillSm90Rings {
+  int q_slot, k_stage, v_stage, k8_stage, v8_stage;
+};
+constexpr PrefillSm90Rings prefill_sm90_rings(int head_dim, int consumers, int block_n, unsigned flags) {
+  const int q_bytes = prefill_sm90_block_m(consumers) * head_dim;
+  const int bytes = block_n * head_dim;  // a block of K or V, one byte an element
+  if ((flags & kFeatureQkvE4m3) != 0)
+    return {q_bytes, bytes, (flags & kFeatureQkvP16) != 0 ? 2 * bytes : bytes, 0, bytes};
+  if ((flags & kFeatureKvFp8) != 0) return {2 * q_bytes, 2 * bytes, 2 * bytes, bytes, bytes};
+  return {2 * q_bytes, 2 * bytes, 2 * bytes, 0, 0};
+}
+
+// Q (two slots in a persistent CTA), the rings (above), their mbarriers (a full one per Q slot,
+// a full and an empty one per stage of K and of V, and of the byte rings where there are any), a
+// word per warp (sm90::pin_wait_after), persistent CTAs' empty barrier per Q slot, and 1 KB to
+// align the tiles by hand. `flags`: the variant's features (the rings depend on kFeatureKvFp8,
+// kFeatureQkvE4m3 and kFeatureQkvP16).
 constexpr int prefill_sm90_smem_bytes(int head_dim, int consumers, int block_n, bool persistent = false,
-                                      bool kv8 = false) {
+                                      unsigned flags = 0) {
+  const PrefillSm90Rings r = prefill_sm90_rings(head_dim, consumers, block_n, flags);
   const int q_slots = persistent ? 2 : 1;
-  return q_slots * prefill_sm90_block_m(consumers) * head_dim * 2 + 2 * kPrefillSm90Stages * block_n * head_dim * 2 +
+  const bool byte_rings = r.v8_stage != 0;
+  return q_slots * r.q_slot + kPrefillSm90Stages * (r.k_stage + r.v_stage + r.k8_stage + r.v8_stage) +
          8 * (q_slots + 4 * kPrefillSm90Stages) + 4 * prefill_sm90_threads(consumers) / 32 +
-         (persistent ? 8 * q_slots : 0) + 1024 +
-         (kv8 ? 2 * kPrefillSm90Stages * block_n * head_dim + 8 * 4 * kPrefillSm90Stages : 0);
+         (persistent ? 8 * q_slots : 0) + 1024 + (byte_rings ? 8 * 4 * kPrefillSm90Stages : 0);
 }
 
 // Persistent CTAs (prefill_sm90.cuh): a CTA an SM walks tiles, the next tile's Q and first K
@@ -135,11 +156,13 @@ constexpr unsigned prefill_sm90_features() {
   return kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2 | kFeatureQkvE4m3 |
          kFeatureQkvP16;
 }
-// FP8 attention (kFeatureQkvE4m3, prefill_sm90_fp8.cuh): head dim 128, contiguous KV or an e4m3
-// cache in pages of 8 tokens or more (the FP8 cache's boxes), no other feature but P in f16
-// (kFeatureQkvP16); its tiles are the FP8 cache's (128-token blocks, a byte ring for V).
+// FP8 attention (kFeatureQkvE4m3, prefill_sm90_fp8.cuh): head dim 128 or 256, contiguous KV or
+// an e4m3 cache in pages of 8 tokens or more (the FP8 cache's boxes), no other feature but P in
+// f16 (kFeatureQkvP16) at hd128; its tiles are the FP8 cache's (128-token blocks, a byte ring for
+// V). hd256's rings take 224 KB of bytes; P in f16 would widen V into 64 KB more than an SM has.
 constexpr bool prefill_sm90_serves_qkv8(int head_dim, int page_size, unsigned flags) {
-  return head_dim == 128 && (page_size == 0 || page_size >= 8) && (flags & ~(kFeatureQkvE4m3 | kFeatureQkvP16)) == 0;
+  return (head_dim == 128 || (head_dim == 256 && (flags & kFeatureQkvP16) == 0)) &&
+         (page_size == 0 || page_size >= 8) && (flags & ~(kFeatureQkvE4m3 | kFeatureQkvP16)) == 0;
 }
 // Head dims whose FP8 rows are one 128-byte swizzle row (the TMA box of the cache's bytes), and
 // whose rings fit: 128.

@@ -392,7 +392,7 @@ __device__ __forceinline__ u64 smem_desc_plus(u64 desc, unsigned bytes) {
 
 // FP8 (e4m3) operands, k32 a step: both from shared memory K-major (FP8 wgmma has no transposed
 // form), or A from registers (the m16k32 fragment: a0 rows 0-7 bytes 4(l%4)..+3 of cols 0-15,
-// a1 rows 8-15, a2 and a3 the same of cols 16-31). N = 128.
+// a1 rows 8-15, a2 and a3 the same of cols 16-31). N = 128, and 256 for P V.
 #define ASTRAI_F8_D128                                                                            \
   ASTRAI_F8(0), ASTRAI_F8(8), ASTRAI_F8(16), ASTRAI_F8(24), ASTRAI_F8(32), ASTRAI_F8(40), ASTRAI_F8(48), \
       ASTRAI_F8(56)
@@ -416,6 +416,36 @@ __device__ __forceinline__ void wgmma_rs_e4m3_n128(float (&d)[64], const unsigne
                : ASTRAI_F8_D128
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
+// N = 256 (FP8 attention's P V at head_dim 256): D's 128 registers, then A's 4 and B.
+#define ASTRAI_D128_LIST                                                                          \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"                        \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"               \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"               \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"               \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"               \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"               \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"  \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+__device__ __forceinline__ void wgmma_rs_e4m3_n256(float (&d)[128], const unsigned (&a)[4], u64 desc_b,
+                                                   int accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 " ASTRAI_D128_LIST
+               "{%128, %129, %130, %131}, %132, p, 1, 1;\n}\n"
+               : ASTRAI_F8_D128, ASTRAI_F8(64), ASTRAI_F8(72), ASTRAI_F8(80), ASTRAI_F8(88), ASTRAI_F8(96),
+                 ASTRAI_F8(104), ASTRAI_F8(112), ASTRAI_F8(120)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+// P V over the head dim's columns: one wgmma of N = kHeadDim.
+template <int kHeadDim>
+__device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[kHeadDim / 2], const unsigned (&a)[4], u64 desc_b,
+                                              int accumulate) {
+  static_assert(kHeadDim == 128 || kHeadDim == 256, "FP8 attention's head dims");
+  if constexpr (kHeadDim == 128)
+    wgmma_rs_e4m3_n128(d, a, desc_b, accumulate);
+  else
+    wgmma_rs_e4m3_n256(d, a, desc_b, accumulate);
+}
+#undef ASTRAI_D128_LIST
 #undef ASTRAI_D64_LIST
 #undef ASTRAI_F8_D128
 

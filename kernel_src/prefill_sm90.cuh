@@ -59,7 +59,7 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillParams& p, con
   const int window_mask_until = w.window_mask_until;
   const int active = w.active;
   const int first_stage = g % C::kStages;
-  unsigned char* const q_tile = sm.q + slot * C::Shape::kQBytes;
+  unsigned char* const q_tile = sm.q + slot * C::kQSlotBytes;
   const int consumer = warpgroup - 1;
   const bool alone = active == 1;
   const int t = threadIdx.x % 128;
@@ -200,13 +200,12 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kConsumersArg), 1)
   extern __shared__ unsigned char smem_raw[];
   unsigned char* const smem_q = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);  // kQSlots tiles
-  unsigned char* const smem_k = smem_q + C::kQSlots * C::Shape::kQBytes;
-  unsigned char* const smem_v = smem_k + C::kStages * C::Shape::kKvBytes;
-  // An FP8 cache's byte rings, and FP8 attention's (its K ring unused) (none else).
-  constexpr int kByteRing = C::kByteRings ? C::kStages * C::kKv8Bytes : 0;
-  unsigned char* const smem_k8 = smem_v + C::kStages * C::Shape::kKvBytes;
-  unsigned char* const smem_v8 = smem_k8 + kByteRing;
-  u64* const q_full = reinterpret_cast<u64*>(smem_v8 + kByteRing);  // one a Q slot
+  unsigned char* const smem_k = smem_q + C::kQSlots * C::kQSlotBytes;
+  unsigned char* const smem_v = smem_k + C::kStages * C::kKStageBytes;
+  // An FP8 cache's byte rings, and FP8 attention's V one (prefill_sm90_rings; none else).
+  unsigned char* const smem_k8 = smem_v + C::kStages * C::kVStageBytes;
+  unsigned char* const smem_v8 = smem_k8 + C::kStages * C::kK8StageBytes;
+  u64* const q_full = reinterpret_cast<u64*>(smem_v8 + C::kStages * C::kV8StageBytes);  // one a Q slot
   u64* const k_full = q_full + C::kQSlots;
   u64* const k_empty = k_full + C::kStages;
   u64* const v_full = k_empty + C::kStages;

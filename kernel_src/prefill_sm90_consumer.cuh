@@ -94,17 +94,18 @@ struct PrefillSm90Consumer {
   template <int kWidth, int kFirstCol>
   __device__ __forceinline__ void issue_qk(int stage) {
     using namespace sm90;
-    const unsigned k_base = shared_address(sm.k + stage * C::Shape::kKvBytes) + kFirstCol * 128;
+    const unsigned k_base = shared_address(sm.k + stage * C::kKStageBytes) + kFirstCol * 128;
     reg_fence(s);
     wgmma_fence();
     if constexpr (C::kQkv8) {  // e4m3 bytes: 32 a step (prefill_sm90_fp8.cuh)
       static_assert(kWidth == 128 && kFirstCol == 0, "FP8 attention's blocks go whole");
-      const u64 q_desc = smem_desc(q_base, 16, 1024), k_desc = smem_desc(k_base, 16, 1024);
+      // Each k-step's descriptors built whole: stepping one by a 32-bit add (sm90::smem_desc_plus)
+      // ran 1.7% slower on an H100 (causal B2 x 8192, twice).
 #pragma unroll
       for (int kk = 0; kk < kHeadDim / 32; ++kk) {
         const unsigned offset = (kk % 4) * 32;
-        wgmma_ss_e4m3_n128(s, smem_desc_plus(q_desc, (kk / 4) * C::kBlockM * 128 + offset),
-                           smem_desc_plus(k_desc, (kk / 4) * kBlockN * 128 + offset), kk > 0);
+        wgmma_ss_e4m3_n128(s, smem_desc(q_base + (kk / 4) * C::kBlockM * 128 + offset, 16, 1024),
+                           smem_desc(k_base + (kk / 4) * kBlockN * 128 + offset, 16, 1024), kk > 0);
       }
       wgmma_commit();
       return;
@@ -142,16 +143,15 @@ struct PrefillSm90Consumer {
   template <int kFirstStep, int kSteps>
   __device__ __forceinline__ void issue_pv_steps(int stage) {
     using namespace sm90;
-    const unsigned v_base = shared_address(sm.v + stage * C::Shape::kKvBytes);
+    const unsigned v_base = shared_address(sm.v + stage * C::kVStageBytes);
     reg_fence(o);
     reg_fence(pa);
     wgmma_fence();
     if constexpr (C::kVTransposed) {  // V^T in the stage, 32 tokens (two of these steps) a wgmma (prefill_sm90_fp8.cuh)
       static_assert(kFirstStep % 2 == 0 && kSteps % 2 == 0, "whole 32-token steps");
-      const u64 v_desc = smem_desc(v_base, 16, 1024);
 #pragma unroll
       for (int kk = kFirstStep / 2; kk < (kFirstStep + kSteps) / 2; ++kk)
-        wgmma_rs_e4m3_n128(o, pa[kk], smem_desc_plus(v_desc, kk * 32), 1);
+        wgmma_rs_e4m3<kHeadDim>(o, pa[kk], smem_desc(v_base + kk * 32, 16, 1024), 1);
       wgmma_commit();
       return;
     }
@@ -206,7 +206,7 @@ struct PrefillSm90Consumer {
     for (int i = t + 128 * consumer; i < pieces * kChunks; i += 128 * active) {
       const int row = first + (i % pieces) / 8;
       const int chunk = i / pieces;
-      *reinterpret_cast<uint4*>(sm.v + first_stage * C::Shape::kKvBytes + Kv::v_offset(row, chunk) + (i % 8) * 16) =
+      *reinterpret_cast<uint4*>(sm.v + first_stage * C::kVStageBytes + Kv::v_offset(row, chunk) + (i % 8) * 16) =
           uint4{0u, 0u, 0u, 0u};
     }
     sm90::fence_proxy_async_shared();

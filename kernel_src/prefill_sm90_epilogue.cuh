@@ -51,24 +51,34 @@ __device__ __forceinline__ void prefill_sm90_epilogue(PrefillSm90Consumer<C>& c)
     };
     fence_proxy_async_shared();  // the generic proxy's stores follow the async proxy's reads of Q
     // Tiles (j, rows 0-7), (j, rows 8-15), (j + 1, rows 0-7), (j + 1, rows 8-15): lane l
-    // addresses row l % 8 of tile l / 8.
+    // addresses row l % 8 of tile l / 8. A pass stages the 64-column chunks the Q slot holds: all
+    // of them, or with FP8 attention's slot of bytes half, in two passes.
     const int tile = lane / 8;
     const float(&o)[kHeadDim / 2] = c.o;
-#pragma unroll
-    for (int j = 0; j < kHeadDim / 8; j += 2)
-      stmatrix_x4(piece(lane % 8 + 8 * (tile % 2), j + tile / 2),
-                  pack2<T>(o[4 * j] * inverse[0], o[4 * j + 1] * inverse[0]),
-                  pack2<T>(o[4 * j + 2] * inverse[1], o[4 * j + 3] * inverse[1]),
-                  pack2<T>(o[4 * j + 4] * inverse[0], o[4 * j + 5] * inverse[0]),
-                  pack2<T>(o[4 * j + 6] * inverse[1], o[4 * j + 7] * inverse[1]));
-    __syncwarp();
-    constexpr int kPiecesPerRow = kHeadDim / 8;
+    constexpr int kPassColumns = 64 * (C::kQSlotBytes / (C::kBlockM * 128));
+    static_assert(kHeadDim % kPassColumns == 0, "whole passes");
+    constexpr int kPiecesPerRow = kPassColumns / 8;
     const int first_row = c.m0 + 64 * c.consumer + 16 * warp;
 #pragma unroll
-    for (int k = 0; k < 16 * kPiecesPerRow / 32; ++k) {
-      const int rho = (lane + 32 * k) / kPiecesPerRow;
-      const int j = (lane + 32 * k) % kPiecesPerRow;
-      if (first_row + rho < c.rows) st_global_v4(out_row(first_row + rho) + 8 * j, ld_shared_v4(piece(rho, j)));
+    for (int pass = 0; pass < kHeadDim / kPassColumns; ++pass) {
+      if (pass > 0) __syncwarp();  // the last pass's reads are done with the staging rows
+#pragma unroll
+      for (int jj = 0; jj < kPiecesPerRow; jj += 2) {
+        const int j = pass * kPiecesPerRow + jj;
+        stmatrix_x4(piece(lane % 8 + 8 * (tile % 2), jj + tile / 2),
+                    pack2<T>(o[4 * j] * inverse[0], o[4 * j + 1] * inverse[0]),
+                    pack2<T>(o[4 * j + 2] * inverse[1], o[4 * j + 3] * inverse[1]),
+                    pack2<T>(o[4 * j + 4] * inverse[0], o[4 * j + 5] * inverse[0]),
+                    pack2<T>(o[4 * j + 6] * inverse[1], o[4 * j + 7] * inverse[1]));
+      }
+      __syncwarp();
+#pragma unroll
+      for (int k = 0; k < 16 * kPiecesPerRow / 32; ++k) {
+        const int rho = (lane + 32 * k) / kPiecesPerRow;
+        const int j = (lane + 32 * k) % kPiecesPerRow;
+        if (first_row + rho < c.rows)
+          st_global_v4(out_row(first_row + rho) + pass * kPassColumns + 8 * j, ld_shared_v4(piece(rho, j)));
+      }
     }
   }
   if (p.lse != nullptr && lane % 4 == 0) {

@@ -3,8 +3,8 @@
 // kFeatureQkvP16, P stays in f16 and V is widened to f16 instead, as an FP8 cache's is:
 // prefill_sm90_widen.cuh; nothing below serves that variant but the first GEMM.)
 //   S = Q K^T: the Q and K tiles are TMA's bytes, K-major and 128-byte swizzled, one 128-byte
-//     chunk a row at hd128: the same bytes a 16-bit tile of half the head dim has, so the
-//     descriptors walk them as the 16-bit GEMM does, 32 bytes a step.
+//     chunk a row at hd128, two at hd256: the same bytes a 16-bit tile of half the head dim has,
+//     so the descriptors walk them as the 16-bit GEMM does, 32 bytes a step.
 //   O += P V: FP8 wgmma takes B K-major only, so V (its rows are tokens) is transposed: warps
 //     1-3 of the producer warpgroup turn each V block TMA landed in the byte ring into V^T (a
 //     128-byte row of tokens for each of the head dim's columns) in the V stage.
@@ -32,22 +32,27 @@ namespace astrai {
 // neither meets a bank conflict. (Lanes on one column and consecutive slots wrote 2 pieces: 16-way
 // conflicts that held the kernel below the bf16 one's rate. Addresses computed whole for each
 // access, with a check of each token, took a third of the kernel's issued instructions.)
+// At hd256 each of the head dim's two 128-byte chunks is such a block: the bytes' chunk c (TMA
+// lands a block chunk by chunk, kBlockN rows each) becomes V^T's rows 128c .. 128c + 127.
 template <class C, bool kCheck>
 __device__ __forceinline__ void prefill_sm90_transpose_block(unsigned bytes, unsigned tile, unsigned t,
                                                              unsigned valid) {
-  static_assert(C::kHeadDim == 128 && C::kBlockN == 128, "rows of one 128-byte swizzle row each way");
+  static_assert(C::kHeadDim % 128 == 0 && C::kBlockN == 128, "chunks of one 128-byte swizzle row each way");
   static_assert(kPrefillSm90Wideners % 32 == 0, "whole warps, each lane on its column in every round");
-  constexpr unsigned kRounds = C::kBlockN / 8;  // a round: a warp's 32 column groups, 8 tokens each
+  constexpr unsigned kChunkRounds = C::kBlockN / 8;  // a round: a warp's 32 column groups, 8 tokens each
+  constexpr unsigned kRounds = C::kByteChunks * kChunkRounds;
   const unsigned lane = t % 32;
   for (unsigned round = t / 32; round < kRounds; round += kPrefillSm90Wideners / 32) {
-    const Fp8TransposeTask task(lane, round);
+    const unsigned chunk = round / kChunkRounds;
+    const unsigned from = bytes + chunk * C::kBlockN * 128, to = tile + chunk * 128 * 128;
+    const Fp8TransposeTask task(lane, round % kChunkRounds);
     unsigned x[2][4];
 #pragma unroll
     for (unsigned u = 0; u < 4; ++u)
 #pragma unroll
       for (unsigned e = 0; e < 2; ++e) {
         unsigned& word = x[u / 2][u % 2 + 2 * e];
-        const unsigned at = bytes + task.load_offset(u, e);
+        const unsigned at = from + task.load_offset(u, e);
         if constexpr (kCheck)
           word = task.token(u, e) < valid ? sm90::ld_shared_u32(at) : 0u;
         else
@@ -67,7 +72,7 @@ __device__ __forceinline__ void prefill_sm90_transpose_block(unsigned bytes, uns
     }
 #pragma unroll
     for (unsigned j = 0; j < 4; ++j)
-      sm90::st_shared_v2(tile + task.store_offset(j), make_uint2(out[j][0], out[j][1]));
+      sm90::st_shared_v2(to + task.store_offset(j), make_uint2(out[j][0], out[j][1]));
   }
 }
 
@@ -82,8 +87,8 @@ __device__ __forceinline__ void prefill_sm90_transpose_step(const PrefillSm90Sme
   const unsigned parity = (step / C::kStages) & 1;
   mbar_wait(&sm.v8_full[s], parity);
   mbar_wait(&sm.v_empty[s], parity ^ 1);
-  const unsigned from = shared_address(sm.v8) + s * C::kKv8Bytes;
-  const unsigned to = shared_address(sm.v) + s * C::Shape::kKvBytes;
+  const unsigned from = shared_address(sm.v8) + s * C::kV8StageBytes;
+  const unsigned to = shared_address(sm.v) + s * C::kVStageBytes;
   if (valid < C::kBlockN)  // a page's tail: the walk's first block only
     prefill_sm90_transpose_block<C, true>(from, to, t, valid);
   else

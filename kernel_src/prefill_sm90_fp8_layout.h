@@ -12,14 +12,14 @@ constexpr unsigned swizzle128_offset(unsigned row, unsigned b) {
   return row * 128 + ((((b >> 4) ^ row) & 7) << 4) + (b & 15);
 }
 
-// Lane l's task in round w of a V block (kBlockN = kHeadDim = 128): column group c = l (bytes
-// 4c..4c+3 of each token, V^T rows 4c..4c+3), the 8 tokens whose V^T slots make half h of 16-byte
-// piece z, z = l % 8 ^ w % 8 and h = l / 8 % 2 ^ w / 8. Its 8 loads: u = 0..3 and e = 0, 1 take
-// token 16z + 4h + u + 8e, into word u % 2 + 2e of group u / 2 (slots 4q..4q+3 of a V^T row hold
-// tokens +0, +1, +8, +9 of 16z + 4h + 2 (q % 2)). Its 4 stores: V^T row 4c + j, slots 16z + 8h ..
-// + 7. The offsets are the swizzle taken apart: a load's token has 4h + u as its low bits, so its
-// piece is (c / 4 ^ 4h) ^ u and the 8e rows an immediate; a store's row has 4 (c % 2) + j as its
-// low bits, so its piece is (z ^ 4 (c % 2)) ^ j.
+// Lane l's task in round w of a V block's 128-byte chunk (128 tokens x 128 bytes): column group
+// c = l (bytes 4c..4c+3 of each token, V^T rows 4c..4c+3), the 8 tokens whose V^T slots make
+// half h of 16-byte piece z, z = l % 8 ^ w % 8 and h = l / 8 % 2 ^ w / 8. Its 8 loads: u = 0..3
+// and e = 0, 1 take token 16z + 4h + u + 8e, into word u % 2 + 2e of group u / 2 (slots 4q..4q+3
+// of a V^T row hold tokens +0, +1, +8, +9 of 16z + 4h + 2 (q % 2)). Its 4 stores: V^T row 4c + j,
+// slots 16z + 8h .. + 7. The offsets are the swizzle taken apart: a load's token has 4h + u as
+// its low bits, so its piece is (c / 4 ^ 4h) ^ u and the 8e rows an immediate; a store's row has
+// 4 (c % 2) + j as its low bits, so its piece is (z ^ 4 (c % 2)) ^ j.
 struct Fp8TransposeTask {
   unsigned lane, z, h;
   constexpr Fp8TransposeTask(unsigned lane_, unsigned round)

@@ -13,7 +13,7 @@ template <class C>
 __device__ __forceinline__ void prefill_sm90_issue_q(const PrefillSm90Smem<C>& sm, const sm90::TmaMap* map_q,
                                                      const PrefillSm90Walk& w, int slot) {
   using namespace sm90;
-  unsigned char* q = sm.q + slot * C::Shape::kQBytes;
+  unsigned char* q = sm.q + slot * C::kQSlotBytes;
   const int batch = PrefillSm90Kv<C>::q_batch(w.cta.batch_index);
   mbar_arrive_expect_tx(&sm.q_full[slot], C::kQTxBytes);
 #pragma unroll
@@ -49,11 +49,12 @@ struct PrefillSm90Producer {
   __device__ __forceinline__ void load_kv(const sm90::TmaMap* map, unsigned char* ring, sm90::u64* full,
                                           sm90::u64* empty, int it, int page, bool is_v) const {
     using namespace sm90;
-    // A byte ring's stages hold bytes; FP8 attention's K lands in the K ring's stages as bytes.
-    constexpr int kStageBytes = C::kKv8 ? C::kKv8Bytes : C::Shape::kKvBytes;
+    // The ring's stage (prefill_sm90_rings): a byte ring's, or K's, or V's where TMA fills it.
+    constexpr int kKBytes = C::kKv8 ? C::kK8StageBytes : C::kKStageBytes;
+    constexpr int kVBytes = C::kByteRings ? C::kV8StageBytes : C::kVStageBytes;
     const int s = (g + it) % C::kStages;
     const int token = (n_blocks - 1 - it) * C::kBlockN;
-    unsigned char* stage = ring + s * (C::kQkv8 && is_v ? C::kKv8Bytes : kStageBytes);
+    unsigned char* stage = ring + s * (is_v ? kVBytes : kKBytes);
     if (lane == 0) {
       mbar_wait(&empty[s], (((g + it) / C::kStages) & 1) ^ 1);
       mbar_arrive_expect_tx(&full[s], C::kKTxBytes);
@@ -68,13 +69,18 @@ struct PrefillSm90Producer {
                       batch_index);
     } else {
       // Each lane issues its own box: one thread issuing them all was the bottleneck. An FP8
-      // cache's boxes (K and V alike) bring whole rows of bytes, one 128-byte swizzle row each,
-      // into the byte rings (FP8 attention's K into the K ring, where the wgmmas read them).
+      // cache's boxes (K and V alike) bring rows of bytes, a 128-byte swizzle row each, into the
+      // byte rings (FP8 attention's K into the K ring, where the wgmmas read them), chunk by
+      // chunk as contiguous KV's land (one chunk at hd128).
       constexpr int kBoxRows = C::kBoxRows;
       __syncwarp();
       const int row = C::Kv::tma_row(token + lane * kBoxRows);
       if constexpr (C::kByteRings) {
-        if (lane < C::kBoxes) tma_load_4d(stage + lane * kBoxRows * C::kHeadDim, map, &full[s], 0, kv_head, row, page);
+        if (lane < C::kBoxes)
+#pragma unroll
+          for (int c = 0; c < C::kByteChunks; ++c)
+            tma_load_4d(stage + c * C::kBlockN * 128 + lane * kBoxRows * 128, map, &full[s], 128 * c, kv_head, row,
+                        page);
       } else if (lane < C::kBoxes && is_v) {
         tma_load_5d(stage + lane * C::kChunks * kBoxRows * 128, map, &full[s], 0, row, 0, kv_head, page);
       } else if (lane < C::kBoxes) {

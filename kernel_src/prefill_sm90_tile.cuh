@@ -83,16 +83,27 @@ struct PrefillSm90Config {
   static constexpr bool kQkv8 = (kFlags & kFeatureQkvE4m3) != 0;
   static_assert(!kQkv8 || (prefill_sm90_serves_qkv8(kHeadDim, kPageSize, kFlags) && !kPersistent &&
                            kBlockN == prefill_sm90_block_n(kHeadDim, kConsumers, true)),
-                "FP8 attention: hd128, pages of 8 tokens or more, 128-token blocks, no other feature (hopper_params.h)");
+                "FP8 attention: hd128 or 256, pages of 8 tokens or more, 128-token blocks, no other feature "
+                "(hopper_params.h)");
   static constexpr bool kVTransposed = kQkv8 && !kP16;  // else V is widened (P16) or 16-bit already
   static constexpr bool kByteRings = kKv8 || kQkv8;
   // Q and K rows as TMA boxes: 64 16-bit elements a 128-byte chunk, or 128 FP8 ones.
   static constexpr int kQkChunkElems = kQkv8 ? 128 : 64;
   static constexpr int kQkChunks = kHeadDim / kQkChunkElems;
+  static constexpr int kByteChunks = kHeadDim / 128;  // 128-byte chunks of a row of bytes
   static constexpr int kQTxBytes = kQkv8 ? kBlockM * kHeadDim : Shape::kQBytes;
   static constexpr int kKTxBytes = kByteRings ? kKv8Bytes : Shape::kKvBytes;
-  static constexpr int kProducerRegs = prefill_sm90_producer_regs(kConsumers, kPersistent, kByteRings);
-  static constexpr int kConsumerRegs = prefill_sm90_consumer_regs(kConsumers, kByteRings);
+  // A Q slot's and the ring stages' bytes (prefill_sm90_rings, hopper_params.h).
+  static constexpr PrefillSm90Rings kRings = prefill_sm90_rings(kHeadDim, kConsumers, kBlockN, kFlags);
+  static constexpr int kQSlotBytes = kRings.q_slot;
+  static constexpr int kKStageBytes = kRings.k_stage;
+  static constexpr int kVStageBytes = kRings.v_stage;
+  static constexpr int kK8StageBytes = kRings.k8_stage;
+  static constexpr int kV8StageBytes = kRings.v8_stage;
+  static_assert(prefill_sm90_smem_bytes(kHeadDim, kConsumers, kBlockN, kPersistent, kFlags) <= 227 * 1024,
+                "the tiles and rings fit an SM's shared memory");
+  static constexpr int kProducerRegs = prefill_sm90_producer_regs(kConsumers, kPersistent, kByteRings, kHeadDim);
+  static constexpr int kConsumerRegs = prefill_sm90_consumer_regs(kConsumers, kByteRings, kHeadDim);
 };
 
 // Shared memory: kQSlots Q tiles, the K and V rings, then their mbarriers (prefill_sm90_smem_bytes

@@ -82,7 +82,7 @@ __device__ __forceinline__ void prefill_sm90_widen_step(const PrefillSm90Smem<C>
   mbar_wait(&(kIsV ? sm.v8_full : sm.k8_full)[s], parity);
   mbar_wait(&(kIsV ? sm.v_empty : sm.k_empty)[s], parity ^ 1);
   prefill_sm90_widen_block<C, kIsV>(shared_address(kIsV ? sm.v8 : sm.k8) + s * C::kKv8Bytes,
-                                    shared_address(kIsV ? sm.v : sm.k) + s * C::Shape::kKvBytes, t);
+                                    shared_address(kIsV ? sm.v : sm.k) + s * (kIsV ? C::kVStageBytes : C::kKStageBytes), t);
   fence_proxy_async_shared();
   mbar_arrive(&(kIsV ? sm.v8_empty : sm.k8_empty)[s]);
   mbar_arrive(&(kIsV ? sm.v_full : sm.k_full)[s]);

@@ -45,9 +45,13 @@ void check_fp8_attention(const char* call, const AttentionOptions& options, floa
   if (options.qkv_dtype != KvDType::e4m3) return;
   constexpr const char* kFp8 = "with qkv_dtype e4m3 (FP8 attention: float8_e4m3fn q, k and v)";
   if (!prefill_sm90_serves_qkv8(head_dim, 0, kFeatureQkvE4m3))
-    fail_argument(call, fmt::format("head_dim {} is not served {} (allowed: 128)", head_dim, kFp8));
+    fail_argument(call, fmt::format("head_dim {} is not served {} (allowed: 128 or 256)", head_dim, kFp8));
   if (!prefill_sm90_serves_qkv8(head_dim, page_size, kFeatureQkvE4m3))
     fail_argument(call, fmt::format("page_size {} is not served {} (allowed: 8 or more)", page_size, kFp8));
+  if (options.p_fp16 && !prefill_sm90_serves_qkv8(head_dim, page_size, kFeatureQkvE4m3 | kFeatureQkvP16))
+    fail_argument(call, fmt::format("p_fp16 is not served at head_dim {} {} (allowed: P in e4m3 at head_dim 256, "
+                                    "either at 128: P in f16 widens V into more shared memory than an SM has)",
+                                    head_dim, kFp8));
   const std::uint32_t others = attention_features(options, scale).flags & ~(kFeatureQkvE4m3 | kFeatureQkvP16);
   if (!prefill_sm90_serves_qkv8(head_dim, page_size, others | kFeatureQkvE4m3))
     fail_argument(call, fmt::format("{} is not served {} (allowed: none of logit_cap, sinks, window_left, "
@@ -73,6 +77,8 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
   const bool packed = pack > 1;
   const std::uint32_t block_m = static_cast<std::uint32_t>(prefill_sm90_block_m(consumers));
   const std::uint32_t kv_box = static_cast<std::uint32_t>(block_n);
+  // Rows of bytes go in boxes of 128 bytes at most (the swizzle's row), a chunk each.
+  const std::uint32_t byte_box = static_cast<std::uint32_t>(std::min(head_dim, 128));
   if (page_size == 0) {
     const U kv_rows = static_cast<U>(std::max(p.kv_len, 1));  // kv_len 0 loads nothing
     maps.q = packed ? TensorMapShape{p.q, {d, U(p.n_heads), U(p.q_len), U(p.batch)},
@@ -99,21 +105,22 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
               {p.v_stride_seq, 64, p.v_stride_head, p.v_stride_page},
               {64, box, chunks, 1, 1}};
     if (kv8 || qkv8) {
-      // An FP8 cache: K and V alike in boxes of whole rows of bytes (one 128-byte swizzle row).
+      // An FP8 cache: K and V alike in boxes of rows of bytes, a 128-byte swizzle row each (the
+      // kernel issues a box a chunk at hd256).
       maps.k = {p.k, {d, U(p.n_kv_heads), U(page_size), pages}, {p.k_stride_head, p.k_stride_seq, p.k_stride_page},
-                {static_cast<std::uint32_t>(head_dim), 1, box, 1}, 1};
+                {byte_box, 1, box, 1}, 1};
       maps.v = {p.v, {d, U(p.n_kv_heads), U(page_size), pages}, {p.v_stride_head, p.v_stride_seq, p.v_stride_page},
-                {static_cast<std::uint32_t>(head_dim), 1, box, 1}, 1};
+                {byte_box, 1, box, 1}, 1};
     }
   }
   // Packed: a pack's heads at block_m / pack positions; else block_m positions of one head.
   maps.q.box = packed ? std::vector<std::uint32_t>{64, pack, block_m / pack, 1}
                       : std::vector<std::uint32_t>{64, block_m, 1, 1};
   if (qkv8) {
-    // FP8 attention: q, K and V in boxes of whole rows of bytes (one 128-byte swizzle row at
-    // hd128), the strides counting bytes.
+    // FP8 attention: q, K and V in boxes of rows of bytes (a 128-byte swizzle row, one chunk of
+    // hd256's two), the strides counting bytes.
     for (TensorMapShape* shape : {&maps.q, &maps.k, &maps.v}) {
-      shape->box[0] = static_cast<std::uint32_t>(head_dim);
+      shape->box[0] = byte_box;
       shape->element_bytes = 1;
     }
   }

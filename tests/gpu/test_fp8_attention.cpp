@@ -35,9 +35,9 @@ struct Fp8AttentionCase {
   bool causal = true;     // paged: the q rows are the KV's last
   int kv_shrink = 0;      // paged: request b's KV is kv_len - b * kv_shrink tokens (down to 0)
   bool p16 = false;       // P kept in f16 for P V (p_fp16)
+  int head_dim = 128;
 };
 
-constexpr int kHeadDim = 128;
 // The LSE's allowance for the e4m3 GEMM's accumulation, of the largest sum of |q_d k_d|.
 constexpr double kScoreSumBits = 1.0 / 64;
 
@@ -51,17 +51,17 @@ struct Quantized {
   }
 };
 
-Quantized quantize(const std::vector<float>& x, int heads, bool per_head) {
+Quantized quantize(const std::vector<float>& x, int heads, int head_dim, bool per_head) {
   Quantized q;
   q.scales.assign(per_head ? heads : 1, 0.f);
   for (std::size_t i = 0; i < x.size(); ++i) {
-    const int h = per_head ? static_cast<int>(i / kHeadDim) % heads : 0;
+    const int h = per_head ? static_cast<int>(i / head_dim) % heads : 0;
     q.scales[h] = std::max(q.scales[h], std::fabs(x[i]) / 448.f);
   }
   for (float& s : q.scales) s = s > 0.f ? s : 1.f;
   q.codes.resize(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) {
-    const int h = per_head ? static_cast<int>(i / kHeadDim) % heads : 0;
+    const int h = per_head ? static_cast<int>(i / head_dim) % heads : 0;
     q.codes[i] = float_to_fp8(x[i] / q.scales[h], KvDType::e4m3);
   }
   return q;
@@ -95,8 +95,8 @@ Inputs make_inputs(const Fp8AttentionCase& c, std::mt19937& rng) {
   Inputs in;
   in.q_start.assign(c.batch + 1, 0);
   for (int b = 0; b < c.batch; ++b) in.q_start[b + 1] = in.q_start[b] + q_len_of(c, b);
-  const std::size_t q_count = static_cast<std::size_t>(in.q_start[c.batch]) * c.n_heads * kHeadDim;
-  const std::size_t kv_count = static_cast<std::size_t>(c.batch) * c.kv_len * c.n_kv_heads * kHeadDim;
+  const std::size_t q_count = static_cast<std::size_t>(in.q_start[c.batch]) * c.n_heads * c.head_dim;
+  const std::size_t kv_count = static_cast<std::size_t>(c.batch) * c.kv_len * c.n_kv_heads * c.head_dim;
   auto draw = [&](std::size_t n) {
     std::vector<float> x(n);
     for (float& v : x) v = normal(rng) * (unit(rng) < 0.002f ? c.outlier : 1.f);
@@ -112,16 +112,16 @@ Inputs make_inputs(const Fp8AttentionCase& c, std::mt19937& rng) {
         if (last < 0) continue;
         for (int h = 0; h < c.n_heads; ++h) {
           const int j = static_cast<int>(rng() % (last + 1));
-          for (int d = 0; d < kHeadDim; ++d)
-            q[((static_cast<std::size_t>(in.q_start[b]) + i) * c.n_heads + h) * kHeadDim + d] =
-                2.5f * k[((static_cast<std::size_t>(b) * c.kv_len + j) * c.n_kv_heads + h / group) * kHeadDim + d] +
+          for (int d = 0; d < c.head_dim; ++d)
+            q[((static_cast<std::size_t>(in.q_start[b]) + i) * c.n_heads + h) * c.head_dim + d] =
+                2.5f * k[((static_cast<std::size_t>(b) * c.kv_len + j) * c.n_kv_heads + h / group) * c.head_dim + d] +
                 0.1f * normal(rng);
         }
       }
   }
-  in.q = quantize(q, c.n_heads, c.per_head_q);
-  in.k = quantize(k, c.n_kv_heads, c.per_head_kv);
-  in.v = quantize(v, c.n_kv_heads, c.per_head_kv);
+  in.q = quantize(q, c.n_heads, c.head_dim, c.per_head_q);
+  in.k = quantize(k, c.n_kv_heads, c.head_dim, c.per_head_kv);
+  in.v = quantize(v, c.n_kv_heads, c.head_dim, c.per_head_kv);
   return in;
 }
 
@@ -130,7 +130,7 @@ Inputs make_inputs(const Fp8AttentionCase& c, std::mt19937& rng) {
 // (0x7f), which no output may show.
 std::vector<std::uint8_t> paged_codes(const Fp8AttentionCase& c, const std::vector<std::uint8_t>& codes,
                                       const std::vector<int>& table, int pages_per_seq) {
-  const std::size_t row = static_cast<std::size_t>(c.n_kv_heads) * kHeadDim;
+  const std::size_t row = static_cast<std::size_t>(c.n_kv_heads) * c.head_dim;
   std::vector<std::uint8_t> pages(table.size() * c.page_size * row, 0x7f);
   for (int b = 0; b < c.batch; ++b)
     for (int j = 0; j < kv_len_of(c, b); ++j) {
@@ -166,7 +166,7 @@ void run_kernel(const Fp8AttentionCase& c, const Inputs& in, std::mt19937& rng, 
     a.kv_len = c.kv_len;
     a.n_heads = c.n_heads;
     a.n_kv_heads = c.n_kv_heads;
-    a.head_dim = kHeadDim;
+    a.head_dim = c.head_dim;
     a.causal_offset = c.causal_offset;
     a.q = q_dev.get();
     a.k = k_dev.get();
@@ -196,7 +196,7 @@ void run_kernel(const Fp8AttentionCase& c, const Inputs& in, std::mt19937& rng, 
   for (int b = 0; b < c.batch; ++b) a.max_q_len = std::max(a.max_q_len, q_len_of(c, b));
   a.n_heads = c.n_heads;
   a.n_kv_heads = c.n_kv_heads;
-  a.head_dim = kHeadDim;
+  a.head_dim = c.head_dim;
   a.page_size = c.page_size;
   a.num_pages = static_cast<int>(table.size());
   a.max_pages_per_seq = pages_per_seq;
@@ -214,23 +214,23 @@ void run_kernel(const Fp8AttentionCase& c, const Inputs& in, std::mt19937& rng, 
 }
 
 void run_case(const Fp8AttentionCase& c) {
-  CAPTURE(fmt::format("B{} q{} kv{} heads {}/{} page {} causal_offset {} causal {} shrink {} per-head q {} kv {} "
-                      "peaked {} {}{}", c.batch, c.q_len, c.kv_len, c.n_heads, c.n_kv_heads, c.page_size,
+  CAPTURE(fmt::format("hd{} B{} q{} kv{} heads {}/{} page {} causal_offset {} causal {} shrink {} per-head q {} "
+                      "kv {} peaked {} {}{}", c.head_dim, c.batch, c.q_len, c.kv_len, c.n_heads, c.n_kv_heads, c.page_size,
                       c.causal_offset, c.causal, c.kv_shrink, c.per_head_q, c.per_head_kv, c.peaked,
                       c.dtype == DType::bf16 ? "bf16" : "fp16", c.p16 ? " p16" : ""));
   std::mt19937 rng(c.seed);
   const Inputs in = make_inputs(c, rng);
   const std::size_t rows = static_cast<std::size_t>(in.q_start[c.batch]) * c.n_heads;
-  DeviceBuffer out_dev(std::max<std::size_t>(rows * kHeadDim * 2, 16));
+  DeviceBuffer out_dev(std::max<std::size_t>(rows * c.head_dim * 2, 16));
   out_dev.fill_byte(0xff);
   DeviceBuffer lse_dev(std::max<std::size_t>(rows * 4, 16));
   lse_dev.fill_byte(0xff);
   run_kernel(c, in, rng, out_dev, lse_dev);
-  const std::vector<std::uint16_t> out = out_dev.to_host<std::uint16_t>(rows * kHeadDim);
+  const std::vector<std::uint16_t> out = out_dev.to_host<std::uint16_t>(rows * c.head_dim);
   const std::vector<float> lse = lse_dev.to_host<float>(rows);
 
   const int group = c.n_heads / c.n_kv_heads;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(kHeadDim));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   const double p_bound = c.p16 ? 0.004 : 0.0625;
   double worst = 0, worst_lse = 0, sum_sq = 0, ref_sq = 0;
   int failures = 0;
@@ -240,16 +240,16 @@ void run_case(const Fp8AttentionCase& c) {
       for (int h = 0; h < c.n_heads; ++h) {
         const int kvh = h / group;
         const std::size_t row = (static_cast<std::size_t>(in.q_start[b]) + i) * c.n_heads + h;
-        const std::size_t q_row = row * kHeadDim;
+        const std::size_t q_row = row * c.head_dim;
         const int last = last_key(c, b, i);
         auto kv_row = [&](int j) {
-          return ((static_cast<std::size_t>(b) * c.kv_len + j) * c.n_kv_heads + kvh) * kHeadDim;
+          return ((static_cast<std::size_t>(b) * c.kv_len + j) * c.n_kv_heads + kvh) * c.head_dim;
         };
         double top = -INFINITY;
         double magnitude = 0;  // the largest sum of |q_d k_d| (scaled) over the row's keys
         for (int j = 0; j <= last; ++j) {
           double dot = 0, dot_abs = 0;
-          for (int d = 0; d < kHeadDim; ++d) {
+          for (int d = 0; d < c.head_dim; ++d) {
             const double product = double(in.q.value(q_row + d, h)) * in.k.value(kv_row(j) + d, kvh);
             dot += product;
             dot_abs += std::fabs(product);
@@ -264,7 +264,7 @@ void run_case(const Fp8AttentionCase& c) {
         // weight at most; f16: 2^-11, with room for the sum's order) over the values averaged,
         // plus the output format's rounding.
         double v_max = 0;
-        for (int d = 0; d < kHeadDim; ++d) {
+        for (int d = 0; d < c.head_dim; ++d) {
           double want = 0;
           for (int j = 0; j <= last; ++j) {
             const double value = in.v.value(kv_row(j) + d, kvh);
@@ -367,6 +367,35 @@ TEST_CASE("FP8 attention over pages on sm_90a: e4m3 q and cache, ragged requests
   CHECK(loaded_variants_named("paged_prefill.bf16.hd128.ps16.g4.qkv_e4m3.wgmma.") > 0);
 }
 
+TEST_CASE("FP8 attention at head_dim 256 on sm_90a: rows of two chunks, contiguous and over pages") {
+  if (!sm90a_target()) return not_run("FP8 attention: needs an sm_90a target");
+  if (mma_forced_off() || wgmma_forced_off()) return not_run("FP8 attention: the wgmma prefill is turned off");
+  std::mt19937 rng(test_seed(9019));
+  // Tile edges as at hd128 (64-row consumers, 128-token blocks), both chunks of each row checked
+  // by peaked rows; pages of one box and of several, requests ending mid-page, one with no KV.
+  Fp8AttentionCase contiguous{DType::bf16, 2, 129, 300, 8, 2, 300 - 129, false, true, true};
+  Fp8AttentionCase full{DType::fp16, 1, 64, 1000, 4, 1, -1, true, false, false};
+  Fp8AttentionCase square{DType::bf16, 1, 256, 256, 8, 8, 0, false, false, false};
+  Fp8AttentionCase paged = contiguous;
+  paged.batch = 3;
+  paged.page_size = 16;
+  paged.kv_shrink = 111;
+  Fp8AttentionCase small_pages{DType::fp16, 2, 129, 257, 4, 4, -1, true, true, false};
+  small_pages.page_size = 8;
+  small_pages.kv_shrink = 100;
+  Fp8AttentionCase long_pages{DType::bf16, 3, 50, 100, 4, 1, -1, false, false, true};
+  long_pages.page_size = 64;
+  long_pages.kv_shrink = 50;  // the last request: no KV, no rows
+  long_pages.causal = false;
+  for (Fp8AttentionCase c : {contiguous, full, square, paged, small_pages, long_pages}) {
+    c.head_dim = 256;
+    c.seed = rng();
+    run_case(c);
+  }
+  CHECK(loaded_variants_named("prefill.bf16.hd256.g4.qkv_e4m3.wgmma.") > 0);
+  CHECK(loaded_variants_named("paged_prefill.bf16.hd256.ps16.g4.qkv_e4m3.wgmma.") > 0);
+}
+
 TEST_CASE("FP8 attention with P in f16 on sm_90a: V widened, P V on f16 wgmma, a tighter bound") {
   if (!sm90a_target()) return not_run("FP8 attention: needs an sm_90a target");
   if (mma_forced_off() || wgmma_forced_off()) return not_run("FP8 attention: the wgmma prefill is turned off");
@@ -391,7 +420,7 @@ TEST_CASE("FP8 attention refuses by name what it does not serve") {
   a.kv_len = 1;
   a.n_heads = 1;
   a.n_kv_heads = 1;
-  a.head_dim = kHeadDim;
+  a.head_dim = 128;
   a.qkv_dtype = KvDType::e4m3;
   // No scales: refused before any launch, the first one checked named (k_scale, as an FP8
   // cache's scales are checked first).

@@ -313,7 +313,7 @@ TEST_CASE("plan: an FP8 cache's paged prefill runs the wgmma kernel at hd128 (on
   CHECK_FALSE(plan.spec.wide);  // B2 x 8192 takes the wide tiles with a 16-bit cache
   CHECK(plan.consumers == 2);
   CHECK(plan.block_n == 128);
-  CHECK(plan.smem == astrai::prefill_sm90_smem_bytes(128, 2, 128, false, true));
+  CHECK(plan.smem == astrai::prefill_sm90_smem_bytes(128, 2, 128, false, astrai::kFeatureKvE4m3));
   CHECK(plan.smem <= 227 * 1024);
   CHECK(plan.spec.name() == "paged_prefill.bf16.hd128.ps16.g4.kv_e4m3.wgmma.sm_90a");
   paged.flags = 0;

@@ -118,8 +118,8 @@ TEST_SUITE("hopper") {
         CHECK(astrai::detail::tensor_map_problem(*map).empty());
       }
     }
-    CHECK(astrai::prefill_sm90_smem_bytes(128, 2, 128, false, true) <= 227 * 1024);
-    CHECK(astrai::prefill_sm90_smem_bytes(128, 2, 128, false, true) >
-          astrai::prefill_sm90_smem_bytes(128, 2, 128, false, false) + 4 * 128 * 128 - 1);
+    CHECK(astrai::prefill_sm90_smem_bytes(128, 2, 128, false, astrai::kFeatureKvE4m3) <= 227 * 1024);
+    CHECK(astrai::prefill_sm90_smem_bytes(128, 2, 128, false, astrai::kFeatureKvE4m3) >
+          astrai::prefill_sm90_smem_bytes(128, 2, 128, false) + 4 * 128 * 128 - 1);
   }
 }

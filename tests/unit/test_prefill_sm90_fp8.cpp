@@ -59,6 +59,28 @@ astrai::detail::CompileResult compile_unspilled(const KernelSpec& spec, const ch
   return result;
 }
 
+// What every FP8 attention variant's PTX holds (P in e4m3): the S GEMM on m64n128k32 e4m3
+// wgmmas and no 16-bit GEMM, P quantized in registers, the V transposition, TMA boxes of bytes.
+void check_fp8_attention_ptx(const std::string& ptx, int page_size) {
+  CHECK(contains(ptx, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"));
+  CHECK_FALSE(contains(ptx, "k16.f32.bf16.bf16"));
+  CHECK_FALSE(contains(ptx, "k16.f32.f16.f16"));
+  // P quantized to e4m3 pairs; the transposition's byte permutes, then the async proxy.
+  CHECK(contains(ptx, "cvt.rn.satfinite.e4m3x2.f32"));
+  CHECK(contains(ptx, "prmt.b32"));
+  CHECK(contains(ptx, "fence.proxy.async.shared::cta"));
+  // The transposition reads and writes shared memory by its window's addresses: 4-byte loads of
+  // token rows, 8-byte stores into V^T rows (a warp's lanes on different places).
+  CHECK(contains(ptx, "ld.shared.b32"));
+  CHECK(contains(ptx, "st.shared.v2.b32"));
+  // q, K and V by 4-D TMA boxes of bytes (no 5-D box: paged V as the FP8 cache's, rows of bytes).
+  CHECK(contains(ptx, "cp.async.bulk.tensor.4d"));
+  CHECK_FALSE(contains(ptx, "cp.async.bulk.tensor.5d"));
+  // Paged: the tail of the last page's V is cleared in the transposition (a select on the token,
+  // no store of zeros by the consumers).
+  if (page_size != 0) CHECK(contains(ptx, "selp.b32"));
+}
+
 // e4m3 q, k and v with unit scales (the options PrefillArgs and PagedPrefillArgs share).
 void set_e4m3(astrai::AttentionOptions* options) {
   static float scales[3] = {1.f, 1.f, 1.f};
@@ -92,24 +114,8 @@ TEST_SUITE("hopper") {
         const KernelSpec spec = fp8_prefill(dtype, group, 0, page_size);
         CAPTURE(spec.name());
         const auto result = compile_unspilled(spec, ".qkv_e4m3.wgmma.");
-        // S and P V as m64n128k32 e4m3 wgmmas, and no 16-bit GEMM at all.
-        CHECK(contains(result.ptx, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"));
-        CHECK_FALSE(contains(result.ptx, "k16.f32.bf16.bf16"));
-        CHECK_FALSE(contains(result.ptx, "k16.f32.f16.f16"));
-        // P quantized to e4m3 pairs; the transposition's byte permutes, then the async proxy.
-        CHECK(contains(result.ptx, "cvt.rn.satfinite.e4m3x2.f32"));
-        CHECK(contains(result.ptx, "prmt.b32"));
-        CHECK(contains(result.ptx, "fence.proxy.async.shared::cta"));
-        // The transposition reads and writes shared memory by its window's addresses: 4-byte
-        // loads of token rows, 8-byte stores into V^T rows (a warp's lanes on different places).
-        CHECK(contains(result.ptx, "ld.shared.b32"));
-        CHECK(contains(result.ptx, "st.shared.v2.b32"));
-        // q, K and V by 4-D TMA boxes of bytes (no 5-D box: paged V as the FP8 cache's, whole rows).
-        CHECK(contains(result.ptx, "cp.async.bulk.tensor.4d"));
-        CHECK_FALSE(contains(result.ptx, "cp.async.bulk.tensor.5d"));
-        // Paged: the tail of the last page's V is cleared in the transposition (a select on the
-        // token, no store of zeros by the consumers).
-        if (page_size != 0) CHECK(contains(result.ptx, "selp.b32"));
+        // P V as m64n128k32 e4m3 wgmmas too (N = the head dim).
+        check_fp8_attention_ptx(result.ptx, page_size);
         CHECK(contains(result.ptx, fmt::format("setmaxnreg.dec.sync.aligned.u32 {}",
                                                astrai::prefill_sm90_producer_regs(2, false, true))));
       }
@@ -126,12 +132,8 @@ TEST_SUITE("hopper") {
         // transposition's per-lane offsets spill, stored once and loaded once a block (the
         // SASS's local loads sit before the rounds' loop, none inside it).
         const auto result = compile_unspilled(spec, ".hd256.", 64);
-        CHECK(contains(result.ptx, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"));  // S
+        check_fp8_attention_ptx(result.ptx, page_size);
         CHECK(contains(result.ptx, "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3"));  // P V
-        CHECK_FALSE(contains(result.ptx, "k16.f32.bf16.bf16"));
-        CHECK_FALSE(contains(result.ptx, "k16.f32.f16.f16"));
-        CHECK(contains(result.ptx, "cp.async.bulk.tensor.4d"));
-        CHECK_FALSE(contains(result.ptx, "cp.async.bulk.tensor.5d"));
         CHECK(contains(result.ptx, "setmaxnreg.inc.sync.aligned.u32 240"));
         CHECK(contains(result.ptx, "setmaxnreg.dec.sync.aligned.u32 24"));
       }
@@ -143,23 +145,6 @@ TEST_SUITE("hopper") {
     CHECK(smem >= 128 * 256 + 3 * astrai::kPrefillSm90Stages * 128 * 256);
     CHECK(astrai::prefill_sm90_smem_bytes(256, 2, 128, false, astrai::kFeatureKvE4m3) > 227 * 1024);
     CHECK(astrai::prefill_sm90_block_n(256, 2, true) == 128);
-    // Its boxes: 128-byte rows, the kernel issuing one a chunk.
-    astrai::PrefillParams p{};
-    p.batch = 2;
-    p.q_len = 100;
-    p.kv_len = 300;
-    p.n_heads = 8;
-    p.n_kv_heads = 2;
-    p.total_q = 200;
-    p.num_pages = 40;
-    for (int page_size : {0, 8, 16, 64}) {
-      CAPTURE(page_size);
-      const auto maps = astrai::detail::prefill_map_shapes(p, 256, page_size, 2, 128, false, true);
-      for (const auto* shape : {&maps.q, &maps.k, &maps.v}) {
-        CHECK(shape->element_bytes == 1);
-        CHECK(shape->box[0] == 128u);
-      }
-    }
   }
 
   TEST_CASE("sm_90a FP8 attention: the V transposition writes each byte of V^T once, from its token, without bank "
@@ -240,18 +225,24 @@ TEST_SUITE("hopper") {
     p.kv_len = 300;
     p.n_heads = 8;
     p.n_kv_heads = 2;
-    const auto maps = astrai::detail::prefill_map_shapes(p, 128, 0, 2, 128, false, true);
-    for (const auto* shape : {&maps.q, &maps.k, &maps.v}) {
-      CHECK(shape->element_bytes == 1);
-      CHECK(shape->box[0] == 128u);  // one 128-byte swizzle row
+    // Boxes of 128-byte rows of bytes: a row at hd128, a chunk of one at hd256 (the kernel issues a
+    // box a chunk).
+    for (int head_dim : {128, 256}) {
+      CAPTURE(head_dim);
+      const auto maps = astrai::detail::prefill_map_shapes(p, head_dim, 0, 2, 128, false, true);
+      for (const auto* shape : {&maps.q, &maps.k, &maps.v}) {
+        CHECK(shape->element_bytes == 1);
+        CHECK(shape->box[0] == 128u);  // one 128-byte swizzle row
+      }
     }
-    // Paged: K and V in boxes of whole rows of bytes, up to 16 tokens of one page (the FP8
-    // cache's boxes).
+    // Paged: K and V in boxes of rows of bytes, up to 16 tokens of one page (the FP8 cache's
+    // boxes).
     p.total_q = 200;
     p.num_pages = 40;
-    for (int page_size : {8, 16, 64}) {
+    for (const auto& [page_size, head_dim] : {std::pair{8, 128}, {16, 128}, {64, 128}, {8, 256}, {16, 256}}) {
       CAPTURE(page_size);
-      const auto paged = astrai::detail::prefill_map_shapes(p, 128, page_size, 2, 128, false, true);
+      CAPTURE(head_dim);
+      const auto paged = astrai::detail::prefill_map_shapes(p, head_dim, page_size, 2, 128, false, true);
       for (const auto* shape : {&paged.q, &paged.k, &paged.v}) {
         CHECK(shape->element_bytes == 1);
         CHECK(shape->box[0] == 128u);

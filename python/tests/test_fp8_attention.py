@@ -273,8 +273,9 @@ class TestChecks:
             astrai_jit.prefill(*fp8_inputs(head_dim=head_dim), **SCALES)
 
     def test_p_fp16_at_head_dim_256_is_refused(self, host_only):
-        with raises(ValueError, "prefill: p_fp16 is not served at head_dim 256 with qkv_dtype e4m3"):
-            astrai_jit.prefill(*fp8_inputs(head_dim=256), **SCALES, p_fp16=True)
+        with raises(ValueError, "prefill: P in f16 (p_fp16; p_dtype torch.float16 in Python) is not served at "
+                                "head_dim 256 with qkv_dtype e4m3"):
+            astrai_jit.prefill(*fp8_inputs(head_dim=256), **SCALES, p_dtype=torch.float16)
 
     def test_other_options_and_a_mask_are_refused(self, host_only):
         q, k, v = fp8_inputs()

@@ -49,8 +49,9 @@ void check_fp8_attention(const char* call, const AttentionOptions& options, floa
   if (!prefill_sm90_serves_qkv8(head_dim, page_size, kFeatureQkvE4m3))
     fail_argument(call, fmt::format("page_size {} is not served {} (allowed: 8 or more)", page_size, kFp8));
   if (options.p_fp16 && !prefill_sm90_serves_qkv8(head_dim, page_size, kFeatureQkvE4m3 | kFeatureQkvP16))
-    fail_argument(call, fmt::format("p_fp16 is not served at head_dim {} {} (allowed: P in e4m3 at head_dim 256, "
-                                    "either at 128: P in f16 widens V into more shared memory than an SM has)",
+    fail_argument(call, fmt::format("P in f16 (p_fp16; p_dtype torch.float16 in Python) is not served at head_dim "
+                                    "{} {} (allowed: P in e4m3 at head_dim 256, either at 128: P in f16 widens V "
+                                    "into more shared memory than an SM has)",
                                     head_dim, kFp8));
   const std::uint32_t others = attention_features(options, scale).flags & ~(kFeatureQkvE4m3 | kFeatureQkvP16);
   if (!prefill_sm90_serves_qkv8(head_dim, page_size, others | kFeatureQkvE4m3))

@@ -300,7 +300,7 @@ TEST_CASE("FP8 attention's arguments: its three scales, never beside an FP8 cach
   hd256.head_dim = 256;
   CHECK_NOTHROW(astrai::validate_args(hd256));
   hd256.p_fp16 = true;
-  CHECK_THROWS_WITH_AS(astrai::validate_args(hd256), doctest::Contains("p_fp16 is not served at head_dim 256"),
+  CHECK_THROWS_WITH_AS(astrai::validate_args(hd256), doctest::Contains("P in f16 (p_fp16; p_dtype torch.float16 in Python) is not served at head_dim 256"),
                        astrai::InvalidArgument);
   hd256.head_dim = 128;
   CHECK_NOTHROW(astrai::validate_args(hd256));

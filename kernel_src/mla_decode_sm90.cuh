@@ -94,10 +94,12 @@ __device__ __forceinline__ void mla_sm90_scores(float (&s)[16], unsigned q_base,
   const unsigned k_base = kv_base + consumer * 32 * 128;
   reg_fence(s);
   wgmma_fence();
+  // 72 descriptors a block: each stepped from the tile's first by an add (smem_desc_plus).
+  const u64 q_desc = smem_desc(q_base, 16, 1024), k_desc = smem_desc(k_base, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < kMlaQkDim / 16; ++kk) {
     const unsigned offset = (kk / 4) * MlaSm90Shape<64>::kChunkBytes + (kk % 4) * 32;
-    wgmma_ss<32, kFp16>(s, smem_desc(q_base + offset, 16, 1024), smem_desc(k_base + offset, 16, 1024), kk > 0);
+    wgmma_ss<32, kFp16>(s, smem_desc_plus(q_desc, offset), smem_desc_plus(k_desc, offset), kk > 0);
   }
   wgmma_commit();
   wgmma_wait<0>();
@@ -172,10 +174,10 @@ __device__ __forceinline__ void mla_sm90_accumulate(float (&o)[128], unsigned p_
   using namespace sm90;
   reg_fence(o);
   wgmma_fence();
+  const u64 p_desc = smem_desc(p_base, 16, 1024), v_desc = smem_desc(v_base, MlaSm90Shape<64>::kChunkBytes, 1024);
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
-    wgmma_ss_tb<256, kFp16>(o, smem_desc(p_base + kk * 32, 16, 1024),
-                            smem_desc(v_base + kk * 2048, MlaSm90Shape<64>::kChunkBytes, 1024), 1);
+    wgmma_ss_tb<256, kFp16>(o, smem_desc_plus(p_desc, kk * 32), smem_desc_plus(v_desc, kk * 2048), 1);
   wgmma_commit();
   wgmma_wait<0>();
   reg_fence(o);

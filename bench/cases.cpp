@@ -204,7 +204,7 @@ std::vector<CaseDef> all_cases() {
        {Fp8Row{CaseKind::prefill, true, 2, 8192, 0, 0, false}, Fp8Row{CaseKind::prefill, true, 2, 8192, 0, 0, true},
         Fp8Row{CaseKind::prefill, false, 4, 4096, 0, 0, false}, Fp8Row{CaseKind::paged_prefill, true, 2, 8192, 16, 0, false},
         Fp8Row{CaseKind::paged_prefill, true, 8, 512, 16, 7680, false},
-        Fp8Row{CaseKind::prefill, true, 2, 8192, 0, 0, false, 256}}) {
+        Fp8Row{CaseKind::prefill, true, 2, 8192, 0, 0, false, 64}, Fp8Row{CaseKind::prefill, true, 2, 8192, 0, 0, false, 256}}) {
     prefill(r.kind, r.head_dim, r.causal, r.batch, r.len, r.page, [&](CaseDef& c) {
       c.prefix = r.prefix;
       c.qkv_e4m3 = true;

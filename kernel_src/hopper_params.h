@@ -37,6 +37,11 @@ constexpr int prefill_sm90_wide_consumers(int head_dim) { return head_dim == 128
 constexpr int prefill_sm90_consumers(int head_dim, bool wide) {
   return wide ? prefill_sm90_wide_consumers(head_dim) : prefill_sm90_consumers(head_dim);
 }
+// With the variant's features: an FP8 cache's and FP8 attention's byte rings take two consumers
+// at every head dim (their producer warpgroup's registers leave a third none).
+constexpr int prefill_sm90_consumers(int head_dim, bool wide, unsigned flags) {
+  return (flags & (kFeatureKvFp8 | kFeatureQkvE4m3)) != 0 ? 2 : prefill_sm90_consumers(head_dim, wide);
+}
 constexpr int prefill_sm90_threads(int consumers) { return 128 * (consumers + 1); }
 constexpr int prefill_sm90_block_m(int consumers) { return 64 * consumers; }  // query rows per CTA
 
@@ -86,11 +91,14 @@ constexpr int prefill_sm90_block_n(int head_dim, int consumers, bool kv8 = false
 struct PrefillSm90Rings {
   int q_slot, k_stage, v_stage, k8_stage, v8_stage;
 };
+// FP8 attention's Q slot holds at least a 128-byte row a query: the epilogue stages O's 16-bit
+// rows through it, 64 columns a pass (hd64's 64-byte rows of q would leave it half that).
 constexpr PrefillSm90Rings prefill_sm90_rings(int head_dim, int consumers, int block_n, unsigned flags) {
   const int q_bytes = prefill_sm90_block_m(consumers) * head_dim;
   const int bytes = block_n * head_dim;  // a block of K or V, one byte an element
   if ((flags & kFeatureQkvE4m3) != 0)
-    return {q_bytes, bytes, (flags & kFeatureQkvP16) != 0 ? 2 * bytes : bytes, 0, bytes};
+    return {prefill_sm90_block_m(consumers) * (head_dim < 128 ? 128 : head_dim), bytes,
+            (flags & kFeatureQkvP16) != 0 ? 2 * bytes : bytes, 0, bytes};
   if ((flags & kFeatureKvFp8) != 0) return {2 * q_bytes, 2 * bytes, 2 * bytes, bytes, bytes};
   return {2 * q_bytes, 2 * bytes, 2 * bytes, 0, 0};
 }
@@ -156,13 +164,16 @@ constexpr unsigned prefill_sm90_features() {
   return kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureKvE4m3 | kFeatureKvE5m2 | kFeatureQkvE4m3 |
          kFeatureQkvP16;
 }
-// FP8 attention (kFeatureQkvE4m3, prefill_sm90_fp8.cuh): head dim 128 or 256, contiguous KV or
-// an e4m3 cache in pages of 8 tokens or more (the FP8 cache's boxes), no other feature but P in
-// f16 (kFeatureQkvP16) at hd128; its tiles are the FP8 cache's (128-token blocks, a byte ring for
-// V). hd256's rings take 224 KB of bytes; P in f16 would widen V into 64 KB more than an SM has.
+// FP8 attention (kFeatureQkvE4m3, prefill_sm90_fp8.cuh): head dim 64, 128 or 256, contiguous KV
+// or an e4m3 cache in pages of 8 tokens or more (the FP8 cache's boxes), no other feature but P
+// in f16 (kFeatureQkvP16) at hd128; its tiles are the FP8 cache's (128-token blocks, a byte ring
+// for V, two consumers). hd256's rings take 224 KB of bytes; P in f16 would widen V into 64 KB
+// more than an SM has. hd64's rows of bytes are 64 bytes, 64-byte swizzled (TMA's box and the
+// descriptors' mode follow the row); P in f16 there would need the widening's 64-byte form.
 constexpr bool prefill_sm90_serves_qkv8(int head_dim, int page_size, unsigned flags) {
-  return (head_dim == 128 || (head_dim == 256 && (flags & kFeatureQkvP16) == 0)) &&
-         (page_size == 0 || page_size >= 8) && (flags & ~(kFeatureQkvE4m3 | kFeatureQkvP16)) == 0;
+  const bool p16 = (flags & kFeatureQkvP16) != 0;
+  return (head_dim == 128 || ((head_dim == 64 || head_dim == 256) && !p16)) && (page_size == 0 || page_size >= 8) &&
+         (flags & ~(kFeatureQkvE4m3 | kFeatureQkvP16)) == 0;
 }
 // Head dims whose FP8 rows are one 128-byte swizzle row (the TMA box of the cache's bytes), and
 // whose rings fit: 128.

@@ -216,12 +216,19 @@ template <int kRows> __device__ __forceinline__ void reg_fence(unsigned (&d)[kRo
 }
 
 // Shared-memory matrix descriptor for a 128-byte-swizzled tile: start address, leading and
-// stride byte offsets (LBO, SBO), swizzle mode 1 (128 B). Operands start on 1024-byte atoms, so
-// the base-offset field stays 0.
-__device__ __forceinline__ u64 smem_desc(unsigned address, unsigned lbo, unsigned sbo) {
+// stride byte offsets (LBO, SBO), swizzle mode 1 (128 B), or 2 for a 64-byte-swizzled one (rows
+// of 64 bytes: FP8 attention's at hd64). Operands start on their swizzle's atoms (1024 or 512
+// bytes), so the base-offset field stays 0.
+__device__ __forceinline__ u64 smem_desc(unsigned address, unsigned lbo, unsigned sbo, unsigned mode = 1) {
   return static_cast<u64>((address & 0x3ffffu) >> 4) |
          (static_cast<u64>((lbo & 0x3ffffu) >> 4) << 16) |
-         (static_cast<u64>((sbo & 0x3ffffu) >> 4) << 32) | (1ull << 62);
+         (static_cast<u64>((sbo & 0x3ffffu) >> 4) << 32) | (static_cast<u64>(mode) << 62);
+}
+// A K-major tile of rows of kRowBytes (128 or 64), swizzled across them: 8-row groups 8 rows on.
+template <int kRowBytes>
+__device__ __forceinline__ u64 smem_desc_rows(unsigned address) {
+  static_assert(kRowBytes == 128 || kRowBytes == 64, "128- or 64-byte swizzled rows");
+  return smem_desc(address, 16, 8 * kRowBytes, kRowBytes == 128 ? 1 : 2);
 }
 // The descriptor of the tile `bytes` (a multiple of 16) further on: its start address is the low
 // word's first field (address / 16, 14 bits), which a shared-memory address (under 228 KB) never
@@ -389,7 +396,7 @@ __device__ __forceinline__ u64 smem_desc_plus(u64 desc, unsigned bytes) {
 
 // FP8 (e4m3) operands, k32 a step: both from shared memory K-major (FP8 wgmma has no transposed
 // form), or A from registers (the m16k32 fragment: a0 rows 0-7 bytes 4(l%4)..+3 of cols 0-15,
-// a1 rows 8-15, a2 and a3 the same of cols 16-31). N = 128, and 256 for P V.
+// a1 rows 8-15, a2 and a3 the same of cols 16-31). N = 128, and 64 or 256 for P V.
 #define ASTRAI_F8_D128                                                                            \
   ASTRAI_F8(0), ASTRAI_F8(8), ASTRAI_F8(16), ASTRAI_F8(24), ASTRAI_F8(32), ASTRAI_F8(40), ASTRAI_F8(48), \
       ASTRAI_F8(56)
@@ -424,12 +431,25 @@ __device__ __forceinline__ void wgmma_rs_e4m3_n256(float (&d)[128], const unsign
                  ASTRAI_F8(104), ASTRAI_F8(112), ASTRAI_F8(120)
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
+// N = 64 (hd64).
+__device__ __forceinline__ void wgmma_rs_e4m3_n64(float (&d)[32], const unsigned (&a)[4], u64 desc_b,
+                                                  int accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+               "{%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+               : ASTRAI_F8(0), ASTRAI_F8(8), ASTRAI_F8(16), ASTRAI_F8(24)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
 // P V over the head dim's columns: one wgmma of N = kHeadDim.
 template <int kHeadDim>
 __device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[kHeadDim / 2], const unsigned (&a)[4], u64 desc_b,
                                               int accumulate) {
-  static_assert(kHeadDim == 128 || kHeadDim == 256, "FP8 attention's head dims");
-  if constexpr (kHeadDim == 128)
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "FP8 attention's head dims");
+  if constexpr (kHeadDim == 64)
+    wgmma_rs_e4m3_n64(d, a, desc_b, accumulate);
+  else if constexpr (kHeadDim == 128)
     wgmma_rs_e4m3_n128(d, a, desc_b, accumulate);
   else
     wgmma_rs_e4m3_n256(d, a, desc_b, accumulate);

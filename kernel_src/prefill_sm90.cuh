@@ -98,7 +98,7 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillParams& p, con
   const int first_width =
       Role::kCutFirst ? min(kBlockN, (prefill_row_stop(r, last_position) - (n_blocks - 1) * kBlockN + 63) / 64 * 64)
                       : kBlockN;
-  const unsigned q_base = shared_address(q_tile) + consumer * 64 * 128;
+  const unsigned q_base = shared_address(q_tile) + consumer * 64 * C::kQRowBytes;
   Role c{
       p,      sm,        cta,         batch_index, r,      rows,     m0,      n_blocks, mask_from,   window_mask_until,
       active, g,         slot,        first_stage, q_tile, consumer, alone,   t,        lane,        row0,

@@ -101,11 +101,13 @@ struct PrefillSm90Consumer {
       static_assert(kWidth == 128 && kFirstCol == 0, "FP8 attention's blocks go whole");
       // Each k-step's descriptors built whole: stepping one by a 32-bit add (sm90::smem_desc_plus)
       // ran 1.7% slower on an H100 (causal B2 x 8192, twice).
+      // k-step kk reads 32 bytes of chunk kk / kSteps (rows of kByteRow bytes).
+      constexpr int kSteps = C::kByteRow / 32;
 #pragma unroll
       for (int kk = 0; kk < kHeadDim / 32; ++kk) {
-        const unsigned offset = (kk % 4) * 32;
-        wgmma_ss_e4m3_n128(s, smem_desc(q_base + (kk / 4) * C::kBlockM * 128 + offset, 16, 1024),
-                           smem_desc(k_base + (kk / 4) * kBlockN * 128 + offset, 16, 1024), kk > 0);
+        const unsigned offset = (kk % kSteps) * 32;
+        wgmma_ss_e4m3_n128(s, smem_desc_rows<C::kByteRow>(q_base + (kk / kSteps) * C::kBlockM * 128 + offset),
+                           smem_desc_rows<C::kByteRow>(k_base + (kk / kSteps) * kBlockN * 128 + offset), kk > 0);
       }
       wgmma_commit();
       return;

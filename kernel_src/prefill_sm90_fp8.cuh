@@ -33,19 +33,21 @@ namespace astrai {
 // conflicts that held the kernel below the bf16 one's rate. Addresses computed whole for each
 // access, with a check of each token, took a third of the kernel's issued instructions.)
 // At hd256 each of the head dim's two 128-byte chunks is such a block: the bytes' chunk c (TMA
-// lands a block chunk by chunk, kBlockN rows each) becomes V^T's rows 128c .. 128c + 127.
+// lands a block chunk by chunk, kBlockN rows each) becomes V^T's rows 128c .. 128c + 127. At hd64
+// V's rows are 64 bytes, 64-byte swizzled, and V^T has 64 rows (Fp8TransposeTask64).
 template <class C, bool kCheck>
 __device__ __forceinline__ void prefill_sm90_transpose_block(unsigned bytes, unsigned tile, unsigned t,
                                                              unsigned valid) {
-  static_assert(C::kHeadDim % 128 == 0 && C::kBlockN == 128, "chunks of one 128-byte swizzle row each way");
+  static_assert(C::kBlockN == 128, "V^T rows of one 128-byte swizzle row");
   static_assert(kPrefillSm90Wideners % 32 == 0, "whole warps, each lane on its column in every round");
-  constexpr unsigned kChunkRounds = C::kBlockN / 8;  // a round: a warp's 32 column groups, 8 tokens each
+  using Task = typename Select<C::kByteRow == 64, Fp8TransposeTask64, Fp8TransposeTask>::type;
+  constexpr unsigned kChunkRounds = Task::kRounds;  // a round: 32 tasks of 8 tokens and 4 columns
   constexpr unsigned kRounds = C::kByteChunks * kChunkRounds;
   const unsigned lane = t % 32;
   for (unsigned round = t / 32; round < kRounds; round += kPrefillSm90Wideners / 32) {
     const unsigned chunk = round / kChunkRounds;
     const unsigned from = bytes + chunk * C::kBlockN * 128, to = tile + chunk * 128 * 128;
-    const Fp8TransposeTask task(lane, round % kChunkRounds);
+    const Task task(lane, round % kChunkRounds);
     unsigned x[2][4];
 #pragma unroll
     for (unsigned u = 0; u < 4; ++u)

@@ -21,17 +21,46 @@ constexpr unsigned swizzle128_offset(unsigned row, unsigned b) {
 // its low bits, so its piece is (c / 4 ^ 4h) ^ u and the 8e rows an immediate; a store's row has
 // 4 (c % 2) + j as its low bits, so its piece is (z ^ 4 (c % 2)) ^ j.
 struct Fp8TransposeTask {
-  unsigned lane, z, h;
-  constexpr Fp8TransposeTask(unsigned lane_, unsigned round)
-      : lane(lane_), z((lane_ % 8) ^ (round % 8)), h(((lane_ / 8) % 2) ^ (round / 8)) {}
+  static constexpr unsigned kRounds = 16;  // 32 column groups x 16 half pieces, 32 a round
+  unsigned c, z, h;
+  constexpr Fp8TransposeTask(unsigned lane, unsigned round)
+      : c(lane), z((lane % 8) ^ (round % 8)), h(((lane / 8) % 2) ^ (round / 8)) {}
   constexpr unsigned token(unsigned u, unsigned e) const { return 16 * z + 4 * h + u + 8 * e; }
   // The load of token(u, e), bytes 4c..4c+3, from the block's first byte.
   constexpr unsigned load_offset(unsigned u, unsigned e) const {
-    return (lane % 4) * 4 + z * 16 * 128 + h * 4 * 128 + u * 128 + ((((lane / 4) ^ (h * 4)) ^ u) << 4) + e * 8 * 128;
+    return (c % 4) * 4 + z * 16 * 128 + h * 4 * 128 + u * 128 + ((((c / 4) ^ (h * 4)) ^ u) << 4) + e * 8 * 128;
   }
   // The 8-byte store into V^T row 4c + j, slots 16z + 8h .. + 7, from the tile's first byte.
   constexpr unsigned store_offset(unsigned j) const {
-    return lane * 4 * 128 + h * 8 + j * 128 + (((z ^ ((lane % 2) * 4)) ^ j) << 4);
+    return c * 4 * 128 + h * 8 + j * 128 + (((z ^ ((c % 2) * 4)) ^ j) << 4);
+  }
+};
+
+// Byte b of row r of a tile of 64-byte rows, 64-byte swizzled (hd64's rows of bytes): 16-byte
+// piece p of row r at p ^ (r / 2) % 4.
+constexpr unsigned swizzle64_offset(unsigned row, unsigned b) {
+  return row * 64 + ((((b >> 4) ^ (row >> 1)) & 3) << 4) + (b & 15);
+}
+
+// The same task at hd64: V's block is 128 tokens of 64 bytes (64-byte swizzled), V^T 64 rows of
+// 128 token bytes (128-byte swizzled, as at hd128). Lane l takes column group c = l % 16 and half
+// h = l / 8 % 2 ^ l / 16 of piece z = c % 8 ^ w: lanes c and c + 16 share a column group and split
+// its halves, and a 16-lane phase of a store writes 16 different 8-byte places (the halves split
+// the phase, z ^ 4 (c % 2) is one-to-one on c % 8). A load's 32 lanes meet in pairs: a token row
+// is 16 banks, and its parity is the load's (u's), so 32 lanes reading one parity share 16 banks.
+struct Fp8TransposeTask64 {
+  static constexpr unsigned kRounds = 8;  // 16 column groups x 16 half pieces, 32 a round
+  unsigned c, z, h;
+  constexpr Fp8TransposeTask64(unsigned lane, unsigned round)
+      : c(lane % 16), z((lane % 8) ^ (round % 8)), h(((lane / 8) % 2) ^ (lane / 16)) {}
+  constexpr unsigned token(unsigned u, unsigned e) const { return 16 * z + 4 * h + u + 8 * e; }
+  // The load of token(u, e), bytes 4c..4c+3: the token's (t / 2) % 4 is 2h + u / 2.
+  constexpr unsigned load_offset(unsigned u, unsigned e) const {
+    return token(u, e) * 64 + ((((c / 4) ^ (2 * h)) ^ (u / 2)) << 4) + (c % 4) * 4;
+  }
+  // The 8-byte store into V^T row 4c + j, slots 16z + 8h .. + 7.
+  constexpr unsigned store_offset(unsigned j) const {
+    return c * 4 * 128 + h * 8 + j * 128 + (((z ^ ((c % 2) * 4)) ^ j) << 4);
   }
 };
 

@@ -69,9 +69,9 @@ struct PrefillSm90Producer {
                       batch_index);
     } else {
       // Each lane issues its own box: one thread issuing them all was the bottleneck. An FP8
-      // cache's boxes (K and V alike) bring rows of bytes, a 128-byte swizzle row each, into the
-      // byte rings (FP8 attention's K into the K ring, where the wgmmas read them), chunk by
-      // chunk as contiguous KV's land (one chunk at hd128).
+      // cache's boxes (K and V alike) bring rows of bytes, a swizzle row each (kByteRow), into
+      // the byte rings (FP8 attention's K into the K ring, where the wgmmas read them), chunk by
+      // chunk as contiguous KV's land (one chunk at hd64 and hd128).
       constexpr int kBoxRows = C::kBoxRows;
       __syncwarp();
       const int row = C::Kv::tma_row(token + lane * kBoxRows);
@@ -79,8 +79,8 @@ struct PrefillSm90Producer {
         if (lane < C::kBoxes)
 #pragma unroll
           for (int c = 0; c < C::kByteChunks; ++c)
-            tma_load_4d(stage + c * C::kBlockN * 128 + lane * kBoxRows * 128, map, &full[s], 128 * c, kv_head, row,
-                        page);
+            tma_load_4d(stage + c * C::kBlockN * 128 + lane * kBoxRows * C::kByteRow, map, &full[s], C::kByteRow * c,
+                        kv_head, row, page);
       } else if (lane < C::kBoxes && is_v) {
         tma_load_5d(stage + lane * C::kChunks * kBoxRows * 128, map, &full[s], 0, row, 0, kv_head, page);
       } else if (lane < C::kBoxes) {

@@ -83,14 +83,21 @@ struct PrefillSm90Config {
   static constexpr bool kQkv8 = (kFlags & kFeatureQkvE4m3) != 0;
   static_assert(!kQkv8 || (prefill_sm90_serves_qkv8(kHeadDim, kPageSize, kFlags) && !kPersistent &&
                            kBlockN == prefill_sm90_block_n(kHeadDim, kConsumers, true)),
-                "FP8 attention: hd128 or 256, pages of 8 tokens or more, 128-token blocks, no other feature "
+                "FP8 attention: hd64, 128 or 256, pages of 8 tokens or more, 128-token blocks, no other feature "
                 "(hopper_params.h)");
   static constexpr bool kVTransposed = kQkv8 && !kP16;  // else V is widened (P16) or 16-bit already
   static constexpr bool kByteRings = kKv8 || kQkv8;
-  // Q and K rows as TMA boxes: 64 16-bit elements a 128-byte chunk, or 128 FP8 ones.
-  static constexpr int kQkChunkElems = kQkv8 ? 128 : 64;
+  // Rows of bytes (FP8 attention's Q and K, the byte rings) as TMA boxes: 128-byte chunks, each
+  // 128-byte swizzled, or at hd64 one 64-byte row, 64-byte swizzled (the box's width sets the
+  // swizzle: runtime/tensor_map.cpp; the descriptors follow it).
+  static constexpr int kByteRow = kHeadDim < 128 ? kHeadDim : 128;
+  static constexpr int kByteChunks = kHeadDim / kByteRow;
+  static_assert(kByteRow == 64 || kByteRow == 128, "rows of bytes: one 64-byte row or 128-byte chunks");
+  // Q and K rows as TMA boxes: 64 16-bit elements a 128-byte chunk, or FP8 attention's chunks of
+  // bytes; and where a consumer's 64 rows of Q start (rows of kQRowBytes a chunk).
+  static constexpr int kQkChunkElems = kQkv8 ? kByteRow : 64;
   static constexpr int kQkChunks = kHeadDim / kQkChunkElems;
-  static constexpr int kByteChunks = kHeadDim / 128;  // 128-byte chunks of a row of bytes
+  static constexpr int kQRowBytes = kQkv8 ? kByteRow : 128;
   static constexpr int kQTxBytes = kQkv8 ? kBlockM * kHeadDim : Shape::kQBytes;
   static constexpr int kKTxBytes = kByteRings ? kKv8Bytes : Shape::kKvBytes;
   // A Q slot's and the ring stages' bytes (prefill_sm90_rings, hopper_params.h).

@@ -18,7 +18,9 @@ std::string tensor_map_problem(const TensorMapShape& shape) {
   if (base % 16 != 0) return fmt::format("base address {:#x} is not 16-byte aligned", base);
   if (shape.element_bytes != 1 && shape.element_bytes != 2)
     return fmt::format("elements of {} bytes (allowed: 1 or 2)", shape.element_bytes);
-  if (shape.box[0] * shape.element_bytes != 128)
+  // The inner box is the swizzle's row: 128 bytes, or 64 (rows of one-byte elements at hd64).
+  const std::uint32_t row_bytes = shape.box[0] * static_cast<std::uint32_t>(shape.element_bytes);
+  if (row_bytes != 128 && !(row_bytes == 64 && shape.element_bytes == 1))
     return fmt::format("inner box {} is not {} elements", shape.box[0], 128 / shape.element_bytes);
   for (std::size_t i = 0; i < rank; ++i) {
     if (shape.dims[i] == 0 || shape.dims[i] > (std::uint64_t{1} << 32))
@@ -55,7 +57,9 @@ CUtensorMap encode_tensor_map(const TensorMapShape& shape, bool fp16, int device
   check_cu(driver().cuTensorMapEncodeTiled(&map, type,
                                            static_cast<cuuint32_t>(rank), const_cast<void*>(shape.base), dims,
                                            strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                           CU_TENSOR_MAP_SWIZZLE_128B, promotion,
+                                           box[0] * shape.element_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                                              : CU_TENSOR_MAP_SWIZZLE_128B,
+                                           promotion,
                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
            "cuTensorMapEncodeTiled", device);
   return map;

@@ -17,18 +17,20 @@
 namespace astrai::detail {
 
 // A tensor of 2..5 dims, innermost first, of 16-bit elements (bf16 or fp16, as the encoder is
-// told) or bytes (an FP8 cache, element_bytes 1), read in boxes of one 128-byte swizzle row (64
-// or 128 elements) by box[1] x box[2] ... elements. strides[i] is the element stride of dim i + 1.
+// told) or bytes (an FP8 cache, FP8 attention: element_bytes 1), read in boxes of one swizzle row
+// (128 bytes: 64 or 128 elements; or 64 bytes of bytes, FP8 attention's rows at hd64, 64-byte
+// swizzled) by box[1] x box[2] ... elements. strides[i] is the element stride of dim i + 1.
 struct TensorMapShape {
   const void* base = nullptr;
   std::vector<std::uint64_t> dims;
   std::vector<std::int64_t> strides;  // dims.size() - 1 entries
-  std::vector<std::uint32_t> box;     // dims.size() entries, box[0] * element_bytes == 128
+  std::vector<std::uint32_t> box;     // dims.size() entries, box[0] * element_bytes == 128 (or 64 bytes)
   int element_bytes = 2;
 };
 
-// Empty when the driver accepts `shape` with the 128-byte swizzle; else the first rule it
-// breaks ("q: stride 72 bytes is not a multiple of 16"). Checked without a driver.
+// Empty when the driver accepts `shape` with the swizzle its inner box sets (128 bytes, or 64);
+// else the first rule it breaks ("q: stride 72 bytes is not a multiple of 16"). Checked without
+// a driver.
 std::string tensor_map_problem(const TensorMapShape& shape);
 
 // The encoded map (cuTensorMapEncodeTiled; zeros outside the tensor; bytes as UINT8: the kernel

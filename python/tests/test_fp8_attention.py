@@ -266,16 +266,17 @@ class TestChecks:
                                "[n_heads])"):
             astrai_jit.prefill(*args, q_scale=True, k_scale=1.0, v_scale=1.0)
 
-    @pytest.mark.parametrize("head_dim", [64, 192])
-    def test_head_dims_other_than_128_and_256_are_refused(self, host_only, head_dim):
+    @pytest.mark.parametrize("head_dim", [96, 192])
+    def test_head_dims_other_than_64_128_and_256_are_refused(self, host_only, head_dim):
         with raises(ValueError, f"prefill: head_dim {head_dim} is not served with qkv_dtype e4m3 (FP8 attention: "
-                                f"float8_e4m3fn q, k and v) (allowed: 128 or 256)"):
+                                f"float8_e4m3fn q, k and v) (allowed: 64, 128 or 256)"):
             astrai_jit.prefill(*fp8_inputs(head_dim=head_dim), **SCALES)
 
-    def test_p_fp16_at_head_dim_256_is_refused(self, host_only):
+    @pytest.mark.parametrize("head_dim", [64, 256])
+    def test_p_fp16_beside_head_dim_128_is_refused(self, host_only, head_dim):
         with raises(ValueError, "prefill: P in f16 (p_fp16; p_dtype torch.float16 in Python) is not served at "
-                                "head_dim 256 with qkv_dtype e4m3"):
-            astrai_jit.prefill(*fp8_inputs(head_dim=256), **SCALES, p_dtype=torch.float16)
+                                f"head_dim {head_dim} with qkv_dtype e4m3"):
+            astrai_jit.prefill(*fp8_inputs(head_dim=head_dim), **SCALES, p_dtype=torch.float16)
 
     def test_other_options_and_a_mask_are_refused(self, host_only):
         q, k, v = fp8_inputs()
@@ -454,7 +455,7 @@ CASES = [  # dtype, batch, q_len, kv_len, n_heads, n_kv_heads, causal_offset, pe
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "{}-B{}-q{}-kv{}-h{}/{}-c{}-qh{}-kvh{}-peaked{}".format(
     "bf16" if c[0] is bf16 else "fp16", *c[1:]))
-@pytest.mark.parametrize("d", [128, 256], ids=lambda d: f"hd{d}")
+@pytest.mark.parametrize("d", [64, 128, 256], ids=lambda d: f"hd{d}")
 def test_fp8_attention_against_the_dequantized_reference(case, d):
     _need_sm90a()
     dtype, batch, q_len, kv_len, n_heads, n_kv_heads, causal_offset, per_head_q, per_head_kv, peaked = case

@@ -22,7 +22,7 @@ std::vector<std::string> prefill_instantiations(const KernelSpec& spec, int page
 }
 
 std::vector<std::string> prefill_sm90_instantiations(const KernelSpec& spec, int page_size) {
-  const int consumers = prefill_sm90_consumers(spec.head_dim, spec.wide);
+  const int consumers = prefill_sm90_consumers(spec.head_dim, spec.wide, spec.flags);
   // An FP8 cache and FP8 attention take the byte rings' 128-token blocks.
   const bool kv8 = (spec.flags & (kFeatureKvFp8 | kFeatureQkvE4m3)) != 0;
   return {fmt::format("astrai::prefill_sm90_kernel<{}, {}, {}, {}, {}, {}, {}{}>", device_type_name(spec.dtype),
@@ -45,13 +45,12 @@ void check_fp8_attention(const char* call, const AttentionOptions& options, floa
   if (options.qkv_dtype != KvDType::e4m3) return;
   constexpr const char* kFp8 = "with qkv_dtype e4m3 (FP8 attention: float8_e4m3fn q, k and v)";
   if (!prefill_sm90_serves_qkv8(head_dim, 0, kFeatureQkvE4m3))
-    fail_argument(call, fmt::format("head_dim {} is not served {} (allowed: 128 or 256)", head_dim, kFp8));
+    fail_argument(call, fmt::format("head_dim {} is not served {} (allowed: 64, 128 or 256)", head_dim, kFp8));
   if (!prefill_sm90_serves_qkv8(head_dim, page_size, kFeatureQkvE4m3))
     fail_argument(call, fmt::format("page_size {} is not served {} (allowed: 8 or more)", page_size, kFp8));
   if (options.p_fp16 && !prefill_sm90_serves_qkv8(head_dim, page_size, kFeatureQkvE4m3 | kFeatureQkvP16))
     fail_argument(call, fmt::format("P in f16 (p_fp16; p_dtype torch.float16 in Python) is not served at head_dim "
-                                    "{} {} (allowed: P in e4m3 at head_dim 256, either at 128: P in f16 widens V "
-                                    "into more shared memory than an SM has)",
+                                    "{} {} (allowed: P in e4m3 at head_dims 64 and 256, either at 128)",
                                     head_dim, kFp8));
   const std::uint32_t others = attention_features(options, scale).flags & ~(kFeatureQkvE4m3 | kFeatureQkvP16);
   if (!prefill_sm90_serves_qkv8(head_dim, page_size, others | kFeatureQkvE4m3))
@@ -78,7 +77,8 @@ PrefillMaps prefill_map_shapes(const PrefillParams& p, int head_dim, int page_si
   const bool packed = pack > 1;
   const std::uint32_t block_m = static_cast<std::uint32_t>(prefill_sm90_block_m(consumers));
   const std::uint32_t kv_box = static_cast<std::uint32_t>(block_n);
-  // Rows of bytes go in boxes of 128 bytes at most (the swizzle's row), a chunk each.
+  // Rows of bytes go in boxes of 128 bytes at most (the swizzle's row), a chunk each; hd64's of
+  // 64 (64-byte swizzled).
   const std::uint32_t byte_box = static_cast<std::uint32_t>(std::min(head_dim, 128));
   if (page_size == 0) {
     const U kv_rows = static_cast<U>(std::max(p.kv_len, 1));  // kv_len 0 loads nothing

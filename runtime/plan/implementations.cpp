@@ -24,8 +24,8 @@ const char* hopper_shape_refusal(KernelKind kind, int head_dim, int page_size, s
   }
   if ((flags & kFeatureQkvE4m3) != 0 && !((kind == KernelKind::prefill || kind == KernelKind::paged_prefill) &&
                                           prefill_sm90_serves_qkv8(head_dim, page_size, flags)))
-    return "FP8 attention is served at head_dim 128 or 256 (P in f16 at 128 only), contiguous or in pages of 8 "
-           "tokens or more, with no other feature";
+    return "FP8 attention is served at head_dim 64, 128 or 256 (P in f16 at 128 only), contiguous or in pages of "
+           "8 tokens or more, with no other feature";
   if ((flags & ~hopper.supported_flags) != 0) return "a requested feature is not served";
   if (!hopper.serves(head_dim, page_size)) {
     if (kind == KernelKind::mla_decode) return "pages are under 16 tokens";
@@ -141,7 +141,7 @@ const char* configure_sm90_prefill(const AttentionProblem& problem, const Device
                     prefill_sm90_takes_wide_tiles(device.prefill_tiles, problem.head_dim, problem.max_q_len,
                                                   problem.total_q, problem.n_heads, problem.n_kv_heads, problem.batch,
                                                   device.num_sms);
-  plan->consumers = prefill_sm90_consumers(problem.head_dim, plan->spec.wide);
+  plan->consumers = prefill_sm90_consumers(problem.head_dim, plan->spec.wide, problem.flags);
   plan->block_n = prefill_sm90_block_n(problem.head_dim, plan->consumers, kv8);
   plan->block = prefill_sm90_threads(plan->consumers);
   plan->persistent = prefill_sm90_persistent(problem.page_size, plan->consumers, problem.flags);

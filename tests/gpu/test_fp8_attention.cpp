@@ -367,7 +367,8 @@ TEST_CASE("FP8 attention over pages on sm_90a: e4m3 q and cache, ragged requests
   CHECK(loaded_variants_named("paged_prefill.bf16.hd128.ps16.g4.qkv_e4m3.wgmma.") > 0);
 }
 
-TEST_CASE("FP8 attention at head_dim 256 on sm_90a: rows of two chunks, contiguous and over pages") {
+TEST_CASE("FP8 attention at head_dims 64 and 256 on sm_90a: rows of 64 bytes and of two chunks, contiguous and "
+          "over pages") {
   if (!sm90a_target()) return not_run("FP8 attention: needs an sm_90a target");
   if (mma_forced_off() || wgmma_forced_off()) return not_run("FP8 attention: the wgmma prefill is turned off");
   std::mt19937 rng(test_seed(9019));
@@ -387,13 +388,19 @@ TEST_CASE("FP8 attention at head_dim 256 on sm_90a: rows of two chunks, contiguo
   long_pages.page_size = 64;
   long_pages.kv_shrink = 50;  // the last request: no KV, no rows
   long_pages.causal = false;
-  for (Fp8AttentionCase c : {contiguous, full, square, paged, small_pages, long_pages}) {
-    c.head_dim = 256;
-    c.seed = rng();
-    run_case(c);
+  // hd64 with AstrAI's heads too (24/4: a group of 6, two heads packed to a row position).
+  Fp8AttentionCase astrai_heads{DType::bf16, 2, 300, 300, 24, 4, 0, true, true, true};
+  for (int head_dim : {64, 256}) {
+    for (Fp8AttentionCase c : {contiguous, full, square, paged, small_pages, long_pages, astrai_heads}) {
+      c.head_dim = head_dim;
+      c.seed = rng();
+      run_case(c);
+    }
   }
-  CHECK(loaded_variants_named("prefill.bf16.hd256.g4.qkv_e4m3.wgmma.") > 0);
-  CHECK(loaded_variants_named("paged_prefill.bf16.hd256.ps16.g4.qkv_e4m3.wgmma.") > 0);
+  for (int head_dim : {64, 256}) {
+    CHECK(loaded_variants_named(fmt::format("prefill.bf16.hd{}.g4.qkv_e4m3.wgmma.", head_dim)) > 0);
+    CHECK(loaded_variants_named(fmt::format("paged_prefill.bf16.hd{}.ps16.g4.qkv_e4m3.wgmma.", head_dim)) > 0);
+  }
 }
 
 TEST_CASE("FP8 attention with P in f16 on sm_90a: V widened, P V on f16 wgmma, a tighter bound") {

@@ -641,12 +641,18 @@ TEST_SUITE("hopper") {
     shape = good_shape(storage);
     shape.strides.pop_back();
     CHECK(contains(astrai::detail::tensor_map_problem(shape), "rank 4 with 2 strides"));
-    // An FP8 cache's map: bytes, boxes of 128, strides counted in bytes.
+    // An FP8 cache's map: bytes, boxes of 128, strides counted in bytes; FP8 attention's rows of
+    // 64 bytes at hd64 (64-byte swizzled), no narrower, and 16-bit rows of 128 bytes only.
+    shape = good_shape(storage);
+    shape.box[0] = 32;
+    CHECK(contains(astrai::detail::tensor_map_problem(shape), "inner box 32 is not 64 elements"));
     shape = good_shape(storage);
     shape.element_bytes = 1;
-    CHECK(contains(astrai::detail::tensor_map_problem(shape), "inner box 64 is not 128 elements"));
-    shape.box[0] = 128;
     for (std::int64_t& stride : shape.strides) stride *= 2;
+    CHECK(astrai::detail::tensor_map_problem(shape) == "");
+    shape.box[0] = 32;
+    CHECK(contains(astrai::detail::tensor_map_problem(shape), "inner box 32 is not 128 elements"));
+    shape.box[0] = 128;
     CHECK(astrai::detail::tensor_map_problem(shape) == "");
     shape.strides[0] = 136;  // not a multiple of 16 bytes, though it would be of 16-bit elements
     CHECK(contains(astrai::detail::tensor_map_problem(shape), "stride of dim 1 is 136 bytes"));

@@ -81,6 +81,78 @@ void check_fp8_attention_ptx(const std::string& ptx, int page_size) {
   if (page_size != 0) CHECK(contains(ptx, "selp.b32"));
 }
 
+// The kernel's own transposition offsets (prefill_sm90_fp8_layout.h) over a block's rounds, as
+// the 96 transposing threads take them (lane l of warp w in rounds w, w + 3, ...), for a V block
+// of `columns` bytes a token whose byte b of token t sits at load_at(t, b): every byte of V^T
+// (`columns` rows of 128 token slots) written once, from the right token and column, in the
+// order P's fragments expect; the stores conflict-free and the loads' bank conflicts counted.
+template <class Task>
+void check_transposition(unsigned columns, unsigned (*load_at)(unsigned, unsigned), unsigned load_conflicts) {
+  constexpr unsigned kSlots = 128, kThreads = astrai::kPrefillSm90Wideners;
+  // V^T byte -> 1 + (token * columns + column) of the V byte it holds (0: not written).
+  std::vector<unsigned> source(columns * kSlots, 0);
+  bool addresses_ok = true, once = true;
+  for (unsigned t = 0; t < kThreads; ++t) {
+    const unsigned lane = t % 32;
+    for (unsigned round = t / 32; round < Task::kRounds; round += kThreads / 32) {
+      const Task task(lane, round);
+      unsigned token[2][4];
+      for (unsigned u = 0; u < 4; ++u)
+        for (unsigned e = 0; e < 2; ++e) {
+          token[u / 2][u % 2 + 2 * e] = task.token(u, e);
+          addresses_ok &= task.load_offset(u, e) == load_at(task.token(u, e), 4 * task.c);
+        }
+      for (unsigned j = 0; j < 4; ++j) {
+        const unsigned at = task.store_offset(j);
+        addresses_ok &= at == astrai::swizzle128_offset(4 * task.c + j, 16 * task.z + 8 * task.h);
+        // Byte k of the 8-byte store: byte j of word k % 4 of group k / 4 (the 4 x 4 transposes).
+        for (unsigned k = 0; k < 8; ++k) {
+          REQUIRE(at + k < source.size());
+          once &= source[at + k] == 0;
+          source[at + k] = 1 + token[k / 4][k % 4] * columns + 4 * task.c + j;
+        }
+      }
+    }
+  }
+  CHECK(addresses_ok);
+  CHECK(once);
+  // V^T row c, slot s holds column c of token sigma(s): slot 4q + b of each 16 holds
+  // {2q, 2q + 1, 8 + 2q, 9 + 2q}[b] of that 16, the accumulator's column order of P.
+  unsigned wrong = 0;
+  for (unsigned c = 0; c < columns; ++c)
+    for (unsigned slot = 0; slot < kSlots; ++slot) {
+      const unsigned q = slot % 16 / 4, b = slot % 4;
+      const unsigned sigma = slot / 16 * 16 + 2 * q + (b % 2) + 8 * (b / 2);
+      wrong += source[astrai::swizzle128_offset(c, slot)] != 1 + sigma * columns + c;
+    }
+  CHECK(wrong == 0u);
+  // A warp's round: the lanes of each load past the first on a bank, and each store's two
+  // 16-lane phases' lanes past the first on an 8-byte bank pair.
+  unsigned loads = 0, stores = 0;
+  for (unsigned round = 0; round < Task::kRounds; ++round) {
+    for (unsigned u = 0; u < 4; ++u)
+      for (unsigned e = 0; e < 2; ++e) {
+        std::vector<bool> bank(32, false);
+        for (unsigned lane = 0; lane < 32; ++lane) {
+          const unsigned b = Task(lane, round).load_offset(u, e) / 4 % 32;
+          loads += bank[b];
+          bank[b] = true;
+        }
+      }
+    for (unsigned j = 0; j < 4; ++j)
+      for (unsigned phase = 0; phase < 2; ++phase) {
+        std::vector<bool> pair(16, false);
+        for (unsigned lane = 16 * phase; lane < 16 * phase + 16; ++lane) {
+          const unsigned b = Task(lane, round).store_offset(j) / 8 % 16;
+          stores += pair[b];
+          pair[b] = true;
+        }
+      }
+  }
+  CHECK(stores == 0u);
+  CHECK(loads == load_conflicts);
+}
+
 // e4m3 q, k and v with unit scales (the options PrefillArgs and PagedPrefillArgs share).
 void set_e4m3(astrai::AttentionOptions* options) {
   static float scales[3] = {1.f, 1.f, 1.f};
@@ -147,71 +219,57 @@ TEST_SUITE("hopper") {
     CHECK(astrai::prefill_sm90_block_n(256, 2, true) == 128);
   }
 
+  TEST_CASE("sm_90a FP8 attention at head_dim 64: 64-byte rows, 64-byte swizzled, P V as one m64n64k32 wgmma") {
+    for (const auto& [dtype, page_size] : {std::pair{DType::bf16, 0}, {DType::fp16, 16}, {DType::bf16, 64}}) {
+      for (int group : {1, 6, 8}) {
+        const KernelSpec spec = fp8_prefill(dtype, group, 0, page_size, 64);
+        CAPTURE(spec.name());
+        const auto result = compile_unspilled(spec, ".hd64.");
+        check_fp8_attention_ptx(result.ptx, page_size);
+        CHECK(contains(result.ptx, "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3"));  // P V
+        // Two consumer warpgroups (the byte rings' registers), as at hd128.
+        CHECK(contains(result.ptx, fmt::format("setmaxnreg.inc.sync.aligned.u32 {}",
+                                               astrai::prefill_sm90_consumer_regs(2, true, 64))));
+      }
+    }
+    CHECK(astrai::prefill_sm90_consumers(64, false, astrai::kFeatureQkvE4m3) == 2);
+    CHECK(astrai::prefill_sm90_consumers(64, false, 0) == 3);
+    const KernelSpec spec = fp8_prefill(DType::bf16, 4, 0, 0, 64);
+    const auto names = astrai::detail::prefill_sm90_instantiations(spec, 0);
+    REQUIRE(names.size() == 1);
+    CHECK(names[0] == fmt::format("astrai::prefill_sm90_kernel<astrai::bf16_t, 64, 0, 4, 2, 128, {}>",
+                                  astrai::kFeatureQkvE4m3));
+    // The Q slot holds 128-byte rows (the epilogue's 16-bit staging), the rings 64-byte ones.
+    const astrai::PrefillSm90Rings rings = astrai::prefill_sm90_rings(64, 2, 128, astrai::kFeatureQkvE4m3);
+    CHECK(rings.q_slot == 128 * 128);
+    CHECK(rings.k_stage == 128 * 64);
+    CHECK(rings.v_stage == 128 * 64);
+    // q, K and V in boxes of 64 bytes (the 64-byte swizzle's row), contiguous and paged.
+    astrai::PrefillParams p{};
+    p.batch = 2;
+    p.q_len = 100;
+    p.kv_len = 300;
+    p.n_heads = 24;
+    p.n_kv_heads = 4;
+    p.total_q = 200;
+    p.num_pages = 40;
+    for (int page_size : {0, 8, 16}) {
+      const auto maps = astrai::detail::prefill_map_shapes(p, 64, page_size, 2, 128, false, true);
+      for (const auto* shape : {&maps.q, &maps.k, &maps.v}) {
+        CHECK(shape->element_bytes == 1);
+        CHECK(shape->box[0] == 64u);
+      }
+    }
+  }
+
   TEST_CASE("sm_90a FP8 attention: the V transposition writes each byte of V^T once, from its token, without bank "
-            "conflicts") {
-    // The kernel's own offsets (prefill_sm90_fp8_layout.h) over a block's rounds, as the 96
-    // transposing threads take them: lane l of warp w in rounds w, w + 3, ... < 16.
-    constexpr unsigned kRows = 128, kThreads = astrai::kPrefillSm90Wideners, kRounds = 16;
-    // V^T byte -> 1 + (token * 128 + column) of the V byte it holds (0: not written).
-    std::vector<unsigned> source(kRows * 128, 0);
-    bool addresses_ok = true, once = true;
-    for (unsigned t = 0; t < kThreads; ++t) {
-      const unsigned lane = t % 32;
-      for (unsigned round = t / 32; round < kRounds; round += kThreads / 32) {
-        const astrai::Fp8TransposeTask task(lane, round);
-        unsigned token[2][4];
-        for (unsigned u = 0; u < 4; ++u)
-          for (unsigned e = 0; e < 2; ++e) {
-            token[u / 2][u % 2 + 2 * e] = task.token(u, e);
-            addresses_ok &= task.load_offset(u, e) == astrai::swizzle128_offset(task.token(u, e), 4 * lane);
-          }
-        for (unsigned j = 0; j < 4; ++j) {
-          const unsigned at = task.store_offset(j);
-          addresses_ok &= at == astrai::swizzle128_offset(4 * lane + j, 16 * task.z + 8 * task.h);
-          // Byte k of the 8-byte store: byte j of word k % 4 of group k / 4 (the 4 x 4 transposes).
-          for (unsigned k = 0; k < 8; ++k) {
-            once &= source[at + k] == 0;
-            source[at + k] = 1 + token[k / 4][k % 4] * 128 + 4 * lane + j;
-          }
-        }
-      }
-    }
-    CHECK(addresses_ok);
-    CHECK(once);
-    // V^T row c, slot s holds column c of token sigma(s): slot 4q + b of each 16 holds
-    // {2q, 2q + 1, 8 + 2q, 9 + 2q}[b] of that 16, the accumulator's column order of P.
-    unsigned wrong = 0;
-    for (unsigned c = 0; c < 128; ++c)
-      for (unsigned slot = 0; slot < kRows; ++slot) {
-        const unsigned q = slot % 16 / 4, b = slot % 4;
-        const unsigned sigma = slot / 16 * 16 + 2 * q + (b % 2) + 8 * (b / 2);
-        wrong += source[astrai::swizzle128_offset(c, slot)] != 1 + sigma * 128 + c;
-      }
-    CHECK(wrong == 0u);
-    // A warp's round: each load's 32 lanes read 32 banks, each store's two 16-lane phases write
-    // 16 different 8-byte bank pairs.
-    unsigned conflicts = 0;
-    for (unsigned round = 0; round < kRounds; ++round) {
-      for (unsigned u = 0; u < 4; ++u)
-        for (unsigned e = 0; e < 2; ++e) {
-          std::vector<bool> bank(32, false);
-          for (unsigned lane = 0; lane < 32; ++lane) {
-            const unsigned b = astrai::Fp8TransposeTask(lane, round).load_offset(u, e) / 4 % 32;
-            conflicts += bank[b];
-            bank[b] = true;
-          }
-        }
-      for (unsigned j = 0; j < 4; ++j)
-        for (unsigned phase = 0; phase < 2; ++phase) {
-          std::vector<bool> pair(16, false);
-          for (unsigned lane = 16 * phase; lane < 16 * phase + 16; ++lane) {
-            const unsigned b = astrai::Fp8TransposeTask(lane, round).store_offset(j) / 8 % 16;
-            conflicts += pair[b];
-            pair[b] = true;
-          }
-        }
-    }
-    CHECK(conflicts == 0u);
+            "conflicts but hd64's loads' pairs") {
+    // hd128 (and each 128-byte chunk of hd256): 128-byte rows of V's bytes, every load and store
+    // on its own banks. hd64: 64-byte rows, 64-byte swizzled; its stores meet no conflict, and each
+    // load's 32 lanes meet in pairs (a token row is 16 banks, a load reads tokens of one parity).
+    check_transposition<astrai::Fp8TransposeTask>(128, astrai::swizzle128_offset, 0);
+    check_transposition<astrai::Fp8TransposeTask64>(64, astrai::swizzle64_offset,
+                                                    astrai::Fp8TransposeTask64::kRounds * 8 * 16);
   }
 
   TEST_CASE("sm_90a FP8 attention: the byte rings' blocks and shared memory, boxes of whole rows of bytes") {
@@ -258,11 +316,13 @@ TEST_SUITE("hopper") {
   TEST_CASE("FP8 attention is refused by name where it is not served") {
     // Other head dims, P in f16 at hd256, pages, features, and every path but the sm_90a wgmma
     // prefill.
-    for (int head_dim : {64, 192})
+    for (int head_dim : {96, 192})
       CHECK_FALSE(astrai::detail::hopper_serves(fp8_prefill(DType::bf16, 4, 0, 0, head_dim)));
-    CHECK(astrai::detail::hopper_serves(fp8_prefill(DType::bf16, 4, 0, 0, 256)));
+    for (int head_dim : {64, 256}) {
+      CHECK(astrai::detail::hopper_serves(fp8_prefill(DType::bf16, 4, 0, 0, head_dim)));
+      CHECK_FALSE(astrai::detail::hopper_serves(fp8_prefill(DType::bf16, 4, astrai::kFeatureQkvP16, 0, head_dim)));
+    }
     CHECK(astrai::detail::hopper_serves(fp8_prefill(DType::bf16, 4, astrai::kFeatureQkvP16, 16, 128)));
-    CHECK_FALSE(astrai::detail::hopper_serves(fp8_prefill(DType::bf16, 4, astrai::kFeatureQkvP16, 0, 256)));
     CHECK_FALSE(astrai::detail::hopper_serves(fp8_prefill(DType::bf16, 4, astrai::kFeatureSoftCap)));
     CHECK(astrai::detail::hopper_serves(fp8_prefill(DType::bf16, 4, 0, 8)));
     CHECK_FALSE(astrai::detail::hopper_serves(fp8_prefill(DType::bf16, 4, astrai::kFeatureWindow, 16)));
@@ -290,11 +350,19 @@ TEST_CASE("FP8 attention's arguments: its three scales, never beside an FP8 cach
   astrai::PrefillArgs e5m2 = fp8_args();
   e5m2.qkv_dtype = astrai::KvDType::e5m2;
   CHECK_THROWS_WITH_AS(astrai::validate_args(e5m2), doctest::Contains("qkv_dtype"), astrai::InvalidArgument);
-  // Only the wgmma prefill's shape: head dim 128 or 256 (P in f16 at 128), no other option, no
-  // mask; refused by argument.
+  // Only the wgmma prefill's shape: head dim 64, 128 or 256 (P in f16 at 128), no other option,
+  // no mask; refused by argument.
+  astrai::PrefillArgs hd192 = fp8_args();
+  hd192.head_dim = 192;
+  CHECK_THROWS_WITH_AS(astrai::validate_args(hd192),
+                       doctest::Contains("head_dim 192 is not served with qkv_dtype e4m3 (FP8 attention: "
+                                         "float8_e4m3fn q, k and v) (allowed: 64, 128 or 256)"),
+                       astrai::InvalidArgument);
   astrai::PrefillArgs hd64 = fp8_args();
   hd64.head_dim = 64;
-  CHECK_THROWS_WITH_AS(astrai::validate_args(hd64), doctest::Contains("head_dim 64 is not served with qkv_dtype e4m3"),
+  CHECK_NOTHROW(astrai::validate_args(hd64));
+  hd64.p_fp16 = true;
+  CHECK_THROWS_WITH_AS(astrai::validate_args(hd64), doctest::Contains("is not served at head_dim 64"),
                        astrai::InvalidArgument);
   astrai::PrefillArgs hd256 = fp8_args();
   hd256.head_dim = 256;
@@ -400,9 +468,9 @@ TEST_CASE("FP8 attention over pages: only its shape, refused by argument elsewhe
   small.page_size = 1;
   CHECK_THROWS_WITH_AS(astrai::validate_args(small),
                        doctest::Contains("page_size 1 is not served with qkv_dtype e4m3"), astrai::InvalidArgument);
-  astrai::PagedPrefillArgs hd64 = fp8_paged_args();
-  hd64.head_dim = 64;
-  CHECK_THROWS_WITH_AS(astrai::validate_args(hd64), doctest::Contains("head_dim 64 is not served with qkv_dtype e4m3"),
+  astrai::PagedPrefillArgs hd192 = fp8_paged_args();
+  hd192.head_dim = 192;
+  CHECK_THROWS_WITH_AS(astrai::validate_args(hd192), doctest::Contains("head_dim 192 is not served with qkv_dtype e4m3"),
                        astrai::InvalidArgument);
   astrai::PagedPrefillArgs sink = fp8_paged_args();
   static float sinks[4] = {};

@@ -244,22 +244,6 @@ TEST_SUITE("hopper") {
     CHECK(rings.q_slot == 128 * 128);
     CHECK(rings.k_stage == 128 * 64);
     CHECK(rings.v_stage == 128 * 64);
-    // q, K and V in boxes of 64 bytes (the 64-byte swizzle's row), contiguous and paged.
-    astrai::PrefillParams p{};
-    p.batch = 2;
-    p.q_len = 100;
-    p.kv_len = 300;
-    p.n_heads = 24;
-    p.n_kv_heads = 4;
-    p.total_q = 200;
-    p.num_pages = 40;
-    for (int page_size : {0, 8, 16}) {
-      const auto maps = astrai::detail::prefill_map_shapes(p, 64, page_size, 2, 128, false, true);
-      for (const auto* shape : {&maps.q, &maps.k, &maps.v}) {
-        CHECK(shape->element_bytes == 1);
-        CHECK(shape->box[0] == 64u);
-      }
-    }
   }
 
   TEST_CASE("sm_90a FP8 attention: the V transposition writes each byte of V^T once, from its token, without bank "
@@ -283,27 +267,28 @@ TEST_SUITE("hopper") {
     p.kv_len = 300;
     p.n_heads = 8;
     p.n_kv_heads = 2;
-    // Boxes of 128-byte rows of bytes: a row at hd128, a chunk of one at hd256 (the kernel issues a
-    // box a chunk).
-    for (int head_dim : {128, 256}) {
+    // Boxes of a swizzle row of bytes: a row at hd128, a chunk of one at hd256 (the kernel issues
+    // a box a chunk), hd64's 64-byte row (64-byte swizzled).
+    for (int head_dim : {64, 128, 256}) {
       CAPTURE(head_dim);
       const auto maps = astrai::detail::prefill_map_shapes(p, head_dim, 0, 2, 128, false, true);
       for (const auto* shape : {&maps.q, &maps.k, &maps.v}) {
         CHECK(shape->element_bytes == 1);
-        CHECK(shape->box[0] == 128u);  // one 128-byte swizzle row
+        CHECK(shape->box[0] == static_cast<std::uint32_t>(std::min(head_dim, 128)));
       }
     }
     // Paged: K and V in boxes of rows of bytes, up to 16 tokens of one page (the FP8 cache's
     // boxes).
     p.total_q = 200;
     p.num_pages = 40;
-    for (const auto& [page_size, head_dim] : {std::pair{8, 128}, {16, 128}, {64, 128}, {8, 256}, {16, 256}}) {
+    for (const auto& [page_size, head_dim] :
+         {std::pair{8, 128}, {16, 128}, {64, 128}, {8, 256}, {16, 256}, {8, 64}, {16, 64}}) {
       CAPTURE(page_size);
       CAPTURE(head_dim);
       const auto paged = astrai::detail::prefill_map_shapes(p, head_dim, page_size, 2, 128, false, true);
       for (const auto* shape : {&paged.q, &paged.k, &paged.v}) {
         CHECK(shape->element_bytes == 1);
-        CHECK(shape->box[0] == 128u);
+        CHECK(shape->box[0] == static_cast<std::uint32_t>(std::min(head_dim, 128)));
       }
       for (const auto* shape : {&paged.k, &paged.v}) {
         REQUIRE(shape->box.size() == 4);

@@ -348,7 +348,8 @@ def prefill(q: Tensor, k: Tensor, v: Tensor, *, out: Optional[Tensor] = None, sc
     operands and the softmax's P is rounded to e4m3 before P V (``p_dtype=torch.float16`` keeps
     P in f16 instead, V widened to f16, at the second GEMM's 16-bit rate). out is ``out_dtype``
     (``torch.bfloat16``, the default, or ``torch.float16``; a given out's dtype otherwise).
-    Served: head_dim 128, contiguous KV, with or without ``causal_offset`` and ``return_lse``;
+    Served: head_dim 64, 128 or 256 (``p_dtype=torch.float16`` at 128 only), contiguous KV, with
+    or without ``causal_offset`` and ``return_lse``;
     a mask, ``logit_cap``, ``sinks``, ``window_left`` and ``alibi_slopes`` are refused, as are
     other head dims and FP8 q in the other calls (paged_prefill's FP8 cache takes a 16-bit q).
     """
@@ -389,8 +390,8 @@ def paged_prefill(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Tenso
     FP8 attention (sm_90a only): q, k_cache and v_cache all of dtype ``torch.float8_e4m3fn``, with
     ``q_scale``, ``k_scale`` and ``v_scale`` required, ``out_dtype`` and ``p_dtype`` as for
     :func:`prefill`.
-    Served: head_dim 128, pages of 8 tokens or more, causal or not, with or without
-    ``return_lse``; a mask and the other options are refused. A 16-bit q over an FP8 cache
+    Served: head_dim 64, 128 or 256 (``p_dtype=torch.float16`` at 128 only), pages of 8 tokens or
+    more, causal or not, with or without ``return_lse``; a mask and the other options are refused. A 16-bit q over an FP8 cache
     (``k_scale`` and ``v_scale`` only) is the FP8 cache's path instead.
     """
     call = "paged_prefill"

@@ -373,8 +373,9 @@ class TestPaged:
             astrai_jit.paged_prefill(*paged_inputs(page_size=page_size), **SCALES)
 
     def test_other_head_dims_options_and_a_mask_are_refused(self, host_only):
-        with raises(ValueError, "paged_prefill: head_dim 64 is not served with qkv_dtype e4m3"):
-            astrai_jit.paged_prefill(*paged_inputs(head_dim=64), **SCALES)
+        with raises(ValueError, "paged_prefill: head_dim 192 is not served with qkv_dtype e4m3 (FP8 attention: "
+                                "float8_e4m3fn q, k and v) (allowed: 64, 128 or 256)"):
+            astrai_jit.paged_prefill(*paged_inputs(head_dim=192), **SCALES)
         args = paged_inputs()
         with raises(ValueError, "paged_prefill: window_left 8 is not served with qkv_dtype e4m3"):
             astrai_jit.paged_prefill(*args, **SCALES, window_left=8)

@@ -38,7 +38,8 @@ constexpr int prefill_sm90_consumers(int head_dim, bool wide) {
   return wide ? prefill_sm90_wide_consumers(head_dim) : prefill_sm90_consumers(head_dim);
 }
 // With the variant's features: an FP8 cache's and FP8 attention's byte rings take two consumers
-// at every head dim (their producer warpgroup's registers leave a third none).
+// at every head dim (at hd128 and hd256 a third would leave each too few registers beside the
+// transposing or widening producer's; at hd64 one would fit, not yet built: decision 0031).
 constexpr int prefill_sm90_consumers(int head_dim, bool wide, unsigned flags) {
   return (flags & (kFeatureKvFp8 | kFeatureQkvE4m3)) != 0 ? 2 : prefill_sm90_consumers(head_dim, wide);
 }

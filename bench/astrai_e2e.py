@@ -1,19 +1,26 @@
 #!/usr/bin/env python3
 """AstrAI's engine end to end (its scheduler's run_batch, greedy) with the kernels its
 astrai/extension/lib holds: run it once with AstrAI's own build there and once with astrai-jit's
-(scripts/astrai/harness.py installs either), then compare the two JSON files: same tokens, time.
+(scripts/astrai/harness.py installs either), then compare the JSON files: same tokens, time.
 
-The model is AstrAI's own AutoRegressiveLM with random weights (seeded) at AstrAI's attention shape
-(hidden 1536, 24 query heads, 4 KV heads, head_dim 64), bf16; the prompts are random token ids.
+The model is AstrAI's own AutoRegressiveLM at AstrAI's attention shape (hidden 1536, 24 query
+heads, 4 KV heads, head_dim 64), bf16, with random weights (seeded) or with the weights --train
+wrote.
 
     PYTHONPATH=CHECKOUT python bench/astrai_e2e.py --json FILE [--batch 16 --prompt 512 --tokens 128]
     PYTHONPATH=CHECKOUT python bench/astrai_e2e.py --backend torch --json TORCH.json
+    PYTHONPATH=CHECKOUT python bench/astrai_e2e.py --train 400 --weights W.pt
+    PYTHONPATH=CHECKOUT python bench/astrai_e2e.py --weights W.pt --json FILE
     python bench/astrai_e2e.py --compare OWN.json JIT.json [TORCH.json]
 
 Random weights leave the top logits close, so two correct bf16 kernels can pick different greedy
-tokens. With a third run on AstrAI's torch backend (SDPA) as a reference, --compare says how
-often each kernel set agrees with it and where they part: astrai-jit's tokens are as close to
-the reference as AstrAI's own when their agreement and first divergences are alike.
+tokens: with those, --compare says how often each kernel set agrees with a third run on AstrAI's
+torch backend (SDPA) and where they part. --train gives the tokens a reason: it trains the model
+(AstrAI's training forward, torch attention, never the kernels under test) to continue a block
+of random tokens that repeats with a period of 16 to 128, which only attention over the whole
+context can do; the prompts are then such blocks. Its greedy tokens are decisive (each JSON
+says how many continue the period), so every correct kernel set gives the same ones, and a
+wrong attention kernel breaks the pattern.
 """
 from __future__ import annotations
 
@@ -24,28 +31,85 @@ import sys
 import time
 
 
-def run(args) -> dict:
+PATTERN_TOKENS = (3, 1027)  # the trained model's blocks draw from these ids (0-2 are special)
+PERIODS = (16, 128)
+
+
+def build_model(args, dtype):
     import torch
 
     from astrai.config.model_config import AutoRegressiveLMConfig
-    from astrai.extension import ATTN_BACKEND, attn_backend
-    from astrai.extension import loader
-    from astrai.inference.cache import PagePool
-    from astrai.inference.scheduler import InferenceScheduler
     from astrai.model.transformer import AutoRegressiveLM
-    from tests.helpers import FakeTokenizer
 
-    served = {n: getattr(loader._modules[n], "served_by", "astrai") for n in loader.KERNEL_NAMES
-              if loader.is_available(n)}
     torch.manual_seed(args.seed)
     config = AutoRegressiveLMConfig(vocab_size=32000, hidden_size=1536, num_attention_heads=24,
                                     num_key_value_heads=4, intermediate_size=4096,
                                     max_position_embeddings=args.prompt + args.tokens + 64,
                                     num_hidden_layers=args.layers, rms_norm_eps=1e-5, attn_type="gqa",
                                     ffn_type="mlp")
-    model = AutoRegressiveLM(config).to(device="cuda", dtype=torch.bfloat16).eval()
+    return AutoRegressiveLM(config).to(device="cuda", dtype=dtype)
+
+
+def periodic(gen, length: int, period: int):
+    """A block of random pattern tokens, repeated to the length; the block itself."""
+    import torch
+
+    block = torch.randint(*PATTERN_TOKENS, (period,), generator=gen)
+    return block.repeat(length // period + 1)[:length], block
+
+
+def train(args) -> None:
+    """Trains the model to continue a repeating block and writes its bf16 weights to --weights."""
+    import torch
+    import torch.nn.functional as F
+
+    model = build_model(args, torch.float32).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    length = args.prompt + args.tokens
+    start = time.perf_counter()
+    for step in range(1, args.train + 1):
+        periods = torch.randint(PERIODS[0], PERIODS[1] + 1, (args.train_batch,), generator=gen).tolist()
+        ids = torch.stack([periodic(gen, length, p)[0] for p in periods]).cuda()
+        # Only the tokens a past block determines are learnable: from each row's second block on.
+        known = torch.arange(1, length, device="cuda")[None, :] >= torch.tensor(periods, device="cuda")[:, None]
+        for group in opt.param_groups:
+            group["lr"] = args.lr * min(1.0, step / 50)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(ids[:, :-1])["logits"]
+        loss = F.cross_entropy(logits.float()[known], ids[:, 1:][known])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % 50 == 0 or step == args.train:
+            print(f"step {step}: loss {loss.item():.4f} ({time.perf_counter() - start:.0f} s)", flush=True)
+    torch.save({k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}, args.weights)
+    print(f"trained {args.train} steps, final loss {loss.item():.4f} -> {args.weights}")
+
+
+def run(args) -> dict:
+    import torch
+
+    from astrai.extension import ATTN_BACKEND, attn_backend
+    from astrai.extension import loader
+    from astrai.inference.cache import PagePool
+    from astrai.inference.scheduler import InferenceScheduler
+    from tests.helpers import FakeTokenizer
+
+    served = {n: getattr(loader._modules[n], "served_by", "astrai") for n in loader.KERNEL_NAMES
+              if loader.is_available(n)}
+    model = build_model(args, torch.bfloat16).eval()
     gen = torch.Generator().manual_seed(args.seed)
-    prompts = [torch.randint(3, 32000, (args.prompt,), generator=gen).tolist() for _ in range(args.batch)]
+    expected = None
+    if args.weights:
+        model.load_state_dict(torch.load(args.weights, map_location="cuda"))
+        periods = torch.randint(PERIODS[0], PERIODS[1] + 1, (args.batch,), generator=gen).tolist()
+        rows = [periodic(gen, args.prompt + args.tokens, p)[0].tolist() for p in periods]
+        prompts = [r[:args.prompt] for r in rows]
+        expected = [r[args.prompt:] for r in rows]
+    else:
+        prompts = [torch.randint(3, 32000, (args.prompt,), generator=gen).tolist() for _ in range(args.batch)]
     max_seq = args.prompt + args.tokens + 16
     pool = PagePool(n_layers=args.layers, n_kv_heads=4, head_dim=64, max_batch_size=args.batch, max_seq_len=max_seq,
                     device="cuda", dtype=torch.bfloat16)
@@ -61,9 +125,14 @@ def run(args) -> dict:
             times.append(time.perf_counter() - start)
     sched.stop()
     tokens = json.dumps(out, sort_keys=True, default=str).encode()
-    return dict(kernels=served if args.backend == "cuda" else {"attention": "torch"}, seconds=times[1:], best_s=min(times[1:]), batch=args.batch, prompt=args.prompt,
-                tokens_per_request=args.tokens, layers=args.layers, tokens_sha256=hashlib.sha256(tokens).hexdigest(),
-                outputs=json.loads(json.dumps(out, default=str)), device=torch.cuda.get_device_name())
+    follows = None
+    if expected is not None:  # generated tokens that continue the prompt's period
+        follows = sum(sum(a == b for a, b in zip(o, e)) for o, e in zip(out, expected))
+    return dict(kernels=served if args.backend == "cuda" else {"attention": "torch"}, seconds=times[1:],
+                best_s=min(times[1:]), batch=args.batch, prompt=args.prompt, tokens_per_request=args.tokens,
+                layers=args.layers, weights=args.weights, follows_period=follows,
+                tokens_sha256=hashlib.sha256(tokens).hexdigest(), outputs=json.loads(json.dumps(out, default=str)),
+                device=torch.cuda.get_device_name())
 
 
 def first_divergence(a, b):
@@ -95,13 +164,26 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--weights", help="with --train: where to write the trained weights; else: the weights to load")
+    parser.add_argument("--train", type=int, default=0, metavar="STEPS", help="train the copy task for STEPS steps")
+    parser.add_argument("--train-batch", type=int, default=16)
+    parser.add_argument("--lr", type=float, default=3e-4)
     args = parser.parse_args()
+    if args.train:
+        if not args.weights:
+            parser.error("--train needs --weights FILE to write the trained weights to")
+        train(args)
+        return 0
     if args.compare:
         if len(args.compare) not in (2, 3):
             parser.error(f"--compare takes OWN.json JIT.json [TORCH.json], got {len(args.compare)} files")
         own, jit = (json.load(open(p)) for p in args.compare[:2])
         same = own["tokens_sha256"] == jit["tokens_sha256"]
         print(f"own vs astrai-jit: {agreement(own, jit)}")
+        for name, one in (("own", own), ("astrai-jit", jit)):
+            if one.get("follows_period") is not None:
+                made = sum(len(o) for o in one["outputs"])
+                print(f"{name}: {one['follows_period']} of {made} generated tokens continue the prompts' period")
         if len(args.compare) == 3:
             reference = json.load(open(args.compare[2]))
             print(f"own vs torch:      {agreement(own, reference)}")

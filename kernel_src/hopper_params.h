@@ -38,9 +38,11 @@ constexpr int prefill_sm90_consumers(int head_dim, bool wide) {
   return wide ? prefill_sm90_wide_consumers(head_dim) : prefill_sm90_consumers(head_dim);
 }
 // With the variant's features: an FP8 cache's and FP8 attention's byte rings take two consumers
-// at every head dim (at hd128 and hd256 a third would leave each too few registers beside the
-// transposing or widening producer's; at hd64 one would fit, not yet built: decision 0031).
+// (at hd128 and hd256 a third would leave each too few registers beside the transposing or
+// widening producer's), but FP8 attention at hd64 three, as the 16-bit hd64 kernel: its softmax
+// weighs most, and O, S and P of 64 dims and 128 tokens fit the 152 registers three leave.
 constexpr int prefill_sm90_consumers(int head_dim, bool wide, unsigned flags) {
+  if ((flags & kFeatureQkvE4m3) != 0 && head_dim == 64) return 3;
   return (flags & (kFeatureKvFp8 | kFeatureQkvE4m3)) != 0 ? 2 : prefill_sm90_consumers(head_dim, wide);
 }
 constexpr int prefill_sm90_threads(int consumers) { return 128 * (consumers + 1); }
@@ -62,7 +64,7 @@ constexpr int prefill_sm90_producer_regs(int consumers, bool persistent, bool kv
 }
 constexpr int prefill_sm90_launch_regs(int consumers) { return 65536 / prefill_sm90_threads(consumers) / 8 * 8; }
 constexpr int prefill_sm90_consumer_regs(int consumers, bool kv8 = false, int head_dim = 128) {
-  return kv8 ? (head_dim == 256 ? 240 : 224) : consumers == 2 ? 240 : 160;
+  return kv8 ? (consumers == 3 ? 152 : head_dim == 256 ? 240 : 224) : consumers == 2 ? 240 : 160;
 }
 static_assert(128 * prefill_sm90_producer_regs(2, true) + 256 * prefill_sm90_consumer_regs(2) <=
                   prefill_sm90_threads(2) * prefill_sm90_launch_regs(2),
@@ -72,6 +74,12 @@ static_assert(128 * prefill_sm90_producer_regs(3, true) + 384 * prefill_sm90_con
               "setmaxnreg asks for more registers than the launch holds");
 static_assert(128 * prefill_sm90_producer_regs(2, false, true) + 256 * prefill_sm90_consumer_regs(2, true) <=
                   prefill_sm90_threads(2) * prefill_sm90_launch_regs(2),
+              "setmaxnreg asks for more registers than the launch holds");
+static_assert(128 * prefill_sm90_producer_regs(2, false, true, 256) + 256 * prefill_sm90_consumer_regs(2, true, 256) <=
+                  prefill_sm90_threads(2) * prefill_sm90_launch_regs(2),
+              "setmaxnreg asks for more registers than the launch holds");
+static_assert(128 * prefill_sm90_producer_regs(3, false, true, 64) + 384 * prefill_sm90_consumer_regs(3, true, 64) <=
+                  prefill_sm90_threads(3) * prefill_sm90_launch_regs(3),
               "setmaxnreg asks for more registers than the launch holds");
 
 // KV tokens per block: S (block_n / 2 registers a thread) and P (block_n / 4) beside O

@@ -17,11 +17,12 @@ Random weights leave the top logits close, so two correct bf16 kernels can pick 
 tokens: with those, --compare says how often each kernel set agrees with a third run on AstrAI's
 torch backend (SDPA) and where they part. --train gives the tokens a reason: it trains the model
 (AstrAI's training forward, torch attention, never the kernels under test) to continue a block
-of random tokens that repeats with a period of 16 to 128, which only attention over the whole
-context can do; the prompts are then such blocks. Once it has learnt the task (each JSON says
-how many generated tokens continue the period; --compare says when too few do) its greedy
-tokens are decisive, so every correct kernel set gives the same ones, and a wrong attention
-kernel breaks the pattern. Training stops at --train steps, --train-seconds or a loss of 0.01.
+of random tokens that repeats with a period (--periods, 64 by default), which only attention
+reaching a period back can do; the prompts are then such blocks. Once it has learnt the task
+(each JSON says how many generated tokens continue the period; --compare says when too few do)
+its greedy tokens are decisive, so every correct kernel set gives the same ones, and a wrong
+attention kernel breaks the pattern. Training stops at --train steps, --train-seconds or a
+loss of 0.01.
 """
 from __future__ import annotations
 
@@ -35,7 +36,6 @@ import time
 # The trained model's blocks draw from these ids (0-2 are special): enough that a block rarely
 # holds a token twice, which would leave its successor ambiguous.
 PATTERN_TOKENS = (3, 8195)
-PERIODS = (16, 128)
 
 
 def build_model(args, dtype):
@@ -74,7 +74,7 @@ def train(args) -> None:
     step, loss = 0, None
     while step < args.train and time.perf_counter() - start < args.train_seconds:
         step += 1
-        periods = torch.randint(PERIODS[0], PERIODS[1] + 1, (args.train_batch,), generator=gen).tolist()
+        periods = torch.randint(args.periods[0], args.periods[1] + 1, (args.train_batch,), generator=gen).tolist()
         ids = torch.stack([periodic(gen, length, p)[0] for p in periods]).cuda()
         # Only the tokens a past block determines are learnable: from each row's second block on.
         known = torch.arange(1, length, device="cuda")[None, :] >= torch.tensor(periods, device="cuda")[:, None]
@@ -88,7 +88,9 @@ def train(args) -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step % 100 == 0:
-            print(f"step {step}: loss {loss.item():.4f} ({time.perf_counter() - start:.0f} s)", flush=True)
+            hits = (logits.detach().argmax(-1)[known] == ids[:, 1:][known]).float().mean().item()
+            print(f"step {step}: loss {loss.item():.4f}, next token right {hits:.1%} "
+                  f"({time.perf_counter() - start:.0f} s)", flush=True)
             if loss.item() < 0.01:
                 break
     torch.save({k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}, args.weights)
@@ -111,7 +113,7 @@ def run(args) -> dict:
     expected = None
     if args.weights:
         model.load_state_dict(torch.load(args.weights, map_location="cuda"))
-        periods = torch.randint(PERIODS[0], PERIODS[1] + 1, (args.batch,), generator=gen).tolist()
+        periods = torch.randint(args.periods[0], args.periods[1] + 1, (args.batch,), generator=gen).tolist()
         rows = [periodic(gen, args.prompt + args.tokens, p)[0].tolist() for p in periods]
         prompts = [r[:args.prompt] for r in rows]
         expected = [r[args.prompt:] for r in rows]
@@ -174,6 +176,9 @@ def main() -> int:
     parser.add_argument("--weights", help="with --train: where to write the trained weights; else: the weights to load")
     parser.add_argument("--train", type=int, default=0, metavar="STEPS", help="train the copy task for STEPS steps")
     parser.add_argument("--train-seconds", type=float, default=240, help="stop training after this long")
+    parser.add_argument("--periods", type=int, nargs=2, default=(64, 64), metavar=("LO", "HI"),
+                        help="the blocks' periods (training and prompts): one fixed period is learnt fastest "
+                             "(a head attending a fixed distance back); a range needs induction")
     parser.add_argument("--train-batch", type=int, default=32)
     parser.add_argument("--lr", type=float, default=1e-3)
     args = parser.parse_args()

@@ -54,11 +54,11 @@ def build_model(args, dtype):
 
 
 def periodic(gen, length: int, period: int):
-    """A block of random pattern tokens, repeated to the length; the block itself."""
+    """A block of random pattern tokens, repeated to the length."""
     import torch
 
     block = torch.randint(*PATTERN_TOKENS, (period,), generator=gen)
-    return block.repeat(length // period + 1)[:length], block
+    return block.repeat(length // period + 1)[:length]
 
 
 def train(args) -> None:
@@ -75,7 +75,7 @@ def train(args) -> None:
     while step < args.train and time.perf_counter() - start < args.train_seconds:
         step += 1
         periods = torch.randint(args.periods[0], args.periods[1] + 1, (args.train_batch,), generator=gen).tolist()
-        ids = torch.stack([periodic(gen, length, p)[0] for p in periods]).cuda()
+        ids = torch.stack([periodic(gen, length, p) for p in periods]).cuda()
         # Only the tokens a past block determines are learnable: from each row's second block on.
         known = torch.arange(1, length, device="cuda")[None, :] >= torch.tensor(periods, device="cuda")[:, None]
         for group in opt.param_groups:
@@ -114,7 +114,7 @@ def run(args) -> dict:
     if args.weights:
         model.load_state_dict(torch.load(args.weights, map_location="cuda"))
         periods = torch.randint(args.periods[0], args.periods[1] + 1, (args.batch,), generator=gen).tolist()
-        rows = [periodic(gen, args.prompt + args.tokens, p)[0].tolist() for p in periods]
+        rows = [periodic(gen, args.prompt + args.tokens, p).tolist() for p in periods]
         prompts = [r[:args.prompt] for r in rows]
         expected = [r[args.prompt:] for r in rows]
     else:

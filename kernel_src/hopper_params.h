@@ -176,7 +176,7 @@ constexpr unsigned prefill_sm90_features() {
 // FP8 attention (kFeatureQkvE4m3, prefill_sm90_fp8.cuh): head dim 64, 128 or 256, contiguous KV
 // or an e4m3 cache in pages of 8 tokens or more (the FP8 cache's boxes), no other feature but P
 // in f16 (kFeatureQkvP16) at hd128; its tiles are the FP8 cache's (128-token blocks, a byte ring
-// for V, two consumers). hd256's rings take 224 KB of bytes; P in f16 would widen V into 64 KB
+// for V, two consumers; three at hd64: prefill_sm90_consumers). hd256's rings take 224 KB of bytes; P in f16 would widen V into 64 KB
 // more than an SM has. hd64's rows of bytes are 64 bytes, 64-byte swizzled (TMA's box and the
 // descriptors' mode follow the row); P in f16 there would need the widening's 64-byte form.
 constexpr bool prefill_sm90_serves_qkv8(int head_dim, int page_size, unsigned flags) {

@@ -215,10 +215,12 @@ TEST_SUITE("hopper") {
     decode.page_size = 8;  // a box per page would leave more than 32 boxes a block at hd256
     CHECK_FALSE(astrai::detail::hopper_serves(decode));
     decode.page_size = 256;
-    decode.flags = astrai::kFeatureKvE4m3;  // an FP8 cache's rows of 64 bytes keep the direct path
-    CHECK_FALSE(astrai::detail::hopper_serves(decode));
+    decode.flags = astrai::kFeatureKvE4m3;  // an FP8 cache's rows of 64 bytes: one 64-byte chunk
+    CHECK(astrai::detail::hopper_serves(decode));
     decode.head_dim = 128;  // whole 128-byte chunks
     CHECK(astrai::detail::hopper_serves(decode));
+    decode.head_dim = 192;  // a chunk and a half: the direct path
+    CHECK_FALSE(astrai::detail::hopper_serves(decode));
     decode.head_dim = 64;
     decode.flags = astrai::kFeatureSink | astrai::decode_q_len_flags(8);
     CHECK(astrai::detail::hopper_serves(decode));

@@ -10,17 +10,20 @@
 
 namespace astrai {
 
-// kKvBytes: 2 for a 16-bit cache, 1 for an FP8 one, whose rows and stages are half as long.
+// kKvBytes: 2 for a 16-bit cache, 1 for an FP8 one, whose rows and stages are half as long. A
+// tile is [chunks][64 rows][row bytes]: rows of 128 bytes with the 128-byte swizzle, but an FP8
+// row at hd64 is 64 bytes, one chunk with the 64-byte swizzle (what its 64-byte boxes take).
 template <int kHeadDim, int kPageSize, int kKvBytes = 2>
 struct DecodeSm90Shape {
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head_dim");
-  static_assert(kKvBytes == 2 || (kKvBytes == 1 && kHeadDim % 128 == 0), "rows of whole 128-byte chunks");
+  static_assert(kKvBytes == 2 || kKvBytes == 1, "16-bit or FP8 elements");
   using Kv = KvLayout<kPageSize>;
   static_assert(!Kv::kPaged || kPageSize >= 16, "page_size");
   static constexpr int kStages = kDecodeSm90Stages;
-  static constexpr int kChunks = kHeadDim * kKvBytes / 128;        // 128-byte chunks of a row
-  static constexpr int kChunkBytes = kDecodeBlockTokens * 128;     // one chunk of a block's K or V
-  static constexpr int kTileBytes = kChunks * kChunkBytes;         // a block's K or V
+  static constexpr int kRowBytes = kHeadDim * kKvBytes < 128 ? kHeadDim * kKvBytes : 128;  // a box's row
+  static constexpr int kChunks = kHeadDim * kKvBytes / kRowBytes;   // chunks of a row
+  static constexpr int kChunkBytes = kDecodeBlockTokens * kRowBytes;  // one chunk of a block's K or V
+  static constexpr int kTileBytes = kChunks * kChunkBytes;          // a block's K or V
   static constexpr int kStageBytes = 2 * kTileBytes;
   static constexpr int kBoxRows = Kv::box_rows(kDecodeBlockTokens, kDecodeBlockTokens);
   static constexpr int kBoxes = kDecodeBlockTokens / kBoxRows;  // per chunk of K or V
@@ -33,9 +36,12 @@ struct DecodeSm90Shape {
                 "decode_sm90_smem_bytes covers the kernel's layout");
 };
 
-// Byte offset of 16-byte piece `piece` of row `row` in a swizzled K or V tile.
-template <int kChunkBytes>
+// Byte offset of 16-byte piece `piece` of row `row` in a swizzled K or V tile: rows of 128 bytes
+// (piece c at c ^ row % 8 of its chunk's row), or of 64 (piece c at c ^ (row / 2) % 4: the
+// 64-byte swizzle XORs address bits 4-5 with bits 7-8).
+template <int kChunkBytes, int kRowBytes = 128>
 __device__ __forceinline__ int swizzled_offset(int row, int piece) {
+  if constexpr (kRowBytes == 64) return row * 64 + (((piece & 3) ^ ((row >> 1) & 3)) << 4);
   return (piece >> 3) * kChunkBytes + row * 128 + (((piece & 7) ^ (row & 7)) << 4);
 }
 
@@ -53,11 +59,11 @@ struct DecodeSm90Copy {
         box(lane_ % Shape::kBoxes),
         chunk((lane_ / Shape::kBoxes) % Shape::kChunks),
         offset((lane_ >= Shape::kCopies / 2 ? Shape::kTileBytes : 0) + chunk * Shape::kChunkBytes +
-               box * Shape::kBoxRows * 128),
+               box * Shape::kBoxRows * Shape::kRowBytes),
         map(lane_ >= Shape::kCopies / 2 ? map_v : map_k) {}
 
-  // The box's first element of a row: a chunk is 128 bytes.
-  __device__ __forceinline__ int x() const { return 128 / kKvBytes * chunk; }
+  // The box's first element of a row.
+  __device__ __forceinline__ int x() const { return Shape::kRowBytes / kKvBytes * chunk; }
 
   __device__ __forceinline__ static int box_row(int token) { return Shape::Kv::tma_row(token); }
 
@@ -100,14 +106,14 @@ __device__ __forceinline__ void sm90_decode_fix_tail(const PagedDecodeParams& p,
                                                      int warp, int lane) {
   constexpr bool kFp8 = has_fp8_kv<kFlags>();
   constexpr int kPieces = kFp8 ? kHeadDim / 16 : kHeadDim / 8;  // 16-byte pieces of a row
-  constexpr int kChunkBytes = DecodeSm90Shape<kHeadDim, kPageSize>::kChunkBytes;
+  using Shape = DecodeSm90Shape<kHeadDim, kPageSize, kFp8 ? 1 : 2>;
   const bool has_append = w.seq.append_token >= first_token && w.seq.append_token < first_token + 16;
   if (first_token + 16 <= w.split_end && !has_append) return;
   for (int i = lane; i < 16 * kPieces; i += 32) {
     const int r = i / kPieces;
     const int piece = i % kPieces;
     const int token = first_token + r;
-    const int offset = swizzled_offset<kChunkBytes>(warp * 16 + r, piece);
+    const int offset = swizzled_offset<Shape::kChunkBytes, Shape::kRowBytes>(warp * 16 + r, piece);
     if (token >= w.split_end) {
       *reinterpret_cast<uint4*>(v_tile + offset) = make_uint4(0u, 0u, 0u, 0u);
     } else if (token == w.seq.append_token) {

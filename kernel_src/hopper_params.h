@@ -213,16 +213,20 @@ constexpr int decode_sm90_smem_bytes(int head_dim, bool fp8 = false) {
 }
 
 // CTAs of the Hopper decode (one split group a CTA) an SM holds: its 228 KB of shared memory, 1 KB
-// of it reserved a CTA, set the count (4 at hd64, 2 at hd128, 1 beyond); registers do not bind
-// (hd64's variants use 94-122 of the 128 that 4 CTAs leave a thread: a unit test holds them
-// there). So the launch plans its splits from this count before any variant is compiled, and a
-// call that takes wide CTAs compiles only the wide variant.
+// of it reserved a CTA (4 at hd64, 2 at hd128, 1 beyond), and at most 4 by registers: the
+// variants use up to 128 a thread (hd64's 94-122; a unit test holds them there), which is what
+// bounds an FP8 cache's hd64 CTAs (28 KB of shared memory). So the launch plans its splits from
+// this count before any variant is compiled, and a call that takes wide CTAs compiles only the
+// wide variant.
 inline constexpr int kSm90SmemPerSm = 228 * 1024;
 inline constexpr int kSm90SmemReservedPerCta = 1024;
+inline constexpr int kDecodeSm90MaxRegs = 128;
 constexpr int decode_sm90_ctas_per_sm(int head_dim, bool fp8 = false) {
   const int by_smem = kSm90SmemPerSm / (decode_sm90_smem_bytes(head_dim, fp8) + kSm90SmemReservedPerCta);
+  const int by_regs = 65536 / (kDecodeSm90MaxRegs * kDecodeThreads);
   const int by_threads = 2048 / kDecodeThreads;
-  return by_smem < by_threads ? by_smem : by_threads;
+  const int most = by_regs < by_threads ? by_regs : by_threads;
+  return by_smem < most ? by_smem : most;
 }
 
 // Splits a wide Hopper decode CTA (`.wide` variants) runs side by side, each in a region of
@@ -242,7 +246,7 @@ constexpr unsigned decode_sm90_features() {
   return kFeatureSoftCap | kFeatureSink | kFeatureWindow | kFeatureQLenField | kFeatureAlibi | kFeatureKvE4m3 |
          kFeatureKvE5m2;
 }
-constexpr bool decode_sm90_serves_kv8(int head_dim) { return head_dim == 128 || head_dim == 256; }
+constexpr bool decode_sm90_serves_kv8(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
 // Head dims whose rows are whole 128-byte swizzle chunks; contiguous KV or pages of 16 tokens
 // or more (a box per page and chunk; 32 boxes a block at most).

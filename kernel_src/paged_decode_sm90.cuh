@@ -19,9 +19,11 @@
 // Shared memory: the Q tile (padded rows, as the portable kernel), then the ring aligned to
 // 1024 bytes: per stage K then V, each [row bytes / 128 chunks][64 rows][128 bytes] with the
 // 128-byte swizzle (16-byte piece c of row r at c ^ (r & 7)), then the barriers. An FP8 cache's
-// rows are bytes (decode_sm90_kv8.cuh): chunks of 128 elements, stages of half the size.
+// rows are bytes (decode_sm90_kv8.cuh): chunks of 128 elements, stages of half the size; at hd64
+// one chunk of 64-byte rows with the 64-byte swizzle.
 //
-// Tensor maps (128-byte swizzle, boxes 64 elements wide; an FP8 cache's UINT8 maps, 128):
+// Tensor maps (128-byte swizzle, boxes 64 elements wide; an FP8 cache's UINT8 maps, 128, or 64
+// with the 64-byte swizzle at hd64):
 //   paged:      {head_dim, n_kv_heads, page_size, num_pages}, box {64, 1, min(page_size, 64), 1};
 //   contiguous: {head_dim, n_kv_heads, kv_capacity, batch},   box {64, 1, 64, 1}.
 // Page ids past the split's tokens, negative or past num_pages address no element: TMA writes
@@ -48,7 +50,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   static_assert(kSplits >= 1 && kSplits <= 4, "split groups of a wide CTA");
   constexpr bool kFp8 = has_fp8_kv<kFlags>();  // an FP8 cache: decode_sm90_kv8.cuh
   constexpr bool kScaledQ = kFp8 && IsBf16<T>::value;
-  static_assert(!kFp8 || (decode_sm90_kv8_head_dim<kHeadDim>() && kSplits == 1), "FP8: hd 128, 256; no wide CTAs");
+  static_assert(!kFp8 || (decode_sm90_kv8_head_dim<kHeadDim>() && kSplits == 1), "FP8: hd 64, 128, 256; no wide CTAs");
   using Shape = DecodeSm90Shape<kHeadDim, kPageSize, kFp8 ? 1 : 2>;
   constexpr int kStages = Shape::kStages;
   constexpr int kQLen = decode_q_len(kFlags);
@@ -145,7 +147,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
         page = next;
       }
     }
-    load_decode_q_tile<T, kHeadDim, kQLen, kFp8, kFp8>(p, w, smem_q, thread);
+    load_decode_q_tile<T, kHeadDim, kQLen, kFp8, kFp8 && decode_sm90_kv8_swizzled_q<kHeadDim>()>(p, w, smem_q, thread);
     decode_group_sync<kSplits>();
 
     DecodeWarpSoftmax<kHeadDim, kFlags, kScaledQ> state;

@@ -50,7 +50,8 @@ namespace {
 
 // The TMA views of the K and V caches the Hopper decode reads (kernel_src/paged_decode_sm90.cuh):
 // paged {d, n_kv_heads, page_size, num_pages}, contiguous {d, n_kv_heads, kv_capacity, batch};
-// boxes of a 128-byte row piece (64 elements, an FP8 cache's 128) by min(page_size, 64) tokens.
+// boxes of a 128-byte row piece (64 elements, an FP8 cache's 128; at hd64 an FP8 row's 64 bytes,
+// which take the 64-byte swizzle) by min(page_size, 64) tokens.
 // The maps are a function of these fields (the memo adds the device and dtype), so the key is
 // built without the shapes' allocations.
 struct DecodeMapKey {
@@ -76,7 +77,7 @@ TensorMapShape decode_map_shape(const DecodeMapKey& key, const void* base, const
   return {base,
           {U(key.head_dim), U(key.n_kv_heads), U(key.rows), U(key.outer)},
           {strides[0], strides[1], strides[2]},
-          {static_cast<std::uint32_t>(128 / key.element_bytes), 1, box, 1},
+          {static_cast<std::uint32_t>(std::min(128, key.head_dim * key.element_bytes) / key.element_bytes), 1, box, 1},
           key.element_bytes};
 }
 

@@ -18,7 +18,7 @@ const char* hopper_shape_refusal(KernelKind kind, int head_dim, int page_size, s
     // The contiguous prefill takes no FP8 cache at all (its arguments refuse one).
     if (kind == KernelKind::mla_decode || kind == KernelKind::prefill) return "an FP8 KV cache is not served";
     if (is_decode_kind(kind) && !decode_sm90_serves_kv8(head_dim))
-      return "an FP8 KV cache is served at head_dim 128 or 256 only";
+      return "an FP8 KV cache is served at head_dim 64, 128 or 256 only";
     if (!is_decode_kind(kind) && !prefill_sm90_serves_kv8(head_dim))
       return "an FP8 KV cache is served at head_dim 128 only";
   }

@@ -651,7 +651,7 @@ TEST_CASE("FP8 caches with bf16 queries past f16's range: scaled into it, never 
   }
 }
 
-TEST_CASE("on sm_90a an FP8 cache at head dims 128 and 256 streams through the TMA decode, every feature on it") {
+TEST_CASE("on sm_90a an FP8 cache at head dims 64, 128 and 256 streams through the TMA decode, every feature on it") {
   if (!sm90a_target()) return not_run("FP8 TMA decode case: needs an sm_90a target");
   std::mt19937 rng(test_seed(8008));
   const bool hopper = !mma_forced_off() && !wgmma_forced_off();
@@ -667,11 +667,16 @@ TEST_CASE("on sm_90a an FP8 cache at head dims 128 and 256 streams through the T
       {Fp8Call::paged_decode, 128, 64, KvDType::e5m2, DType::fp16, "paged_decode.fp16.hd128.ps64.g4.kv_e5m2.cap.sink.tma."},
       {Fp8Call::paged_decode, 256, 32, KvDType::e4m3, DType::bf16, "paged_decode.bf16.hd256.ps32.g4.kv_e4m3.sink.tma."},
       {Fp8Call::decode, 128, 0, KvDType::e5m2, DType::bf16, "decode.bf16.hd128.g4.kv_e5m2.swa.sink.tma."},
-      {Fp8Call::decode, 256, 0, KvDType::e4m3, DType::fp16, "decode.fp16.hd256.g4.kv_e4m3.swa.cap.tma."}};
+      {Fp8Call::decode, 256, 0, KvDType::e4m3, DType::fp16, "decode.fp16.hd256.g4.kv_e4m3.swa.cap.tma."},
+      // hd64's rows of 64 bytes (64-byte swizzle), at AstrAI's 24/4 heads.
+      {Fp8Call::paged_decode, 64, 16, KvDType::e4m3, DType::bf16, "paged_decode.bf16.hd64.ps16.g6.kv_e4m3.swa.tma."},
+      {Fp8Call::paged_decode, 64, 64, KvDType::e5m2, DType::fp16, "paged_decode.fp16.hd64.ps64.g6.kv_e5m2.cap.sink.tma."},
+      {Fp8Call::decode, 64, 0, KvDType::e4m3, DType::bf16, "decode.bf16.hd64.g6.kv_e4m3.sink.tma."}};
   for (const Shape& shape : shapes) {
     Fp8Case c;
     c.call = shape.call;
     c.head_dim = shape.head_dim;
+    c.group = shape.head_dim == 64 ? 6 : 4;
     c.page_size = shape.page_size;
     c.format = shape.format;
     c.dtype = shape.dtype;
@@ -682,8 +687,8 @@ TEST_CASE("on sm_90a an FP8 cache at head dims 128 and 256 streams through the T
     c.per_head = shape.head_dim == 128;
     c.padded = shape.format == KvDType::e5m2;
     if (shape.call == Fp8Call::decode) {
-      c.kv_len = shape.head_dim == 128 ? 4100 : 65;  // block edges, and a split run
-      c.causal_offset = shape.head_dim == 128 ? -1 : 30;
+      c.kv_len = shape.head_dim == 256 ? 65 : 4100;  // block edges, and a split run
+      c.causal_offset = shape.head_dim == 256 ? 30 : -1;
       c.seq_lens.assign(2, 0);
     } else {
       // Around pages and 64-token blocks, an empty request, a split one; the fused append.

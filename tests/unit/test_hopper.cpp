@@ -159,13 +159,14 @@ TEST_SUITE("hopper") {
     refused("paged_decode.bf16.hd128.ps16.g4.tma.sm_89", "tma variants exist only for sm_90a, not 'sm_89'");
     refused("paged_decode.bf16.hd96.ps16.g4.tma.sm_90a", "does not serve head_dim 96");
     refused("paged_decode.bf16.hd128.ps8.g4.tma.sm_90a", "does not serve head_dim 128 with page_size 8");
-    // FP8 caches: rows of whole 128-byte chunks (head dims 128 and 256), a split a CTA.
-    refused("decode.bf16.hd64.g4.kv_e5m2.tma.sm_90a", "an FP8 KV cache is served at head_dim 128 or 256 only");
-    refused("paged_decode.bf16.hd192.ps16.g4.kv_e4m3.tma.sm_90a", "at head_dim 128 or 256 only");
+    // FP8 caches: rows of whole 128-byte chunks (head dims 128 and 256) or one of 64 bytes (64),
+    // a split a CTA.
+    refused("decode.bf16.hd192.g4.kv_e5m2.tma.sm_90a", "an FP8 KV cache is served at head_dim 64, 128 or 256 only");
+    refused("paged_decode.bf16.hd192.ps16.g4.kv_e4m3.tma.sm_90a", "at head_dim 64, 128 or 256 only");
     // The wgmma paged prefill widens rows of 128 bytes, in one tiling; so does the decode.
     refused("paged_prefill.bf16.hd256.ps16.g4.kv_e5m2.wgmma.sm_90a", "an FP8 KV cache is served at head_dim 128 only");
     refused("paged_prefill.bf16.hd128.ps16.g4.kv_e4m3.wgmma.wide.sm_90a", "no wide tiling at head_dim 128 with an FP8");
-    refused("paged_decode.bf16.hd64.ps16.g4.kv_e4m3.tma.wide.sm_90a", "at head_dim 128 or 256 only");
+    refused("paged_decode.bf16.hd64.ps16.g4.kv_e4m3.tma.wide.sm_90a", "no wide tiling");
     refused("prefill.bf16.hd128.g4.kv_e4m3.wgmma.sm_90a", "prefill does not support the feature kv_e4m3");
     // The wide tiling: hd128 prefill only, named after the path.
     refused("prefill.bf16.hd64.g4.wgmma.wide.sm_90a", "prefill has no wide tiling at head_dim 64");
@@ -214,10 +215,12 @@ TEST_SUITE("hopper") {
     decode.page_size = 8;  // a box per page would leave more than 32 boxes a block at hd256
     CHECK_FALSE(astrai::detail::hopper_serves(decode));
     decode.page_size = 256;
-    decode.flags = astrai::kFeatureKvE4m3;  // an FP8 cache's rows of 64 bytes keep the direct path
-    CHECK_FALSE(astrai::detail::hopper_serves(decode));
+    decode.flags = astrai::kFeatureKvE4m3;  // an FP8 cache's rows of 64 bytes: one 64-byte chunk
+    CHECK(astrai::detail::hopper_serves(decode));
     decode.head_dim = 128;  // whole 128-byte chunks
     CHECK(astrai::detail::hopper_serves(decode));
+    decode.head_dim = 192;  // a chunk and a half: the direct path
+    CHECK_FALSE(astrai::detail::hopper_serves(decode));
     decode.head_dim = 64;
     decode.flags = astrai::kFeatureSink | astrai::decode_q_len_flags(8);
     CHECK(astrai::detail::hopper_serves(decode));
@@ -288,8 +291,12 @@ TEST_SUITE("hopper") {
                {KernelKind::paged_decode, 128, 32,
                 astrai::kFeatureKvE4m3 | astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow},
                {KernelKind::decode, 128, 0, astrai::kFeatureKvE4m3 | astrai::kFeatureAlibi},
-               {KernelKind::decode, 256, 0, astrai::kFeatureKvE5m2}}) {
-        KernelSpec spec = hopper_prefill(kind, dtype, head_dim, page_size, 4);
+               {KernelKind::decode, 256, 0, astrai::kFeatureKvE5m2},
+               // hd64: rows of 64 bytes (64-byte swizzle); AstrAI's 24/4 heads take group 6.
+               {KernelKind::paged_decode, 64, 16, astrai::kFeatureKvE4m3},
+               {KernelKind::paged_decode, 64, 64, astrai::kFeatureKvE5m2 | astrai::decode_q_len_flags(4)},
+               {KernelKind::decode, 64, 0, astrai::kFeatureKvE4m3 | astrai::kFeatureSoftCap | astrai::kFeatureSink}}) {
+        KernelSpec spec = hopper_prefill(kind, dtype, head_dim, page_size, head_dim == 64 ? 6 : 4);
         spec.flags = flags;
         CAPTURE(spec.name());
         REQUIRE(astrai::detail::hopper_serves(spec));
@@ -367,6 +374,7 @@ TEST_SUITE("hopper") {
     CHECK(astrai::decode_sm90_ctas_per_sm(256) == 1);
     CHECK(astrai::decode_sm90_ctas_per_sm(128, true) == 4);  // an FP8 cache's half stages
     CHECK(astrai::decode_sm90_ctas_per_sm(256, true) == 2);
+    CHECK(astrai::decode_sm90_ctas_per_sm(64, true) == 4);  // 28 KB each, but 128 registers a thread
     for (const int head_dim : {64, 128}) {
       for (const auto& [kind, page_size] : std::vector<std::pair<KernelKind, int>>{
                {KernelKind::decode, 0}, {KernelKind::paged_decode, 16}, {KernelKind::paged_decode, 64}}) {

@@ -93,12 +93,12 @@ TEST_CASE("plan: sm_90a decode takes the TMA decode, and says why not where it c
   CHECK(occupancy.asked == 1);
   CHECK(portable.describe().find("passed over sm90_tma_decode: a mask is not served") != std::string::npos);
 
-  // An FP8 cache: the TMA decode at head dims 128 and 256, a split a CTA; else the direct path.
-  AttentionProblem fp8 = decode_problem(64, 8192, 64);
+  // An FP8 cache: the TMA decode at head dims 64, 128 and 256, a split a CTA; else the direct path.
+  AttentionProblem fp8 = decode_problem(64, 8192, 192);
   fp8.flags = kFeatureKvE4m3;
   CHECK(reason_of(plan_decode(fp8, h200(), occupancy.query(132)), ImplementationId::sm90_tma_decode) ==
-        "an FP8 KV cache is served at head_dim 128 or 256 only");
-  for (const int head_dim : {128, 256}) {
+        "an FP8 KV cache is served at head_dim 64, 128 or 256 only");
+  for (const int head_dim : {64, 128, 256}) {
     AttentionProblem served = decode_problem(64, 8192, head_dim);
     served.flags = kFeatureKvE5m2;
     const Plan tma = plan_decode(served, h200(), occupancy.query(132));
@@ -247,11 +247,13 @@ TEST_CASE("plan: the registry's variant check agrees with the plans") {
   spec.flags = kFeatureKvE4m3;
   CHECK_FALSE(hopper_serves(spec));
   CHECK(std::string(hopper_variant_refusal(spec)) == "an FP8 KV cache is not served");
-  spec.kind = KernelKind::paged_decode;  // the TMA decode reads FP8 rows of 128 or 256 bytes
+  spec.kind = KernelKind::paged_decode;  // the TMA decode reads FP8 rows of 64, 128 or 256 bytes
   spec.page_size = 16;
   CHECK(hopper_serves(spec));
   spec.head_dim = 64;
-  CHECK(std::string(hopper_variant_refusal(spec)) == "an FP8 KV cache is served at head_dim 128 or 256 only");
+  CHECK(hopper_serves(spec));
+  spec.head_dim = 192;
+  CHECK(std::string(hopper_variant_refusal(spec)) == "an FP8 KV cache is served at head_dim 64, 128 or 256 only");
   spec.head_dim = 128;
   // The wgmma paged prefill widens an FP8 cache's rows of 128 bytes in shared memory.
   spec.kind = KernelKind::paged_prefill;

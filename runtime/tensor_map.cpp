@@ -21,7 +21,8 @@ std::string tensor_map_problem(const TensorMapShape& shape) {
   // The inner box is the swizzle's row: 128 bytes, or 64 (rows of one-byte elements at hd64).
   const std::uint32_t row_bytes = shape.box[0] * static_cast<std::uint32_t>(shape.element_bytes);
   if (row_bytes != 128 && !(row_bytes == 64 && shape.element_bytes == 1))
-    return fmt::format("inner box {} is not {} elements", shape.box[0], 128 / shape.element_bytes);
+    return fmt::format("inner box of {} elements ({} bytes) is not a 128-byte row{}", shape.box[0], row_bytes,
+                       shape.element_bytes == 1 ? " or a 64-byte one" : "");
   for (std::size_t i = 0; i < rank; ++i) {
     if (shape.dims[i] == 0 || shape.dims[i] > (std::uint64_t{1} << 32))
       return fmt::format("dim {} has size {} (allowed: 1..2^32)", i, shape.dims[i]);

@@ -10,6 +10,7 @@ wrote.
     PYTHONPATH=CHECKOUT python bench/astrai_e2e.py --json FILE [--batch 16 --prompt 512 --tokens 128]
     PYTHONPATH=CHECKOUT python bench/astrai_e2e.py --backend torch --json TORCH.json
     PYTHONPATH=CHECKOUT python bench/astrai_e2e.py --train 5000 --layers 2 --weights W.pt
+    PYTHONPATH=CHECKOUT python bench/astrai_e2e.py --train 5000 --layers 2 --init W.pt --weights W2.pt
     PYTHONPATH=CHECKOUT python bench/astrai_e2e.py --weights W.pt --layers 2 --json FILE
     python bench/astrai_e2e.py --compare OWN.json JIT.json [TORCH.json]
 
@@ -22,7 +23,7 @@ reaching a period back can do; the prompts are then such blocks. Once it has lea
 (each JSON says how many generated tokens continue the period; --compare says when too few do)
 its greedy tokens are decisive, so every correct kernel set gives the same ones, and a wrong
 attention kernel breaks the pattern. Training stops at --train steps, --train-seconds or a
-loss of 0.01.
+loss of 0.01; --init goes on from an earlier run's weights, so that it can span device calls.
 """
 from __future__ import annotations
 
@@ -67,6 +68,8 @@ def train(args) -> None:
     import torch.nn.functional as F
 
     model = build_model(args, torch.float32).train()
+    if args.init:  # go on from weights an earlier --train wrote
+        model.load_state_dict(torch.load(args.init, map_location="cuda"))
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     gen = torch.Generator().manual_seed(args.seed + 1)
     length = args.prompt + args.tokens
@@ -179,6 +182,7 @@ def main() -> int:
     parser.add_argument("--periods", type=int, nargs=2, default=(64, 64), metavar=("LO", "HI"),
                         help="the blocks' periods (training and prompts): one fixed period is learnt fastest "
                              "(a head attending a fixed distance back); a range needs induction")
+    parser.add_argument("--init", help="with --train: start from these weights (an earlier --train's)")
     parser.add_argument("--train-batch", type=int, default=32)
     parser.add_argument("--lr", type=float, default=1e-3)
     args = parser.parse_args()

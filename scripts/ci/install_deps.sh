@@ -5,7 +5,7 @@
 # .ci/run adds clang for the fuzz targets, so a fresh machine updates the package lists once)
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config patch libfmt-dev libxxhash-dev doctest-dev libcli11-dev libsodium-dev python3-venv python3-dev
-  libhiredis-dev libcurl4-openssl-dev redis-server nginx-light
+  libhiredis-dev libcurl4-openssl-dev redis-server nginx-light patchelf
   "$@")
 missing=()
 for package in "${packages[@]}"; do

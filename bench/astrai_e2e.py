@@ -186,6 +186,8 @@ def main() -> int:
     parser.add_argument("--train-batch", type=int, default=32)
     parser.add_argument("--lr", type=float, default=1e-3)
     args = parser.parse_args()
+    if args.init and not args.train:
+        parser.error("--init goes with --train (it is where training starts from); to run a model, give --weights")
     if args.train:
         if not args.weights:
             parser.error("--train needs --weights FILE to write the trained weights to")

@@ -16,13 +16,6 @@
 
 namespace astrai {
 
-// Head dims whose FP8 rows are whole 128-byte chunks, or one 64-byte row (hd64): the plan's
-// decode_sm90_serves_kv8, asked here so that the kernel and the plan cannot disagree.
-template <int kHeadDim>
-constexpr bool decode_sm90_kv8_head_dim() {
-  return decode_sm90_serves_kv8(kHeadDim);
-}
-
 // Whether the Q tile takes the swizzled order of kv8_q_dim (rows of 128-byte chunks).
 template <int kHeadDim>
 constexpr bool decode_sm90_kv8_swizzled_q() {

@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   static_assert(kSplits >= 1 && kSplits <= 4, "split groups of a wide CTA");
   constexpr bool kFp8 = has_fp8_kv<kFlags>();  // an FP8 cache: decode_sm90_kv8.cuh
   constexpr bool kScaledQ = kFp8 && IsBf16<T>::value;
-  static_assert(!kFp8 || (decode_sm90_kv8_head_dim<kHeadDim>() && kSplits == 1), "FP8: hd 64, 128, 256; no wide CTAs");
+  static_assert(!kFp8 || (decode_sm90_serves_kv8(kHeadDim) && kSplits == 1), "FP8: hd 64, 128, 256; no wide CTAs");
   using Shape = DecodeSm90Shape<kHeadDim, kPageSize, kFp8 ? 1 : 2>;
   constexpr int kStages = Shape::kStages;
   constexpr int kQLen = decode_q_len(kFlags);

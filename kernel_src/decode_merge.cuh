@@ -98,7 +98,6 @@ template <typename T, int kHeadDim, int kFlags, bool kPermuted, int kGroups = 1,
 __device__ __forceinline__ void merge_decode_warps(const PagedDecodeParams& p, const DecodeWork& w,
                                                    DecodeWarpSoftmax<kHeadDim, kFlags, kRowScaled>& state, void* merge,
                                                    float out_scale, float* slot = nullptr) {
-  static_assert(kGroups == 1 || !kPermuted, "wide CTAs: 16-bit caches only");
   constexpr int kQLen = decode_q_len(kFlags);
   const unsigned thread = kGroups == 1 ? threadIdx.x : threadIdx.x % kDecodeThreads;
   const int lane = thread & 31;
@@ -144,7 +143,9 @@ __device__ __forceinline__ void merge_decode_warps(const PagedDecodeParams& p, c
   if (thread < w.rows) merge_row_weights<kHeadDim, kFlags>(p, w, merge_max, merge_sum, thread, out_scale);
   decode_group_sync<kGroups>();
 
-  if constexpr (!kPermuted) {
+  // merge_o holds the columns in order whatever kPermuted: a wide CTA's group reads it by quads
+  // into its slot (its 128 registers a thread leave room for the unrolled loop).
+  if constexpr (!kPermuted || kGroups > 1) {
     // Four adjacent columns a thread: a float4 read of each warp's row and one 16-byte store
     // of the partial row. Stored a float at a time, batch 1's call took 0.36 us longer.
     const int quads = w.rows * (kHeadDim / 4);

@@ -13,13 +13,14 @@ namespace astrai {
 // kKvBytes: 2 for a 16-bit cache, 1 for an FP8 one, whose rows and stages are half as long. A
 // tile is [chunks][64 rows][row bytes]: rows of 128 bytes with the 128-byte swizzle, but an FP8
 // row at hd64 is 64 bytes, one chunk with the 64-byte swizzle (what its 64-byte boxes take).
-template <int kHeadDim, int kPageSize, int kKvBytes = 2>
+// kWide: a group of a wide CTA (its ring may take more stages: decode_sm90_stages).
+template <int kHeadDim, int kPageSize, int kKvBytes = 2, bool kWide = false>
 struct DecodeSm90Shape {
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head_dim");
   static_assert(kKvBytes == 2 || kKvBytes == 1, "16-bit or FP8 elements");
   using Kv = KvLayout<kPageSize>;
   static_assert(!Kv::kPaged || kPageSize >= 16, "page_size");
-  static constexpr int kStages = kDecodeSm90Stages;
+  static constexpr int kStages = decode_sm90_stages(kHeadDim, kKvBytes == 1, kWide);
   static constexpr int kRowBytes = kHeadDim * kKvBytes < 128 ? kHeadDim * kKvBytes : 128;  // a box's row
   static constexpr int kChunks = kHeadDim * kKvBytes / kRowBytes;   // chunks of a row
   static constexpr int kChunkBytes = kDecodeBlockTokens * kRowBytes;  // one chunk of a block's K or V
@@ -32,7 +33,7 @@ struct DecodeSm90Shape {
   static constexpr int kQBytes = kDecodeHeadsPerTile * (kHeadDim + 8) * 2;
   static_assert(kStages * kStageBytes >= decode_merge_bytes<kHeadDim>(), "the merge fits in the ring");
   // The Q tile, the alignment slack, the ring and its barriers: what the host reserves.
-  static_assert(kQBytes + 1024 + kStages * (kStageBytes + 8) <= decode_sm90_smem_bytes(kHeadDim, kKvBytes == 1),
+  static_assert(kQBytes + 1024 + kStages * (kStageBytes + 8) <= decode_sm90_smem_bytes(kHeadDim, kKvBytes == 1, kWide),
                 "decode_sm90_smem_bytes covers the kernel's layout");
 };
 
@@ -48,9 +49,9 @@ __device__ __forceinline__ int swizzled_offset(int row, int piece) {
 // Warp 0's TMA copies of a block: lane j < kCopies copies box j % kBoxes of chunk
 // (j / kBoxes) % kChunks of K (of V from j >= kCopies / 2). Box coordinates: dims, KV head, row
 // in the page (or token), page (or sequence).
-template <int kHeadDim, int kPageSize, int kKvBytes = 2>
+template <int kHeadDim, int kPageSize, int kKvBytes = 2, bool kWide = false>
 struct DecodeSm90Copy {
-  using Shape = DecodeSm90Shape<kHeadDim, kPageSize, kKvBytes>;
+  using Shape = DecodeSm90Shape<kHeadDim, kPageSize, kKvBytes, kWide>;
   int lane, box, chunk, offset;
   const sm90::TmaMap* map;
 

@@ -203,13 +203,26 @@ constexpr bool prefill_sm90_head_dim(int head_dim) {
 // hd64 row took 0.8% longer than at 4: each SM's rate, not the grid's tail, sets it.
 inline constexpr int kDecodeSm90Stages = 3;
 
+// A stage: a block's K and V rows.
+constexpr int decode_sm90_stage_bytes(int head_dim, bool fp8 = false) {
+  return 2 * kDecodeBlockTokens * head_dim * (fp8 ? 1 : 2);
+}
+
+// Stages of the ring: kDecodeSm90Stages, but 5 in the wide CTAs of an FP8 cache at hd64 (stages of
+// 8 KB; each group's 44 KB stays within the 16-bit region). Measured on an H100 (hd64 24/4 e4m3,
+// pages of 16, B32 x 4096): wide CTAs of 5 stages 31.6-31.8 us; a split a CTA 33.1-33.2 us at 3
+// stages, 38.3 at 5 and 41.1-41.6 at 6 (decision 0029).
+constexpr int decode_sm90_stages(int head_dim, bool fp8 = false, bool wide = false) {
+  return fp8 && wide && head_dim == 64 ? 5 : kDecodeSm90Stages;
+}
+
 // The Q tile (rows of head_dim + 8 elements), 1 KB to align the ring by hand, the ring, and a
 // full barrier per stage. An FP8 cache's stages hold half the bytes, for twice the CTAs an SM
 // (with the 16-bit ring's bytes, 2 CTAs at hd128, it read 4% slower than the portable direct
-// path's 4: decision 0029).
-constexpr int decode_sm90_smem_bytes(int head_dim, bool fp8 = false) {
+// path's 4: decision 0029). `wide`: one group of a wide CTA.
+constexpr int decode_sm90_smem_bytes(int head_dim, bool fp8 = false, bool wide = false) {
   return kDecodeHeadsPerTile * (head_dim + 8) * 2 + 1024 +
-         kDecodeSm90Stages * (2 * kDecodeBlockTokens * head_dim * (fp8 ? 1 : 2) + 8);
+         decode_sm90_stages(head_dim, fp8, wide) * (decode_sm90_stage_bytes(head_dim, fp8) + 8);
 }
 
 // CTAs of the Hopper decode (one split group a CTA) an SM holds: its 228 KB of shared memory, 1 KB

@@ -50,8 +50,8 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   static_assert(kSplits >= 1 && kSplits <= 4, "split groups of a wide CTA");
   constexpr bool kFp8 = has_fp8_kv<kFlags>();  // an FP8 cache: decode_sm90_kv8.cuh
   constexpr bool kScaledQ = kFp8 && IsBf16<T>::value;
-  static_assert(!kFp8 || (decode_sm90_serves_kv8(kHeadDim) && kSplits == 1), "FP8: hd 64, 128, 256; no wide CTAs");
-  using Shape = DecodeSm90Shape<kHeadDim, kPageSize, kFp8 ? 1 : 2>;
+  static_assert(!kFp8 || decode_sm90_serves_kv8(kHeadDim), "FP8: hd 64, 128, 256");
+  using Shape = DecodeSm90Shape<kHeadDim, kPageSize, kFp8 ? 1 : 2, (kSplits > 1)>;
   constexpr int kStages = Shape::kStages;
   constexpr int kQLen = decode_q_len(kFlags);
   constexpr int kRowStride = kHeadDim + 8;
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kDecodeThreads * kSplits)
   if (thread == 0) init_decode_sm90_barriers<kStages, kSplits>(full, merge_done, group, &map_k, &map_v);
   if constexpr (kSplits > 1) __syncthreads();  // merge_done is set up before any thread arrives
 
-  const DecodeSm90Copy<kHeadDim, kPageSize, kFp8 ? 1 : 2> copy(&map_k, &map_v, lane);
+  const DecodeSm90Copy<kHeadDim, kPageSize, kFp8 ? 1 : 2, (kSplits > 1)> copy(&map_k, &map_v, lane);
   auto lookup = [&](const int* table_row, int begin, int end, int block, bool l2_only) {
     return copy.lookup(p, table_row, begin, end, block, l2_only);
   };

@@ -14,7 +14,7 @@
 namespace astrai::detail {
 
 // Head dims (and features) whose Hopper decode has wide CTAs too (HopperImplementation::has_wide):
-// an FP8 cache's decode runs a split a CTA.
+// hd64, whose four split groups fit an SM, with a 16-bit or an FP8 cache.
 bool decode_sm90_has_wide_tiling(int head_dim, std::uint32_t flags);
 
 // What differs between paged and contiguous decode at launch time.

@@ -77,7 +77,6 @@ void plan_decode_grid(const AttentionProblem& problem, const DeviceTraits& devic
   DecodeSplitPlan split =
       plan_decode_splits(problem.batch, problem.n_kv_heads, plan->head_tiles, problem.span, resident_ctas);
   const long long columns = 1LL * problem.batch * problem.n_kv_heads * plan->head_tiles;
-  // An FP8 cache's Hopper decode runs a split a CTA (decode_sm90_kv8.cuh): no wide tiling.
   plan->spec.wide = plan->spec.hopper && hopper_has_wide(problem) &&
                     decode_takes_wide_ctas(device.decode_tiles, split, columns, device.num_sms, kDecodeSm90WideSplits);
   if (plan->spec.wide) {

@@ -18,8 +18,8 @@
 #   suites on one tiling wherever it serves, half the sweep; the suites' grids are small, so the
 #   default takes the narrow tiling for most of them), nowgmma_decode, nowgmma_decode_more and
 #   nowgmma_prefill (ASTRAI_JIT_NO_WGMMA=1: the portable decode and prefill kernels, FP8 caches
-#   included, 3/4 of the sweep), wide_decode (ASTRAI_JIT_DECODE_TILES=wide: the decode suites on
-#   wide CTAs, half the sweep) and sm90_check
+#   included, 3/4 of the sweep), wide_decode (ASTRAI_JIT_DECODE_TILES=wide: the decode suites and
+#   kv_fp8 on wide CTAs, half the sweep) and sm90_check
 #   (astrai-sm90-check --check-only, when BUILD_DIR/bench has it);
 #   memcheck, racecheck, synccheck and initcheck over the decode suites, over the prefill
 #   suites and over kv_fp8, rotary_emb, merge_states, cascade, mla_decode and fp8_attention (the
@@ -142,7 +142,7 @@ if [ $hopper = 1 ]; then
   # The Hopper decode's wide CTAs (a request's splits merged in one CTA) wherever they serve,
   # and the two sanitizers that watch their named barriers.
   start_job wide_decode ASTRAI_TEST_SWEEP=$half ASTRAI_JIT_DECODE_TILES=wide -- "$bin" \
-    --test-suite=decode,paged_decode,multi_token
+    --test-suite=decode,paged_decode,multi_token,kv_fp8
   start_job wide_prefill ASTRAI_TEST_SWEEP=$half ASTRAI_JIT_PREFILL_TILES=wide -- "$bin" \
     --test-suite=prefill,paged_prefill
   # The Hopper prefill's every tiling (the alternatives the runtime does not pick) against the
@@ -162,7 +162,7 @@ if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
   if [ $hopper = 1 ]; then
     for tool in racecheck synccheck; do
       start_job "${tool}_wide_decode" ASTRAI_TEST_SWEEP=$san_sweep ASTRAI_JIT_DECODE_TILES=wide -- \
-        compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --test-suite=decode,paged_decode
+        compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --test-suite=decode,paged_decode,kv_fp8
       start_job "${tool}_wide_prefill" ASTRAI_TEST_SWEEP=$san_sweep ASTRAI_JIT_PREFILL_TILES=wide -- \
         compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --test-suite=prefill,paged_prefill
     done

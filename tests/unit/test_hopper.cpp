@@ -159,14 +159,17 @@ TEST_SUITE("hopper") {
     refused("paged_decode.bf16.hd128.ps16.g4.tma.sm_89", "tma variants exist only for sm_90a, not 'sm_89'");
     refused("paged_decode.bf16.hd96.ps16.g4.tma.sm_90a", "does not serve head_dim 96");
     refused("paged_decode.bf16.hd128.ps8.g4.tma.sm_90a", "does not serve head_dim 128 with page_size 8");
-    // FP8 caches: rows of whole 128-byte chunks (head dims 128 and 256) or one of 64 bytes (64),
-    // a split a CTA.
+    // FP8 caches: rows of whole 128-byte chunks (head dims 128 and 256) or one of 64 bytes (64).
     refused("decode.bf16.hd192.g4.kv_e5m2.tma.sm_90a", "an FP8 KV cache is served at head_dim 64, 128 or 256 only");
     refused("paged_decode.bf16.hd192.ps16.g4.kv_e4m3.tma.sm_90a", "at head_dim 64, 128 or 256 only");
     // The wgmma paged prefill widens rows of 128 bytes, in one tiling; so does the decode.
     refused("paged_prefill.bf16.hd256.ps16.g4.kv_e5m2.wgmma.sm_90a", "an FP8 KV cache is served at head_dim 128 only");
     refused("paged_prefill.bf16.hd128.ps16.g4.kv_e4m3.wgmma.wide.sm_90a", "no wide tiling at head_dim 128 with an FP8");
-    refused("paged_decode.bf16.hd64.ps16.g4.kv_e4m3.tma.wide.sm_90a", "no wide tiling");
+    // The decode's wide CTAs are hd64's, an FP8 cache's too (its ring fits the 16-bit region).
+    refused("paged_decode.bf16.hd128.ps16.g4.kv_e4m3.tma.wide.sm_90a", "paged_decode has no wide tiling at head_dim 128");
+    for (const char* name : {"paged_decode.bf16.hd64.ps16.g6.kv_e4m3.tma.wide.sm_90a",
+                             "decode.fp16.hd64.g6.kv_e5m2.tma.wide.sm_90a"})
+      CHECK(KernelSpec::parse(name).name() == name);
     refused("prefill.bf16.hd128.g4.kv_e4m3.wgmma.sm_90a", "prefill does not support the feature kv_e4m3");
     // The wide tiling: hd128 prefill only, named after the path.
     refused("prefill.bf16.hd64.g4.wgmma.wide.sm_90a", "prefill has no wide tiling at head_dim 64");
@@ -340,13 +343,20 @@ TEST_SUITE("hopper") {
                          doctest::Contains("no wide tiling at head_dim 128"), astrai::InvalidArgument);
     KernelSpec contiguous = hopper_prefill(KernelKind::decode, DType::fp16, 64, 0, 4);
     contiguous.wide = true;
+    // An FP8 cache's groups too: their rings of bytes fit the 16-bit region.
     for (const std::uint32_t flags :
-         {0u, astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow, astrai::decode_q_len_flags(4)}) {
+         {0u, astrai::kFeatureSoftCap | astrai::kFeatureSink | astrai::kFeatureWindow, astrai::decode_q_len_flags(4),
+          std::uint32_t{astrai::kFeatureKvE4m3}, astrai::kFeatureKvE5m2 | astrai::kFeatureSink | astrai::decode_q_len_flags(2)}) {
       for (KernelSpec spec : {paged, contiguous}) {
         spec.flags = flags;
         CAPTURE(spec.name());
         const auto result = astrai::detail::nvrtc_compile(astrai::detail::compile_request(spec), true);
         CHECK(contains(result.ptx, ".maxntid 512, 1, 1"));
+        if ((flags & astrai::kFeatureKvFp8) != 0) {
+          CHECK(contains(result.ptx, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
+          const std::string report = compile_reporting(spec).log;
+          CHECK(contains(report, "0 bytes spill stores"));
+        }
         CHECK(contains(result.ptx, "bar.sync"));
         // Groups sync on their own barriers. The CTA's one barrier comes before they part (it
         // publishes the merge's mbarrier): a group reaching a CTA barrier from a second call site

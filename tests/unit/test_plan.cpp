@@ -93,7 +93,8 @@ TEST_CASE("plan: sm_90a decode takes the TMA decode, and says why not where it c
   CHECK(occupancy.asked == 1);
   CHECK(portable.describe().find("passed over sm90_tma_decode: a mask is not served") != std::string::npos);
 
-  // An FP8 cache: the TMA decode at head dims 64, 128 and 256, a split a CTA; else the direct path.
+  // An FP8 cache: the TMA decode at head dims 64, 128 and 256 (a split a CTA at this batch); else
+  // the direct path.
   AttentionProblem fp8 = decode_problem(64, 8192, 192);
   fp8.flags = kFeatureKvE4m3;
   CHECK(reason_of(plan_decode(fp8, h200(), occupancy.query(132)), ImplementationId::sm90_tma_decode) ==
@@ -108,6 +109,24 @@ TEST_CASE("plan: sm_90a decode takes the TMA decode, and says why not where it c
     CHECK(tma.smem == decode_sm90_smem_bytes(head_dim, true));
     CHECK(tma.smem < decode_sm90_smem_bytes(head_dim));
   }
+  // AstrAI's hd64 24/4 heads, B32 x 4096: 128 (request, KV head) columns in 4 splits take wide
+  // CTAs, an FP8 cache's as the bf16 one's (its groups' 5 stages within the 16-bit region); B64
+  // has more columns than SMs and runs a split a CTA.
+  for (const std::uint32_t flags : {0u, std::uint32_t{kFeatureKvE4m3}}) {
+    AttentionProblem astrai = decode_problem(32, 4096, 64);
+    astrai.n_heads = 24;
+    astrai.n_kv_heads = 4;
+    astrai.flags = flags;
+    const Plan wide = plan_decode(astrai, h200(), occupancy.query(132));
+    CAPTURE(wide.spec.name());
+    CHECK(wide.spec.wide);
+    CHECK(wide.block == 512);
+    CHECK(wide.workspace_bytes == 0);
+    CHECK(wide.smem == 4 * decode_sm90_wide_region_bytes(64));
+    astrai.batch = 64;
+    CHECK_FALSE(plan_decode(astrai, h200(), occupancy.query(132)).spec.wide);
+  }
+  static_assert(decode_sm90_smem_bytes(64, true, true) <= decode_sm90_wide_region_bytes(64), "an FP8 group fits");
 
   DeviceTraits no_hopper = h200();
   no_hopper.no_hopper = true;

@@ -49,8 +49,9 @@ const std::vector<EnvVariable>& env_variables() {
        "the Hopper prefill's tiling where the head dim has two (hd128: 128 or 192 query rows a CTA); "
        "`auto` (default) takes the wide one on grids of at least 10 waves of it"},
       {"ASTRAI_JIT_DECODE_TILES", "`auto`, `narrow`, `wide`",
-       "the Hopper decode's wide CTAs where the head dim has them (hd64: a request's splits side by "
-       "side in one CTA of 512 threads, merged there, with no split combine); `auto` (default) takes "
+       "the Hopper decode's wide CTAs where the head dim has them (hd64, a 16-bit or an FP8 cache: a "
+       "request's splits side by side in one CTA of 512 threads, merged there, with no split combine); "
+       "`auto` (default) takes "
        "them when the grid's (request, KV head) columns fit one wave and split 2 to 4 ways"},
       {"ASTRAI_JIT_TRUSTED_KEYS",
        "public keys `ed25519:<key id>:<base64>` or absolute paths of files of them, separated by commas"

@@ -141,8 +141,9 @@ expect_count '\.tma\.' 6   # the decodes' FP8 caches too (head dim 128)
 expect_out '^paged_decode\.bf16\.hd128\.ps16\.g4\.kv_e4m3\.tma\.sm_90a( |$)'
 run warm --dry-run --arch sm_90a --kernels paged_decode --head-dims 64,192 --group-sizes 4 --page-sizes 16 --features kv_e4m3
 expect_rc 0
-expect_count '\.tma\.' 1   # head dim 64's rows of 64 bytes too; 192 keeps the direct path
+expect_count '\.tma\.' 2   # head dim 64's rows of 64 bytes too, in both tilings; 192 keeps the direct path
 expect_out '^paged_decode\.bf16\.hd64\.ps16\.g4\.kv_e4m3\.tma\.sm_90a( |$)'
+expect_out '^paged_decode\.bf16\.hd64\.ps16\.g4\.kv_e4m3\.tma\.wide\.sm_90a( |$)'
 run warm --dry-run --arch sm_90a --kernels prefill --head-dims 128 --group-sizes 4 --features kv_e4m3
 expect_rc 2
 expect_err "--features kv_e4m3: prefill does not support kv_e4m3 \(supported: swa, cap, sink, qkv_e4m3, p_fp16, alibi\)"

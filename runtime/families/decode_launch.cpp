@@ -13,9 +13,10 @@
 
 namespace astrai::detail {
 
-bool decode_sm90_has_wide_tiling(int head_dim, std::uint32_t flags) {
-  // An FP8 ring is smaller than the 16-bit one its region is sized for (the kernel asserts it).
-  return decode_sm90_has_wide(head_dim) && ((flags & kFeatureKvFp8) == 0 || decode_sm90_serves_kv8(head_dim));
+bool decode_sm90_has_wide_tiling(int head_dim, std::uint32_t /*flags*/) {
+  // Every feature the TMA decode serves has the wide tiling: an FP8 ring is smaller than the
+  // 16-bit one its region is sized for (the kernel asserts it).
+  return decode_sm90_has_wide(head_dim);
 }
 
 namespace {
